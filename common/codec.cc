@@ -1,0 +1,102 @@
+#include "common/codec.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace shardps {
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x = FloatBits(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  uint32_t h;
+  if (x >= 0x47800000u) {  // >= 65536, Inf or NaN.
+    if (x > 0x7f800000u) {
+      h = 0x7e00u | ((x >> 13) & 0x3ffu);  // NaN, quiet, top payload bits.
+    } else {
+      h = 0x7c00u;  // Inf, or finite overflow.
+    }
+  } else if (x < 0x38800000u) {  // Below 2^-14: a half subnormal or zero.
+    // Adding 0.5 aligns the value's bits so that the FPU's own
+    // round-to-nearest-even does the rounding to a multiple of 2^-24.
+    const float magic = BitsFloat(126u << 23);  // 0.5
+    h = FloatBits(BitsFloat(x) + magic) - FloatBits(magic);
+  } else {
+    // Rebias the exponent, then round the 13 dropped mantissa bits to nearest
+    // even; a carry into the exponent (up to Inf) is the right result.
+    const uint32_t odd = (x >> 13) & 1u;
+    x += 0xc8000fffu + odd;  // (15 - 127) << 23, plus 0xfff.
+    h = x >> 13;
+  }
+  return static_cast<uint16_t>(h | sign);
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) {  // Inf or NaN.
+    return BitsFloat(sign | 0x7f800000u | (mant << 13));
+  }
+  if (exp == 0) {  // Zero or subnormal: mant * 2^-24, exact in fp32.
+    const float v = static_cast<float>(mant) * BitsFloat(103u << 23);
+    return BitsFloat(sign | FloatBits(v));
+  }
+  return BitsFloat(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+void EncodeValues(const float* values, size_t n, Encoding encoding,
+                  std::string* out) {
+  const size_t start = out->size();
+  out->resize(start + n * BytesPerValue(encoding));
+  char* dst = out->data() + start;
+  switch (encoding) {
+    case Encoding::kFp32:
+      std::memcpy(dst, values, n * sizeof(float));
+      return;
+    case Encoding::kFp16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = FloatToHalf(values[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case Encoding::kBf16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t b = FloatToBf16(values[i]);
+        std::memcpy(dst + 2 * i, &b, 2);
+      }
+      return;
+  }
+}
+
+absl::Status DecodeValues(absl::string_view bytes, Encoding encoding, size_t n,
+                          float* out) {
+  const size_t width = BytesPerValue(encoding);
+  if (bytes.size() != n * width) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("value bytes: expected ", n, " values of ", width,
+                     " bytes (", n * width, " bytes), got ", bytes.size()));
+  }
+  const char* src = bytes.data();
+  switch (encoding) {
+    case Encoding::kFp32:
+      std::memcpy(out, src, n * sizeof(float));
+      break;
+    case Encoding::kFp16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out[i] = HalfToFloat(h);
+      }
+      break;
+    case Encoding::kBf16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, src + 2 * i, 2);
+        out[i] = Bf16ToFloat(b);
+      }
+      break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace shardps

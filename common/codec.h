@@ -1,0 +1,68 @@
+// Value codecs: fp32 arrays to and from the wire encodings.
+//
+// On the wire, values are little-endian arrays of fp32, fp16 (IEEE binary16)
+// or bf16 (the top half of an fp32). Narrowing rounds to nearest, ties to
+// even; overflow gives +-Inf; Inf stays Inf and NaN stays NaN (quieted, sign
+// and top payload bits kept). Widening is exact.
+//
+// Thread-safety: all functions are pure. Only little-endian hosts are
+// supported (a static_assert says so).
+#ifndef SHARDPS_COMMON_CODEC_H_
+#define SHARDPS_COMMON_CODEC_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace shardps {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "shardps's wire codecs assume a little-endian host");
+
+enum class Encoding { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
+
+// Bytes per value in `encoding`.
+inline size_t BytesPerValue(Encoding encoding) {
+  return encoding == Encoding::kFp32 ? 4 : 2;
+}
+
+inline uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float BitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+uint16_t FloatToHalf(float f);
+float HalfToFloat(uint16_t h);
+
+inline uint16_t FloatToBf16(float f) {
+  uint32_t x = FloatBits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign and payload, quiet.
+    return static_cast<uint16_t>((x >> 16) | 0x0040u);
+  }
+  x += 0x7fffu + ((x >> 16) & 1u);  // Round to nearest, ties to even.
+  return static_cast<uint16_t>(x >> 16);
+}
+inline float Bf16ToFloat(uint16_t b) { return BitsFloat(uint32_t{b} << 16); }
+
+// Appends `n` values to `out` in `encoding`.
+void EncodeValues(const float* values, size_t n, Encoding encoding,
+                  std::string* out);
+
+// Decodes exactly `n` values from `bytes` into `out` (room for n floats).
+// INVALID_ARGUMENT if bytes.size() is not n * BytesPerValue(encoding).
+absl::Status DecodeValues(absl::string_view bytes, Encoding encoding,
+                          size_t n, float* out);
+
+}  // namespace shardps
+
+#endif  // SHARDPS_COMMON_CODEC_H_

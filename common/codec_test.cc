@@ -1,0 +1,123 @@
+#include "common/codec.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace shardps {
+namespace {
+
+float Pow2(int e) { return std::ldexp(1.0f, e); }
+
+// Reference encodings worked out by hand from IEEE 754 binary16.
+TEST(HalfTest, ReferenceValues) {
+  EXPECT_EQ(FloatToHalf(0.0f), 0x0000);
+  EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToHalf(0.1f), 0x2e66);  // 0.0999755859375
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);  // largest finite
+  EXPECT_EQ(FloatToHalf(Pow2(-14)), 0x0400);  // smallest normal
+  EXPECT_EQ(FloatToHalf(Pow2(-24)), 0x0001);  // smallest subnormal
+}
+
+TEST(HalfTest, RoundsToNearestEven) {
+  // Halfway between 1 and 1 + 2^-10: ties to the even mantissa (1).
+  EXPECT_EQ(FloatToHalf(1.0f + Pow2(-11)), 0x3c00);
+  // Halfway between 1 + 2^-10 (odd) and 1 + 2^-9 (even): rounds up.
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * Pow2(-11)), 0x3c02);
+  // Just above halfway rounds up.
+  EXPECT_EQ(FloatToHalf(1.0f + Pow2(-11) + Pow2(-20)), 0x3c01);
+  // Subnormal ties: 2^-25 is half of the smallest subnormal -> 0 (even);
+  // 3 * 2^-25 is between 1 and 2 units -> 2 (even).
+  EXPECT_EQ(FloatToHalf(Pow2(-25)), 0x0000);
+  EXPECT_EQ(FloatToHalf(3 * Pow2(-25)), 0x0002);
+  // Overflow: 65519 rounds down to 65504, 65520 (the tie) to Inf.
+  EXPECT_EQ(FloatToHalf(65519.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);
+  EXPECT_EQ(FloatToHalf(1e9f), 0x7c00);
+  EXPECT_EQ(FloatToHalf(-1e9f), 0xfc00);
+}
+
+TEST(HalfTest, InfAndNanPreserved) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(FloatToHalf(inf), 0x7c00);
+  EXPECT_EQ(FloatToHalf(-inf), 0xfc00);
+  EXPECT_TRUE(std::isinf(HalfToFloat(0x7c00)));
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(-std::nanf("")))));
+  // A signalling NaN whose payload sits only in low bits must not become Inf.
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(BitsFloat(0x7f800001u)))));
+}
+
+TEST(HalfTest, EveryHalfRoundTripsExactly) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(f)))) << h;
+      continue;
+    }
+    ASSERT_EQ(FloatToHalf(f), h) << "half 0x" << std::hex << h;
+  }
+}
+
+TEST(Bf16Test, ReferenceValuesAndRounding) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(FloatToBf16(-2.0f), 0xc000);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1).
+  EXPECT_EQ(FloatToBf16(1.0f + Pow2(-8)), 0x3f80);
+  // 1 + 3 * 2^-8 is halfway between odd 1+2^-7 and even 1+2^-6: up.
+  EXPECT_EQ(FloatToBf16(1.0f + 3 * Pow2(-8)), 0x3f82);
+  EXPECT_EQ(FloatToBf16(1.0f + Pow2(-8) + Pow2(-20)), 0x3f81);
+  // The largest float rounds up to Inf.
+  EXPECT_EQ(FloatToBf16(std::numeric_limits<float>::max()), 0x7f80);
+  EXPECT_EQ(FloatToBf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(FloatToBf16(-std::numeric_limits<float>::infinity()), 0xff80);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::nanf("")))));
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(BitsFloat(0x7f800001u)))));
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const float f = Bf16ToFloat(static_cast<uint16_t>(b));
+    if (!std::isnan(f)) ASSERT_EQ(FloatToBf16(f), b);
+  }
+}
+
+TEST(CodecTest, ArraysRoundTripInEveryEncoding) {
+  const std::vector<float> values = {0.5f, -1.25f, 3.0f, 1024.0f, -0.0f};
+  for (Encoding e : {Encoding::kFp32, Encoding::kFp16, Encoding::kBf16}) {
+    std::string wire = "prefix";
+    EncodeValues(values.data(), values.size(), e, &wire);
+    ASSERT_EQ(wire.size(), 6 + values.size() * BytesPerValue(e));
+    std::vector<float> back(values.size());
+    ASSERT_TRUE(DecodeValues(absl::string_view(wire).substr(6), e,
+                             values.size(), back.data())
+                    .ok());
+    for (size_t i = 0; i < values.size(); ++i) {
+      EXPECT_EQ(FloatBits(back[i]), FloatBits(values[i]));  // all exact here
+    }
+  }
+}
+
+TEST(CodecTest, Fp32IsLittleEndianOnTheWire) {
+  const float one = 1.0f;  // 0x3f800000
+  std::string wire;
+  EncodeValues(&one, 1, Encoding::kFp32, &wire);
+  ASSERT_EQ(wire.size(), 4u);
+  EXPECT_EQ(static_cast<unsigned char>(wire[0]), 0x00);
+  EXPECT_EQ(static_cast<unsigned char>(wire[3]), 0x3f);
+}
+
+TEST(CodecTest, WrongByteCountIsRejected) {
+  float out[3];
+  const absl::Status st =
+      DecodeValues(std::string(10, '\0'), Encoding::kFp32, 3, out);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("expected 3 values"), std::string::npos)
+      << st.message();
+  EXPECT_TRUE(DecodeValues(std::string(6, '\0'), Encoding::kBf16, 3, out).ok());
+}
+
+}  // namespace
+}  // namespace shardps

@@ -1,0 +1,131 @@
+#include "common/config.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace shardps {
+namespace {
+
+// A minimal valid config; the malformed ones below each break one thing.
+constexpr char kValid[] = R"pb(
+name: "t"
+tables {
+  id: 1
+  name: "emb"
+  dim: 8
+  optimizer { sgd { learning_rate: 0.1 } }
+}
+data { train_files: "train.tsv" }
+cluster { mode: SSP staleness: 2 }
+)pb";
+
+TEST(ConfigTest, ShippedConfigsLoad) {
+  for (const char* path : {"configs/default.pbtxt"}) {
+    auto config = LoadJobConfig(path);
+    ASSERT_TRUE(config.ok()) << path << ": " << config.status();
+    EXPECT_GT(config->tables_size(), 0) << path;
+  }
+}
+
+TEST(ConfigTest, ValidConfigGetsDefaults) {
+  auto config = ParseJobConfig(kValid, "job.pbtxt");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->tables(0).kind(), TableConfig::SPARSE);
+  EXPECT_EQ(config->tables(0).init().kind(), InitializerConfig::UNIFORM);
+  EXPECT_FLOAT_EQ(config->tables(0).init().scale(), 0.01f);
+  EXPECT_EQ(config->cluster().num_partitions(), 4096u);
+  EXPECT_EQ(config->cluster().num_servers(), 1u);
+  EXPECT_EQ(config->training().batch_size(), 256u);
+  EXPECT_EQ(EffectiveStaleness(config->cluster()), 2u);
+}
+
+// Expects `text` to be refused with a message containing each of `needles`.
+void ExpectRefused(const std::string& text,
+                   std::initializer_list<const char*> needles) {
+  auto config = ParseJobConfig(text, "bad.pbtxt");
+  ASSERT_FALSE(config.ok()) << "accepted:\n" << text;
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* needle : needles) {
+    EXPECT_NE(config.status().message().find(needle), std::string::npos)
+        << "missing \"" << needle << "\" in: " << config.status().message();
+  }
+}
+
+std::string Replace(std::string text, const std::string& from,
+                    const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(ConfigTest, UnknownFieldNamesFieldAndLine) {
+  ExpectRefused(Replace(kValid, "dim: 8", "dimm: 8"),
+                {"bad.pbtxt:6:", "dimm"});
+}
+
+TEST(ConfigTest, WrongTypeNamesFieldAndLine) {
+  ExpectRefused(Replace(kValid, "dim: 8", "dim: \"eight\""),
+                {"bad.pbtxt:6:", "dim"});
+}
+
+TEST(ConfigTest, ZeroDimNamesFieldAndLine) {
+  ExpectRefused(Replace(kValid, "dim: 8", "dim: 0"),
+                {"bad.pbtxt:6:", "tables[0] (\"emb\").dim", "must be > 0"});
+}
+
+TEST(ConfigTest, NegativeStalenessNamesFieldAndLine) {
+  ExpectRefused(Replace(kValid, "staleness: 2", "staleness: -1"),
+                {"bad.pbtxt:10:", "cluster.staleness", "must be >= 0"});
+}
+
+TEST(ConfigTest, MissingDataPathNamesField) {
+  ExpectRefused(Replace(kValid, "data { train_files: \"train.tsv\" }", ""),
+                {"bad.pbtxt", "data.train_files", "no training data"});
+}
+
+TEST(ConfigTest, MissingOptimizerAndDuplicateNamesAreRefused) {
+  ExpectRefused(Replace(kValid, "optimizer { sgd { learning_rate: 0.1 } }", ""),
+                {"bad.pbtxt:3:", "tables[0] (\"emb\").optimizer",
+                 "optimizer is required"});
+  const std::string twice =
+      std::string(kValid) +
+      "tables { id: 2 name: \"emb\" dim: 4 optimizer { sgd { learning_rate: "
+      "1 } } }\n";
+  ExpectRefused(twice, {"bad.pbtxt:11:", "tables[1] (\"emb\").name",
+                        "used by another table"});
+}
+
+TEST(ConfigTest, RowWiseOptimizerRefusedOnDenseTable) {
+  const std::string text =
+      std::string(kValid) +
+      "tables { id: 2 name: \"mlp\" kind: DENSE optimizer { rowwise_adagrad "
+      "{ learning_rate: 1 } } }\n";
+  ExpectRefused(text, {"tables[1] (\"mlp\").optimizer", "refused on DENSE"});
+}
+
+TEST(ConfigTest, FieldMustNameASparseTable) {
+  ExpectRefused(std::string(kValid) +
+                    "fields { name: \"C1\" column: 14 table: \"nope\" }\n",
+                {"bad.pbtxt:11:", "fields[0].table", "names no table"});
+}
+
+TEST(ConfigTest, UnreadableFileIsNotFound) {
+  auto config = LoadJobConfig("/nonexistent/job.pbtxt");
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(config.status().message().find("/nonexistent/job.pbtxt"),
+            std::string::npos);
+}
+
+TEST(ConfigTest, FingerprintCoversSharedPartsOnly) {
+  auto a = ParseJobConfig(kValid, "a");
+  ASSERT_TRUE(a.ok());
+  JobConfig b = *a;
+  b.mutable_data()->add_train_files("more.tsv");  // Not shared: same print.
+  EXPECT_EQ(ConfigFingerprint(*a), ConfigFingerprint(b));
+  b.mutable_tables(0)->set_dim(9);  // Shared: a different print.
+  EXPECT_NE(ConfigFingerprint(*a), ConfigFingerprint(b));
+}
+
+}  // namespace
+}  // namespace shardps

@@ -1,0 +1,37 @@
+#include "common/init.h"
+
+#include <cstdlib>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "glog/logging.h"
+
+ABSL_FLAG(int, verbosity, 0, "glog verbose level (VLOG).");
+ABSL_FLAG(std::string, glog_dir, "",
+          "Also write glog files here (default: stderr only).");
+
+namespace shardps {
+
+std::vector<std::string> InitProcess(int argc, char** argv,
+                                     const char* usage) {
+  absl::SetProgramUsageMessage(usage);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  const std::string glog_dir = absl::GetFlag(FLAGS_glog_dir);
+  FLAGS_logtostderr = glog_dir.empty();
+  FLAGS_alsologtostderr = !glog_dir.empty();
+  if (!glog_dir.empty()) FLAGS_log_dir = glog_dir;
+  FLAGS_v = absl::GetFlag(FLAGS_verbosity);
+  google::InitGoogleLogging(argv[0]);
+  google::InstallFailureSignalHandler();
+  std::vector<std::string> positional;
+  for (size_t i = 1; i < rest.size(); ++i) positional.emplace_back(rest[i]);
+  return positional;
+}
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return (value != nullptr && *value != '\0') ? std::string(value) : fallback;
+}
+
+}  // namespace shardps

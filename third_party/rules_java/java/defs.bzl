@@ -1,0 +1,22 @@
+"""Offline stand-in for @rules_java//java:defs.bzl: macros over the native rules."""
+
+def java_binary(**attrs):
+    native.java_binary(**attrs)
+
+def java_library(**attrs):
+    native.java_library(**attrs)
+
+def java_import(**attrs):
+    native.java_import(**attrs)
+
+def java_test(**attrs):
+    native.java_test(**attrs)
+
+def java_toolchain(**attrs):
+    native.java_toolchain(**attrs)
+
+def java_runtime(**attrs):
+    native.java_runtime(**attrs)
+
+def java_proto_library(**attrs):
+    native.java_proto_library(**attrs)
