@@ -1,0 +1,163 @@
+#include "scheduler/clock.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardps {
+
+ClockService::ClockService(uint32_t num_workers, uint32_t staleness)
+    : staleness_(staleness),
+      clock_(num_workers, 0),
+      state_(num_workers, WorkerState::kLive) {}
+
+std::optional<uint64_t> ClockService::MinLocked() const {
+  std::optional<uint64_t> min;
+  for (size_t r = 0; r < clock_.size(); ++r) {
+    if (state_[r] != WorkerState::kLive) continue;
+    if (!min || clock_[r] < *min) min = clock_[r];
+  }
+  return min;
+}
+
+bool ClockService::MayStartLocked(uint64_t step) const {
+  if (paused_) return false;
+  if (hold_ && step >= *hold_) return false;
+  if (staleness_ == kUnbounded) return true;
+  const std::optional<uint64_t> min = MinLocked();
+  if (!min) return true;
+  // min >= step - s, written without unsigned underflow.
+  return *min + staleness_ >= step;
+}
+
+void ClockService::RecordSpreadLocked() {
+  const std::optional<uint64_t> min = MinLocked();
+  if (!min) return;
+  uint64_t max = *min;
+  for (size_t r = 0; r < clock_.size(); ++r) {
+    if (state_[r] == WorkerState::kLive) max = std::max(max, clock_[r]);
+  }
+  max_spread_ = std::max(max_spread_, max - *min);
+}
+
+absl::StatusOr<uint64_t> ClockService::WaitToStart(uint32_t rank,
+                                                   uint64_t step,
+                                                   absl::Time deadline) {
+  MutexLock lock(&mu_);
+  if (rank >= clock_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker rank ", rank, " out of range [0, ",
+                     clock_.size(), ")"));
+  }
+  while (true) {
+    if (!abort_reason_.empty()) return absl::AbortedError(abort_reason_);
+    if (state_[rank] != WorkerState::kLive) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", rank, " is no longer live"));
+    }
+    if (MayStartLocked(step)) return MinLocked().value_or(step);
+    if (!changed_.WaitUntil(&mu_, deadline) && !MayStartLocked(step)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "worker ", rank, " waited for step ", step, "; min clock is ",
+          MinLocked().value_or(0), paused_ ? " (job paused)" : ""));
+    }
+  }
+}
+
+absl::StatusOr<uint64_t> ClockService::Tick(uint32_t rank, uint64_t clock) {
+  MutexLock lock(&mu_);
+  if (rank >= clock_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker rank ", rank, " out of range"));
+  }
+  if (clock != clock_[rank] && clock != clock_[rank] + 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", rank, " ticked to clock ", clock,
+                     " from clock ", clock_[rank], "; clocks advance by one"));
+  }
+  clock_[rank] = clock;
+  RecordSpreadLocked();
+  changed_.SignalAll();
+  return MinLocked().value_or(clock);
+}
+
+void ClockService::MarkDead(uint32_t rank) {
+  MutexLock lock(&mu_);
+  if (rank >= state_.size() || state_[rank] == WorkerState::kFinished) return;
+  state_[rank] = WorkerState::kDead;
+  changed_.SignalAll();
+}
+
+void ClockService::MarkFinished(uint32_t rank) {
+  MutexLock lock(&mu_);
+  if (rank >= state_.size()) return;
+  state_[rank] = WorkerState::kFinished;
+  changed_.SignalAll();
+}
+
+void ClockService::Revive(uint32_t rank, uint64_t clock) {
+  MutexLock lock(&mu_);
+  if (rank >= state_.size()) return;
+  state_[rank] = WorkerState::kLive;
+  clock_[rank] = clock;
+  changed_.SignalAll();
+}
+
+void ClockService::Hold(uint64_t clock) {
+  MutexLock lock(&mu_);
+  hold_ = clock;
+}
+
+void ClockService::Release() {
+  MutexLock lock(&mu_);
+  hold_.reset();
+  changed_.SignalAll();
+}
+
+bool ClockService::AllReachedHold() const {
+  MutexLock lock(&mu_);
+  if (!hold_) return false;
+  const std::optional<uint64_t> min = MinLocked();
+  return !min || *min >= *hold_;
+}
+
+void ClockService::Abort(const std::string& reason) {
+  MutexLock lock(&mu_);
+  abort_reason_ = reason.empty() ? "job aborted" : reason;
+  changed_.SignalAll();
+}
+
+void ClockService::SetPaused(bool paused) {
+  MutexLock lock(&mu_);
+  paused_ = paused;
+  changed_.SignalAll();
+}
+
+std::optional<uint64_t> ClockService::MinClock() const {
+  MutexLock lock(&mu_);
+  return MinLocked();
+}
+
+uint64_t ClockService::MaxClock() const {
+  MutexLock lock(&mu_);
+  uint64_t max = 0;
+  for (uint64_t c : clock_) max = std::max(max, c);
+  return max;
+}
+
+uint64_t ClockService::MaxSpread() const {
+  MutexLock lock(&mu_);
+  return max_spread_;
+}
+
+std::vector<uint64_t> ClockService::Clocks() const {
+  MutexLock lock(&mu_);
+  return clock_;
+}
+
+std::vector<ClockService::WorkerState> ClockService::States() const {
+  MutexLock lock(&mu_);
+  return state_;
+}
+
+}  // namespace shardps

@@ -1,0 +1,102 @@
+// The clock service: enforces BSP / SSP(s) / ASP between workers
+// (DESIGN.md, "Consistency modes").
+//
+// A worker's clock c is the number of steps it has completed. Let min be the
+// minimum clock over live, unfinished workers (dead and finished workers
+// leave the minimum; with none left, nothing waits). A worker may start step
+// t only when min >= t - s. BSP is s = 0; ASP never waits (s = kUnbounded).
+// Consequence checked by tests: the spread max - min of completed clocks over
+// live unfinished workers never exceeds s + 1.
+//
+// A checkpoint barrier can *hold* the clocks at C: no worker may start step
+// C (or later) until Release(), whatever the mode.
+//
+// Thread-safe. WaitToStart blocks (condition variable, no polling) until
+// allowed, the deadline, or Abort().
+#ifndef SHARDPS_SCHEDULER_CLOCK_H_
+#define SHARDPS_SCHEDULER_CLOCK_H_
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/mutex.h"
+
+namespace shardps {
+
+class ClockService {
+ public:
+  static constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
+
+  enum class WorkerState { kLive, kDead, kFinished };
+
+  // `staleness`: 0 for BSP, s for SSP, kUnbounded for ASP.
+  ClockService(uint32_t num_workers, uint32_t staleness);
+  ClockService(const ClockService&) = delete;
+  ClockService& operator=(const ClockService&) = delete;
+
+  // Blocks until worker `rank` may start `step`. Returns the minimum clock at
+  // that moment. DEADLINE_EXCEEDED at `deadline`; INVALID_ARGUMENT for a bad
+  // rank; FAILED_PRECONDITION if the worker is dead or finished; ABORTED
+  // after Abort() (with its reason).
+  absl::StatusOr<uint64_t> WaitToStart(uint32_t rank, uint64_t step,
+                                       absl::Time deadline);
+
+  // Worker `rank` has completed `clock` steps. Clocks only move forward by
+  // one: a repeated tick is accepted (idempotent retry), a jump or a step back
+  // is INVALID_ARGUMENT. Returns the new minimum.
+  absl::StatusOr<uint64_t> Tick(uint32_t rank, uint64_t clock);
+
+  // Membership changes. A dead worker may come back (Revive) at a clock,
+  // e.g. its last recorded one after a restart.
+  void MarkDead(uint32_t rank);
+  void MarkFinished(uint32_t rank);
+  void Revive(uint32_t rank, uint64_t clock);
+
+  // Checkpoint barrier: workers may not start step >= `clock` until Release.
+  void Hold(uint64_t clock);
+  void Release();
+  // True once every live unfinished worker has completed >= the held clock.
+  bool AllReachedHold() const;
+
+  // Fails every current and future wait with ABORTED(reason).
+  void Abort(const std::string& reason);
+  // Pauses (true) or resumes starts, e.g. while a server is dead.
+  void SetPaused(bool paused);
+
+  // The minimum over live unfinished workers, or nullopt if there are none.
+  std::optional<uint64_t> MinClock() const;
+  uint64_t MaxClock() const;
+  // The largest spread (max - min of completed clocks over live unfinished
+  // workers) observed after any tick.
+  uint64_t MaxSpread() const;
+  std::vector<uint64_t> Clocks() const;
+  std::vector<WorkerState> States() const;
+  uint32_t staleness() const { return staleness_; }
+
+ private:
+  std::optional<uint64_t> MinLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool MayStartLocked(uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordSpreadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const uint32_t staleness_;
+
+  mutable Mutex mu_;
+  CondVar changed_;
+  std::vector<uint64_t> clock_ ABSL_GUARDED_BY(mu_);
+  std::vector<WorkerState> state_ ABSL_GUARDED_BY(mu_);
+  std::optional<uint64_t> hold_ ABSL_GUARDED_BY(mu_);
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  std::string abort_reason_ ABSL_GUARDED_BY(mu_);
+  uint64_t max_spread_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_SCHEDULER_CLOCK_H_

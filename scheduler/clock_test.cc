@@ -1,0 +1,138 @@
+#include "scheduler/clock.h"
+
+#include <atomic>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace shardps {
+namespace {
+
+absl::Time Soon() { return absl::Now() + absl::Milliseconds(30); }
+absl::Time Later() { return absl::Now() + absl::Seconds(30); }
+
+TEST(ClockTest, BspWaitsForEveryWorker) {
+  ClockService clock(2, 0);
+  ASSERT_TRUE(clock.WaitToStart(0, 0, Soon()).ok());
+  ASSERT_TRUE(clock.Tick(0, 1).ok());
+  // Worker 0 may not start step 1 while worker 1 has completed 0 steps.
+  EXPECT_EQ(clock.WaitToStart(0, 1, Soon()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  std::thread slow([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    ASSERT_TRUE(clock.Tick(1, 1).ok());
+  });
+  EXPECT_TRUE(clock.WaitToStart(0, 1, Later()).ok());
+  slow.join();
+}
+
+TEST(ClockTest, SspAllowsExactlySStepsOfLead) {
+  ClockService clock(2, 2);
+  for (uint64_t c = 1; c <= 3; ++c) {
+    ASSERT_TRUE(clock.WaitToStart(0, c - 1, Soon()).ok()) << c;
+    ASSERT_TRUE(clock.Tick(0, c).ok());
+  }
+  // min = 0: step 2 was allowed (0 >= 2 - 2), step 3 is not.
+  EXPECT_EQ(clock.WaitToStart(0, 3, Soon()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(clock.MaxSpread(), 3u);  // = s + 1, the bound
+}
+
+TEST(ClockTest, AspNeverWaits) {
+  ClockService clock(2, ClockService::kUnbounded);
+  for (uint64_t c = 1; c <= 100; ++c) {
+    ASSERT_TRUE(clock.WaitToStart(0, c - 1, absl::Now()).ok());
+    ASSERT_TRUE(clock.Tick(0, c).ok());
+  }
+  EXPECT_EQ(clock.MaxSpread(), 100u);
+}
+
+TEST(ClockTest, DeadAndFinishedWorkersLeaveTheMinimum) {
+  ClockService clock(3, 1);
+  ASSERT_TRUE(clock.Tick(0, 1).ok());
+  ASSERT_TRUE(clock.Tick(0, 2).ok());
+  EXPECT_FALSE(clock.WaitToStart(0, 2, Soon()).ok());
+  clock.MarkDead(1);
+  EXPECT_FALSE(clock.WaitToStart(0, 2, Soon()).ok());  // worker 2 at 0
+  clock.MarkFinished(2);
+  EXPECT_TRUE(clock.WaitToStart(0, 2, Soon()).ok());
+  EXPECT_EQ(clock.WaitToStart(1, 0, Soon()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  clock.Revive(1, 0);
+  EXPECT_FALSE(clock.WaitToStart(0, 2, Soon()).ok());  // 1 is back at 0
+}
+
+TEST(ClockTest, TicksAdvanceByOne) {
+  ClockService clock(1, 0);
+  EXPECT_TRUE(clock.Tick(0, 1).ok());
+  EXPECT_TRUE(clock.Tick(0, 1).ok());  // retry is idempotent
+  EXPECT_EQ(clock.Tick(0, 3).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(clock.Tick(0, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(clock.Tick(5, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(clock.WaitToStart(9, 0, Soon()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ClockTest, HoldBlocksEveryModeUntilRelease) {
+  ClockService clock(2, ClockService::kUnbounded);
+  clock.Hold(2);
+  ASSERT_TRUE(clock.Tick(0, 1).ok());
+  ASSERT_TRUE(clock.Tick(0, 2).ok());
+  EXPECT_FALSE(clock.WaitToStart(0, 2, Soon()).ok());
+  EXPECT_FALSE(clock.AllReachedHold());
+  ASSERT_TRUE(clock.Tick(1, 1).ok());
+  ASSERT_TRUE(clock.Tick(1, 2).ok());
+  EXPECT_TRUE(clock.AllReachedHold());
+  clock.Release();
+  EXPECT_TRUE(clock.WaitToStart(0, 2, Soon()).ok());
+}
+
+TEST(ClockTest, AbortWakesWaiters) {
+  ClockService clock(2, 0);
+  ASSERT_TRUE(clock.Tick(0, 1).ok());
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    clock.Abort("server 1 dead past its deadline");
+  });
+  const auto st = clock.WaitToStart(0, 1, Later()).status();
+  aborter.join();
+  EXPECT_EQ(st.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(st.message(), "server 1 dead past its deadline");
+}
+
+// Many workers at random speeds: whenever a worker starts step t, every live
+// worker has completed >= t - s steps, and the spread stays <= s + 1.
+void RunRandomWorkers(uint32_t staleness) {
+  constexpr int kWorkers = 4, kSteps = 150;
+  ClockService clock(kWorkers, staleness);
+  std::vector<std::atomic<uint64_t>> done(kWorkers);
+  std::atomic<int> violations{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorkers; ++r) {
+    threads.emplace_back([&, r] {
+      std::mt19937 rng(r);
+      for (uint64_t t = 0; t < kSteps; ++t) {
+        ASSERT_TRUE(clock.WaitToStart(r, t, Later()).ok());
+        for (int o = 0; o < kWorkers; ++o) {
+          if (done[o].load() + staleness < t) violations++;
+        }
+        if (rng() % 4 == 0) absl::SleepFor(absl::Microseconds(rng() % 300 * (r + 1)));
+        done[r].store(t + 1);
+        ASSERT_TRUE(clock.Tick(r, t + 1).ok());
+      }
+      clock.MarkFinished(r);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_LE(clock.MaxSpread(), staleness + 1);
+}
+
+TEST(ClockTest, StalenessBoundHoldsUnderRandomSpeedsBsp) { RunRandomWorkers(0); }
+TEST(ClockTest, StalenessBoundHoldsUnderRandomSpeedsSsp2) { RunRandomWorkers(2); }
+
+}  // namespace
+}  // namespace shardps

@@ -1,0 +1,188 @@
+#include "scheduler/membership.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/partition.h"
+
+namespace shardps {
+namespace {
+
+const char* RoleName(Role role) { return role == SERVER ? "server" : "worker"; }
+
+}  // namespace
+
+Membership::Membership(const JobConfig& config, uint64_t fingerprint)
+    : fingerprint_(fingerprint),
+      num_partitions_(config.cluster().num_partitions()),
+      servers_(config.cluster().num_servers()),
+      workers_(config.cluster().num_workers()) {
+  for (uint32_t i = 0; i < servers_.size(); ++i) {
+    servers_[i].role = SERVER;
+    servers_[i].index = i;
+  }
+  for (uint32_t i = 0; i < workers_.size(); ++i) {
+    workers_[i].role = WORKER;
+    workers_[i].index = i;
+  }
+}
+
+std::vector<Member>* Membership::SlotsLocked(Role role) {
+  return role == SERVER ? &servers_ : &workers_;
+}
+
+absl::StatusOr<Member> Membership::Register(const RegisterRequest& request,
+                                            absl::Time now) {
+  if (request.role() != SERVER && request.role() != WORKER) {
+    return absl::InvalidArgumentError("register: role must be SERVER or WORKER");
+  }
+  if (request.role() == SERVER && request.address().empty()) {
+    return absl::InvalidArgumentError("register: a server must give its address");
+  }
+  if (request.config_fingerprint() != fingerprint_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "register: the ", RoleName(request.role()),
+        " loaded a different job config (fingerprint ",
+        absl::Hex(request.config_fingerprint(), absl::kZeroPad16),
+        ", the scheduler's is ", absl::Hex(fingerprint_, absl::kZeroPad16),
+        "): start every process with the same config"));
+  }
+  MutexLock lock(&mu_);
+  std::vector<Member>& slots = *SlotsLocked(request.role());
+  Member* slot = nullptr;
+  if (request.has_requested_index()) {
+    if (request.requested_index() >= slots.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "register: ", RoleName(request.role()), " index ",
+          request.requested_index(), " out of range; the job has ",
+          slots.size()));
+    }
+    slot = &slots[request.requested_index()];
+    if (slot->state == ALIVE) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "register: ", RoleName(request.role()), " index ", slot->index,
+          " is held by a live process", slot->address.empty() ? "" : " at ",
+          slot->address, "; a restarted process is accepted once the old one "
+          "is declared dead"));
+    }
+  } else {
+    for (Member& m : slots) {
+      if (m.state == STATE_UNSPECIFIED) {
+        slot = &m;
+        break;
+      }
+    }
+    if (slot == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "register: all ", slots.size(), " ", RoleName(request.role()),
+          " slots are taken; pass the index of a dead one to replace it"));
+    }
+  }
+  const bool address_changed = slot->address != request.address();
+  slot->address = request.address();
+  slot->state = ALIVE;
+  slot->last_heartbeat = now;
+  slot->state_since = now;
+  slot->registrations++;
+  if (request.role() == SERVER && (address_changed || !map_)) RebuildMapLocked();
+  return *slot;
+}
+
+void Membership::RebuildMapLocked() {
+  for (const Member& s : servers_) {
+    if (s.state == STATE_UNSPECIFIED) return;  // Not complete yet.
+  }
+  const uint64_t version = map_ ? map_->version() + 1 : 1;
+  auto contiguous =
+      PartitionMap::Contiguous(version, num_partitions_, servers_.size());
+  PartitionMapProto map;
+  map.set_version(version);
+  map.set_num_partitions(num_partitions_);
+  for (uint32_t owner : contiguous->owners()) map.add_owner(owner);
+  for (const Member& s : servers_) map.add_server_addresses(s.address);
+  map_ = std::move(map);
+}
+
+absl::Status Membership::Heartbeat(Role role, uint32_t index, absl::Time now) {
+  MutexLock lock(&mu_);
+  if (role != SERVER && role != WORKER) {
+    return absl::InvalidArgumentError("heartbeat: bad role");
+  }
+  std::vector<Member>& slots = *SlotsLocked(role);
+  if (index >= slots.size() || slots[index].state == STATE_UNSPECIFIED) {
+    return absl::NotFoundError(absl::StrCat("heartbeat: ", RoleName(role), " ",
+                                            index, " never registered"));
+  }
+  if (slots[index].state == DEAD) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "heartbeat: ", RoleName(role), " ", index,
+        " was declared dead; register again"));
+  }
+  slots[index].last_heartbeat = now;
+  return absl::OkStatus();
+}
+
+std::vector<Member> Membership::Sweep(absl::Time now,
+                                      absl::Duration dead_after) {
+  MutexLock lock(&mu_);
+  std::vector<Member> died;
+  for (std::vector<Member>* slots : {&servers_, &workers_}) {
+    for (Member& m : *slots) {
+      if (m.state == ALIVE && now - m.last_heartbeat > dead_after) {
+        m.state = DEAD;
+        m.state_since = now;
+        died.push_back(m);
+      }
+    }
+  }
+  return died;
+}
+
+void Membership::MarkFinished(uint32_t rank, absl::Time now) {
+  MutexLock lock(&mu_);
+  if (rank >= workers_.size()) return;
+  workers_[rank].state = FINISHED;
+  workers_[rank].state_since = now;
+}
+
+std::optional<PartitionMapProto> Membership::Map() const {
+  MutexLock lock(&mu_);
+  return map_;
+}
+
+uint64_t Membership::MapVersion() const {
+  MutexLock lock(&mu_);
+  return map_ ? map_->version() : 0;
+}
+
+std::vector<Member> Membership::Members() const {
+  MutexLock lock(&mu_);
+  std::vector<Member> all = servers_;
+  all.insert(all.end(), workers_.begin(), workers_.end());
+  return all;
+}
+
+bool Membership::AllWorkersDoneOrDead() const {
+  MutexLock lock(&mu_);
+  for (const Member& w : workers_) {
+    if (w.state != FINISHED && w.state != DEAD) return false;
+  }
+  return true;
+}
+
+bool Membership::AnyWorkerFinished() const {
+  MutexLock lock(&mu_);
+  for (const Member& w : workers_) {
+    if (w.state == FINISHED) return true;
+  }
+  return false;
+}
+
+std::vector<Member> Membership::DeadServers() const {
+  MutexLock lock(&mu_);
+  std::vector<Member> dead;
+  for (const Member& s : servers_) {
+    if (s.state == DEAD) dead.push_back(s);
+  }
+  return dead;
+}
+
+}  // namespace shardps

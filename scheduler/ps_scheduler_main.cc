@@ -1,0 +1,106 @@
+// ps_scheduler: one per job. Servers and workers register with it; it owns
+// the partition map and the clocks, detects failures and ends the job.
+//
+//   ps_scheduler --config job.pbtxt [--listen 127.0.0.1:0] [--port_file F]
+//
+// Prints "PS_SCHEDULER_LISTENING host:port" once serving. Exit status: 0 when
+// the job is done, 1 when it failed, 2 on bad flags or config.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+
+#include "absl/flags/flag.h"
+#include "absl/time/clock.h"
+#include "common/config.h"
+#include "common/init.h"
+#include "glog/logging.h"
+#include "scheduler/job.h"
+#include "scheduler/scheduler_service.h"
+
+ABSL_FLAG(std::string, config, shardps::EnvOr("SHARDPS_CONFIG", ""),
+          "Job config (text-format shardps.JobConfig). Env: SHARDPS_CONFIG.");
+ABSL_FLAG(std::string, listen, shardps::EnvOr("SHARDPS_LISTEN", "127.0.0.1:0"),
+          "Address to serve on; port 0 picks a free port. Env: SHARDPS_LISTEN.");
+ABSL_FLAG(std::string, port_file, "", "Write the chosen port here once serving.");
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+void OnSignal(int) { g_interrupted = true; }
+
+std::string HostOf(const std::string& address) {
+  return address.substr(0, address.rfind(':'));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  shardps::InitProcess(argc, argv, "ps_scheduler --config job.pbtxt");
+  auto config = shardps::LoadJobConfig(absl::GetFlag(FLAGS_config));
+  if (!config.ok()) {
+    LOG(ERROR) << config.status().message();
+    return 2;
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  shardps::ServerNotifierClient notifier;
+  shardps::JobCoordinator job(
+      *config, [&notifier](const shardps::PartitionMapProto& map,
+                           const std::vector<uint32_t>& active) {
+        notifier.Notify(map, active);
+      });
+  shardps::SchedulerService service(&job);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
+                           grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
+    return 2;
+  }
+  const std::string address = HostOf(absl::GetFlag(FLAGS_listen)) + ":" + std::to_string(port);
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    std::ofstream(absl::GetFlag(FLAGS_port_file)) << port << "\n";
+  }
+  std::printf("PS_SCHEDULER_LISTENING %s\n", address.c_str());
+  std::fflush(stdout);
+  LOG(INFO) << "job \"" << config->name() << "\": waiting for "
+            << config->cluster().num_servers() << " servers and "
+            << config->cluster().num_workers() << " workers on " << address;
+  job.Start();
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+
+  absl::Status result = absl::DeadlineExceededError("");
+  while (absl::IsDeadlineExceeded(result) && !g_interrupted) {
+    result = job.WaitDone(absl::Now() + absl::Milliseconds(200));
+  }
+  if (g_interrupted) result = absl::CancelledError("interrupted");
+  // Let servers and workers see stop in their next heartbeat before we go.
+  absl::SleepFor(absl::Milliseconds(2 * config->cluster().heartbeat_ms() + 200));
+  shardps::JobStatusResponse status;
+  job.JobStatus(&status);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  std::printf("PS_JOB_RESULT state=%s samples=%llu eval_auc=%.6f eval_logloss=%.6f "
+              "max_clock=%llu max_spread=%llu elapsed_sec=%.1f\n",
+              status.state().c_str(),
+              static_cast<unsigned long long>(status.total_samples()),
+              status.eval_auc(), status.eval_loss(),
+              static_cast<unsigned long long>(status.max_clock()),
+              static_cast<unsigned long long>(status.max_spread()),
+              status.elapsed_sec());
+  std::fflush(stdout);
+  if (!result.ok()) {
+    LOG(ERROR) << result.message() << "\n" << status.summary();
+    return 1;
+  }
+  LOG(INFO) << "job done\n" << status.summary();
+  return 0;
+}

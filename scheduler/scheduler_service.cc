@@ -1,0 +1,109 @@
+#include "scheduler/scheduler_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/grpc_status.h"
+#include "glog/logging.h"
+
+namespace shardps {
+
+grpc::Status SchedulerService::Register(grpc::ServerContext*,
+                                        const RegisterRequest* request,
+                                        RegisterResponse* response) {
+  return ToGrpcStatus(job_->Register(*request, response));
+}
+
+grpc::Status SchedulerService::Heartbeat(grpc::ServerContext*,
+                                         const HeartbeatRequest* request,
+                                         HeartbeatResponse* response) {
+  return ToGrpcStatus(job_->Heartbeat(*request, response));
+}
+
+grpc::Status SchedulerService::GetPartitionMap(
+    grpc::ServerContext*, const GetPartitionMapRequest* request,
+    PartitionMapProto* response) {
+  return ToGrpcStatus(job_->GetPartitionMap(*request, response));
+}
+
+grpc::Status SchedulerService::WaitClock(grpc::ServerContext*,
+                                         const WaitClockRequest* request,
+                                         WaitClockResponse* response) {
+  return ToGrpcStatus(job_->WaitClock(*request, response));
+}
+
+grpc::Status SchedulerService::Tick(grpc::ServerContext*,
+                                    const TickRequest* request,
+                                    TickResponse* response) {
+  return ToGrpcStatus(job_->Tick(*request, response));
+}
+
+grpc::Status SchedulerService::Barrier(grpc::ServerContext*,
+                                       const BarrierRequest* request,
+                                       BarrierResponse*) {
+  return ToGrpcStatus(job_->Barrier(*request));
+}
+
+grpc::Status SchedulerService::ReportMetrics(grpc::ServerContext*,
+                                             const MetricsReport* request,
+                                             MetricsAck*) {
+  return ToGrpcStatus(job_->ReportMetrics(*request));
+}
+
+grpc::Status SchedulerService::JobStatus(grpc::ServerContext*,
+                                         const JobStatusRequest*,
+                                         JobStatusResponse* response) {
+  job_->JobStatus(response);
+  return grpc::Status::OK;
+}
+
+ServerNotifierClient::ServerNotifierClient() : thread_([this] { Loop(); }) {}
+
+ServerNotifierClient::~ServerNotifierClient() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    wake_.SignalAll();
+  }
+  thread_.join();
+}
+
+void ServerNotifierClient::Notify(const PartitionMapProto& map,
+                                  const std::vector<uint32_t>& active) {
+  ControlRequest request;
+  request.set_map_version(map.version());
+  for (uint32_t owner : map.owner()) request.add_partition_owner(owner);
+  for (uint32_t r : active) request.add_active_workers(r);
+  MutexLock lock(&mu_);
+  pending_ = std::move(request);
+  addresses_.assign(map.server_addresses().begin(), map.server_addresses().end());
+  wake_.SignalAll();
+}
+
+void ServerNotifierClient::Loop() {
+  while (true) {
+    ControlRequest request;
+    std::vector<std::string> addresses;
+    {
+      MutexLock lock(&mu_);
+      while (!stop_ && !pending_) wake_.Wait(&mu_);
+      if (stop_) return;
+      request = std::move(*pending_);
+      pending_.reset();
+      addresses = addresses_;
+    }
+    for (const std::string& address : addresses) {
+      auto stub = ParameterServer::NewStub(
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+      ControlResponse response;
+      const grpc::Status st = stub->Control(&ctx, request, &response);
+      if (!st.ok()) {
+        LOG(WARNING) << "Control to server " << address << " failed: "
+                     << st.error_message();
+      }
+    }
+  }
+}
+
+}  // namespace shardps

@@ -1,0 +1,73 @@
+// The scheduler's gRPC service: a thin shell over JobCoordinator. Each method
+// validates nothing beyond what the core does, calls it, and converts the
+// absl::Status to a grpc::Status once (common/grpc_status.h).
+//
+// ServerNotifierClient pushes the active-worker set and partition map to the
+// servers (ParameterServer.Control) from its own thread, coalescing bursts,
+// so no RPC handler waits on a server.
+#ifndef SHARDPS_SCHEDULER_SCHEDULER_SERVICE_H_
+#define SHARDPS_SCHEDULER_SCHEDULER_SERVICE_H_
+
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "common/mutex.h"
+#include "proto/ps.grpc.pb.h"
+#include "proto/scheduler.grpc.pb.h"
+#include "scheduler/job.h"
+
+namespace shardps {
+
+class SchedulerService final : public Scheduler::Service {
+ public:
+  explicit SchedulerService(JobCoordinator* job) : job_(job) {}
+
+  grpc::Status Register(grpc::ServerContext*, const RegisterRequest* request,
+                        RegisterResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request,
+                         HeartbeatResponse* response) override;
+  grpc::Status GetPartitionMap(grpc::ServerContext*,
+                               const GetPartitionMapRequest* request,
+                               PartitionMapProto* response) override;
+  grpc::Status WaitClock(grpc::ServerContext*, const WaitClockRequest* request,
+                         WaitClockResponse* response) override;
+  grpc::Status Tick(grpc::ServerContext*, const TickRequest* request,
+                    TickResponse* response) override;
+  grpc::Status Barrier(grpc::ServerContext*, const BarrierRequest* request,
+                       BarrierResponse* response) override;
+  grpc::Status ReportMetrics(grpc::ServerContext*, const MetricsReport* request,
+                             MetricsAck* response) override;
+  grpc::Status JobStatus(grpc::ServerContext*, const JobStatusRequest* request,
+                         JobStatusResponse* response) override;
+
+ private:
+  JobCoordinator* const job_;  // Not owned.
+};
+
+// Sends ControlRequests to every server of the latest map. Thread-safe.
+class ServerNotifierClient {
+ public:
+  ServerNotifierClient();
+  ~ServerNotifierClient();
+  ServerNotifierClient(const ServerNotifierClient&) = delete;
+  ServerNotifierClient& operator=(const ServerNotifierClient&) = delete;
+
+  // Queues a notification; a newer one replaces a pending older one.
+  void Notify(const PartitionMapProto& map, const std::vector<uint32_t>& active);
+
+ private:
+  void Loop();
+
+  Mutex mu_;
+  CondVar wake_;
+  std::optional<ControlRequest> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_SCHEDULER_SCHEDULER_SERVICE_H_
