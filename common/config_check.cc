@@ -3,12 +3,73 @@
 //   ps_config_check configs/default.pbtxt [more.pbtxt ...]
 //
 // Exit status 0 if every config is valid; errors name file, line and field.
+//
+// With --write=OUT (one input), the config is rewritten to OUT after the
+// overrides below are applied and checked again: the local launcher uses it
+// so that every process of a job loads the same, final config.
 #include <cinttypes>
 #include <cstdio>
 
 #include "common/config.h"
 #include "common/init.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/str_split.h"
+#include "common/partition.h"
 #include "google/protobuf/text_format.h"
+
+ABSL_FLAG(std::string, write, "", "Write the final config here (one input).");
+ABSL_FLAG(int, servers, 0, "Override cluster.num_servers.");
+ABSL_FLAG(int, workers, 0, "Override cluster.num_workers.");
+ABSL_FLAG(std::string, mode, "", "Override cluster.mode: BSP, SSP or ASP.");
+ABSL_FLAG(int, staleness, -1, "Override cluster.staleness.");
+ABSL_FLAG(std::string, train_files, "", "Override data.train_files (comma list).");
+ABSL_FLAG(std::string, eval_files, "", "Override data.eval_files (comma list).");
+ABSL_FLAG(std::string, synthetic_dir, "", "Override data.synthetic_dir.");
+ABSL_FLAG(std::string, checkpoint_dir, "", "Override checkpoint.dir.");
+ABSL_FLAG(int, heartbeat_ms, 0, "Override cluster.heartbeat_ms.");
+ABSL_FLAG(int, dead_after_ms, 0, "Override cluster.dead_after_ms.");
+ABSL_FLAG(int, epochs, 0, "Override training.epochs.");
+ABSL_FLAG(uint64_t, max_steps, 0, "Override training.max_steps.");
+ABSL_FLAG(bool, prefetch, true, "training.prefetch (when --write).");
+
+namespace {
+
+absl::Status ApplyOverrides(shardps::JobConfig* c) {
+  auto* k = c->mutable_cluster();
+  if (absl::GetFlag(FLAGS_servers) > 0) k->set_num_servers(absl::GetFlag(FLAGS_servers));
+  if (absl::GetFlag(FLAGS_workers) > 0) k->set_num_workers(absl::GetFlag(FLAGS_workers));
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (!mode.empty()) {
+    shardps::ConsistencyMode m;
+    if (!shardps::ConsistencyMode_Parse(mode, &m)) {
+      return absl::InvalidArgumentError("--mode must be BSP, SSP or ASP");
+    }
+    k->set_mode(m);
+    if (m == shardps::BSP) k->set_staleness(0);
+  }
+  if (absl::GetFlag(FLAGS_staleness) >= 0) k->set_staleness(absl::GetFlag(FLAGS_staleness));
+  if (absl::GetFlag(FLAGS_heartbeat_ms) > 0) k->set_heartbeat_ms(absl::GetFlag(FLAGS_heartbeat_ms));
+  if (absl::GetFlag(FLAGS_dead_after_ms) > 0) k->set_dead_after_ms(absl::GetFlag(FLAGS_dead_after_ms));
+  auto* d = c->mutable_data();
+  if (!absl::GetFlag(FLAGS_train_files).empty()) {
+    d->clear_train_files();
+    for (auto f : absl::StrSplit(absl::GetFlag(FLAGS_train_files), ',')) d->add_train_files(std::string(f));
+  }
+  if (!absl::GetFlag(FLAGS_eval_files).empty()) {
+    d->clear_eval_files();
+    for (auto f : absl::StrSplit(absl::GetFlag(FLAGS_eval_files), ',')) d->add_eval_files(std::string(f));
+  }
+  if (!absl::GetFlag(FLAGS_synthetic_dir).empty()) d->set_synthetic_dir(absl::GetFlag(FLAGS_synthetic_dir));
+  if (!absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    c->mutable_checkpoint()->set_dir(absl::GetFlag(FLAGS_checkpoint_dir));
+  }
+  if (absl::GetFlag(FLAGS_epochs) > 0) c->mutable_training()->set_epochs(absl::GetFlag(FLAGS_epochs));
+  if (absl::GetFlag(FLAGS_max_steps) > 0) c->mutable_training()->set_max_steps(absl::GetFlag(FLAGS_max_steps));
+  c->mutable_training()->set_prefetch(absl::GetFlag(FLAGS_prefetch) && c->training().prefetch());
+  return shardps::FinalizeJobConfig(c);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const auto files = shardps::InitProcess(
@@ -24,6 +85,19 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", std::string(config.status().message()).c_str());
       ++bad;
       continue;
+    }
+    if (!absl::GetFlag(FLAGS_write).empty()) {
+      if (absl::Status st = ApplyOverrides(&*config); !st.ok()) {
+        std::fprintf(stderr, "%s: %s\n", path.c_str(), std::string(st.message()).c_str());
+        return 1;
+      }
+      std::string text;
+      google::protobuf::TextFormat::PrintToString(*config, &text);
+      std::FILE* out = std::fopen(absl::GetFlag(FLAGS_write).c_str(), "w");
+      if (out == nullptr || std::fputs(text.c_str(), out) < 0 || std::fclose(out) != 0) {
+        std::fprintf(stderr, "cannot write %s\n", absl::GetFlag(FLAGS_write).c_str());
+        return 1;
+      }
     }
     std::printf("%s: ok, job \"%s\", %d tables, %u servers, %u workers, "
                 "fingerprint %016" PRIx64 "\n",

@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""ps_launch: runs a whole shardps job on this machine.
+
+Starts ps_scheduler, N ps_server and M ps_worker processes on 127.0.0.1 with
+free ports, prefixes every log line with the process's role and index, shows
+one progress line, stops everything cleanly on Ctrl-C, and exits with the
+job's status (0 done, 1 failed, 130 interrupted).
+
+A process that crashes is restarted (bounded retries, like Kubernetes would)
+when the job has checkpoints on; otherwise the job is stopped with a report
+of what died. With no config, the embedded default job runs: DLRM on
+generated Criteo-format data (generated once, cached in data/synthetic),
+2 servers, 2 workers, SSP(2). Every setting can be overridden by flags.
+"""
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", ".."))
+DEFAULT_CONFIG = os.path.join(ROOT, "configs", "default.pbtxt")
+
+
+def find_binary(name, bin_dir):
+    """Path of one of our binaries: --bin_dir, bazel-bin, or PATH."""
+    rel = {
+        "ps_scheduler": "scheduler/ps_scheduler",
+        "ps_status": "scheduler/ps_status",
+        "ps_server": "server/ps_server",
+        "ps_worker": "worker/ps_worker",
+        "ps_datagen": "worker/data/ps_datagen",
+        "ps_config_check": "common/ps_config_check",
+    }[name]
+    for base in [bin_dir, os.path.join(ROOT, "bazel-bin")]:
+        if base:
+            for cand in (os.path.join(base, rel), os.path.join(base, name)):
+                if os.access(cand, os.X_OK):
+                    return cand
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        cand = os.path.join(d, name)
+        if os.access(cand, os.X_OK):
+            return cand
+    sys.exit("ps_launch: cannot find %s (build with ./shardps build, or pass --bin_dir)" % name)
+
+
+class Proc:
+    """One child process; its output is prefixed and echoed by a thread."""
+
+    def __init__(self, role, index, argv, log_lock, quiet, on_line=None):
+        self.role, self.index, self.argv = role, index, argv
+        self.log_lock, self.quiet, self.on_line = log_lock, quiet, on_line
+        self.restarts = 0
+        self.listening = None
+        self.result_lines = []
+        self.start()
+
+    @property
+    def name(self):
+        return "%s%s" % (self.role, "" if self.index is None else "-%d" % self.index)
+
+    def start(self):
+        self.ready = threading.Event()
+        self.popen = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, text=True, bufsize=1,
+                                      start_new_session=True)
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self):
+        for line in self.popen.stdout:
+            line = line.rstrip("\n")
+            m = re.match(r"PS_(SCHEDULER|SERVER)_LISTENING (\S+)", line)
+            if m:
+                self.listening = m.group(2)
+                self.ready.set()
+            if line.startswith("PS_"):
+                self.result_lines.append(line)
+            if self.on_line:
+                self.on_line(self, line)
+            if not self.quiet or line.startswith("PS_") or line[:1] in ("E", "W", "F"):
+                with self.log_lock:
+                    sys.stdout.write("\r\033[K[%-10s] %s\n" % (self.name, line))
+                    sys.stdout.flush()
+        self.ready.set()
+
+    def poll(self):
+        return self.popen.poll()
+
+    def signal(self, sig):
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default=DEFAULT_CONFIG, help="job config (text proto)")
+    p.add_argument("--servers", type=int, default=0)
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--mode", choices=["BSP", "SSP", "ASP"])
+    p.add_argument("--staleness", type=int, default=-1)
+    p.add_argument("--train_files", default="", help="comma list (real Criteo files)")
+    p.add_argument("--eval_files", default="")
+    p.add_argument("--data_dir", default=os.path.join(ROOT, "data", "synthetic"),
+                   help="where generated data is cached")
+    p.add_argument("--max_steps", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=0)
+    p.add_argument("--checkpoint_dir", default="")
+    p.add_argument("--max_restarts", type=int, default=3)
+    p.add_argument("--bin_dir", default="")
+    p.add_argument("--run_dir", default=os.path.join(ROOT, "runs", "latest"))
+    p.add_argument("--quiet", action="store_true", help="only warnings, errors and results")
+    p.add_argument("--wire", default="fp32", choices=["fp32", "fp16", "bf16"])
+    p.add_argument("--heartbeat_ms", type=int, default=0)
+    p.add_argument("--dead_after_ms", type=int, default=0)
+    p.add_argument("--worker_flag", action="append", default=[],
+                   help="extra flag for every worker (repeatable)")
+    p.add_argument("--server_flag", action="append", default=[])
+    return p.parse_args()
+
+
+def read_best(data_dir):
+    best = {}
+    try:
+        with open(os.path.join(data_dir, "best.txt")) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 2:
+                    best[parts[0]] = parts[1]
+    except OSError:
+        pass
+    return best
+
+
+def main():
+    args = parse_args()
+    os.makedirs(args.run_dir, exist_ok=True)
+    log_lock = threading.Lock()
+    say = lambda msg: print("\r\033[K[ps_launch ] " + msg, flush=True)
+
+    # The final config every process loads.
+    job_config = os.path.join(args.run_dir, "job.pbtxt")
+    check = [find_binary("ps_config_check", args.bin_dir), args.config, "--write=" + job_config,
+             "--synthetic_dir=" + args.data_dir]
+    for flag in ["servers", "workers", "staleness", "train_files", "eval_files", "max_steps",
+                 "epochs", "checkpoint_dir", "heartbeat_ms", "dead_after_ms"]:
+        value = getattr(args, flag)
+        if value not in (0, -1, ""):
+            check.append("--%s=%s" % (flag, value))
+    if args.mode:
+        check.append("--mode=" + args.mode)
+    out = subprocess.run(check, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("ps_launch: bad job config:\n" + out.stderr)
+    say(out.stdout.strip())
+    text = open(job_config).read()
+    num_servers = int(re.search(r"num_servers: (\d+)", text).group(1))
+    num_workers = int(re.search(r"num_workers: (\d+)", text).group(1))
+    checkpoints = bool(re.search(r'checkpoint \{[^}]*dir: "[^"]+"', text))
+    max_steps_m = re.search(r"max_steps: (\d+)", text)
+
+    best = {}
+    if not args.train_files and "train_files:" not in text:
+        if not os.path.exists(os.path.join(args.data_dir, "best.txt")):
+            lines = re.search(r"synthetic_train_lines: (\d+)", text)
+            evals = re.search(r"synthetic_eval_lines: (\d+)", text)
+            seed = re.search(r"synthetic_seed: (\d+)", text)
+            gen = [find_binary("ps_datagen", args.bin_dir), "--out_dir=" + args.data_dir]
+            if lines: gen.append("--train_lines=" + lines.group(1))
+            if evals: gen.append("--eval_lines=" + evals.group(1))
+            if seed: gen.append("--seed=" + seed.group(1))
+            say("generating synthetic Criteo-format data in %s (once; cached)" % args.data_dir)
+            subprocess.run(gen, check=True)
+        best = read_best(args.data_dir)
+
+    procs = []
+    stopping = {"why": None}
+
+    def stop_all(sig=signal.SIGTERM):
+        for p in procs:
+            p.signal(sig)
+
+    def on_sigint(signum, frame):
+        stopping["why"] = "interrupted"
+        say("stopping every process (Ctrl-C)")
+        stop_all()
+
+    signal.signal(signal.SIGINT, on_sigint)
+    signal.signal(signal.SIGTERM, on_sigint)
+
+    sched = Proc("scheduler", None, [find_binary("ps_scheduler", args.bin_dir), "--config=" + job_config],
+                 log_lock, args.quiet)
+    procs.append(sched)
+    if not sched.ready.wait(60) or not sched.listening:
+        stop_all(signal.SIGKILL)
+        sys.exit("ps_launch: the scheduler did not start")
+    address = sched.listening
+    say("scheduler at %s; starting %d servers and %d workers" % (address, num_servers, num_workers))
+    for i in range(num_servers):
+        procs.append(Proc("server", i, [find_binary("ps_server", args.bin_dir), "--config=" + job_config,
+                                        "--scheduler=" + address, "--index=%d" % i] + args.server_flag,
+                          log_lock, args.quiet))
+    for i in range(num_workers):
+        procs.append(Proc("worker", i, [find_binary("ps_worker", args.bin_dir), "--config=" + job_config,
+                                        "--scheduler=" + address, "--rank=%d" % i, "--wire=" + args.wire]
+                          + args.worker_flag, log_lock, args.quiet))
+
+    status_bin = find_binary("ps_status", args.bin_dir)
+    start = time.time()
+    last_progress = 0
+    failed = None
+    while True:
+        time.sleep(0.2)
+        code = sched.poll()
+        if code is not None:
+            break
+        for p in procs[1:]:
+            rc = p.poll()
+            if rc is None or (p.role == "worker" and rc == 0) or stopping["why"]:
+                continue
+            if p.role == "server" and rc == 0:
+                continue
+            if checkpoints and p.restarts < args.max_restarts:
+                p.restarts += 1
+                say("%s exited with %d; restarting it (%d of %d)" % (p.name, rc, p.restarts, args.max_restarts))
+                p.start()
+            elif failed is None:
+                failed = "%s exited with status %d%s" % (
+                    p.name, rc, "" if checkpoints else " (checkpoints are off, so it is not restarted)")
+                say("stopping the job: " + failed)
+                stopping["why"] = failed
+                stop_all()
+        if time.time() - last_progress > 2 and not stopping["why"]:
+            last_progress = time.time()
+            st = subprocess.run([status_bin, "--scheduler=" + address, "--json"],
+                                capture_output=True, text=True)
+            m = st.stdout
+            step = re.search(r'"maxClock":"?(\d+)', m)
+            sps = re.search(r'"samplesPerSec":([\d.e+]+)', m)
+            loss = re.search(r'"trainLoss":([\d.e+-]+)', m)
+            line = "progress: step %s, %s samples/s, loss %s, %.0fs elapsed" % (
+                step.group(1) if step else 0, "%.0f" % float(sps.group(1)) if sps else "-",
+                "%.4f" % float(loss.group(1)) if loss else "-", time.time() - start)
+            if max_steps_m and step and int(step.group(1)) > 0:
+                total = int(max_steps_m.group(1))
+                eta = (time.time() - start) * (total - int(step.group(1))) / int(step.group(1))
+                line += ", ETA %.0fs" % max(eta, 0)
+            with log_lock:
+                sys.stdout.write("\r\033[K" + line)
+                sys.stdout.flush()
+    # The scheduler has exited; give the others a moment, then stop them.
+    deadline = time.time() + 15
+    for p in procs[1:]:
+        while p.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+    stop_all(signal.SIGTERM)
+    time.sleep(0.5)
+    stop_all(signal.SIGKILL)
+    for p in procs:
+        p.thread.join(timeout=2)
+
+    result = next((l for l in sched.result_lines if l.startswith("PS_JOB_RESULT")), "")
+    print()
+    say("job finished in %.0fs: %s" % (time.time() - start, result or "no result"))
+    auc = re.search(r"eval_auc=([\d.]+)", result)
+    ll = re.search(r"eval_logloss=([\d.]+)", result)
+    if auc and best:
+        say("test AUC %s (best achievable %s), test logloss %s (best achievable %s)" % (
+            auc.group(1), best.get("best_auc", "?"), ll.group(1) if ll else "?",
+            best.get("best_logloss", "?")))
+    if stopping["why"] == "interrupted":
+        return 130
+    if failed:
+        say("job failed: " + failed)
+        return 1
+    return 0 if sched.poll() == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

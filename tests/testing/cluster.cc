@@ -1,0 +1,133 @@
+#include "tests/testing/cluster.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+namespace shardps::testing {
+
+absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines,
+                               uint64_t eval_lines) {
+  struct stat st;
+  if (stat((dir + "/best.txt").c_str(), &st) == 0) return absl::OkStatus();
+  Subprocess gen;
+  absl::Status s = gen.Start({RunfilePath("worker/data/ps_datagen"), "--out_dir=" + dir,
+                              absl::StrCat("--train_lines=", train_lines),
+                              absl::StrCat("--eval_lines=", eval_lines)});
+  if (!s.ok()) return s;
+  auto code = gen.Wait(absl::Minutes(5));
+  if (!code.ok()) return code.status();
+  if (*code != 0) return absl::InternalError(absl::StrCat("ps_datagen exited ", *code));
+  return absl::OkStatus();
+}
+
+std::map<std::string, std::string> ParseResult(const std::string& line) {
+  std::map<std::string, std::string> out;
+  for (absl::string_view part : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+    const size_t eq = part.find('=');
+    if (eq != absl::string_view::npos) {
+      out[std::string(part.substr(0, eq))] = std::string(part.substr(eq + 1));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> RunLocal(
+    const std::string& config_path, const std::vector<std::string>& extra_flags,
+    const std::string& log_path) {
+  Subprocess worker;
+  std::vector<std::string> argv = {RunfilePath("worker/ps_worker"),
+                                   "--config=" + config_path, "--local"};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  absl::Status s = worker.Start(argv, log_path);
+  if (!s.ok()) return s;
+  auto line = worker.WaitForLine("PS_WORKER_RESULT ", absl::Minutes(20));
+  if (!line.ok()) return line.status();
+  auto code = worker.Wait(absl::Minutes(1));
+  if (!code.ok() || *code != 0) return absl::InternalError("local worker failed");
+  return ParseResult(*line);
+}
+
+absl::Status LocalCluster::Start() {
+  scheduler_ = std::make_unique<Subprocess>();
+  absl::Status s = scheduler_->Start(
+      {RunfilePath("scheduler/ps_scheduler"), "--config=" + o_.config_path},
+      o_.dir + "/scheduler.log");
+  if (!s.ok()) return s;
+  auto address = scheduler_->WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
+  if (!address.ok()) return address.status();
+  scheduler_address_ = *address;
+  for (int i = 0; i < o_.servers; ++i) {
+    servers_.push_back(std::make_unique<Subprocess>());
+    s = servers_.back()->Start({RunfilePath("server/ps_server"), "--config=" + o_.config_path,
+                                "--scheduler=" + scheduler_address_,
+                                absl::StrCat("--index=", i)},
+                               absl::StrCat(o_.dir, "/server-", i, ".log"));
+    if (!s.ok()) return s;
+  }
+  for (int r = 0; r < o_.workers; ++r) {
+    workers_.push_back(nullptr);
+    s = StartWorker(r);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartWorker(int rank) {
+  workers_[rank] = std::make_unique<Subprocess>();
+  std::vector<std::string> argv = {RunfilePath("worker/ps_worker"),
+                                   "--config=" + o_.config_path,
+                                   "--scheduler=" + scheduler_address_,
+                                   absl::StrCat("--rank=", rank)};
+  argv.insert(argv.end(), o_.worker_flags.begin(), o_.worker_flags.end());
+  auto it = o_.per_worker.find(rank);
+  if (it != o_.per_worker.end()) argv.insert(argv.end(), it->second.begin(), it->second.end());
+  return workers_[rank]->Start(argv, absl::StrCat(o_.dir, "/worker-", rank, ".log"));
+}
+
+absl::StatusOr<int> LocalCluster::WaitScheduler(absl::Duration timeout) {
+  return scheduler_->Wait(timeout);
+}
+
+absl::StatusOr<std::map<int, std::map<std::string, std::string>>> LocalCluster::WaitWorkers(
+    absl::Duration timeout) {
+  std::map<int, std::map<std::string, std::string>> results;
+  const absl::Time deadline = absl::Now() + timeout;
+  for (int r = 0; r < static_cast<int>(workers_.size()); ++r) {
+    auto line = workers_[r]->WaitForLine("PS_WORKER_RESULT ", deadline - absl::Now());
+    if (line.ok()) results[r] = ParseResult(*line);
+    (void)workers_[r]->Wait(absl::Seconds(30));
+  }
+  return results;
+}
+
+std::string LocalCluster::SchedulerResult() const {
+  const std::string& out = scheduler_->output();
+  const size_t at = out.find("PS_JOB_RESULT ");
+  if (at == std::string::npos) return "";
+  return out.substr(at, out.find('\n', at) - at);
+}
+
+std::string LocalCluster::LogTail(const std::string& name, int lines) const {
+  std::ifstream in(o_.dir + "/" + name + ".log");
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  const size_t from = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0;
+  std::vector<std::string> tail(all.begin() + from, all.end());
+  return absl::StrCat("--- ", name, " ---\n", absl::StrJoin(tail, "\n"), "\n");
+}
+
+std::string LocalCluster::AllLogTails() const {
+  std::string out = LogTail("scheduler");
+  for (int i = 0; i < o_.servers; ++i) out += LogTail(absl::StrCat("server-", i));
+  for (int i = 0; i < o_.workers; ++i) out += LogTail(absl::StrCat("worker-", i));
+  return out;
+}
+
+}  // namespace shardps::testing

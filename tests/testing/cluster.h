@@ -1,0 +1,77 @@
+// LocalCluster: a whole job of real processes for integration tests: one
+// ps_scheduler, N ps_server and M ps_worker on 127.0.0.1 with free ports,
+// plus helpers to make synthetic data and to run local mode.
+//
+// Every process's stderr goes to <dir>/<role>-<index>.log (appended, so a
+// restarted process adds to its log); the test's failure messages quote the
+// tails. Not thread-safe.
+#ifndef SHARDPS_TESTS_TESTING_CLUSTER_H_
+#define SHARDPS_TESTS_TESTING_CLUSTER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tests/testing/subprocess.h"
+
+namespace shardps::testing {
+
+// Writes a synthetic data set (ps_datagen) to `dir` unless one is there.
+absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines,
+                               uint64_t eval_lines);
+
+// "key=value" pairs of a PS_*_RESULT line.
+std::map<std::string, std::string> ParseResult(const std::string& line);
+
+// Runs ps_worker --local on `config_path`; returns its PS_WORKER_RESULT.
+absl::StatusOr<std::map<std::string, std::string>> RunLocal(
+    const std::string& config_path, const std::vector<std::string>& extra_flags,
+    const std::string& log_path);
+
+class LocalCluster {
+ public:
+  struct Options {
+    std::string config_path;  // Every process loads it.
+    std::string dir;          // Logs.
+    int servers = 1;
+    int workers = 1;
+    std::vector<std::string> worker_flags;             // Every worker.
+    std::map<int, std::vector<std::string>> per_worker;  // By rank.
+  };
+
+  explicit LocalCluster(Options options) : o_(std::move(options)) {}
+  ~LocalCluster() = default;
+
+  // Starts the scheduler, then servers and workers.
+  absl::Status Start();
+  // Waits for the scheduler to exit; returns its exit code.
+  absl::StatusOr<int> WaitScheduler(absl::Duration timeout);
+  // Waits for every worker; returns their PS_WORKER_RESULT lines by rank.
+  absl::StatusOr<std::map<int, std::map<std::string, std::string>>> WaitWorkers(
+      absl::Duration timeout);
+
+  Subprocess& scheduler() { return *scheduler_; }
+  Subprocess& server(int i) { return *servers_[i]; }
+  Subprocess& worker(int i) { return *workers_[i]; }
+  const std::string& scheduler_address() const { return scheduler_address_; }
+  std::string SchedulerResult() const;
+  // The last lines of a process's log, for failure messages.
+  std::string LogTail(const std::string& name, int lines = 30) const;
+  std::string AllLogTails() const;
+
+ private:
+  absl::Status StartWorker(int rank);
+
+  Options o_;
+  std::unique_ptr<Subprocess> scheduler_;
+  std::vector<std::unique_ptr<Subprocess>> servers_;
+  std::vector<std::unique_ptr<Subprocess>> workers_;
+  std::string scheduler_address_;
+};
+
+}  // namespace shardps::testing
+
+#endif  // SHARDPS_TESTS_TESTING_CLUSTER_H_

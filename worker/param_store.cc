@@ -1,0 +1,88 @@
+#include "worker/param_store.h"
+
+#include <utility>
+
+#include "server/table_store.h"
+
+namespace shardps {
+namespace {
+
+// An op that finished when it was made.
+class DoneOp final : public PsClient::Op {
+ public:
+  explicit DoneOp(absl::Status status) : status_(std::move(status)) {}
+  absl::Status Wait() override { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+class RemoteParamStore final : public ParamStore {
+ public:
+  RemoteParamStore(std::unique_ptr<PsClient> client, bool bsp)
+      : client_(std::move(client)), bsp_(bsp) {}
+
+  std::unique_ptr<PsClient::Op> Pull(std::vector<TablePull> tables,
+                                     PullPurpose purpose, uint64_t clock) override {
+    return client_->PullAsync(std::move(tables), purpose, clock);
+  }
+  std::unique_ptr<PsClient::Op> Push(std::vector<TablePush> tables, uint64_t clock,
+                                     float lr_scale) override {
+    return client_->PushAsync(std::move(tables), clock, lr_scale, bsp_);
+  }
+  absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys,
+                        size_t n, const float* values) override {
+    return client_->InitRows(table_id, dim, keys, n, values);
+  }
+
+ private:
+  const std::unique_ptr<PsClient> client_;
+  const bool bsp_;
+};
+
+class LocalParamStore final : public ParamStore {
+ public:
+  explicit LocalParamStore(std::unique_ptr<TableStore> store)
+      : store_(std::move(store)) {}
+
+  std::unique_ptr<PsClient::Op> Pull(std::vector<TablePull> tables,
+                                     PullPurpose purpose, uint64_t clock) override {
+    for (const TablePull& t : tables) {
+      absl::Status st = store_->Pull(t.table_id, t.keys, t.n, purpose == TRAIN, t.out);
+      if (!st.ok()) return std::make_unique<DoneOp>(std::move(st));
+    }
+    return std::make_unique<DoneOp>(absl::OkStatus());
+  }
+  std::unique_ptr<PsClient::Op> Push(std::vector<TablePush> tables, uint64_t clock,
+                                     float lr_scale) override {
+    store_->SetClock(clock);
+    for (const TablePush& t : tables) {
+      auto counts = store_->Push(t.table_id, t.keys, t.n, t.grads, lr_scale);
+      if (!counts.ok()) return std::make_unique<DoneOp>(counts.status());
+    }
+    return std::make_unique<DoneOp>(absl::OkStatus());
+  }
+  absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys,
+                        size_t n, const float* values) override {
+    return store_->InitRows(table_id, keys, n, values).status();
+  }
+  TableStore* local_tables() override { return store_.get(); }
+
+ private:
+  const std::unique_ptr<TableStore> store_;
+};
+
+}  // namespace
+
+std::unique_ptr<ParamStore> MakeRemoteParamStore(std::unique_ptr<PsClient> client,
+                                                 bool bsp) {
+  return std::make_unique<RemoteParamStore>(std::move(client), bsp);
+}
+
+absl::StatusOr<std::unique_ptr<ParamStore>> MakeLocalParamStore(const JobConfig& config) {
+  auto store = TableStore::Create(config);
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<ParamStore>(new LocalParamStore(*std::move(store)));
+}
+
+}  // namespace shardps

@@ -1,0 +1,423 @@
+#include "worker/ps_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "glog/logging.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace shardps {
+namespace {
+
+ValueEncoding ToProto(Encoding e) {
+  switch (e) {
+    case Encoding::kFp16: return FP16;
+    case Encoding::kBf16: return BF16;
+    default: return FP32;
+  }
+}
+
+// A table's keys and values as the op sees them (pull or push).
+struct TableRef {
+  uint32_t table_id;
+  uint32_t dim;
+  const uint64_t* keys;
+  size_t n;
+  float* out;          // Pull.
+  const float* grads;  // Push.
+};
+
+// One request to one server: for each table (index into the op's tables),
+// the positions of its keys that this server owns.
+struct Part {
+  uint32_t server = 0;
+  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> items;
+};
+
+bool Retryable(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         s.error_code() == grpc::StatusCode::ABORTED;
+}
+
+}  // namespace
+
+class PsClient::Impl {
+ public:
+  Impl(const Options& options, MapSource source)
+      : options_(options), source_(std::move(source)) {}
+
+  absl::Status SetMap(const PartitionMapProto& proto) {
+    std::vector<uint32_t> owners(proto.owner().begin(), proto.owner().end());
+    auto map = PartitionMap::FromOwners(proto.version(), std::move(owners),
+                                        proto.server_addresses_size());
+    if (!map.ok()) return map.status();
+    std::vector<std::shared_ptr<ParameterServer::Stub>> stubs;
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(static_cast<int>(
+        std::min<uint64_t>(options_.max_message_bytes * 2, INT32_MAX)));
+    args.SetMaxSendMessageSize(static_cast<int>(
+        std::min<uint64_t>(options_.max_message_bytes * 2, INT32_MAX)));
+    for (const std::string& address : proto.server_addresses()) {
+      stubs.push_back(ParameterServer::NewStub(grpc::CreateCustomChannel(
+          address, grpc::InsecureChannelCredentials(), args)));
+    }
+    MutexLock lock(&mu_);
+    if (map_ && map_->version() > proto.version()) return absl::OkStatus();
+    map_ = std::make_shared<const PartitionMap>(*std::move(map));
+    stubs_ = std::move(stubs);
+    return absl::OkStatus();
+  }
+
+  absl::Status Refresh() {
+    const uint64_t want = map_version() + 1;
+    auto proto = source_ ? source_(want) : absl::UnavailableError("no map source");
+    if (!proto.ok()) return proto.status();
+    return SetMap(*proto);
+  }
+
+  uint64_t map_version() const {
+    MutexLock lock(&mu_);
+    return map_ ? map_->version() : 0;
+  }
+
+  // Groups the given (table, positions) by server under the current map,
+  // splitting parts that would exceed the message size.
+  std::vector<Part> Group(const std::vector<TableRef>& tables,
+                          const std::vector<std::pair<uint32_t, std::vector<uint32_t>>>& subset,
+                          bool to_every_server, std::shared_ptr<const PartitionMap>* map_out,
+                          std::vector<std::shared_ptr<ParameterServer::Stub>>* stubs_out) {
+    std::shared_ptr<const PartitionMap> map;
+    {
+      MutexLock lock(&mu_);
+      map = map_;
+      *stubs_out = stubs_;
+    }
+    *map_out = map;
+    const uint32_t servers = map->num_servers();
+    std::vector<std::vector<std::pair<uint32_t, std::vector<uint32_t>>>> per_server(servers);
+    for (const auto& [t, positions] : subset) {
+      std::vector<std::vector<uint32_t>> by_server(servers);
+      for (uint32_t pos : positions) {
+        by_server[map->ServerOf(tables[t].table_id, tables[t].keys[pos])].push_back(pos);
+      }
+      for (uint32_t s = 0; s < servers; ++s) {
+        if (!by_server[s].empty()) per_server[s].emplace_back(t, std::move(by_server[s]));
+      }
+    }
+    std::vector<Part> parts;
+    const uint64_t budget = options_.max_message_bytes * 9 / 10;
+    for (uint32_t s = 0; s < servers; ++s) {
+      if (per_server[s].empty()) {
+        if (to_every_server) parts.push_back(Part{s, {}});
+        continue;
+      }
+      Part part{s, {}};
+      uint64_t bytes = 0;
+      for (auto& [t, positions] : per_server[s]) {
+        const uint64_t row = 8 + uint64_t{tables[t].dim} * BytesPerValue(options_.encoding);
+        size_t begin = 0;
+        while (begin < positions.size()) {
+          const uint64_t room = budget > bytes ? (budget - bytes) / row : 0;
+          if (room == 0 && !part.items.empty()) {
+            parts.push_back(std::move(part));
+            part = Part{s, {}};
+            bytes = 0;
+            continue;
+          }
+          const size_t take = std::min<size_t>(positions.size() - begin, std::max<uint64_t>(room, 1));
+          part.items.emplace_back(t, std::vector<uint32_t>(positions.begin() + begin,
+                                                           positions.begin() + begin + take));
+          bytes += take * row;
+          begin += take;
+        }
+      }
+      parts.push_back(std::move(part));
+    }
+    return parts;
+  }
+
+  const Options& options() const { return options_; }
+
+ private:
+  const Options options_;
+  const MapSource source_;
+  mutable Mutex mu_;
+  std::shared_ptr<const PartitionMap> map_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<ParameterServer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+// A pull or a push in flight: its parts, their answers, and the retry loop.
+class RpcOp final : public PsClient::Op {
+ public:
+  RpcOp(PsClient::Impl* impl, bool is_pull, std::vector<TableRef> tables,
+        PullPurpose purpose, uint64_t clock, float lr_scale, bool to_every_server)
+      : impl_(impl), is_pull_(is_pull), tables_(std::move(tables)), purpose_(purpose),
+        clock_(clock), lr_scale_(lr_scale), to_every_server_(to_every_server) {
+    std::vector<std::pair<uint32_t, std::vector<uint32_t>>> all;
+    for (uint32_t t = 0; t < tables_.size(); ++t) {
+      std::vector<uint32_t> positions(tables_[t].n);
+      for (uint32_t i = 0; i < positions.size(); ++i) positions[i] = i;
+      all.emplace_back(t, std::move(positions));
+    }
+    Issue(all, to_every_server_);
+  }
+
+  ~RpcOp() override { (void)WaitForCalls(); }
+
+  absl::Status Wait() override {
+    absl::Duration backoff = absl::Milliseconds(20);
+    for (int attempt = 1;; ++attempt) {
+      WaitForCalls();
+      std::vector<std::pair<uint32_t, std::vector<uint32_t>>> again;
+      bool aborted = false;
+      grpc::Status last;
+      for (auto& call : calls_) {
+        if (call->status.ok()) continue;
+        if (!Retryable(call->status)) return FromGrpcStatus(call->status);
+        aborted |= call->status.error_code() == grpc::StatusCode::ABORTED;
+        last = call->status;
+        for (auto& item : call->part.items) again.push_back(item);
+        if (call->part.items.empty()) empty_servers_.push_back(call->part.server);
+      }
+      if (!decode_error_.ok()) return decode_error_;
+      if (last.ok()) return absl::OkStatus();
+      if (attempt >= impl_->options().max_attempts) {
+        return absl::Status(FromGrpcStatus(last).code(),
+                            absl::StrCat("after ", attempt, " attempts: ",
+                                         last.error_message()));
+      }
+      if (aborted) {
+        const absl::Status st = impl_->Refresh();
+        if (!st.ok()) LOG(WARNING) << "refreshing the partition map: " << st;
+      } else {
+        absl::SleepFor(backoff);
+        backoff = std::min(backoff * 2, absl::Seconds(2));
+      }
+      LOG(INFO) << (is_pull_ ? "pull" : "push") << " attempt " << attempt
+                << " failed (" << last.error_message() << "); retrying";
+      // Empty BSP pushes that failed go again too (to the same server index).
+      const bool resend_empty = !empty_servers_.empty();
+      empty_servers_.clear();
+      Issue(again, resend_empty && to_every_server_);
+    }
+  }
+
+ private:
+  struct Call {
+    Part part;
+    grpc::ClientContext ctx;
+    PullRequest pull_req;
+    PullResponse pull_resp;
+    PushRequest push_req;
+    PushResponse push_resp;
+    grpc::Status status;
+  };
+
+  void Issue(const std::vector<std::pair<uint32_t, std::vector<uint32_t>>>& subset,
+             bool to_every_server) {
+    std::shared_ptr<const PartitionMap> map;
+    std::vector<std::shared_ptr<ParameterServer::Stub>> stubs;
+    std::vector<Part> parts = impl_->Group(tables_, subset, to_every_server, &map, &stubs);
+    stubs_ = stubs;  // Keep the stubs alive while calls run.
+    calls_.clear();
+    {
+      MutexLock lock(&mu_);
+      remaining_ = parts.size();
+    }
+    for (Part& part : parts) {
+      auto call = std::make_unique<Call>();
+      call->part = std::move(part);
+      call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + impl_->options().timeout));
+      Call* c = call.get();
+      calls_.push_back(std::move(call));
+      auto* stub = stubs[c->part.server].get();
+      if (is_pull_) {
+        BuildPull(map->version(), c);
+        stub->async()->Pull(&c->ctx, &c->pull_req, &c->pull_resp,
+                            [this, c](grpc::Status s) { Done(c, std::move(s)); });
+      } else {
+        BuildPush(map->version(), c);
+        stub->async()->Push(&c->ctx, &c->push_req, &c->push_resp,
+                            [this, c](grpc::Status s) { Done(c, std::move(s)); });
+      }
+    }
+  }
+
+  void BuildPull(uint64_t version, Call* c) {
+    PullRequest& r = c->pull_req;
+    r.set_map_version(version);
+    r.set_purpose(purpose_);
+    r.set_encoding(ToProto(impl_->options().encoding));
+    r.set_worker_rank(impl_->options().worker_rank);
+    r.set_clock(clock_);
+    for (const auto& [t, positions] : c->part.items) {
+      TableKeys* tk = r.add_tables();
+      tk->set_table_id(tables_[t].table_id);
+      auto* keys = tk->mutable_keys();
+      keys->Reserve(positions.size());
+      for (uint32_t pos : positions) keys->AddAlreadyReserved(tables_[t].keys[pos]);
+    }
+  }
+
+  void BuildPush(uint64_t version, Call* c) {
+    PushRequest& r = c->push_req;
+    r.set_map_version(version);
+    r.set_encoding(ToProto(impl_->options().encoding));
+    r.set_worker_rank(impl_->options().worker_rank);
+    r.set_clock(clock_);
+    r.set_lr_scale(lr_scale_);
+    for (const auto& [t, positions] : c->part.items) {
+      const TableRef& ref = tables_[t];
+      TableGradients* tg = r.add_tables();
+      tg->set_table_id(ref.table_id);
+      auto* keys = tg->mutable_keys();
+      keys->Reserve(positions.size());
+      std::string* bytes = tg->mutable_gradients();
+      bytes->reserve(positions.size() * ref.dim * BytesPerValue(impl_->options().encoding));
+      for (uint32_t pos : positions) {
+        keys->AddAlreadyReserved(ref.keys[pos]);
+        EncodeValues(ref.grads + size_t{pos} * ref.dim, ref.dim,
+                     impl_->options().encoding, bytes);
+      }
+    }
+  }
+
+  void Done(Call* c, grpc::Status status) {
+    if (status.ok() && is_pull_) {
+      const absl::Status st = Scatter(c);
+      if (!st.ok()) status = ToGrpcStatus(st);
+    }
+    MutexLock lock(&mu_);
+    c->status = std::move(status);
+    if (--remaining_ == 0) done_.SignalAll();
+  }
+
+  // Copies a pull answer's rows into the caller's buffers.
+  absl::Status Scatter(Call* c) {
+    const PullResponse& resp = c->pull_resp;
+    if (resp.tables_size() != static_cast<int>(c->part.items.size())) {
+      return absl::DataLossError("pull answer has the wrong number of tables");
+    }
+    const Encoding enc = impl_->options().encoding;
+    for (size_t i = 0; i < c->part.items.size(); ++i) {
+      const auto& [t, positions] = c->part.items[i];
+      const TableRef& ref = tables_[t];
+      const std::string& values = resp.tables(i).values();
+      const size_t row_bytes = size_t{ref.dim} * BytesPerValue(enc);
+      if (values.size() != positions.size() * row_bytes) {
+        return absl::DataLossError(absl::StrCat(
+            "pull answer for table ", ref.table_id, " has ", values.size(),
+            " bytes, expected ", positions.size() * row_bytes));
+      }
+      for (size_t k = 0; k < positions.size(); ++k) {
+        const absl::Status st = DecodeValues(
+            absl::string_view(values).substr(k * row_bytes, row_bytes), enc, ref.dim,
+            ref.out + size_t{positions[k]} * ref.dim);
+        if (!st.ok()) return st;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitForCalls() {
+    MutexLock lock(&mu_);
+    while (remaining_ > 0) done_.Wait(&mu_);
+    return absl::OkStatus();
+  }
+
+  PsClient::Impl* const impl_;
+  const bool is_pull_;
+  const std::vector<TableRef> tables_;
+  const PullPurpose purpose_;
+  const uint64_t clock_;
+  const float lr_scale_;
+  const bool to_every_server_;
+  std::vector<std::shared_ptr<ParameterServer::Stub>> stubs_;
+  std::vector<std::unique_ptr<Call>> calls_;
+  std::vector<uint32_t> empty_servers_;
+  absl::Status decode_error_;
+  Mutex mu_;
+  CondVar done_;
+  size_t remaining_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
+    const Options& options, const PartitionMapProto& map, MapSource map_source) {
+  auto impl = std::make_unique<Impl>(options, std::move(map_source));
+  const absl::Status st = impl->SetMap(map);
+  if (!st.ok()) return st;
+  return std::unique_ptr<PsClient>(new PsClient(std::move(impl)));
+}
+
+PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PsClient::~PsClient() = default;
+
+uint64_t PsClient::map_version() const { return impl_->map_version(); }
+
+std::unique_ptr<PsClient::Op> PsClient::PullAsync(std::vector<TablePull> tables,
+                                                  PullPurpose purpose, uint64_t clock) {
+  std::vector<TableRef> refs;
+  for (const TablePull& t : tables) {
+    refs.push_back({t.table_id, t.dim, t.keys, t.n, t.out, nullptr});
+  }
+  return std::make_unique<RpcOp>(impl_.get(), true, std::move(refs), purpose, clock,
+                                 1.0f, false);
+}
+
+std::unique_ptr<PsClient::Op> PsClient::PushAsync(std::vector<TablePush> tables,
+                                                  uint64_t clock, float lr_scale,
+                                                  bool to_every_server) {
+  std::vector<TableRef> refs;
+  for (const TablePush& t : tables) {
+    refs.push_back({t.table_id, t.dim, t.keys, t.n, nullptr, t.grads});
+  }
+  return std::make_unique<RpcOp>(impl_.get(), false, std::move(refs), TRAIN, clock,
+                                 lr_scale, to_every_server);
+}
+
+absl::Status PsClient::InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys,
+                                size_t n, const float* values) {
+  // Chunk rows go to their owners one request per key: this runs once per job.
+  std::shared_ptr<const PartitionMap> map;
+  std::vector<std::shared_ptr<ParameterServer::Stub>> stubs;
+  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> all;
+  for (int attempt = 0; attempt < impl_->options().max_attempts; ++attempt) {
+    std::vector<TableRef> refs = {{table_id, dim, keys, n, nullptr, values}};
+    std::vector<uint32_t> positions(n);
+    for (uint32_t i = 0; i < n; ++i) positions[i] = i;
+    std::vector<Part> parts = impl_->Group(refs, {{0, positions}}, false, &map, &stubs);
+    absl::Status result = absl::OkStatus();
+    for (const Part& part : parts) {
+      InitRowsRequest request;
+      request.set_map_version(map->version());
+      request.set_table_id(table_id);
+      for (uint32_t pos : part.items[0].second) {
+        request.add_keys(keys[pos]);
+        EncodeValues(values + size_t{pos} * dim, dim, Encoding::kFp32,
+                     request.mutable_values());
+      }
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + impl_->options().timeout));
+      InitRowsResponse response;
+      const grpc::Status st = stubs[part.server]->InitRows(&ctx, request, &response);
+      if (!st.ok()) result = FromGrpcStatus(st);
+    }
+    if (result.ok()) return result;
+    if (!absl::IsAborted(result) && !absl::IsUnavailable(result)) return result;
+    if (absl::IsAborted(result)) (void)impl_->Refresh();
+    absl::SleepFor(absl::Milliseconds(100 << std::min(attempt, 4)));
+  }
+  return absl::UnavailableError("InitRows: servers unreachable");
+}
+
+}  // namespace shardps

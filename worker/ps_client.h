@@ -1,0 +1,109 @@
+// PsClient: the worker's view of the sharded parameter servers.
+//
+// A pull or push names, per table, *unique* keys (the caller deduplicates:
+// worker/model/dedup.h) and a caller-owned buffer of keys.size() * dim floats.
+// The client groups keys by server through the partition map, sends one
+// request per server (split when it would exceed max_message_bytes), all in
+// parallel, and scatters the answers back into the caller's buffer.
+//
+// Asynchronous: PullAsync/PushAsync return an Op at once; Op::Wait() blocks
+// until every part is answered. The caller's key and value buffers must stay
+// alive and untouched until Wait() returns.
+//
+// Retries, inside Wait(): UNAVAILABLE and DEADLINE_EXCEEDED parts are resent
+// with backoff (up to Options::max_attempts); an ABORTED part (the server does
+// not own a partition at our map version) makes the client fetch a newer map
+// from `map_source` and resend only that part, regrouped. Other errors
+// (INVALID_ARGUMENT...) are returned as they are. A push resent after
+// UNAVAILABLE may be applied twice if only the answer was lost.
+//
+// Thread-safe: several ops may be in flight from several threads.
+#ifndef SHARDPS_WORKER_PS_CLIENT_H_
+#define SHARDPS_WORKER_PS_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/codec.h"
+#include "common/mutex.h"
+#include "common/partition.h"
+#include "proto/ps.pb.h"
+#include "proto/scheduler.pb.h"
+
+namespace shardps {
+
+// One table's part of a pull: `out` receives n * dim floats.
+struct TablePull {
+  uint32_t table_id = 0;
+  uint32_t dim = 0;
+  const uint64_t* keys = nullptr;
+  size_t n = 0;
+  float* out = nullptr;
+};
+
+// One table's part of a push: `grads` holds n * dim floats.
+struct TablePush {
+  uint32_t table_id = 0;
+  uint32_t dim = 0;
+  const uint64_t* keys = nullptr;
+  size_t n = 0;
+  const float* grads = nullptr;
+};
+
+class PsClient {
+ public:
+  // Returns a map with version >= min_version (e.g. from the scheduler).
+  using MapSource =
+      std::function<absl::StatusOr<PartitionMapProto>(uint64_t min_version)>;
+
+  struct Options {
+    uint32_t worker_rank = 0;
+    Encoding encoding = Encoding::kFp32;  // Values on the wire.
+    absl::Duration timeout = absl::Seconds(60);  // Per RPC.
+    int max_attempts = 8;
+    uint64_t max_message_bytes = 64ull << 20;
+  };
+
+  class Op {
+   public:
+    virtual ~Op() = default;
+    // Blocks until done; OK or the first non-retryable error.
+    virtual absl::Status Wait() = 0;
+  };
+
+  // `map` is the current partition map; `map_source` refreshes it.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(
+      const Options& options, const PartitionMapProto& map, MapSource map_source);
+  ~PsClient();
+  PsClient(const PsClient&) = delete;
+  PsClient& operator=(const PsClient&) = delete;
+
+  // Pull for step `clock` (BSP servers hold it until clock-1 is applied).
+  std::unique_ptr<Op> PullAsync(std::vector<TablePull> tables,
+                                PullPurpose purpose, uint64_t clock);
+  // Push of step `clock`. `to_every_server`: also send empty pushes to
+  // servers with no keys (BSP servers close a clock on every worker's push).
+  std::unique_ptr<Op> PushAsync(std::vector<TablePush> tables, uint64_t clock,
+                                float lr_scale, bool to_every_server);
+  // Writes rows that do not exist yet (fp32), e.g. the model's initial dense
+  // weights. Blocking.
+  absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys,
+                        size_t n, const float* values);
+
+  uint64_t map_version() const;
+
+  class Impl;  // Internal (ps_client.cc).
+
+ private:
+  explicit PsClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_WORKER_PS_CLIENT_H_

@@ -1,0 +1,242 @@
+// ps_worker: trains on its share of the data.
+//
+//   ps_worker --config job.pbtxt --scheduler host:port [--rank N]   PS mode
+//   ps_worker --config job.pbtxt --local                            local mode
+//
+// PS mode: registers with the scheduler (which gives the rank, the data
+// shard and the partition map), trains against the servers under the job's
+// consistency mode, then waits for every worker to finish; rank 0 evaluates
+// the held-out files. Local mode: the same trainer with the tables in this
+// process, the single-machine baseline.
+//
+// Prints one line "PS_WORKER_RESULT key=value ..." at the end. Exit status 0
+// on success, 1 on a training error, 2 on bad flags or config, 3 when the
+// scheduler stopped the job under it.
+#include <cinttypes>
+#include <csignal>
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/config.h"
+#include "common/init.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "scheduler/client.h"
+#include "worker/data/synthetic.h"
+#include "worker/model/model_factory.h"
+#include "worker/param_store.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, config, shardps::EnvOr("SHARDPS_CONFIG", ""),
+          "Job config. Env: SHARDPS_CONFIG.");
+ABSL_FLAG(std::string, scheduler, shardps::EnvOr("SHARDPS_SCHEDULER", ""),
+          "Scheduler host:port (PS mode). Env: SHARDPS_SCHEDULER.");
+ABSL_FLAG(bool, local, false, "Local mode: tables in this process, no servers.");
+ABSL_FLAG(int, rank, std::stoi(shardps::EnvOr("SHARDPS_INDEX", "-1")),
+          "Worker rank to ask for (-1: any). Env: SHARDPS_INDEX (e.g. the "
+          "Kubernetes completion index).");
+ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
+ABSL_FLAG(uint64_t, max_steps, 0, "Stop after this many steps (0: config).");
+ABSL_FLAG(std::string, loss_log, "", "Write per-step losses here.");
+ABSL_FLAG(int, step_delay_ms, 0, "Testing: sleep this long in every step.");
+ABSL_FLAG(std::string, wire, "fp32", "Values on the wire: fp32, fp16 or bf16.");
+
+namespace shardps {
+namespace {
+
+absl::Status ResolveData(JobConfig* config, std::vector<std::string>* train,
+                         std::vector<std::string>* eval) {
+  train->assign(config->data().train_files().begin(), config->data().train_files().end());
+  eval->assign(config->data().eval_files().begin(), config->data().eval_files().end());
+  if (!train->empty()) return absl::OkStatus();
+  auto summary = data::ReadSyntheticSummary(config->data().synthetic_dir());
+  if (!summary.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no train_files and no generated data in ", config->data().synthetic_dir(),
+        " (", summary.status().message(), "); generate it with ps_datagen"));
+  }
+  *train = summary->train_files;
+  if (eval->empty()) *eval = summary->eval_files;
+  return absl::OkStatus();
+}
+
+c10::Device PickDevice(const std::string& name) {
+  if (name == "cpu") return c10::Device(c10::DeviceType::CPU);
+  if (name == "cuda") return c10::Device(c10::DeviceType::CUDA, 0);
+  return DefaultDevice();
+}
+
+Encoding WireEncoding(const std::string& name) {
+  if (name == "fp16") return Encoding::kFp16;
+  if (name == "bf16") return Encoding::kBf16;
+  return Encoding::kFp32;
+}
+
+void PrintResult(uint32_t rank, const TrainSummary& s, const EvalResult* eval) {
+  std::printf("PS_WORKER_RESULT rank=%u steps=%llu samples=%llu seconds=%.2f "
+              "samples_per_sec=%.1f last_loss=%.6f data=%.2f wait=%.2f pull=%.2f "
+              "compute=%.2f push=%.2f eval_examples=%llu eval_auc=%.6f eval_logloss=%.6f\n",
+              rank, (unsigned long long)s.steps, (unsigned long long)s.samples, s.seconds,
+              s.samples_per_sec, s.last_loss, s.times.data, s.times.wait, s.times.pull,
+              s.times.compute, s.times.push,
+              (unsigned long long)(eval ? eval->examples : 0), eval ? eval->auc : 0.0,
+              eval ? eval->logloss : 0.0);
+  std::fflush(stdout);
+}
+
+int RunLocal(JobConfig config) {
+  std::vector<std::string> train, eval;
+  if (absl::Status st = ResolveData(&config, &train, &eval); !st.ok()) {
+    LOG(ERROR) << st.message();
+    return 2;
+  }
+  auto params = MakeLocalParamStore(config);
+  if (!params.ok()) {
+    LOG(ERROR) << params.status();
+    return 2;
+  }
+  TrainerOptions o;
+  o.config = config;
+  o.train_files = train;
+  o.params = params->get();
+  o.model_options.device = PickDevice(absl::GetFlag(FLAGS_device));
+  o.max_steps = absl::GetFlag(FLAGS_max_steps);
+  o.loss_log = absl::GetFlag(FLAGS_loss_log);
+  auto trainer = Trainer::Create(std::move(o));
+  if (!trainer.ok()) {
+    LOG(ERROR) << trainer.status();
+    return 2;
+  }
+  absl::Status st = (*trainer)->InitDenseWeights();
+  auto summary = st.ok() ? (*trainer)->Train() : absl::StatusOr<TrainSummary>(st);
+  if (!summary.ok()) {
+    LOG(ERROR) << "training failed: " << summary.status();
+    return 1;
+  }
+  absl::StatusOr<EvalResult> result = EvalResult();
+  if (!eval.empty()) result = (*trainer)->Evaluate(eval);
+  if (!result.ok()) {
+    LOG(ERROR) << "evaluation failed: " << result.status();
+    return 1;
+  }
+  PrintResult(0, *summary, eval.empty() ? nullptr : &*result);
+  return 0;
+}
+
+int RunPs(JobConfig config) {
+  std::vector<std::string> train, eval;
+  if (absl::Status st = ResolveData(&config, &train, &eval); !st.ok()) {
+    LOG(ERROR) << st.message();
+    return 2;
+  }
+  SchedulerClient scheduler(absl::GetFlag(FLAGS_scheduler));
+  RegisterRequest request;
+  request.set_role(WORKER);
+  if (absl::GetFlag(FLAGS_rank) >= 0) request.set_requested_index(absl::GetFlag(FLAGS_rank));
+  request.set_config_fingerprint(ConfigFingerprint(config));
+  auto reg = scheduler.Register(request, absl::Seconds(120));
+  if (!reg.ok()) {
+    LOG(ERROR) << "registration refused: " << reg.status();
+    return 2;
+  }
+  const uint32_t rank = reg->index();
+  LOG(INFO) << "worker rank " << rank << " of " << reg->shard().num_workers()
+            << (reg->resume_clock() ? absl::StrCat(", resuming at clock ", reg->resume_clock()) : "");
+  scheduler.StartHeartbeats(
+      WORKER, rank, reg->job_id(), absl::Milliseconds(config.cluster().heartbeat_ms()),
+      absl::Milliseconds(config.cluster().dead_after_ms() * 3), [](const std::string& why) {
+        if (why.find("job ended") != std::string::npos) return;
+        LOG(ERROR) << "stopping: " << why;
+        std::fflush(nullptr);
+        std::_Exit(3);
+      });
+  PartitionMapProto map = reg->map();
+  if (map.version() == 0) {
+    auto m = scheduler.GetPartitionMap(1, absl::Seconds(600));
+    if (!m.ok()) {
+      LOG(ERROR) << "no partition map: " << m.status();
+      return 1;
+    }
+    map = *m;
+  }
+  PsClient::Options co;
+  co.worker_rank = rank;
+  co.encoding = WireEncoding(absl::GetFlag(FLAGS_wire));
+  co.max_message_bytes = config.cluster().max_message_bytes();
+  auto client = PsClient::Create(co, map, [&scheduler](uint64_t v) {
+    return scheduler.GetPartitionMap(v, absl::Seconds(60));
+  });
+  if (!client.ok()) {
+    LOG(ERROR) << client.status();
+    return 2;
+  }
+  auto params = MakeRemoteParamStore(*std::move(client), config.cluster().mode() == BSP);
+  TrainerOptions o;
+  o.config = config;
+  o.rank = rank;
+  o.num_workers = reg->shard().num_workers();
+  o.train_files = train;
+  o.params = params.get();
+  o.scheduler = &scheduler;
+  o.model_options.device = PickDevice(absl::GetFlag(FLAGS_device));
+  o.max_steps = absl::GetFlag(FLAGS_max_steps);
+  o.start_step = reg->resume_clock();
+  o.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
+  o.loss_log = absl::GetFlag(FLAGS_loss_log);
+  auto trainer = Trainer::Create(std::move(o));
+  if (!trainer.ok()) {
+    LOG(ERROR) << trainer.status();
+    return 2;
+  }
+  absl::Status st = (*trainer)->InitDenseWeights();
+  auto summary = st.ok() ? (*trainer)->Train() : absl::StatusOr<TrainSummary>(st);
+  if (!summary.ok()) {
+    LOG(ERROR) << "training failed: " << summary.status();
+    return 1;
+  }
+  MetricsReport done;
+  done.set_rank(rank);
+  done.set_step(summary->steps + reg->resume_clock());
+  done.set_samples(summary->samples);
+  done.set_train_loss(summary->last_loss);
+  done.set_done(true);
+  (void)scheduler.ReportMetrics(done);
+  absl::StatusOr<EvalResult> result = EvalResult();
+  if (rank == 0 && !eval.empty()) {
+    st = scheduler.Barrier("trained", rank, absl::Hours(24));
+    if (!st.ok()) LOG(WARNING) << "barrier: " << st;
+    result = (*trainer)->Evaluate(eval);
+    if (!result.ok()) {
+      LOG(ERROR) << "evaluation failed: " << result.status();
+      return 1;
+    }
+  }
+  done.set_final(true);
+  done.set_eval_auc(result->auc);
+  done.set_eval_loss(result->logloss);
+  done.set_eval_examples(result->examples);
+  (void)scheduler.ReportMetrics(done);
+  PrintResult(rank, *summary, rank == 0 && !eval.empty() ? &*result : nullptr);
+  return 0;
+}
+
+}  // namespace
+}  // namespace shardps
+
+int main(int argc, char** argv) {
+  shardps::InitProcess(argc, argv,
+                       "ps_worker --config job.pbtxt (--scheduler host:port | --local)");
+  auto config = shardps::LoadJobConfig(absl::GetFlag(FLAGS_config));
+  if (!config.ok()) {
+    LOG(ERROR) << config.status().message();
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_local)) return shardps::RunLocal(*std::move(config));
+  if (absl::GetFlag(FLAGS_scheduler).empty()) {
+    LOG(ERROR) << "give --scheduler host:port (or --local)";
+    return 2;
+  }
+  return shardps::RunPs(*std::move(config));
+}

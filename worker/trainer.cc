@@ -1,0 +1,425 @@
+#include "worker/trainer.h"
+
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/config.h"
+#include "common/mutex.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "scheduler/client.h"
+#include "worker/data/criteo_reader.h"
+#include "worker/data/lr_schedule.h"
+#include "worker/data/metrics.h"
+#include "worker/model/dedup.h"
+#include "worker/model/model_factory.h"
+
+namespace shardps {
+namespace {
+
+double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+// A batch made ready for a step: keys deduplicated per table, bags as
+// indices into the unique rows, buffers for the pulled rows. Reused.
+struct Prepared {
+  data::Batch batch;
+  std::vector<std::vector<uint64_t>> unique_keys;  // Per model table.
+  std::vector<std::vector<int64_t>> indices;       // Per field.
+  std::vector<std::vector<float>> rows;            // Per model table.
+  std::vector<float> dense_params;                 // Whole chunks.
+  std::vector<TableRows> table_rows;
+  std::vector<FieldBag> field_bags;
+};
+
+// Turns batches into Prepared steps with one deduper per table.
+class Preparer {
+ public:
+  explicit Preparer(const ModelSpec& spec)
+      : spec_(spec), dedup_(spec.tables.size()) {}
+
+  void Prepare(Prepared* p) {
+    const size_t num_tables = spec_.tables.size();
+    p->unique_keys.resize(num_tables);
+    p->rows.resize(num_tables);
+    p->indices.resize(spec_.fields.size());
+    for (size_t t = 0; t < num_tables; ++t) {
+      size_t total = 0;
+      for (size_t f = 0; f < spec_.fields.size(); ++f) {
+        if (spec_.fields[f].table == static_cast<int>(t)) total += p->batch.fields[f].keys.size();
+      }
+      KeyDeduper& d = dedup_[t];
+      d.Reset(total);
+      for (size_t f = 0; f < spec_.fields.size(); ++f) {
+        if (spec_.fields[f].table != static_cast<int>(t)) continue;
+        const size_t start = d.inverse().size();
+        d.Add(p->batch.fields[f].keys);
+        p->indices[f].assign(d.inverse().begin() + start, d.inverse().end());
+      }
+      p->unique_keys[t] = d.unique_keys();
+      p->rows[t].resize(d.unique_keys().size() * spec_.tables[t].dim);
+    }
+  }
+
+ private:
+  const ModelSpec& spec_;
+  std::vector<KeyDeduper> dedup_;
+};
+
+// Reads and prepares batches on its own thread, a few steps ahead.
+class DataPipeline {
+ public:
+  DataPipeline(std::unique_ptr<data::CriteoReader> reader, const ModelSpec& spec,
+               int batch_size, int depth)
+      : reader_(std::move(reader)), preparer_(spec), batch_size_(batch_size),
+        num_dense_(static_cast<int>(spec.num_dense)), num_fields_(spec.fields.size()) {
+    for (int i = 0; i < depth; ++i) free_.push_back(std::make_unique<Prepared>());
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~DataPipeline() {
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+      changed_.SignalAll();
+    }
+    thread_.join();
+  }
+
+  // The next prepared step; nullptr at the end of the data.
+  absl::StatusOr<std::unique_ptr<Prepared>> Next() {
+    MutexLock lock(&mu_);
+    while (ready_.empty() && !finished_) changed_.Wait(&mu_);
+    if (!ready_.empty()) {
+      auto p = std::move(ready_.front());
+      ready_.pop_front();
+      changed_.SignalAll();
+      return p;
+    }
+    if (!status_.ok()) return status_;
+    return std::unique_ptr<Prepared>();
+  }
+
+  void Recycle(std::unique_ptr<Prepared> p) {
+    if (!p) return;
+    MutexLock lock(&mu_);
+    free_.push_back(std::move(p));
+    changed_.SignalAll();
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::unique_ptr<Prepared> p;
+      {
+        MutexLock lock(&mu_);
+        while (free_.empty() && !stop_) changed_.Wait(&mu_);
+        if (stop_) return;
+        p = std::move(free_.back());
+        free_.pop_back();
+      }
+      p->batch.Reset(num_dense_, num_fields_);
+      auto more = reader_->NextBatch(batch_size_, &p->batch);
+      if (more.ok() && *more) preparer_.Prepare(p.get());
+      MutexLock lock(&mu_);
+      if (!more.ok() || !*more) {
+        status_ = more.status();
+        finished_ = true;
+        changed_.SignalAll();
+        return;
+      }
+      ready_.push_back(std::move(p));
+      changed_.SignalAll();
+    }
+  }
+
+  const std::unique_ptr<data::CriteoReader> reader_;
+  Preparer preparer_;
+  const int batch_size_;
+  const int num_dense_;
+  const size_t num_fields_;
+  Mutex mu_;
+  CondVar changed_;
+  std::vector<std::unique_ptr<Prepared>> free_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Prepared>> ready_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace
+
+class Trainer::Impl {
+ public:
+  Impl(TrainerOptions options, std::unique_ptr<Model> model, uint32_t dense_table,
+       uint32_t chunk)
+      : o_(std::move(options)), model_(std::move(model)), dense_table_(dense_table),
+        chunk_(chunk),
+        num_chunks_((model_->NumDenseParams() + chunk - 1) / chunk),
+        staleness_(EffectiveStaleness(o_.config.cluster())),
+        bsp_(o_.config.cluster().mode() == BSP) {
+    for (uint64_t c = 0; c < num_chunks_; ++c) chunk_keys_.push_back(c);
+    dense_grad_.assign(num_chunks_ * chunk_, 0.0f);
+  }
+
+  absl::Status InitDenseWeights() {
+    std::vector<float> init(num_chunks_ * chunk_, 0.0f);
+    const TableConfig* t = nullptr;
+    for (const TableConfig& tc : o_.config.tables()) {
+      if (tc.id() == dense_table_) t = &tc;
+    }
+    model_->InitDenseParams(t ? t->seed() : 0, init.data());
+    return o_.params->InitRows(dense_table_, chunk_, chunk_keys_.data(), num_chunks_,
+                               init.data());
+  }
+
+  std::unique_ptr<PsClient::Op> StartPull(Prepared* p, PullPurpose purpose, uint64_t step) {
+    std::vector<TablePull> pulls;
+    const auto& tables = model_->spec().tables;
+    for (size_t t = 0; t < tables.size(); ++t) {
+      if (p->unique_keys[t].empty()) continue;
+      pulls.push_back({tables[t].id, static_cast<uint32_t>(tables[t].dim),
+                       p->unique_keys[t].data(), p->unique_keys[t].size(),
+                       p->rows[t].data()});
+    }
+    p->dense_params.resize(num_chunks_ * chunk_);
+    pulls.push_back({dense_table_, chunk_, chunk_keys_.data(), num_chunks_,
+                     p->dense_params.data()});
+    return o_.params->Pull(std::move(pulls), purpose, step);
+  }
+
+  ModelInputs Inputs(Prepared* p) {
+    p->table_rows.clear();
+    for (const auto& rows : p->rows) p->table_rows.push_back({rows});
+    p->field_bags.clear();
+    for (size_t f = 0; f < p->indices.size(); ++f) {
+      p->field_bags.push_back({p->indices[f], p->batch.fields[f].offsets});
+    }
+    ModelInputs in;
+    in.batch_size = p->batch.size;
+    in.labels = p->batch.labels;
+    in.dense = p->batch.dense;
+    in.dense_params = absl::MakeConstSpan(p->dense_params.data(), model_->NumDenseParams());
+    in.tables = p->table_rows;
+    in.fields = p->field_bags;
+    return in;
+  }
+
+  std::unique_ptr<PsClient::Op> StartPush(Prepared* p, uint64_t step, float lr_scale) {
+    std::vector<TablePush> pushes;
+    const auto& tables = model_->spec().tables;
+    for (size_t t = 0; t < tables.size(); ++t) {
+      if (p->unique_keys[t].empty()) continue;
+      pushes.push_back({tables[t].id, static_cast<uint32_t>(tables[t].dim),
+                        p->unique_keys[t].data(), p->unique_keys[t].size(),
+                        result_.table_grads[t].data()});
+    }
+    std::copy(result_.dense_grad.begin(), result_.dense_grad.end(), dense_grad_.begin());
+    pushes.push_back({dense_table_, chunk_, chunk_keys_.data(), num_chunks_,
+                      dense_grad_.data()});
+    return o_.params->Push(std::move(pushes), step, lr_scale);
+  }
+
+  absl::Status WaitClock(uint64_t step) {
+    if (o_.scheduler == nullptr) return absl::OkStatus();
+    absl::Status st;
+    for (int i = 0; i < 1000; ++i) {  // Long waits (a dead server) in slices.
+      st = o_.scheduler->WaitClock(o_.rank, step, absl::Seconds(10));
+      if (!absl::IsDeadlineExceeded(st)) return st;
+    }
+    return st;
+  }
+
+  absl::StatusOr<TrainSummary> Train();
+  absl::StatusOr<EvalResult> Evaluate(const std::vector<std::string>& files);
+
+  TrainerOptions o_;
+  std::unique_ptr<Model> model_;
+  const uint32_t dense_table_;
+  const uint32_t chunk_;
+  const uint64_t num_chunks_;
+  const uint32_t staleness_;
+  const bool bsp_;
+  std::vector<uint64_t> chunk_keys_;
+  std::vector<float> dense_grad_;
+  StepResult result_;
+};
+
+absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
+  ASSIGN_OR_RETURN(data::ReaderOptions ro,
+                   data::ReaderOptionsFromConfig(o_.config, o_.train_files, o_.rank,
+                                                 o_.num_workers, true));
+  ASSIGN_OR_RETURN(auto reader, data::CriteoReader::Create(std::move(ro)));
+  DataPipeline pipe(std::move(reader), model_->spec(), o_.config.training().batch_size(), 3);
+  const uint64_t max_steps =
+      o_.max_steps ? o_.max_steps : o_.config.training().max_steps();
+  const bool prefetch = o_.config.training().prefetch() && staleness_ >= 1;
+  FILE* loss_log = o_.loss_log.empty() ? nullptr : std::fopen(o_.loss_log.c_str(), "w");
+
+  TrainSummary s;
+  const absl::Time start = absl::Now();
+  absl::Time last_report = start;
+  uint64_t report_steps = 0, report_samples = 0;
+  double report_loss = 0, loss_sum = 0;
+  std::deque<double> recent;
+  uint64_t step = o_.start_step;
+
+  absl::Time t0 = absl::Now();
+  ASSIGN_OR_RETURN(std::unique_ptr<Prepared> cur, pipe.Next());
+  s.times.data += Seconds(t0);
+  std::unique_ptr<PsClient::Op> pull;
+  if (cur) {
+    t0 = absl::Now();
+    RETURN_IF_ERROR(WaitClock(step));
+    s.times.wait += Seconds(t0);
+    pull = StartPull(cur.get(), TRAIN, step);
+  }
+  while (cur && (max_steps == 0 || step < max_steps)) {
+    t0 = absl::Now();
+    RETURN_IF_ERROR(pull->Wait());
+    s.times.pull += Seconds(t0);
+
+    std::unique_ptr<Prepared> next;
+    std::unique_ptr<PsClient::Op> next_pull;
+    const bool more = max_steps == 0 || step + 1 < max_steps;
+    if (prefetch && more) {
+      t0 = absl::Now();
+      ASSIGN_OR_RETURN(next, pipe.Next());
+      s.times.data += Seconds(t0);
+      if (next) {
+        t0 = absl::Now();
+        RETURN_IF_ERROR(WaitClock(step + 1));
+        s.times.wait += Seconds(t0);
+        next_pull = StartPull(next.get(), TRAIN, step + 1);
+      }
+    }
+
+    t0 = absl::Now();
+    RETURN_IF_ERROR(model_->ForwardBackward(Inputs(cur.get()), true, &result_));
+    if (o_.step_delay > absl::ZeroDuration()) absl::SleepFor(o_.step_delay);
+    s.times.compute += Seconds(t0);
+
+    t0 = absl::Now();
+    const float lr_scale = static_cast<float>(
+        data::LearningRateMultiplier(o_.config.training().lr_schedule(), step, max_steps));
+    RETURN_IF_ERROR(StartPush(cur.get(), step, lr_scale)->Wait());
+    if (o_.scheduler) RETURN_IF_ERROR(o_.scheduler->Tick(o_.rank, step + 1));
+    s.times.push += Seconds(t0);
+
+    if (loss_log) std::fprintf(loss_log, "%llu %.17g\n", (unsigned long long)step, result_.loss);
+    s.samples += cur->batch.size;
+    loss_sum += result_.loss;
+    recent.push_back(result_.loss);
+    if (recent.size() > 50) recent.pop_front();
+    report_loss += result_.loss;
+    report_steps++;
+    report_samples += cur->batch.size;
+    ++step;
+
+    if (absl::Now() - last_report >= o_.report_every) {
+      const double secs = Seconds(last_report);
+      LOG(INFO) << "worker " << o_.rank << " step " << step << " loss "
+                << report_loss / report_steps << " " << report_samples / secs
+                << " samples/s (data " << s.times.data << "s wait " << s.times.wait
+                << "s pull " << s.times.pull << "s compute " << s.times.compute
+                << "s push " << s.times.push << "s)";
+      if (o_.scheduler) {
+        MetricsReport r;
+        r.set_rank(o_.rank);
+        r.set_step(step);
+        r.set_samples(s.samples);
+        r.set_samples_per_sec(report_samples / secs);
+        r.set_train_loss(report_loss / report_steps);
+        r.set_data_sec(s.times.data);
+        r.set_wait_sec(s.times.wait);
+        r.set_pull_sec(s.times.pull);
+        r.set_compute_sec(s.times.compute);
+        r.set_push_sec(s.times.push);
+        (void)o_.scheduler->ReportMetrics(r);
+      }
+      last_report = absl::Now();
+      report_steps = report_samples = 0;
+      report_loss = 0;
+    }
+
+    pipe.Recycle(std::move(cur));
+    if (prefetch) {
+      cur = std::move(next);
+      pull = std::move(next_pull);
+    } else if (more) {
+      t0 = absl::Now();
+      ASSIGN_OR_RETURN(cur, pipe.Next());
+      s.times.data += Seconds(t0);
+      if (cur) {
+        t0 = absl::Now();
+        RETURN_IF_ERROR(WaitClock(step));
+        s.times.wait += Seconds(t0);
+        pull = StartPull(cur.get(), TRAIN, step);
+      }
+    }
+  }
+  if (pull && cur) (void)pull->Wait();  // A prefetched pull past max_steps.
+  if (loss_log) std::fclose(loss_log);
+  s.steps = step - o_.start_step;
+  s.seconds = Seconds(start);
+  s.samples_per_sec = s.seconds > 0 ? s.samples / s.seconds : 0;
+  s.mean_loss = s.steps ? loss_sum / s.steps : 0;
+  for (double l : recent) s.last_loss += l / recent.size();
+  return s;
+}
+
+absl::StatusOr<EvalResult> Trainer::Impl::Evaluate(const std::vector<std::string>& files) {
+  ASSIGN_OR_RETURN(data::ReaderOptions ro,
+                   data::ReaderOptionsFromConfig(o_.config, files, 0, 1, false));
+  ASSIGN_OR_RETURN(auto reader, data::CriteoReader::Create(std::move(ro)));
+  Preparer preparer(model_->spec());
+  Prepared p;
+  data::MetricAccumulator acc;
+  StepResult result;
+  while (true) {
+    p.batch.Reset(static_cast<int>(model_->spec().num_dense), model_->spec().fields.size());
+    ASSIGN_OR_RETURN(bool more, reader->NextBatch(o_.config.training().batch_size(), &p.batch));
+    if (!more) break;
+    preparer.Prepare(&p);
+    RETURN_IF_ERROR(StartPull(&p, EVAL, 0)->Wait());
+    RETURN_IF_ERROR(model_->ForwardBackward(Inputs(&p), false, &result));
+    acc.AddBatch(p.batch.labels, result.probs);
+  }
+  EvalResult r;
+  r.examples = acc.count();
+  r.auc = acc.Auc();
+  r.logloss = acc.LogLoss();
+  return r;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions options) {
+  if (options.params == nullptr) return absl::InvalidArgumentError("trainer: no ParamStore");
+  at::set_num_threads(static_cast<int>(options.config.training().intra_op_threads()));
+  const TableConfig* dense = FindTable(options.config, options.config.model().dense_table());
+  if (dense == nullptr || dense->kind() != TableConfig::DENSE) {
+    return absl::InvalidArgumentError(
+        "trainer: model.dense_table must name the DENSE table of the MLP weights");
+  }
+  ASSIGN_OR_RETURN(auto model,
+                   CreateModel(options.config, options.model_options.device));
+  const uint32_t chunk = options.config.cluster().dense_chunk_size();
+  const uint32_t dense_id = dense->id();
+  return std::unique_ptr<Trainer>(new Trainer(
+      std::make_unique<Impl>(std::move(options), std::move(model), dense_id, chunk)));
+}
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+absl::Status Trainer::InitDenseWeights() { return impl_->InitDenseWeights(); }
+absl::StatusOr<TrainSummary> Trainer::Train() { return impl_->Train(); }
+absl::StatusOr<EvalResult> Trainer::Evaluate(const std::vector<std::string>& files) {
+  return impl_->Evaluate(files);
+}
+uint64_t Trainer::NumDenseParams() const { return impl_->model_->NumDenseParams(); }
+
+}  // namespace shardps

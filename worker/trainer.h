@@ -1,0 +1,108 @@
+// Trainer: one worker's training loop, the same in local and PS mode.
+//
+// Per step t: take a prepared batch (read, keys deduplicated per table, on
+// the data thread), wait for the clock to allow step t (PS mode), pull the
+// batch's unique rows and every dense chunk, run forward/backward, push one
+// gradient per unique key and the dense gradient, wait for the push to be
+// acknowledged, tick the clock to t + 1.
+//
+// Prefetch (staleness >= 1 and training.prefetch): the pull of step t + 1 is
+// issued (after the clock allows step t + 1) before step t computes, so it
+// overlaps the compute and the push; it may miss this worker's own step-t
+// push, which DESIGN.md allows for s >= 1. In BSP there is no prefetch: the
+// next pull must see this step's (aggregated) push.
+//
+// Determinism: with one intra-op thread, a fixed seed and data order, local
+// mode and a 1-worker/1-server BSP job take identical steps (the parity
+// test): one dedup function (worker/model/dedup.h), the same optimizer code
+// (server/), fp32 on the wire.
+//
+// Not thread-safe: one Trainer per process; it runs a data thread of its own.
+#ifndef SHARDPS_WORKER_TRAINER_H_
+#define SHARDPS_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/config.pb.h"
+#include "worker/data/batch.h"
+#include "worker/model/model.h"
+#include "worker/param_store.h"
+
+namespace shardps {
+
+class SchedulerClient;
+
+struct TrainerOptions {
+  JobConfig config;  // Finalized (common/config.h).
+  uint32_t rank = 0;
+  uint32_t num_workers = 1;
+  std::vector<std::string> train_files;
+  std::vector<std::string> eval_files;
+  ParamStore* params = nullptr;           // Not owned; required.
+  SchedulerClient* scheduler = nullptr;   // Not owned; null in local mode.
+  ModelOptions model_options;             // Device.
+  uint64_t max_steps = 0;                 // 0: training.max_steps, or the data's end.
+  uint64_t start_step = 0;                // Clock to start at (a restarted worker).
+  std::string loss_log;                   // If set: "step loss" lines, %.17g.
+  absl::Duration report_every = absl::Seconds(2);
+  // Testing: sleep this long in every step (a slow worker).
+  absl::Duration step_delay = absl::ZeroDuration();
+};
+
+// Seconds spent per phase of the step, summed over steps.
+struct StepTimes {
+  double data = 0, wait = 0, pull = 0, compute = 0, push = 0;
+};
+
+struct TrainSummary {
+  uint64_t steps = 0;
+  uint64_t samples = 0;
+  double seconds = 0;
+  double samples_per_sec = 0;
+  double mean_loss = 0;  // Over all steps.
+  double last_loss = 0;  // Mean of the last 50 steps.
+  StepTimes times;
+};
+
+struct EvalResult {
+  uint64_t examples = 0;
+  double auc = 0;
+  double logloss = 0;
+};
+
+class Trainer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(TrainerOptions options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Writes the model's initial dense weights where they are missing (every
+  // worker may call it: the write is if-absent and the values agree).
+  absl::Status InitDenseWeights();
+
+  // Trains this worker's share of the data (epochs of the config), or up to
+  // max_steps. Blocks. Errors from the reader, the model, the servers or the
+  // scheduler end training and are returned.
+  absl::StatusOr<TrainSummary> Train();
+
+  // Scores `files` (all of them, this process alone) with evaluation pulls,
+  // which never insert rows. Blocks.
+  absl::StatusOr<EvalResult> Evaluate(const std::vector<std::string>& files);
+
+  uint64_t NumDenseParams() const;
+
+ private:
+  class Impl;
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_WORKER_TRAINER_H_
