@@ -1,0 +1,478 @@
+#include "worker/data/synthetic.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/partition.h"
+#include "common/status_macros.h"
+#include "worker/data/metrics.h"
+
+namespace shardps {
+namespace data {
+namespace {
+
+constexpr double kBias = -1.3;
+constexpr double kBetaStd = 0.2;
+constexpr double kEffectStd = 0.25;
+constexpr double kTau = 0.5;
+constexpr int kRank = 4;
+constexpr int kPairs[][2] = {{0, 1}, {2, 5}, {3, 8}, {6, 12}};
+constexpr double kTwoPi = 6.283185307179586;
+
+// Stream tags, so the parts of the model and the splits never share draws.
+constexpr uint64_t kTagBeta = 1, kTagEffect = 2, kTagFactor = 3, kTagIdMap = 4,
+                   kTagTrain = 5, kTagEval = 6;
+
+uint64_t Hash(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0) {
+  return Mix64(Mix64(Mix64(Mix64(a) ^ b) ^ c) ^ d);
+}
+
+double ToUnit(uint64_t r) { return (r >> 11) * 0x1p-53; }
+
+uint64_t NextRandom(uint64_t* state) {
+  *state += 0x9e3779b97f4a7c15ULL;
+  return Mix64(*state);
+}
+
+double Uniform(uint64_t* state) { return ToUnit(NextRandom(state)); }
+
+// Box-Muller from two 64-bit values; returns two independent N(0, 1).
+void NormalPair(uint64_t r1, uint64_t r2, double* z0, double* z1) {
+  const double u1 = ToUnit(r1) + 0x1p-54;  // (0, 1): log is finite.
+  const double radius = std::sqrt(-2 * std::log(u1));
+  const double angle = kTwoPi * ToUnit(r2);
+  *z0 = radius * std::cos(angle);
+  if (z1 != nullptr) *z1 = radius * std::sin(angle);
+}
+
+double HashNormal(uint64_t h) {
+  double z;
+  NormalPair(h, Mix64(h ^ 0x632be59bd9b4e019ULL), &z, nullptr);
+  return z;
+}
+
+double StreamNormal(uint64_t* state) {
+  const uint64_t r1 = NextRandom(state);
+  double z;
+  NormalPair(r1, NextRandom(state), &z, nullptr);
+  return z;
+}
+
+int VocabSize(int f) { return static_cast<int>(std::lround(std::pow(10.0, 1 + 5.0 * f / 25))); }
+double ZipfExponent(int f) { return 1.05 + 0.01 * ((7 * f) % 21); }
+double CatMissing(int f) { return 0.05 * ((5 * f) % 9); }
+double IntMissing(int j) { return 0.04 * ((3 * j) % 11); }
+double IntMu(int j) { return 0.5 + 0.3 * (j % 7); }
+double IntSigma(int j) { return 1.0 + 0.1 * (j % 4); }
+
+// Zipf(s) on 1..n by rejection-inversion (Hormann and Derflinger 1996, as in
+// Apache Commons' RejectionInversionZipfSampler): O(1) per draw, no table.
+class ZipfSampler {
+ public:
+  ZipfSampler() = default;
+  ZipfSampler(int n, double s) : n_(n), s_(s) {
+    h_x1_ = HIntegral(1.5) - 1;
+    h_n_ = HIntegral(n + 0.5);
+    factor_ = 2 - HIntegralInverse(HIntegral(2.5) - H(2));
+  }
+  int Sample(uint64_t* state) const {
+    while (true) {
+      const double u = h_n_ + Uniform(state) * (h_x1_ - h_n_);
+      const double x = HIntegralInverse(u);
+      int k = static_cast<int>(x + 0.5);
+      if (k < 1) k = 1;
+      if (k > n_) k = n_;
+      if (k - x <= factor_ || u >= HIntegral(k + 0.5) - H(k)) return k;
+    }
+  }
+
+ private:
+  static double Helper1(double x) {  // log1p(x) / x
+    return std::fabs(x) > 1e-8 ? std::log1p(x) / x : 1 - x / 2;
+  }
+  static double Helper2(double x) {  // expm1(x) / x
+    return std::fabs(x) > 1e-8 ? std::expm1(x) / x : 1 + x / 2;
+  }
+  double H(double x) const { return std::exp(-s_ * std::log(x)); }
+  double HIntegral(double x) const {
+    const double log_x = std::log(x);
+    return Helper2((1 - s_) * log_x) * log_x;
+  }
+  double HIntegralInverse(double x) const {
+    double t = x * (1 - s_);
+    if (t < -1) t = -1;
+    return std::exp(Helper1(t) * x);
+  }
+
+  int n_ = 1;
+  double s_ = 1;
+  double h_x1_ = 0, h_n_ = 0, factor_ = 0;
+};
+
+const ZipfSampler& Sampler(int f) {
+  static const ZipfSampler* const samplers = [] {
+    auto* s = new ZipfSampler[kCriteoNumCategorical];
+    for (int i = 0; i < kCriteoNumCategorical; ++i) {
+      s[i] = ZipfSampler(VocabSize(i), ZipfExponent(i));
+    }
+    return s;
+  }();
+  return samplers[f];
+}
+
+// Rank -> 32-bit id: a bijection (odd multipliers and xor are invertible).
+uint32_t RankToId(uint64_t seed, int f, uint32_t rank) {
+  const uint32_t salt = static_cast<uint32_t>(Hash(seed, kTagIdMap, f));
+  return ((rank * 0x9e3779b1u) ^ salt) * 0x85ebca6bu;
+}
+
+void AppendHex8(uint32_t v, std::string* out) {
+  static const char kDigits[] = "0123456789abcdef";
+  char buf[8];
+  for (int i = 7; i >= 0; --i) {
+    buf[i] = kDigits[v & 15];
+    v >>= 4;
+  }
+  out->append(buf, 8);
+}
+
+}  // namespace
+
+SyntheticModel::SyntheticModel(uint64_t seed) : seed_(seed) {
+  for (int j = 0; j < kCriteoNumDense; ++j) {
+    beta_[j] = kBetaStd * HashNormal(Hash(seed, kTagBeta, j));
+  }
+}
+
+double SyntheticModel::CategoricalLogit(const SyntheticExample& e) const {
+  // A missing value is its own id: 2^32, outside the 32-bit ids.
+  auto id_of = [&](int f) {
+    return e.cat_missing[f] ? (uint64_t{1} << 32) : uint64_t{e.cats[f]};
+  };
+  double sum = 0;
+  for (int f = 0; f < kCriteoNumCategorical; ++f) {
+    sum += kEffectStd * HashNormal(Hash(seed_, kTagEffect, f, id_of(f)));
+  }
+  for (int p = 0; p < static_cast<int>(std::size(kPairs)); ++p) {
+    double u[2][kRank];
+    for (int side = 0; side < 2; ++side) {
+      const uint64_t h = Hash(seed_, kTagFactor, p * 2 + side, id_of(kPairs[p][side]));
+      for (int k = 0; k < kRank; k += 2) {
+        NormalPair(Mix64(h + k), Mix64(h + k + 1), &u[side][k], &u[side][k + 1]);
+      }
+    }
+    double dot = 0;
+    for (int k = 0; k < kRank; ++k) dot += u[0][k] * u[1][k];
+    sum += kTau * dot / std::sqrt(static_cast<double>(kRank));
+  }
+  return sum;
+}
+
+void SyntheticModel::Sample(uint64_t* state, SyntheticExample* e) const {
+  e->dense_logit = 0;
+  for (int j = 0; j < kCriteoNumDense; ++j) {
+    e->int_missing[j] = Uniform(state) < IntMissing(j);
+    e->ints[j] = 0;
+    if (e->int_missing[j]) continue;
+    if (j == 1 && Uniform(state) < 0.1) {
+      e->ints[j] = -1 - static_cast<int64_t>(NextRandom(state) % 3);
+    } else {
+      const double x = std::floor(std::exp(IntMu(j) + IntSigma(j) * StreamNormal(state)));
+      e->ints[j] = std::max<int64_t>(0, static_cast<int64_t>(std::min(x, 1e15)) - 1);
+    }
+    e->dense_logit += beta_[j] * DenseTransform(e->ints[j]);
+  }
+  for (int f = 0; f < kCriteoNumCategorical; ++f) {
+    e->cat_missing[f] = Uniform(state) < CatMissing(f);
+    e->cats[f] = e->cat_missing[f]
+                     ? 0
+                     : RankToId(seed_, f, static_cast<uint32_t>(Sampler(f).Sample(state)));
+  }
+  e->logit = kBias + e->dense_logit + CategoricalLogit(*e);
+  const double p = 1 / (1 + std::exp(-e->logit));
+  e->label = Uniform(state) < p ? 1.0f : 0.0f;
+}
+
+void SyntheticModel::AppendLine(const SyntheticExample& e, std::string* out) {
+  out->push_back(e.label > 0.5f ? '1' : '0');
+  for (int j = 0; j < kCriteoNumDense; ++j) {
+    out->push_back('\t');
+    if (!e.int_missing[j]) absl::StrAppend(out, e.ints[j]);
+  }
+  for (int f = 0; f < kCriteoNumCategorical; ++f) {
+    out->push_back('\t');
+    if (!e.cat_missing[f]) AppendHex8(e.cats[f], out);
+  }
+  out->push_back('\n');
+}
+
+namespace {
+
+// A temporary name next to `path`, private to this process, so that several
+// processes generating the same data set at once do not clobber each other
+// (they write identical bytes; the renames are atomic).
+std::string TempName(const std::string& path) {
+  return absl::StrCat(path, ".tmp.", getpid());
+}
+
+// Writes one output file under TempName(path), renamed by Close().
+class FileWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<FileWriter>> Open(const std::string& path,
+                                                          bool gzip) {
+    const std::string tmp = TempName(path);
+    // "T": zlib writes plain (transparent) output.
+    gzFile gz = gzopen(tmp.c_str(), gzip ? "wb1" : "wbT");
+    if (gz == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
+    }
+    return std::unique_ptr<FileWriter>(new FileWriter(path, gz));
+  }
+  ~FileWriter() {
+    if (gz_ != nullptr) gzclose(gz_);
+  }
+  // Writes `buf` out once it holds at least `threshold` bytes, and clears it.
+  absl::Status Write(std::string* buf, size_t threshold = 1 << 20) {
+    if (buf->size() < threshold || buf->empty()) return absl::OkStatus();
+    const int n = gzwrite(gz_, buf->data(), static_cast<unsigned>(buf->size()));
+    if (n != static_cast<int>(buf->size())) {
+      return absl::DataLossError(absl::StrCat(TempName(path_), ": write failed"));
+    }
+    buf->clear();
+    return absl::OkStatus();
+  }
+  absl::Status Close(std::string* buf) {
+    RETURN_IF_ERROR(Write(buf, 0));
+    const int rc = gzclose(gz_);
+    gz_ = nullptr;
+    if (rc != Z_OK) {
+      return absl::DataLossError(absl::StrCat(TempName(path_), ": close failed"));
+    }
+    if (std::rename(TempName(path_).c_str(), path_.c_str()) != 0) {
+      return absl::DataLossError(absl::StrCat(path_, ": rename failed: ",
+                                              std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  FileWriter(std::string path, gzFile gz) : path_(std::move(path)), gz_(gz) {}
+  const std::string path_;
+  gzFile gz_;
+};
+
+struct SplitStats {
+  std::vector<float> labels, probs, dense_logits;  // Filled if wanted.
+  uint64_t positives = 0;
+};
+
+// Draws `lines` examples from stream `stream` into the files `paths`
+// (contiguous, near-equal line ranges).
+absl::Status WriteSplit(const SyntheticModel& model, uint64_t stream,
+                        uint64_t lines, const std::vector<std::string>& paths,
+                        bool gzip, bool keep, SplitStats* stats) {
+  uint64_t state = stream;
+  SyntheticExample e;
+  std::string buf;
+  for (size_t s = 0; s < paths.size(); ++s) {
+    ASSIGN_OR_RETURN(auto writer, FileWriter::Open(paths[s], gzip));
+    const uint64_t end = lines * (s + 1) / paths.size();
+    for (uint64_t i = lines * s / paths.size(); i < end; ++i) {
+      model.Sample(&state, &e);
+      stats->positives += e.label > 0.5f;
+      if (keep) {
+        stats->labels.push_back(e.label);
+        stats->probs.push_back(static_cast<float>(1 / (1 + std::exp(-e.logit))));
+        stats->dense_logits.push_back(static_cast<float>(e.dense_logit));
+      }
+      SyntheticModel::AppendLine(e, &buf);
+      RETURN_IF_ERROR(writer->Write(&buf));
+    }
+    RETURN_IF_ERROR(writer->Close(&buf));
+  }
+  return absl::OkStatus();
+}
+
+std::string FileName(absl::string_view split, uint32_t shard, uint32_t shards,
+                     bool gzip) {
+  std::string name(split);
+  if (shards > 1) absl::StrAppend(&name, absl::StrFormat("-%05d-of-%05d", shard, shards));
+  return absl::StrCat(name, ".tsv", gzip ? ".gz" : "");
+}
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(TempName(path), std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out || std::rename(TempName(path).c_str(), path.c_str()) != 0) {
+    return absl::DataLossError(absl::StrCat(path, ": cannot write"));
+  }
+  return absl::OkStatus();
+}
+
+std::string SummaryText(const SyntheticSummary& s, bool json) {
+  std::vector<std::pair<std::string, std::string>> kv = {
+      {"seed", absl::StrCat(s.seed)},
+      {"train_lines", absl::StrCat(s.train_lines)},
+      {"eval_lines", absl::StrCat(s.eval_lines)},
+      {"train_positive_rate", absl::StrFormat("%.6f", s.train_positive_rate)},
+      {"eval_positive_rate", absl::StrFormat("%.6f", s.eval_positive_rate)},
+      {"best_auc", absl::StrFormat("%.6f", s.best_auc)},
+      {"best_logloss", absl::StrFormat("%.6f", s.best_logloss)},
+      {"dense_only_auc", absl::StrFormat("%.6f", s.dense_only_auc)},
+      {"constant_logloss", absl::StrFormat("%.6f", s.constant_logloss)},
+  };
+  std::string out = json ? "{\n" : "";
+  for (const auto& [key, value] : kv) {
+    absl::StrAppend(&out, json ? absl::StrCat("  \"", key, "\": ", value, ",\n")
+                               : absl::StrCat(key, " ", value, "\n"));
+  }
+  auto files = [&](const char* key, const std::vector<std::string>& list) {
+    if (json) {
+      absl::StrAppend(&out, "  \"", key, "s\": [");
+      for (size_t i = 0; i < list.size(); ++i) {
+        absl::StrAppend(&out, i ? ", " : "", "\"", list[i], "\"");
+      }
+      absl::StrAppend(&out, "]");
+    } else {
+      for (const std::string& f : list) absl::StrAppend(&out, key, " ", f, "\n");
+    }
+  };
+  files("train_file", s.train_files);
+  if (json) out += ",\n";
+  files("eval_file", s.eval_files);
+  if (json) out += "\n}\n";
+  return out;
+}
+
+// Base names, for best.txt/best.json (the data set can be moved).
+SyntheticSummary WithBaseNames(SyntheticSummary s) {
+  for (auto* list : {&s.train_files, &s.eval_files}) {
+    for (std::string& f : *list) f = f.substr(f.rfind('/') + 1);
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<SyntheticSummary> GenerateSynthetic(const SyntheticOptions& o) {
+  if (o.out_dir.empty()) return absl::InvalidArgumentError("synthetic: no out_dir");
+  if (o.train_shards == 0) {
+    return absl::InvalidArgumentError("synthetic: train_shards must be > 0");
+  }
+  if (mkdir(o.out_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(o.out_dir, ": cannot create: ", std::strerror(errno)));
+  }
+  SyntheticSummary s;
+  s.seed = o.seed;
+  s.train_lines = o.train_lines;
+  s.eval_lines = o.eval_lines;
+  for (uint32_t i = 0; i < o.train_shards; ++i) {
+    s.train_files.push_back(
+        absl::StrCat(o.out_dir, "/", FileName("train", i, o.train_shards, o.gzip)));
+  }
+  s.eval_files.push_back(absl::StrCat(o.out_dir, "/", FileName("eval", 0, 1, o.gzip)));
+  const SyntheticModel model(o.seed);
+  SplitStats train, eval;
+  RETURN_IF_ERROR(WriteSplit(model, Hash(o.seed, kTagTrain), o.train_lines,
+                             s.train_files, o.gzip, false, &train));
+  RETURN_IF_ERROR(WriteSplit(model, Hash(o.seed, kTagEval), o.eval_lines,
+                             s.eval_files, o.gzip, true, &eval));
+  s.train_positive_rate =
+      o.train_lines ? static_cast<double>(train.positives) / o.train_lines : 0;
+  s.eval_positive_rate =
+      o.eval_lines ? static_cast<double>(eval.positives) / o.eval_lines : 0;
+  s.best_auc = Auc(eval.labels, eval.probs);
+  s.best_logloss = LogLoss(eval.labels, eval.probs);
+  s.dense_only_auc = Auc(eval.labels, eval.dense_logits);
+  s.constant_logloss = 0;
+  for (float label : eval.labels) s.constant_logloss += LogLossOne(label, s.eval_positive_rate);
+  if (!eval.labels.empty()) s.constant_logloss /= eval.labels.size();
+  const SyntheticSummary named = WithBaseNames(s);
+  RETURN_IF_ERROR(WriteText(o.out_dir + "/best.json", SummaryText(named, true)));
+  RETURN_IF_ERROR(WriteText(o.out_dir + "/best.txt", SummaryText(named, false)));
+  return s;
+}
+
+absl::StatusOr<SyntheticSummary> ReadSyntheticSummary(const std::string& dir) {
+  const std::string path = dir + "/best.txt";
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": no synthetic data set"));
+  SyntheticSummary s;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const std::pair<std::string, std::string> kv =
+        absl::StrSplit(line, absl::MaxSplits(' ', 1));
+    const std::string& k = kv.first;
+    const std::string& v = kv.second;
+    bool ok = true;
+    if (k == "seed") ok = absl::SimpleAtoi(v, &s.seed);
+    else if (k == "train_lines") ok = absl::SimpleAtoi(v, &s.train_lines);
+    else if (k == "eval_lines") ok = absl::SimpleAtoi(v, &s.eval_lines);
+    else if (k == "train_positive_rate") ok = absl::SimpleAtod(v, &s.train_positive_rate);
+    else if (k == "eval_positive_rate") ok = absl::SimpleAtod(v, &s.eval_positive_rate);
+    else if (k == "best_auc") ok = absl::SimpleAtod(v, &s.best_auc);
+    else if (k == "best_logloss") ok = absl::SimpleAtod(v, &s.best_logloss);
+    else if (k == "dense_only_auc") ok = absl::SimpleAtod(v, &s.dense_only_auc);
+    else if (k == "constant_logloss") ok = absl::SimpleAtod(v, &s.constant_logloss);
+    else if (k == "train_file" && !v.empty()) s.train_files.push_back(dir + "/" + v);
+    else if (k == "eval_file" && !v.empty()) s.eval_files.push_back(dir + "/" + v);
+    else ok = false;
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no, ": cannot parse \"", line, "\""));
+    }
+  }
+  return s;
+}
+
+absl::StatusOr<DataFiles> ResolveDataFiles(const DataConfig& data) {
+  DataFiles files;
+  if (data.train_files_size() > 0) {
+    files.train.assign(data.train_files().begin(), data.train_files().end());
+    files.eval.assign(data.eval_files().begin(), data.eval_files().end());
+    return files;
+  }
+  if (data.synthetic_dir().empty()) {
+    return absl::InvalidArgumentError(
+        "data: no train_files and no synthetic_dir to generate them in");
+  }
+  SyntheticOptions o;
+  o.out_dir = data.synthetic_dir();
+  if (data.synthetic_train_lines() > 0) o.train_lines = data.synthetic_train_lines();
+  if (data.synthetic_eval_lines() > 0) o.eval_lines = data.synthetic_eval_lines();
+  if (data.synthetic_seed() != 0) o.seed = data.synthetic_seed();
+  absl::StatusOr<SyntheticSummary> summary = ReadSyntheticSummary(o.out_dir);
+  const bool reuse = summary.ok() && summary->seed == o.seed &&
+                     summary->train_lines == o.train_lines &&
+                     summary->eval_lines == o.eval_lines;
+  if (!reuse) {
+    summary = GenerateSynthetic(o);
+    if (!summary.ok()) return summary.status();
+  }
+  files.train = summary->train_files;
+  files.eval = summary->eval_files;
+  files.synthetic = *summary;
+  return files;
+}
+
+}  // namespace data
+}  // namespace shardps
