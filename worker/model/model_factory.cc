@@ -1,0 +1,57 @@
+#include "worker/model/model_factory.h"
+
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+#include "worker/model/dlrm.h"
+
+namespace shardps {
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
+                                                   const ModelOptions& options) {
+  switch (spec.kind) {
+    case ModelConfig::KIND_UNSPECIFIED:
+    case ModelConfig::DLRM: {
+      absl::StatusOr<std::unique_ptr<Dlrm>> dlrm = Dlrm::Create(spec, options);
+      if (!dlrm.ok()) return dlrm.status();
+      return std::unique_ptr<Model>(std::move(*dlrm));
+    }
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("model kind ", ModelConfig::Kind_Name(spec.kind), " is not implemented"));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const JobConfig& config,
+                                                   c10::Device device) {
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(config);
+  if (!spec.ok()) return spec.status();
+  ModelOptions options;
+  options.device = device;
+  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(*spec, options);
+  if (!model.ok()) return model.status();
+  const std::string& dense_table = config.model().dense_table();
+  if (!dense_table.empty()) {
+    const TableConfig* t = FindTable(config, dense_table);
+    if (t != nullptr && t->dense_size() != 0 &&
+        static_cast<int64_t>(t->dense_size()) != (*model)->NumDenseParams()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table \"", dense_table, "\".dense_size is ", t->dense_size(), " but the model has ",
+          (*model)->NumDenseParams(), " dense parameters (0 = as many as the model has)"));
+    }
+  }
+  return model;
+}
+
+c10::Device DefaultDevice() {
+  try {
+    if (torch::cuda::is_available()) return c10::Device(c10::DeviceType::CUDA, 0);
+  } catch (const std::exception&) {
+    // A broken CUDA setup: fall back to the CPU.
+  }
+  return c10::Device(c10::DeviceType::CPU);
+}
+
+}  // namespace shardps

@@ -1,0 +1,36 @@
+// Building a model from the job config.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+//                    CreateModel(config, DefaultDevice()));
+//
+// This header does not include LibTorch.
+#ifndef SHARDPS_WORKER_MODEL_MODEL_FACTORY_H_
+#define SHARDPS_WORKER_MODEL_MODEL_FACTORY_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "c10/core/Device.h"
+#include "proto/config.pb.h"
+#include "worker/model/model.h"
+
+namespace shardps {
+
+// The model `spec.kind` names (DLRM today). INVALID_ARGUMENT if the spec
+// does not fit the model (see e.g. Dlrm::Create); UNIMPLEMENTED for an
+// unknown kind; INTERNAL on a LibTorch failure.
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
+                                                   const ModelOptions& options);
+
+// ModelSpecFromConfig + CreateModel (float32 on `device`). Also checks the
+// model's dense table (model.dense_table) if it has an explicit dense_size:
+// INVALID_ARGUMENT unless it equals NumDenseParams().
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const JobConfig& config,
+                                                   c10::Device device);
+
+// CUDA device 0 if LibTorch sees a GPU, else the CPU.
+c10::Device DefaultDevice();
+
+}  // namespace shardps
+
+#endif  // SHARDPS_WORKER_MODEL_MODEL_FACTORY_H_

@@ -1,0 +1,65 @@
+#include "worker/model/model_factory.h"
+
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "gtest/gtest.h"
+
+namespace shardps {
+namespace {
+
+JobConfig DefaultConfig() {
+  absl::StatusOr<JobConfig> c = LoadJobConfig("configs/default.pbtxt");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : JobConfig();
+}
+
+TEST(ModelFactoryTest, DefaultConfigBuildsTheDlrm) {
+  absl::StatusOr<std::unique_ptr<Model>> m =
+      CreateModel(DefaultConfig(), c10::Device(c10::DeviceType::CPU));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const Model& model = **m;
+  EXPECT_EQ(model.spec().fields.size(), 26u);
+  EXPECT_EQ(model.spec().tables.size(), 1u);
+  // bottom 13->64->16; top (16 + 27*26/2)->64->32->1.
+  EXPECT_EQ(model.NumDenseParams(),
+            (13 * 64 + 64) + (64 * 16 + 16) + (367 * 64 + 64) + (64 * 32 + 32) + 33);
+  EXPECT_TRUE(model.options().device.is_cpu());
+  EXPECT_FALSE(model.options().double_precision);
+}
+
+TEST(ModelFactoryTest, DenseSizeMustMatchTheModel) {
+  JobConfig c = DefaultConfig();
+  for (TableConfig& t : *c.mutable_tables()) {
+    if (t.name() == "mlp") t.set_dense_size(1000);
+  }
+  absl::StatusOr<std::unique_ptr<Model>> m = CreateModel(c, c10::Device(c10::DeviceType::CPU));
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("dense_size"), std::string::npos) << m.status();
+}
+
+TEST(ModelFactoryTest, EmbeddingDimMustMatchTheBottomMlp) {
+  JobConfig c = DefaultConfig();
+  c.mutable_model()->set_bottom_mlp(1, 8);
+  absl::StatusOr<std::unique_ptr<Model>> m = CreateModel(c, c10::Device(c10::DeviceType::CPU));
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("categorical"), std::string::npos) << m.status();
+}
+
+TEST(ModelFactoryTest, UnknownKindIsUnimplemented) {
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(DefaultConfig());
+  ASSERT_TRUE(spec.ok());
+  spec->kind = static_cast<ModelConfig::Kind>(77);
+  EXPECT_EQ(CreateModel(*spec, ModelOptions()).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+TEST(ModelFactoryTest, DefaultDeviceIsCpuWithoutAGpu) {
+  // This machine has no GPU; on a CUDA build with a GPU it would be cuda:0.
+  const c10::Device d = DefaultDevice();
+  EXPECT_TRUE(d.is_cpu() || d.is_cuda());
+}
+
+}  // namespace
+}  // namespace shardps
