@@ -29,6 +29,7 @@ _LIBS = {
     "gtest_main": ["gmock", "gtest", "gtest_main"],
     "benchmark": ["benchmark", "-lpthread"],
     "zlib": ["zlib"],
+    "zstd": ["libzstd"],
 }
 
 def _pkg_config(ctx, modules):
@@ -71,7 +72,7 @@ def _system_libs_impl(ctx):
 system_libs_repository = repository_rule(
     implementation = _system_libs_impl,
     local = True,
-    doc = "cc_library targets for gRPC, protobuf, Abseil, glog, gtest, benchmark, zlib.",
+    doc = "cc_library targets for gRPC, protobuf, Abseil, glog, gtest, benchmark, zlib, zstd.",
 )
 
 def _libtorch_impl(ctx):
