@@ -1,0 +1,140 @@
+#!/bin/bash
+# Runs deploy/slurm/shardps.sbatch for real on a one-node Slurm cluster that
+# this test sets up and tears down: munged, slurmctld and slurmd (Debian's
+# munge and slurm-wlm) with a slurm.conf for 127.0.0.1 in a temporary
+# directory. The job is small (1 server, 1 worker, a few thousand generated
+# lines); the test passes when Slurm reports it COMPLETED and its output says
+# "shardps: job done" and the scheduler's PS_JOB_RESULT says state=done.
+#
+# Needs root (the daemons run as root, as slurmd must to start jobs) and the
+# packages slurm-wlm and munge. Run by //tests/deploy:slurm_test from the
+# runfiles root.
+set -euo pipefail
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || fail "needs root to run munged, slurmctld and slurmd"
+for tool in munged mungekey slurmctld slurmd sbatch scontrol sinfo; do
+  command -v "$tool" >/dev/null || fail "$tool not found: apt-get install slurm-wlm munge"
+done
+
+ROOT=$PWD  # runfiles root: scheduler/ps_scheduler, deploy/slurm/..., configs/...
+start=$(date +%s)
+# Not under TEST_TMPDIR: munged refuses sockets and keys below directories
+# that others may write to, and Bazel's temp tree has long, shared paths.
+T=$(mktemp -d /tmp/shardps-slurm.XXXXXX)
+pids=()
+job=""
+
+teardown() {
+  local rc=$?
+  set +e
+  if [ "$rc" -ne 0 ]; then
+    for f in "$T"/job.out "$T"/slurmctld.log "$T"/slurmd.log "$T"/munged.log; do
+      [ -f "$f" ] && { echo "----- $f (tail)"; tail -n 40 "$f"; }
+    done
+  fi
+  [ -n "$job" ] && SLURM_CONF=$T/slurm.conf scancel "$job" 2>/dev/null
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  [ -f "$T/munged.pid" ] && kill -TERM "$(cat "$T/munged.pid")" 2>/dev/null
+  sleep 0.5
+  rm -rf "$T"
+  exit "$rc"
+}
+trap teardown EXIT
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# --- munge ------------------------------------------------------------------
+mkdir -p "$T/munge" "$T/state" "$T/spool" "$T/data"
+chmod 700 "$T/munge"
+mungekey --create --keyfile="$T/munge/munge.key" >/dev/null 2>&1 ||
+  { dd if=/dev/urandom of="$T/munge/munge.key" bs=1024 count=1 2>/dev/null; }
+chmod 400 "$T/munge/munge.key"
+munged --force --socket="$T/munge/munge.socket" --key-file="$T/munge/munge.key" \
+  --log-file="$T/munged.log" --pid-file="$T/munged.pid" --seed-file="$T/munge/munged.seed" ||
+  fail "munged did not start"
+
+# --- slurm ------------------------------------------------------------------
+host=$(hostname -s)
+node_line=$(slurmd -C | head -1)  # NodeName=<host> CPUs=... RealMemory=...
+cat >"$T/slurm.conf" <<EOF
+ClusterName=shardpstest
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$(free_port)
+SlurmdPort=$(free_port)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$T/munge/munge.socket
+CredType=cred/munge
+StateSaveLocation=$T/state
+SlurmdSpoolDir=$T/spool
+SlurmctldPidFile=$T/slurmctld.pid
+SlurmdPidFile=$T/slurmd.pid
+SlurmctldLogFile=$T/slurmctld.log
+SlurmdLogFile=$T/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SwitchType=switch/none
+MpiDefault=none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+SlurmdTimeout=30
+InactiveLimit=0
+KillWait=5
+$node_line NodeAddr=127.0.0.1 State=UNKNOWN
+PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+EOF
+export SLURM_CONF=$T/slurm.conf
+slurmctld -D -c -f "$SLURM_CONF" >"$T/slurmctld.out" 2>&1 &
+pids+=("$!")
+slurmd -D -f "$SLURM_CONF" >"$T/slurmd.out" 2>&1 &
+pids+=("$!")
+
+for ((i = 0; i < 60; i++)); do
+  state=$(sinfo -h -n "$host" -o %T 2>/dev/null || true)
+  [ "$state" = "idle" ] && break
+  sleep 1
+done
+[ "$state" = "idle" ] || fail "the Slurm node never became idle (state '$state')"
+echo "slurm up after $(($(date +%s) - start))s"
+
+# --- a small shardps job ------------------------------------------------------
+sed -e 's/synthetic_train_lines: [0-9]*/synthetic_train_lines: 4000/' \
+    -e 's/synthetic_eval_lines: [0-9]*/synthetic_eval_lines: 1000/' \
+    configs/default.pbtxt >"$T/small.pbtxt"
+common/ps_config_check "$T/small.pbtxt" --servers=1 --workers=1 \
+  --synthetic_dir="$T/data/synthetic" --max_steps=20 --write="$T/job.pbtxt"
+
+job=$(cd "$T" && sbatch --parsable --output="$T/job.out" \
+  --export="ALL,SHARDPS_CONFIG=$T/job.pbtxt,SHARDPS_BIN=$ROOT,SHARDPS_HOST=127.0.0.1,SHARDPS_TASK=$ROOT/deploy/slurm/shardps-task,SHARDPS_SCHEDULER_PORT=$(free_port),SHARDPS_SERVER_PORT=$(free_port),SHARDPS_DEVICE=cpu" \
+  "$ROOT/deploy/slurm/shardps.sbatch")
+echo "submitted job $job"
+
+job_state() { scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+while :; do
+  state=$(job_state)
+  case "$state" in
+    PENDING|CONFIGURING|RUNNING|COMPLETING|"") sleep 1 ;;
+    *) break ;;
+  esac
+  # Bazel's test timeout bounds the wait; this only guards a lost job record.
+  [ $(($(date +%s) - start)) -lt 900 ] || fail "job $job still '$state' after 900s"
+done
+echo "job $job ended $state after $(($(date +%s) - start))s"
+cat "$T/job.out"
+[ "$state" = "COMPLETED" ] || fail "job $job ended $state"
+grep -q "^shardps: job done" "$T/job.out" || fail "job output does not say 'shardps: job done'"
+grep -Eq "PS_JOB_RESULT state=done" "$T/job.out" || fail "no PS_JOB_RESULT state=done"
+grep -Eq "PS_WORKER_RESULT rank=0" "$T/job.out" || fail "no PS_WORKER_RESULT from worker 0"
+job=""
+echo "PASS in $(($(date +%s) - start))s"
