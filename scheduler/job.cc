@@ -138,7 +138,11 @@ absl::Status JobCoordinator::Barrier(const BarrierRequest& request) {
     bool all = true;
     const std::vector<Member> members = members_.Members();
     for (const Member& m : members) {
-      if (m.role == WORKER && !entered[m.index] && m.state != DEAD) all = false;
+      // A worker that finished (reported done) or died no longer counts.
+      if (m.role == WORKER && !entered[m.index] && m.state != DEAD &&
+          m.state != FINISHED) {
+        all = false;
+      }
     }
     if (all) return absl::OkStatus();
     if (!changed_.WaitUntil(&mu_, deadline)) {

@@ -58,6 +58,8 @@ class JobCoordinator {
                                PartitionMapProto* response);
   absl::Status WaitClock(const WaitClockRequest& request, WaitClockResponse* response);
   absl::Status Tick(const TickRequest& request, TickResponse* response);
+  // Blocks until every worker has entered barrier `name`, finished (reported
+  // done) or died.
   absl::Status Barrier(const BarrierRequest& request);
   absl::Status ReportMetrics(const MetricsReport& report);
   void JobStatus(JobStatusResponse* response) const;
