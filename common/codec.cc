@@ -46,6 +46,7 @@ float HalfToFloat(uint16_t h) {
 
 void EncodeValues(const float* values, size_t n, Encoding encoding,
                   std::string* out) {
+  if (n == 0) return;  // values may be null for an empty array.
   const size_t start = out->size();
   out->resize(start + n * BytesPerValue(encoding));
   char* dst = out->data() + start;
@@ -76,6 +77,7 @@ absl::Status DecodeValues(absl::string_view bytes, Encoding encoding, size_t n,
         absl::StrCat("value bytes: expected ", n, " values of ", width,
                      " bytes (", n * width, " bytes), got ", bytes.size()));
   }
+  if (n == 0) return absl::OkStatus();
   const char* src = bytes.data();
   switch (encoding) {
     case Encoding::kFp32:

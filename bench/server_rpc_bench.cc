@@ -1,0 +1,396 @@
+// Workload W (issue 3): one ps_server, 1 or 2 client processes; each step a
+// client draws 4096 Zipf(1.0) ids over 1e6, dedups them (~2450), pulls those
+// rows (TRAIN) and pushes a gradient for each (SGD on the server). rows/s =
+// unique rows x steps / wall, summed over clients; median of --reps runs.
+// In the same run, a raw TCP request/response loop over one loopback
+// connection moves the same message sizes (blocking sockets, TCP_NODELAY, the
+// server copying through its own buffers); the ratio to it is printed.
+// Figures only: nothing here passes or fails on time.
+//
+//   bazel run -c opt //bench:server_rpc_bench -- [--steps=3000] [--reps=3]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "bench/server_zipf.h"
+#include "common/codec.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/ps.grpc.pb.h"
+
+extern char** environ;
+
+ABSL_FLAG(std::string, role, "main", "main | client | tcp_server | tcp_client");
+ABSL_FLAG(std::string, address, "", "Server address (client roles).");
+ABSL_FLAG(int, dim, 64, "Row width.");
+ABSL_FLAG(std::string, encoding, "fp32", "fp32 | bf16 (wire values).");
+ABSL_FLAG(int, steps, 3000, "Timed steps per client.");
+ABSL_FLAG(int, warmup, 200, "Untimed steps first.");
+ABSL_FLAG(int, reps, 3, "Runs per case (median reported).");
+ABSL_FLAG(uint64_t, seed, 1, "Client's Zipf seed.");
+ABSL_FLAG(std::string, ps_server, "server/ps_server", "ps_server binary.");
+
+namespace shardps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kIds = 1000000;
+constexpr int kDraws = 4096;
+
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// ---- gRPC client -------------------------------------------------------
+
+int RunGrpcClient() {
+  const int dim = absl::GetFlag(FLAGS_dim);
+  const bool bf16 = absl::GetFlag(FLAGS_encoding) == "bf16";
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  auto stub = ParameterServer::NewStub(grpc::CreateCustomChannel(
+      absl::GetFlag(FLAGS_address), grpc::InsecureChannelCredentials(), args));
+  bench::ZipfBatches zipf(kIds, 1.0, absl::GetFlag(FLAGS_seed));
+  std::vector<uint64_t> ranks, keys;
+  std::vector<float> grads(kDraws * dim, 0.001f);
+  PullRequest pull;
+  pull.set_map_version(1);
+  pull.set_encoding(bf16 ? BF16 : FP32);
+  PushRequest push;
+  push.set_map_version(1);
+  push.set_encoding(bf16 ? BF16 : FP32);
+  PullResponse pulled;
+  PushResponse pushed;
+  uint64_t rows = 0;
+  Clock::time_point start;
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int total = warmup + absl::GetFlag(FLAGS_steps);
+  for (int step = 0; step < total; ++step) {
+    if (step == warmup) {
+      start = Clock::now();
+      rows = 0;
+    }
+    zipf.Next(kDraws, &ranks, &keys);
+    pull.clear_tables();
+    TableKeys* tk = pull.add_tables();
+    tk->set_table_id(1);
+    tk->mutable_keys()->Add(keys.begin(), keys.end());
+    pulled.Clear();
+    grpc::ClientContext pull_ctx;
+    grpc::Status s = stub->Pull(&pull_ctx, pull, &pulled);
+    if (!s.ok()) {
+      std::fprintf(stderr, "pull: %s\n", s.error_message().c_str());
+      return 1;
+    }
+    push.clear_tables();
+    TableGradients* tg = push.add_tables();
+    tg->set_table_id(1);
+    tg->mutable_keys()->Add(keys.begin(), keys.end());
+    EncodeValues(grads.data(), keys.size() * dim,
+                 bf16 ? Encoding::kBf16 : Encoding::kFp32,
+                 tg->mutable_gradients());
+    grpc::ClientContext push_ctx;
+    s = stub->Push(&push_ctx, push, &pushed);
+    if (!s.ok()) {
+      std::fprintf(stderr, "push: %s\n", s.error_message().c_str());
+      return 1;
+    }
+    rows += keys.size();
+  }
+  std::printf("ROWS %llu SECONDS %.6f\n", static_cast<unsigned long long>(rows),
+              Seconds(start));
+  return 0;
+}
+
+// ---- raw TCP loop --------------------------------------------------------
+
+bool WriteAll(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = write(fd, p, n);
+    if (w <= 0) return false;
+    p += w;
+    n -= w;
+  }
+  return true;
+}
+bool ReadAll(int fd, void* data, size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= r;
+  }
+  return true;
+}
+bool SendMsg(int fd, const std::string& msg) {
+  const uint64_t n = msg.size();
+  return WriteAll(fd, &n, 8) && WriteAll(fd, msg.data(), n);
+}
+bool RecvMsg(int fd, std::string* msg) {
+  uint64_t n;
+  if (!ReadAll(fd, &n, 8)) return false;
+  msg->resize(n);
+  return ReadAll(fd, &(*msg)[0], n);
+}
+
+// Serves one connection: a message of k keys (tag 'P') is answered with k
+// rows gathered from its own table; a push (tag 'G') is scattered into it.
+int RunTcpServer() {
+  const int dim = absl::GetFlag(FLAGS_dim);
+  const size_t bpv = absl::GetFlag(FLAGS_encoding) == "bf16" ? 2 : 4;
+  const int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  listen(lfd, 1);
+  socklen_t len = sizeof addr;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::printf("TCP_LISTENING 127.0.0.1:%d\n", ntohs(addr.sin_port));
+  std::fflush(stdout);
+  const int fd = accept(lfd, nullptr, nullptr);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  std::vector<char> table(4096 * dim * bpv * 4);  // Stands in for the rows.
+  std::string in, out;
+  while (RecvMsg(fd, &in)) {
+    if (in[0] == 'P') {
+      const size_t k = (in.size() - 1) / 8;
+      out.resize(k * dim * bpv);
+      for (size_t i = 0; i < k; ++i) {
+        std::memcpy(&out[i * dim * bpv], &table[(i % 4096) * dim * bpv], dim * bpv);
+      }
+    } else {
+      const size_t k = (in.size() - 1) / (8 + dim * bpv);
+      const char* g = in.data() + 1 + k * 8;
+      for (size_t i = 0; i < k; ++i) {
+        std::memcpy(&table[(i % 4096) * dim * bpv], g + i * dim * bpv, dim * bpv);
+      }
+      out.assign(16, '\0');
+    }
+    if (!SendMsg(fd, out)) break;
+  }
+  return 0;
+}
+
+int RunTcpClient() {
+  const int dim = absl::GetFlag(FLAGS_dim);
+  const size_t bpv = absl::GetFlag(FLAGS_encoding) == "bf16" ? 2 : 4;
+  const std::string address = absl::GetFlag(FLAGS_address);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(std::stoi(address.substr(address.rfind(':') + 1)));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return 1;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  bench::ZipfBatches zipf(kIds, 1.0, absl::GetFlag(FLAGS_seed));
+  std::vector<uint64_t> ranks, keys;
+  std::vector<char> grads(kDraws * dim * bpv, 1);
+  std::string msg, reply;
+  uint64_t rows = 0;
+  Clock::time_point start;
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int total = warmup + absl::GetFlag(FLAGS_steps);
+  for (int step = 0; step < total; ++step) {
+    if (step == warmup) {
+      start = Clock::now();
+      rows = 0;
+    }
+    zipf.Next(kDraws, &ranks, &keys);
+    msg.assign(1, 'P');
+    msg.append(reinterpret_cast<const char*>(keys.data()), keys.size() * 8);
+    if (!SendMsg(fd, msg) || !RecvMsg(fd, &reply)) return 1;
+    msg.assign(1, 'G');
+    msg.append(reinterpret_cast<const char*>(keys.data()), keys.size() * 8);
+    msg.append(grads.data(), keys.size() * dim * bpv);
+    if (!SendMsg(fd, msg) || !RecvMsg(fd, &reply)) return 1;
+    rows += keys.size();
+  }
+  std::printf("ROWS %llu SECONDS %.6f\n", static_cast<unsigned long long>(rows),
+              Seconds(start));
+  close(fd);
+  return 0;
+}
+
+// ---- the driver ------------------------------------------------------------
+
+struct Child {
+  pid_t pid = 0;
+  FILE* out = nullptr;
+};
+
+Child Spawn(const std::vector<std::string>& args) {
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  Child c;
+  posix_spawn(&c.pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  c.out = fdopen(fds[0], "r");
+  return c;
+}
+
+// The first line of `c` starting with `prefix`, minus the prefix.
+std::string ReadLine(const Child& c, const std::string& prefix) {
+  char line[512];
+  while (std::fgets(line, sizeof line, c.out) != nullptr) {
+    std::string s(line);
+    if (s.rfind(prefix, 0) == 0) {
+      s = s.substr(prefix.size());
+      return s.substr(0, s.find_last_not_of("\r\n") + 1);
+    }
+  }
+  return "";
+}
+
+int Finish(Child& c, bool terminate) {
+  if (terminate) kill(c.pid, SIGTERM);
+  int status = 0;
+  waitpid(c.pid, &status, 0);
+  std::fclose(c.out);
+  return status;
+}
+
+std::string SelfPath() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return std::string(buf, n > 0 ? n : 0);
+}
+
+// Runs `clients` client processes against `address`; summed rows/s.
+double RunClients(const std::string& role, const std::string& address,
+                  int clients, int dim, const std::string& encoding) {
+  std::vector<Child> children;
+  for (int i = 0; i < clients; ++i) {
+    children.push_back(Spawn(
+        {SelfPath(), "--role=" + role, "--address=" + address,
+         absl::StrCat("--dim=", dim), "--encoding=" + encoding,
+         absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
+         absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
+         absl::StrCat("--seed=", 100 + i)}));
+  }
+  double total = 0;
+  for (Child& c : children) {
+    unsigned long long rows = 0;
+    double seconds = 0;
+    const std::string line = ReadLine(c, "ROWS ");
+    if (std::sscanf(line.c_str(), "%llu SECONDS %lf", &rows, &seconds) == 2) {
+      total += rows / seconds;
+    }
+    Finish(c, false);
+  }
+  return total;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double GrpcCase(int dim, const std::string& encoding, int clients) {
+  const std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+  const std::string config = absl::StrCat(tmp, "/server_rpc_bench_", getpid(), ".pbtxt");
+  std::ofstream(config) << "name: \"w\"\n"
+      << "tables { id: 1 name: \"emb\" kind: SPARSE dim: " << dim
+      << " init { kind: UNIFORM scale: 0.01 }"
+      << " optimizer { sgd { learning_rate: 0.01 } } }\n"
+      << "cluster { num_servers: 1 num_workers: " << clients
+      << " num_partitions: 4096 mode: ASP }\n"
+      << "data { synthetic_dir: \"unused\" }\n";
+  std::vector<double> rates;
+  for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
+    Child server = Spawn({absl::GetFlag(FLAGS_ps_server), "--config=" + config});
+    const std::string address = ReadLine(server, "PS_SERVER_LISTENING ");
+    if (address.empty()) {
+      std::fprintf(stderr, "ps_server did not start\n");
+      return 0;
+    }
+    rates.push_back(RunClients("client", address, clients, dim, encoding));
+    Finish(server, true);
+  }
+  std::remove(config.c_str());
+  return Median(rates);
+}
+
+double TcpCase(int dim, const std::string& encoding) {
+  std::vector<double> rates;
+  for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
+    Child server = Spawn({SelfPath(), "--role=tcp_server",
+                          absl::StrCat("--dim=", dim), "--encoding=" + encoding});
+    const std::string address = ReadLine(server, "TCP_LISTENING ");
+    rates.push_back(RunClients("tcp_client", address, 1, dim, encoding));
+    Finish(server, false);
+  }
+  return Median(rates);
+}
+
+int RunMain() {
+  std::printf("workload W: Zipf(1.0) over %llu ids, %d draws/step, %d steps, "
+              "median of %d\n",
+              static_cast<unsigned long long>(kIds), kDraws,
+              absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_reps));
+  struct Case {
+    int dim;
+    const char* encoding;
+  };
+  double fp32_64 = 0;
+  for (const Case& c : {Case{64, "fp32"}, Case{16, "fp32"}, Case{64, "bf16"}}) {
+    const double tcp = TcpCase(c.dim, c.encoding);
+    for (int clients : {1, 2}) {
+      const double rate = GrpcCase(c.dim, c.encoding, clients);
+      if (c.dim == 64 && std::string(c.encoding) == "fp32" && clients == 1) {
+        fp32_64 = rate;
+      }
+      std::printf("dim %2d %s %d client(s): %6.3f M rows/s; raw TCP loop "
+                  "%6.3f M rows/s; ratio %.2f",
+                  c.dim, c.encoding, clients, rate / 1e6, tcp / 1e6, rate / tcp);
+      if (std::string(c.encoding) == "bf16" && fp32_64 > 0 && clients == 1) {
+        std::printf("; bf16/fp32 %.2f", rate / fp32_64);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace shardps
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  const std::string role = absl::GetFlag(FLAGS_role);
+  if (role == "client") return shardps::RunGrpcClient();
+  if (role == "tcp_server") return shardps::RunTcpServer();
+  if (role == "tcp_client") return shardps::RunTcpClient();
+  return shardps::RunMain();
+}

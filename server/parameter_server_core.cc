@@ -1,0 +1,495 @@
+#include "server/parameter_server_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/codec.h"
+#include "common/status_macros.h"
+
+namespace shardps {
+
+struct ParameterServerCore::DecodedTable {
+  Table* table = nullptr;
+  const uint64_t* keys = nullptr;
+  size_t n = 0;
+  const float* grads = nullptr;  // Into the request or `storage`.
+  std::vector<float> storage;
+};
+
+namespace {
+
+absl::StatusOr<Encoding> ToEncoding(ValueEncoding e) {
+  switch (e) {
+    case FP32:
+      return Encoding::kFp32;
+    case FP16:
+      return Encoding::kFp16;
+    case BF16:
+      return Encoding::kBf16;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown value encoding ", static_cast<int>(e)));
+  }
+}
+
+// Checks that `bytes` holds n rows of `dim` values in `encoding`.
+absl::Status CheckValueBytes(const Table& table, size_t n, size_t bytes,
+                             Encoding encoding, const char* what) {
+  const size_t bpv = BytesPerValue(encoding);
+  const size_t dim = table.dim();
+  const std::string& name = table.config().name();
+  if (bytes % bpv != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", name, ": ", what, " has ", bytes,
+        " bytes, not a multiple of ", bpv, " bytes per value"));
+  }
+  const size_t values = bytes / bpv;
+  if (values % dim != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", name, ": wrong dim: ", what, " holds ", values,
+        " values, not a multiple of the table's dim ", dim));
+  }
+  if (values / dim != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", name, ": key count mismatch: ", n, " keys but ", what,
+        " for ", values / dim, " rows of dim ", dim));
+  }
+  return absl::OkStatus();
+}
+
+bool AllFinite(const float* v, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create(
+    const CoreOptions& options) {
+  const ClusterConfig& cluster = options.config.cluster();
+  PartitionMap map = options.map;
+  if (map.num_partitions() == 0) {
+    ASSIGN_OR_RETURN(map, PartitionMap::Contiguous(1, cluster.num_partitions(),
+                                                   cluster.num_servers()));
+  }
+  if (map.num_partitions() != cluster.num_partitions()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "partition map has ", map.num_partitions(),
+        " partitions, the config ", cluster.num_partitions()));
+  }
+  if (options.server_index >= map.num_servers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server index ", options.server_index,
+                     " is not below the number of servers ", map.num_servers()));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<TableStore> store,
+                   TableStore::Create(options.config));
+  return std::unique_ptr<ParameterServerCore>(
+      new ParameterServerCore(options, std::move(store), std::move(map)));
+}
+
+ParameterServerCore::ParameterServerCore(const CoreOptions& options,
+                                         std::unique_ptr<TableStore> store,
+                                         PartitionMap map)
+    : config_(options.config),
+      server_index_(options.server_index),
+      bsp_(options.config.cluster().mode() == BSP),
+      store_(std::move(store)),
+      map_(std::make_shared<const PartitionMap>(std::move(map))) {
+  MutexLock lock(&bsp_mu_);
+  for (uint32_t r = 0; r < config_.cluster().num_workers(); ++r) {
+    active_.insert(r);
+  }
+}
+
+ParameterServerCore::~ParameterServerCore() { Shutdown(); }
+
+std::shared_ptr<const PartitionMap> ParameterServerCore::CurrentMap() const {
+  MutexLock lock(&map_mu_);
+  return map_;
+}
+
+uint64_t ParameterServerCore::map_version() const {
+  return CurrentMap()->version();
+}
+
+uint64_t ParameterServerCore::applied_clock() const {
+  MutexLock lock(&bsp_mu_);
+  return applied_clock_;
+}
+
+absl::Status ParameterServerCore::CheckMapVersion(
+    uint64_t version, const PartitionMap& map) const {
+  if (version == map.version()) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(
+      "stale partition map: the request has map version ", version,
+      ", server ", server_index_, " has map version ", map.version()));
+}
+
+absl::Status ParameterServerCore::CheckOwnership(
+    uint64_t version, uint32_t table_id, const uint64_t* keys, size_t n,
+    const PartitionMap& map) const {
+  RETURN_IF_ERROR(CheckMapVersion(version, map));
+  const uint32_t parts = map.num_partitions();
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t p = PartitionOf(table_id, keys[i], parts);
+    if (map.OwnerOfPartition(p) != server_index_) {
+      return absl::AbortedError(absl::StrCat(
+          "key ", keys[i], " of table ", table_id, " is in partition ", p,
+          ", owned by server ", map.OwnerOfPartition(p), ", not server ",
+          server_index_, " (map version ", map.version(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::WaitForClock(uint64_t clock,
+                                               absl::Time deadline) {
+  deadline = std::min(deadline,
+                      absl::Now() + absl::Milliseconds(
+                                        config_.cluster().server_deadline_ms()));
+  MutexLock lock(&bsp_mu_);
+  while (applied_clock_ < clock && !shutdown_) {
+    if (!clock_applied_.WaitUntil(&bsp_mu_, deadline) &&
+        applied_clock_ < clock) {
+      std::vector<uint32_t> missing;
+      auto it = pending_.find(applied_clock_);
+      for (uint32_t r : active_) {
+        if (it == pending_.end() || !it->second.count(r)) missing.push_back(r);
+      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          "BSP pull for clock ", clock, " timed out: server ", server_index_,
+          " has applied clocks < ", applied_clock_, "; clock ", applied_clock_,
+          " still waits for the pushes of ranks [",
+          absl::StrJoin(missing, ","), "]"));
+    }
+  }
+  if (shutdown_) return absl::UnavailableError("server is shutting down");
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::Pull(const PullRequest& request,
+                                       absl::Time deadline,
+                                       PullResponse* response) {
+  ASSIGN_OR_RETURN(const Encoding encoding, ToEncoding(request.encoding()));
+  uint64_t bytes = 0;
+  for (const TableKeys& tk : request.tables()) {
+    const Table* table = store_->FindTable(tk.table_id());
+    if (table == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown table id ", tk.table_id()));
+    }
+    RETURN_IF_ERROR(TableStore::CheckDenseKeys(*table, tk.keys().data(),
+                                               tk.keys_size()));
+    bytes += uint64_t(tk.keys_size()) * table->dim() * BytesPerValue(encoding);
+  }
+  if (bytes > config_.cluster().max_message_bytes()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "pull response would hold ", bytes, " value bytes, more than "
+        "max_message_bytes ", config_.cluster().max_message_bytes(),
+        ": split the pull"));
+  }
+  if (!PullPurpose_IsValid(request.purpose())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown pull purpose ", static_cast<int>(request.purpose())));
+  }
+  if (bsp_ && request.clock() > 0) {
+    // A stale client learns it now rather than after the wait.
+    RETURN_IF_ERROR(CheckMapVersion(request.map_version(), *CurrentMap()));
+    RETURN_IF_ERROR(WaitForClock(request.clock(), deadline));
+  }
+  const std::shared_ptr<const PartitionMap> map = CurrentMap();
+  for (const TableKeys& tk : request.tables()) {
+    RETURN_IF_ERROR(CheckOwnership(request.map_version(), tk.table_id(),
+                                   tk.keys().data(), tk.keys_size(), *map));
+  }
+  const bool train = request.purpose() == TRAIN;
+  thread_local std::vector<float> scratch;
+  for (const TableKeys& tk : request.tables()) {
+    Table* table = store_->FindTable(tk.table_id());
+    const size_t n = tk.keys_size();
+    const size_t values = n * table->dim();
+    TableValues* out = response->add_tables();
+    out->set_table_id(tk.table_id());
+    out->set_dim(table->dim());
+    float* dst;
+    if (encoding == Encoding::kFp32) {
+      out->mutable_values()->resize(values * sizeof(float));
+      dst = reinterpret_cast<float*>(&(*out->mutable_values())[0]);
+    } else {
+      scratch.resize(values);
+      dst = scratch.data();
+    }
+    RETURN_IF_ERROR(store_->Pull(tk.table_id(), tk.keys().data(), n, train, dst));
+    if (encoding != Encoding::kFp32 && values > 0) {
+      EncodeValues(dst, values, encoding, out->mutable_values());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::DecodePush(
+    const PushRequest& request, std::vector<DecodedTable>* tables) const {
+  ASSIGN_OR_RETURN(const Encoding encoding, ToEncoding(request.encoding()));
+  tables->resize(request.tables_size());
+  for (int t = 0; t < request.tables_size(); ++t) {
+    const TableGradients& tg = request.tables(t);
+    DecodedTable& d = (*tables)[t];
+    d.table = store_->FindTable(tg.table_id());
+    if (d.table == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown table id ", tg.table_id()));
+    }
+    for (int u = 0; u < t; ++u) {
+      if (request.tables(u).table_id() == tg.table_id()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table id ", tg.table_id(), " appears twice in one push"));
+      }
+    }
+    d.keys = tg.keys().data();
+    d.n = tg.keys_size();
+    RETURN_IF_ERROR(CheckValueBytes(*d.table, d.n, tg.gradients().size(),
+                                    encoding, "gradients"));
+    const char* bytes = tg.gradients().data();
+    if (d.n == 0) continue;  // An empty push (legal, closes a BSP clock).
+    if (encoding == Encoding::kFp32 &&
+        reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
+      d.grads = reinterpret_cast<const float*>(bytes);  // No copy.
+    } else {
+      d.storage.resize(d.n * d.table->dim());
+      RETURN_IF_ERROR(DecodeValues(tg.gradients(), encoding,
+                                   d.storage.size(), d.storage.data()));
+      d.grads = d.storage.data();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::Push(const PushRequest& request,
+                                       PushResponse* response) {
+  const float lr_scale = request.has_lr_scale() ? request.lr_scale() : 1.0f;
+  std::vector<DecodedTable> tables;
+  RETURN_IF_ERROR(DecodePush(request, &tables));
+  const std::shared_ptr<const PartitionMap> map = CurrentMap();
+  RETURN_IF_ERROR(CheckMapVersion(request.map_version(), *map));
+  for (const DecodedTable& d : tables) {
+    RETURN_IF_ERROR(CheckOwnership(request.map_version(), d.table->id(),
+                                   d.keys, d.n, *map));
+    RETURN_IF_ERROR(
+        store_->ValidatePush(*d.table, d.keys, d.n, d.grads, lr_scale));
+  }
+  if (bsp_) return BufferBspPush(request, lr_scale, tables, response);
+  uint64_t seen = max_clock_.load(std::memory_order_relaxed);
+  while (request.clock() > seen &&
+         !max_clock_.compare_exchange_weak(seen, request.clock())) {
+  }
+  store_->SetClock(request.clock());
+  for (const DecodedTable& d : tables) {
+    const PushCounts c = d.table->Push(d.keys, d.n, d.grads, lr_scale);
+    response->set_rows_applied(response->rows_applied() + c.applied);
+    response->set_rows_skipped_nonfinite(response->rows_skipped_nonfinite() +
+                                         c.skipped_nonfinite);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::BufferBspPush(
+    const PushRequest& request, float lr_scale,
+    const std::vector<DecodedTable>& tables, PushResponse* response) {
+  const uint32_t rank = request.worker_rank();
+  const uint64_t clock = request.clock();
+  BufferedPush push;
+  push.lr_scale = lr_scale;
+  uint64_t buffered = 0, skipped = 0;
+  for (const DecodedTable& d : tables) {
+    BufferedTable bt;
+    bt.table_id = d.table->id();
+    const size_t dim = d.table->dim();
+    bt.keys.reserve(d.n);
+    bt.grads.reserve(d.n * dim);
+    uint64_t table_skipped = 0;
+    for (size_t i = 0; i < d.n; ++i) {
+      const float* g = d.grads + i * dim;
+      if (!AllFinite(g, dim)) {  // Only under SKIP_AND_COUNT (validated).
+        ++table_skipped;
+        continue;
+      }
+      bt.keys.push_back(d.keys[i]);
+      bt.grads.insert(bt.grads.end(), g, g + dim);
+    }
+    d.table->CountSkippedNonFinite(table_skipped);
+    skipped += table_skipped;
+    buffered += bt.keys.size();
+    push.tables.push_back(std::move(bt));
+  }
+  MutexLock lock(&bsp_mu_);
+  if (!active_.count(rank)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "BSP push from rank ", rank, ", which is not an active worker"));
+  }
+  if (clock < applied_clock_ || pending_[clock].count(rank)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "rank ", rank, " already pushed clock ", clock, " (server ",
+        server_index_, " has applied clocks < ", applied_clock_, ")"));
+  }
+  pending_[clock].emplace(rank, std::move(push));
+  CloseClocks();
+  response->set_rows_applied(buffered);
+  response->set_rows_skipped_nonfinite(skipped);
+  return absl::OkStatus();
+}
+
+void ParameterServerCore::CloseClocks() {
+  while (true) {
+    auto it = pending_.find(applied_clock_);
+    if (it == pending_.end()) return;
+    for (uint32_t r : active_) {
+      if (!it->second.count(r)) return;
+    }
+    std::set<uint32_t> ranks = active_;
+    for (const auto& [r, push] : it->second) ranks.insert(r);
+    ApplyClock(it->second, ranks.size());
+    pending_.erase(it);
+    ++applied_clock_;
+    max_clock_.store(applied_clock_, std::memory_order_relaxed);
+    store_->SetClock(applied_clock_);
+    clock_applied_.SignalAll();
+  }
+}
+
+void ParameterServerCore::ApplyClock(
+    const std::map<uint32_t, BufferedPush>& pushes, size_t num_ranks) {
+  if (pushes.empty()) return;
+  const float lr_scale = pushes.begin()->second.lr_scale;  // Lowest rank.
+  std::map<uint32_t, std::vector<const BufferedTable*>> by_table;
+  for (const auto& [rank, push] : pushes) {  // Rank order.
+    for (const BufferedTable& bt : push.tables) {
+      by_table[bt.table_id].push_back(&bt);
+    }
+  }
+  for (const auto& [table_id, parts] : by_table) {
+    Table* table = store_->FindTable(table_id);
+    const size_t dim = table->dim();
+    absl::flat_hash_map<uint64_t, size_t> index;
+    std::vector<uint64_t> keys;
+    std::vector<float> sum;
+    for (const BufferedTable* bt : parts) {
+      for (size_t i = 0; i < bt->keys.size(); ++i) {
+        auto [it, inserted] = index.try_emplace(bt->keys[i], keys.size());
+        if (inserted) {
+          keys.push_back(bt->keys[i]);
+          sum.resize(sum.size() + dim, 0.0f);
+        }
+        float* dst = sum.data() + it->second * dim;
+        const float* g = bt->grads.data() + i * dim;
+        for (size_t j = 0; j < dim; ++j) dst[j] += g[j];
+      }
+    }
+    const float divisor = static_cast<float>(num_ranks);
+    for (float& v : sum) v /= divisor;
+    table->Push(keys.data(), keys.size(), sum.data(), lr_scale);
+  }
+}
+
+absl::Status ParameterServerCore::InitRows(const InitRowsRequest& request,
+                                           InitRowsResponse* response) {
+  Table* table = store_->FindTable(request.table_id());
+  if (table == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown table id ", request.table_id()));
+  }
+  const size_t n = request.keys_size();
+  RETURN_IF_ERROR(CheckValueBytes(*table, n, request.values().size(),
+                                  Encoding::kFp32, "values"));
+  RETURN_IF_ERROR(CheckOwnership(request.map_version(), request.table_id(),
+                                 request.keys().data(), n, *CurrentMap()));
+  if (n == 0) return absl::OkStatus();
+  std::vector<float> values(n * table->dim());
+  RETURN_IF_ERROR(DecodeValues(request.values(), Encoding::kFp32,
+                               values.size(), values.data()));
+  ASSIGN_OR_RETURN(const uint64_t written,
+                   store_->InitRows(request.table_id(), request.keys().data(),
+                                    n, values.data()));
+  response->set_rows_written(written);
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::TableInfo(const TableInfoRequest& request,
+                                            TableInfoResponse* response) {
+  response->set_server_index(server_index_);
+  response->set_map_version(map_version());
+  response->set_applied_clock(applied_clock());
+  for (Table* table : store_->tables()) {
+    const TableCounters c = table->Counters();
+    TableStats* s = response->add_tables();
+    s->set_table_id(table->id());
+    s->set_name(table->config().name());
+    s->set_dim(table->dim());
+    s->set_live_rows(c.live_rows);
+    s->set_pending_rows(c.pending_rows);
+    s->set_admitted_rows(c.admitted_rows);
+    s->set_evicted_rows(c.evicted_rows);
+    s->set_bytes(c.bytes);
+    s->set_bytes_per_row(c.bytes_per_row);
+    s->set_rows_skipped_nonfinite(c.rows_skipped_nonfinite);
+    s->set_pulls(c.pulls);
+    s->set_pushes(c.pushes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::Control(const ControlRequest& request,
+                                          ControlResponse* response) {
+  if (request.partition_owner_size() > 0) {
+    const uint32_t parts = config_.cluster().num_partitions();
+    if (static_cast<uint32_t>(request.partition_owner_size()) != parts) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Control: map has ", request.partition_owner_size(),
+          " partitions, the job ", parts));
+    }
+    std::vector<uint32_t> owners(request.partition_owner().begin(),
+                                 request.partition_owner().end());
+    const uint32_t servers = std::max(
+        config_.cluster().num_servers(),
+        *std::max_element(owners.begin(), owners.end()) + 1);
+    ASSIGN_OR_RETURN(PartitionMap map,
+                     PartitionMap::FromOwners(request.map_version(),
+                                              std::move(owners), servers));
+    MutexLock lock(&map_mu_);
+    if (map.version() < map_->version()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Control: map version ", map.version(), " is older than map version ",
+          map_->version()));
+    }
+    map_ = std::make_shared<const PartitionMap>(std::move(map));
+  }
+  if (request.active_workers_size() > 0) {
+    MutexLock lock(&bsp_mu_);
+    active_ = std::set<uint32_t>(request.active_workers().begin(),
+                                 request.active_workers().end());
+    CloseClocks();
+    clock_applied_.SignalAll();
+  }
+  return absl::OkStatus();
+}
+
+uint64_t ParameterServerCore::Evict() {
+  return store_->Evict(max_clock_.load(std::memory_order_relaxed),
+                       absl::ToUnixSeconds(absl::Now()));
+}
+
+void ParameterServerCore::Shutdown() {
+  MutexLock lock(&bsp_mu_);
+  shutdown_ = true;
+  clock_applied_.SignalAll();
+}
+
+}  // namespace shardps

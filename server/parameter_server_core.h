@@ -1,0 +1,162 @@
+// The parameter server's logic, without gRPC: requests and responses are the
+// proto messages of proto/ps.proto, results are absl::Status. The gRPC
+// service (ps_service.h) is a thin shell over one of these.
+//
+// It owns the server's TableStore, its partition ownership (a PartitionMap
+// and this server's index) and the BSP clock buffer. Every request is
+// validated in full before anything changes; a refused request changes
+// nothing. Errors:
+//   INVALID_ARGUMENT   unknown table; unknown encoding; value bytes not a
+//                      multiple of the encoding / of the table's dim ("wrong
+//                      dim"); key count not matching the values; a table
+//                      twice in one push; duplicate keys in one push; a
+//                      non-finite gradient in a REJECT table; non-finite
+//                      lr_scale; a dense chunk index out of range.
+//   ABORTED            the request's map version is not the server's, or a
+//                      key's partition belongs to another server. The message
+//                      contains "map version N" (N = the server's version):
+//                      refresh the map and retry.
+//   RESOURCE_EXHAUSTED a pull whose response would exceed max_message_bytes.
+//   FAILED_PRECONDITION BSP push from a rank that is not active; a Control
+//                      with an older map version or a wrong partition count.
+//   ALREADY_EXISTS     BSP: this rank already pushed this clock (a retry of a
+//                      push that was received; safe to treat as success).
+//   DEADLINE_EXCEEDED  BSP pull whose clock did not close before the deadline.
+//   UNAVAILABLE        the core is shutting down.
+//
+// Consistency (DESIGN.md). ASP/SSP: each push is applied on arrival (one
+// optimizer step per key per push), lr_scale from the push (unset = 1).
+// BSP: pushes of clock c are buffered per rank; when every active worker
+// (initially ranks 0..num_workers-1, changed by Control) has pushed c, and
+// clocks < c are applied, the core applies one step per key with the mean
+// gradient: the sum over ranks in rank order (a key a rank did not push adds
+// nothing), divided by the number of ranks in (active set U ranks that pushed
+// c). The lr_scale is the lowest such rank's. The result is bit-identical
+// whatever the arrival order. Clocks start at 0. A BSP pull with clock t
+// waits until clocks < t are applied (an empty push still closes a clock, so
+// workers push to every server every step).
+//
+// Thread-safety: all methods are thread-safe. Pull may block (BSP); the
+// others do not wait for other requests beyond short critical sections.
+#ifndef SHARDPS_SERVER_PARAMETER_SERVER_CORE_H_
+#define SHARDPS_SERVER_PARAMETER_SERVER_CORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/mutex.h"
+#include "common/partition.h"
+#include "proto/config.pb.h"
+#include "proto/ps.pb.h"
+#include "server/table_store.h"
+
+namespace shardps {
+
+struct CoreOptions {
+  JobConfig config;  // Finalized (common/config.h).
+  uint32_t server_index = 0;
+  // The partition map; an empty map (no partitions) means the contiguous map
+  // of config.cluster() num_partitions / num_servers at version 1.
+  PartitionMap map;
+};
+
+class ParameterServerCore {
+ public:
+  // INVALID_ARGUMENT if a table cannot be built, the index is not below the
+  // number of servers, or the map does not have the config's partitions.
+  static absl::StatusOr<std::unique_ptr<ParameterServerCore>> Create(
+      const CoreOptions& options);
+
+  ParameterServerCore(const ParameterServerCore&) = delete;
+  ParameterServerCore& operator=(const ParameterServerCore&) = delete;
+  ~ParameterServerCore();
+
+  // BSP pulls wait at most until `deadline` (and never longer than the
+  // config's server_deadline_ms).
+  absl::Status Pull(const PullRequest& request, absl::Time deadline,
+                    PullResponse* response);
+  absl::Status Push(const PushRequest& request, PushResponse* response);
+  absl::Status InitRows(const InitRowsRequest& request,
+                        InitRowsResponse* response);
+  absl::Status TableInfo(const TableInfoRequest& request,
+                         TableInfoResponse* response);
+  absl::Status Control(const ControlRequest& request,
+                       ControlResponse* response);
+
+  // One eviction sweep at the current clock and time; rows dropped. The
+  // server calls it periodically.
+  uint64_t Evict();
+  // Wakes waiting pulls (they answer UNAVAILABLE) and refuses new ones.
+  void Shutdown();
+
+  const JobConfig& config() const { return config_; }
+  uint32_t server_index() const { return server_index_; }
+  uint64_t map_version() const;
+  uint64_t applied_clock() const;
+  TableStore* store() { return store_.get(); }
+
+ private:
+  // One rank's buffered push of one BSP clock.
+  struct BufferedTable {
+    uint32_t table_id = 0;
+    std::vector<uint64_t> keys;
+    std::vector<float> grads;
+  };
+  struct BufferedPush {
+    float lr_scale = 1;
+    std::vector<BufferedTable> tables;
+  };
+  // A push's table after validation: keys and decoded gradients.
+  struct DecodedTable;
+
+  ParameterServerCore(const CoreOptions& options,
+                      std::unique_ptr<TableStore> store, PartitionMap map);
+
+  std::shared_ptr<const PartitionMap> CurrentMap() const;
+  // ABORTED unless `version` is current and this server owns every key.
+  absl::Status CheckOwnership(uint64_t version, uint32_t table_id,
+                              const uint64_t* keys, size_t n,
+                              const PartitionMap& map) const;
+  absl::Status CheckMapVersion(uint64_t version, const PartitionMap& map) const;
+  absl::Status DecodePush(const PushRequest& request,
+                          std::vector<DecodedTable>* tables) const;
+  absl::Status BufferBspPush(const PushRequest& request, float lr_scale,
+                             const std::vector<DecodedTable>& tables,
+                             PushResponse* response);
+  absl::Status WaitForClock(uint64_t clock, absl::Time deadline);
+  // Applies every complete clock in order.
+  void CloseClocks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bsp_mu_);
+  void ApplyClock(const std::map<uint32_t, BufferedPush>& pushes,
+                  size_t num_ranks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(bsp_mu_);
+
+  // Constant after construction.
+  const JobConfig config_;
+  const uint32_t server_index_;
+  const bool bsp_;
+  const std::unique_ptr<TableStore> store_;
+
+  mutable Mutex map_mu_;
+  std::shared_ptr<const PartitionMap> map_ ABSL_GUARDED_BY(map_mu_);
+
+  mutable Mutex bsp_mu_;
+  CondVar clock_applied_;
+  std::set<uint32_t> active_ ABSL_GUARDED_BY(bsp_mu_);
+  // clock -> rank -> push, for clocks >= applied_clock_.
+  std::map<uint64_t, std::map<uint32_t, BufferedPush>> pending_
+      ABSL_GUARDED_BY(bsp_mu_);
+  uint64_t applied_clock_ ABSL_GUARDED_BY(bsp_mu_) = 0;
+  bool shutdown_ ABSL_GUARDED_BY(bsp_mu_) = false;
+
+  std::atomic<uint64_t> max_clock_{0};  // For eviction by clocks.
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_SERVER_PARAMETER_SERVER_CORE_H_

@@ -1,0 +1,105 @@
+#include "server/ps_server.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace shardps {
+namespace {
+
+bool HasEviction(const JobConfig& config) {
+  for (const TableConfig& t : config.tables()) {
+    if (t.eviction().ttl_clocks() > 0 || t.eviction().ttl_seconds() > 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
+    const PsServerOptions& options) {
+  CoreOptions core_options;
+  core_options.config = options.config;
+  core_options.server_index = options.server_index;
+  core_options.map = options.map;
+  std::unique_ptr<PsServer> s(new PsServer());
+  ASSIGN_OR_RETURN(s->core_, ParameterServerCore::Create(core_options));
+  s->service_ = std::make_unique<PsService>(s->core_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const int max_bytes = static_cast<int>(std::min<uint64_t>(
+      options.config.cluster().max_message_bytes(), INT32_MAX));
+  builder.SetMaxReceiveMessageSize(max_bytes);
+  builder.SetMaxSendMessageSize(max_bytes);
+  if (options.threads > 0) {
+    grpc::ResourceQuota quota("ps_server");
+    quota.SetMaxThreads(options.threads);
+    builder.SetResourceQuota(quota);
+  }
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+                           &s->port_);
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen));
+  }
+  const size_t colon = options.listen.rfind(':');
+  s->address_ = absl::StrCat(options.listen.substr(0, colon), ":", s->port_);
+  if (HasEviction(options.config)) {
+    s->evict_thread_ = std::thread(&PsServer::EvictLoop, s.get(),
+                                   options.evict_every);
+  }
+  LOG(INFO) << "ps_server " << options.server_index << " serving "
+            << options.config.tables_size() << " tables on " << s->address_;
+  return s;
+}
+
+PsServer::~PsServer() {
+  Shutdown();
+  Wait();
+}
+
+void PsServer::EvictLoop(absl::Duration every) {
+  while (true) {
+    {
+      MutexLock lock(&mu_);
+      const absl::Time next = absl::Now() + every;
+      while (!stopping_ && absl::Now() < next) changed_.WaitUntil(&mu_, next);
+      if (stopping_) return;
+    }
+    const uint64_t dropped = core_->Evict();
+    if (dropped > 0) LOG(INFO) << "evicted " << dropped << " idle rows";
+  }
+}
+
+void PsServer::Shutdown() {
+  {
+    MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    changed_.SignalAll();
+  }
+  core_->Shutdown();  // Waiting BSP pulls return before the server drains.
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (evict_thread_.joinable()) evict_thread_.join();
+  MutexLock lock(&mu_);
+  stopped_ = true;
+  changed_.SignalAll();
+}
+
+void PsServer::Wait() {
+  MutexLock lock(&mu_);
+  while (!stopped_) changed_.Wait(&mu_);
+}
+
+}  // namespace shardps

@@ -1,0 +1,311 @@
+// Starts the real ps_server binary on a free port and talks to it over gRPC:
+// a pull/push round trip, health checking, and every bad request, each
+// checked for its status and for leaving the table unchanged.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/codec.h"
+#include "common/partition.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+
+extern char** environ;
+
+namespace shardps {
+namespace {
+
+constexpr char kConfig[] = R"pb(
+  name: "ps-server-test"
+  tables {
+    id: 1
+    name: "emb"
+    kind: SPARSE
+    dim: 4
+    init { kind: ZEROS }
+    optimizer { sgd { learning_rate: 0.5 } }
+  }
+  tables {
+    id: 2
+    name: "skip"
+    kind: SPARSE
+    dim: 4
+    init { kind: ZEROS }
+    optimizer { sgd { learning_rate: 0.5 } }
+    non_finite: SKIP_AND_COUNT
+  }
+  cluster {
+    num_servers: 1
+    num_workers: 1
+    num_partitions: 64
+    mode: ASP
+    max_message_bytes: 1048576
+  }
+  data { synthetic_dir: "unused" }
+)pb";
+
+std::string Runfile(const std::string& path) {
+  return std::string(std::getenv("TEST_SRCDIR")) + "/" +
+         std::getenv("TEST_WORKSPACE") + "/" + path;
+}
+
+// The ps_server process, started on 127.0.0.1:0; SIGTERM on destruction.
+class ServerProcess {
+ public:
+  ServerProcess() {
+    const std::string dir = std::getenv("TEST_TMPDIR");
+    const std::string config = dir + "/job.pbtxt";
+    std::ofstream(config) << kConfig;
+    int out[2];
+    EXPECT_EQ(pipe(out), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_addclose(&actions, out[0]);
+    const std::string binary = Runfile("server/ps_server");
+    const std::string config_flag = "--config=" + config;
+    const std::string port_flag = "--port_file=" + dir + "/port";
+    std::vector<char*> argv = {const_cast<char*>(binary.c_str()),
+                               const_cast<char*>(config_flag.c_str()),
+                               const_cast<char*>("--listen=127.0.0.1:0"),
+                               const_cast<char*>(port_flag.c_str()), nullptr};
+    EXPECT_EQ(posix_spawn(&pid_, binary.c_str(), &actions, nullptr,
+                          argv.data(), environ),
+              0);
+    posix_spawn_file_actions_destroy(&actions);
+    close(out[1]);
+    FILE* f = fdopen(out[0], "r");
+    char line[256];
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      const std::string s(line);
+      if (s.rfind("PS_SERVER_LISTENING ", 0) == 0) {
+        address_ = s.substr(20, s.find_last_not_of("\r\n") - 19);
+        break;
+      }
+    }
+    stdout_ = f;  // Kept open so the server never writes to a closed pipe.
+  }
+  ~ServerProcess() { EXPECT_EQ(Stop(), 0); }
+
+  // SIGTERM, then the exit status (0 = clean).
+  int Stop() {
+    if (pid_ <= 0) return exit_status_;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = 0;
+    std::fclose(stdout_);
+    exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return exit_status_;
+  }
+  const std::string& address() const { return address_; }
+
+ private:
+  pid_t pid_ = 0;
+  FILE* stdout_ = nullptr;
+  std::string address_;
+  int exit_status_ = 0;
+};
+
+std::string Fp32(const std::vector<float>& v) {
+  std::string out;
+  if (!v.empty()) EncodeValues(v.data(), v.size(), Encoding::kFp32, &out);
+  return out;
+}
+
+PushRequest MakePush(uint32_t table, const std::vector<uint64_t>& keys,
+                     const std::vector<float>& grads) {
+  PushRequest p;
+  p.set_map_version(1);
+  TableGradients* tg = p.add_tables();
+  tg->set_table_id(table);
+  for (uint64_t k : keys) tg->add_keys(k);
+  tg->set_gradients(Fp32(grads));
+  return p;
+}
+
+class PsServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(server_.address().empty()) << "ps_server did not start";
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);
+    args.SetMaxSendMessageSize(64 << 20);
+    channel_ = grpc::CreateCustomChannel(
+        server_.address(), grpc::InsecureChannelCredentials(), args);
+    stub_ = ParameterServer::NewStub(channel_);
+  }
+
+  // Eval pull of `keys` of `table`, decoded.
+  std::vector<float> Read(uint32_t table, const std::vector<uint64_t>& keys) {
+    PullRequest r;
+    r.set_map_version(1);
+    r.set_purpose(EVAL);
+    TableKeys* tk = r.add_tables();
+    tk->set_table_id(table);
+    for (uint64_t k : keys) tk->add_keys(k);
+    PullResponse resp;
+    grpc::ClientContext ctx;
+    const grpc::Status s = stub_->Pull(&ctx, r, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    std::vector<float> out(keys.size() * 4);
+    if (s.ok()) {
+      EXPECT_TRUE(DecodeValues(resp.tables(0).values(), Encoding::kFp32,
+                               out.size(), out.data()).ok());
+    }
+    return out;
+  }
+
+  grpc::Status Push(const PushRequest& request, PushResponse* response) {
+    grpc::ClientContext ctx;
+    return stub_->Push(&ctx, request, response);
+  }
+
+  ServerProcess server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+};
+
+TEST_F(PsServerTest, PullPushRoundTripAndHealth) {
+  const std::vector<uint64_t> keys = {7, 1u << 20, 99999999999ull};
+  PullRequest pull;
+  pull.set_map_version(1);
+  pull.set_purpose(TRAIN);
+  TableKeys* tk = pull.add_tables();
+  tk->set_table_id(1);
+  for (uint64_t k : keys) tk->add_keys(k);
+  PullResponse presp;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Pull(&ctx, pull, &presp).ok());
+  }
+  ASSERT_EQ(presp.tables_size(), 1);
+  EXPECT_EQ(presp.tables(0).dim(), 4u);
+  EXPECT_EQ(presp.tables(0).values(), Fp32(std::vector<float>(12, 0.0f)));
+  PushResponse resp;
+  PushRequest push = MakePush(1, keys, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  ASSERT_TRUE(Push(push, &resp).ok());
+  EXPECT_EQ(resp.rows_applied(), 3u);
+  EXPECT_EQ(Read(1, keys), (std::vector<float>{-0.5, -1, -1.5, -2, -2.5, -3,
+                                                -3.5, -4, -4.5, -5, -5.5, -6}));
+  TableInfoResponse info;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->TableInfo(&ctx, TableInfoRequest(), &info).ok());
+  }
+  ASSERT_EQ(info.tables_size(), 2);
+  EXPECT_EQ(info.tables(0).live_rows(), 3u);
+  EXPECT_EQ(info.map_version(), 1u);
+
+  grpc::ByteBuffer request, reply;
+  grpc::Slice empty;  // HealthCheckRequest{service: ""} is empty bytes.
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext hctx;
+  grpc::CompletionQueue cq;
+  auto call = generic.PrepareUnaryCall(&hctx, "/grpc.health.v1.Health/Check",
+                                       request, &cq);
+  call->StartCall();
+  grpc::Status hstatus;
+  call->Finish(&reply, &hstatus, reinterpret_cast<void*>(1));
+  void* tag;
+  bool ok;
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  EXPECT_TRUE(hstatus.ok()) << hstatus.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(reply.Dump(&slices).ok());
+  // HealthCheckResponse{status: SERVING (1)} = field 1 varint 1: 08 01.
+  ASSERT_EQ(slices.size(), 1u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(slices[0].begin()),
+                        slices[0].size()),
+            std::string("\x08\x01", 2));
+}
+
+TEST_F(PsServerTest, EveryBadRequestGetsItsStatusAndChangesNothing) {
+  const std::vector<uint64_t> keys = {11, 12};
+  PushResponse resp;
+  ASSERT_TRUE(Push(MakePush(1, keys, std::vector<float>(8, 2)), &resp).ok());
+  const std::vector<float> before = Read(1, keys);
+  ASSERT_EQ(before[0], -1.0f);
+
+  struct Case {
+    const char* name;
+    PushRequest request;
+    grpc::StatusCode code;
+    const char* message;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"unknown table", MakePush(5, keys, std::vector<float>(8, 1)),
+                   grpc::StatusCode::INVALID_ARGUMENT, "unknown table id 5"});
+  cases.push_back({"count mismatch", MakePush(1, keys, std::vector<float>(12, 1)),
+                   grpc::StatusCode::INVALID_ARGUMENT, "key count mismatch"});
+  cases.push_back({"wrong dim", MakePush(1, keys, std::vector<float>(10, 1)),
+                   grpc::StatusCode::INVALID_ARGUMENT, "wrong dim"});
+  cases.push_back({"duplicate keys", MakePush(1, {11, 11}, std::vector<float>(8, 1)),
+                   grpc::StatusCode::INVALID_ARGUMENT, "duplicate key 11"});
+  std::vector<float> nan(8, 1);
+  nan[2] = std::numeric_limits<float>::quiet_NaN();
+  cases.push_back({"non-finite", MakePush(1, keys, nan),
+                   grpc::StatusCode::INVALID_ARGUMENT, "non-finite"});
+  PushRequest stale = MakePush(1, keys, std::vector<float>(8, 1));
+  stale.set_map_version(3);
+  cases.push_back({"stale map", stale, grpc::StatusCode::ABORTED, "map version 1"});
+  // 300k keys * 4 floats is far over the 1 MiB max_message_bytes.
+  std::vector<uint64_t> many(300000);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = 1000000 + i;
+  cases.push_back({"oversized", MakePush(1, many, std::vector<float>(many.size() * 4, 1)),
+                   grpc::StatusCode::RESOURCE_EXHAUSTED, ""});
+  for (const Case& c : cases) {
+    const grpc::Status s = Push(c.request, &resp);
+    EXPECT_EQ(s.error_code(), c.code) << c.name << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(c.message), std::string::npos)
+        << c.name << ": " << s.error_message();
+    EXPECT_EQ(Read(1, keys), before) << c.name;
+  }
+  TableInfoResponse info;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->TableInfo(&ctx, TableInfoRequest(), &info).ok());
+  EXPECT_EQ(info.tables(0).live_rows(), 2u);  // Nothing was created.
+
+  // SKIP_AND_COUNT: the finite row applies, the other is counted.
+  std::vector<float> inf(8, 2);
+  inf[5] = INFINITY;
+  ASSERT_TRUE(Push(MakePush(2, keys, inf), &resp).ok());
+  EXPECT_EQ(resp.rows_applied(), 1u);
+  EXPECT_EQ(resp.rows_skipped_nonfinite(), 1u);
+  EXPECT_EQ(Read(2, keys), (std::vector<float>{-1, -1, -1, -1, 0, 0, 0, 0}));
+  grpc::ClientContext ctx2;
+  ASSERT_TRUE(stub_->TableInfo(&ctx2, TableInfoRequest(), &info).ok());
+  EXPECT_EQ(info.tables(1).rows_skipped_nonfinite(), 1u);
+
+  // An unknown table in a pull; Checkpoint is not there yet.
+  PullRequest pull;
+  pull.set_map_version(1);
+  pull.add_tables()->set_table_id(9);
+  PullResponse presp;
+  grpc::ClientContext ctx3;
+  EXPECT_EQ(stub_->Pull(&ctx3, pull, &presp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  CheckpointResponse cresp;
+  grpc::ClientContext ctx4;
+  EXPECT_EQ(stub_->Checkpoint(&ctx4, CheckpointRequest(), &cresp).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+}
+
+TEST_F(PsServerTest, ExitsCleanlyOnSigterm) { EXPECT_EQ(server_.Stop(), 0); }
+
+}  // namespace
+}  // namespace shardps

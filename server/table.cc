@@ -1,0 +1,394 @@
+#include "server/table.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "common/partition.h"
+
+namespace shardps {
+namespace {
+
+constexpr size_t kMetaFloats = 3;  // last clock (2 words), last seconds.
+constexpr size_t kBlockBytes = 64 << 10;
+constexpr size_t kAhead = 4;  // Prefetch distance, in rows.
+
+bool AllFinite(const float* v, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) return false;
+  }
+  return true;
+}
+
+uint32_t BlockLog2(size_t stride) {
+  uint32_t log2 = 0;
+  while ((size_t{2} << log2) * stride * sizeof(float) <= kBlockBytes) ++log2;
+  return log2;
+}
+
+}  // namespace
+
+// Hands out blocks from 2 MiB-aligned chunks marked MADV_HUGEPAGE. Blocks
+// live as long as the arena (freed rows are reused within their shard).
+class Table::BlockArena {
+ public:
+  static constexpr size_t kChunkBytes = 2 << 20;
+
+  float* Allocate(size_t bytes) {
+    bytes = (bytes + 63) & ~size_t{63};
+    MutexLock lock(&mu_);
+    if (chunks_.empty() || used_ + bytes > chunk_size_) {
+      chunk_size_ = std::max(kChunkBytes, (bytes + kChunkBytes - 1) /
+                                              kChunkBytes * kChunkBytes);
+      void* chunk = std::aligned_alloc(kChunkBytes, chunk_size_);
+      CHECK(chunk != nullptr) << "out of memory for " << chunk_size_ << " bytes";
+      madvise(chunk, chunk_size_, MADV_HUGEPAGE);  // Advice; failure is fine.
+      chunks_.emplace_back(static_cast<char*>(chunk));
+      used_ = 0;
+      allocated_ += chunk_size_;
+    }
+    float* block = reinterpret_cast<float*>(chunks_.back().get() + used_);
+    used_ += bytes;
+    return block;
+  }
+  uint64_t allocated_bytes() const {
+    MutexLock lock(&mu_);
+    return allocated_;
+  }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<char, Free>> chunks_ ABSL_GUARDED_BY(mu_);
+  size_t chunk_size_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+struct Table::Shard {
+  mutable Mutex mu;
+  absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint64_t, Pending> pending ABSL_GUARDED_BY(mu);
+  std::vector<float*> blocks ABSL_GUARDED_BY(mu);  // Owned by the arena.
+  std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
+  uint32_t next_slot ABSL_GUARDED_BY(mu) = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Table>> Table::Create(
+    const TableConfig& config, uint32_t dense_chunk_size) {
+  const bool dense = config.kind() == TableConfig::DENSE;
+  const uint32_t dim = dense ? dense_chunk_size : config.dim();
+  if (dim == 0) {
+    return absl::InvalidArgumentError("table " + config.name() +
+                                      ": row dimension must be > 0");
+  }
+  auto optimizer = Optimizer::Create(config.optimizer(), dim);
+  if (!optimizer.ok()) {
+    return absl::InvalidArgumentError("table " + config.name() + ": " +
+                                      std::string(optimizer.status().message()));
+  }
+  return std::unique_ptr<Table>(new Table(config, dim, std::move(*optimizer)));
+}
+
+Table::Table(const TableConfig& config, uint32_t dim,
+             std::unique_ptr<Optimizer> optimizer)
+    : config_(config),
+      dim_(dim),
+      optimizer_(std::move(optimizer)),
+      initializer_(config.init(), config.seed(), dim),
+      state_size_(optimizer_->StateSize()),
+      stride_(dim + state_size_ +
+              ((config.eviction().ttl_clocks() > 0 ||
+                config.eviction().ttl_seconds() > 0) &&
+                       config.kind() != TableConfig::DENSE
+                   ? kMetaFloats
+                   : 0)),
+      eviction_(stride_ > dim + state_size_),
+      min_count_(config.kind() == TableConfig::DENSE
+                     ? 1
+                     : config.admission().min_count()),
+      num_chunks_(config.kind() == TableConfig::DENSE
+                      ? (config.dense_size() + dim - 1) / dim
+                      : 0),
+      rows_per_block_log2_(BlockLog2(stride_)),
+      arena_(std::make_unique<BlockArena>()),
+      shards_(std::make_unique<Shard[]>(kNumShards)) {}
+
+Table::~Table() = default;
+
+Table::Shard& Table::ShardOf(uint64_t key) const {
+  return shards_[(MixKey(config_.id(), key) >> 32) & (kNumShards - 1)];
+}
+
+uint32_t Table::NowSeconds() const {
+  if (config_.eviction().ttl_seconds() == 0) return 0;
+  return static_cast<uint32_t>(absl::ToUnixSeconds(absl::Now()));
+}
+
+void Table::Stamp(float* row, uint32_t now_seconds) const {
+  if (!eviction_) return;
+  const uint64_t clock = clock_.load(std::memory_order_relaxed);
+  float* meta = row + dim_ + state_size_;
+  std::memcpy(meta, &clock, sizeof clock);
+  std::memcpy(meta + 2, &now_seconds, sizeof now_seconds);
+}
+
+float* Table::RowAt(const Shard& shard, uint32_t slot) const
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Caller holds shard.mu.
+  return shard.blocks[slot >> rows_per_block_log2_] +
+         (slot & ((1u << rows_per_block_log2_) - 1)) * stride_;
+}
+
+void Table::Prefetch(const uint64_t* keys, size_t n, size_t i) const {
+  if (i + 2 * kAhead < n) {
+    const Shard& shard = ShardOf(keys[i + 2 * kAhead]);
+    MutexLock lock(&shard.mu);
+    shard.index.prefetch(keys[i + 2 * kAhead]);
+  }
+  if (i + kAhead < n) {
+    const Shard& shard = ShardOf(keys[i + kAhead]);
+    MutexLock lock(&shard.mu);
+    auto it = shard.index.find(keys[i + kAhead]);
+    if (it != shard.index.end()) {
+      const char* row = reinterpret_cast<const char*>(RowAt(shard, it->second));
+      for (size_t b = 0; b < stride_ * sizeof(float); b += 64) {
+        __builtin_prefetch(row + b, 1);
+      }
+    }
+  }
+}
+
+float* Table::NewRow(Shard& shard, uint64_t key, const float* values)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Caller holds shard.mu.
+  uint32_t slot;
+  if (!shard.free_slots.empty()) {
+    slot = shard.free_slots.back();
+    shard.free_slots.pop_back();
+  } else {
+    slot = shard.next_slot++;
+    if ((slot >> rows_per_block_log2_) >= shard.blocks.size()) {
+      shard.blocks.push_back(arena_->Allocate(
+          (stride_ << rows_per_block_log2_) * sizeof(float)));
+    }
+  }
+  shard.index.emplace(key, slot);
+  float* row = RowAt(shard, slot);
+  if (values != nullptr) {
+    std::memcpy(row, values, dim_ * sizeof(float));
+  } else {
+    initializer_.Fill(key, row);
+  }
+  optimizer_->InitState(row + dim_);
+  admitted_.fetch_add(1, std::memory_order_relaxed);
+  return row;
+}
+
+float* Table::TouchRow(Shard& shard, uint64_t key, bool create_model_rows,
+                       uint32_t now_seconds) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  auto it = shard.index.find(key);
+  if (it != shard.index.end()) {
+    const uint32_t slot = it->second;
+    float* row = RowAt(shard, slot);
+    Stamp(row, now_seconds);
+    return row;
+  }
+  if (initializer_.kind() == InitializerConfig::MODEL && !create_model_rows) {
+    return nullptr;
+  }
+  if (min_count_ > 1) {
+    Pending& p = shard.pending[key];
+    p.last_clock = clock_.load(std::memory_order_relaxed);
+    p.last_seconds = now_seconds;
+    if (++p.count < min_count_) return nullptr;
+    shard.pending.erase(key);
+  }
+  float* row = NewRow(shard, key, nullptr);
+  Stamp(row, now_seconds);
+  return row;
+}
+
+void Table::Pull(const uint64_t* keys, size_t n, bool train, float* out) {
+  pulls_.fetch_add(1, std::memory_order_relaxed);
+  const uint32_t now_seconds = train ? NowSeconds() : 0;
+  for (size_t i = 0; i < n; ++i) {
+    Prefetch(keys, n, i);
+    float* dst = out + i * dim_;
+    Shard& shard = ShardOf(keys[i]);
+    MutexLock lock(&shard.mu);
+    const float* row = nullptr;
+    if (train) {
+      row = TouchRow(shard, keys[i], /*create_model_rows=*/false, now_seconds);
+    } else {
+      auto it = shard.index.find(keys[i]);
+      if (it != shard.index.end()) {
+        const uint32_t slot = it->second;
+        row = RowAt(shard, slot);
+      }
+    }
+    if (row != nullptr) {
+      std::memcpy(dst, row, dim_ * sizeof(float));
+    } else {
+      initializer_.Fill(keys[i], dst);
+    }
+  }
+}
+
+PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
+                       float lr_scale) {
+  pushes_.fetch_add(1, std::memory_order_relaxed);
+  PushCounts counts;
+  const uint32_t now_seconds = NowSeconds();
+  for (size_t i = 0; i < n; ++i) {
+    const float* grad = grads + i * dim_;
+    if (!AllFinite(grad, dim_)) {  // Only reached under SKIP_AND_COUNT.
+      ++counts.skipped_nonfinite;
+      continue;
+    }
+    Prefetch(keys, n, i);
+    Shard& shard = ShardOf(keys[i]);
+    MutexLock lock(&shard.mu);
+    float* row = TouchRow(shard, keys[i], /*create_model_rows=*/true,
+                          now_seconds);
+    if (row == nullptr) {
+      ++counts.pending;
+      continue;
+    }
+    optimizer_->Update(row, row + dim_, grad, lr_scale);
+    ++counts.applied;
+  }
+  skipped_nonfinite_.fetch_add(counts.skipped_nonfinite,
+                               std::memory_order_relaxed);
+  return counts;
+}
+
+uint64_t Table::InitRows(const uint64_t* keys, size_t n, const float* values) {
+  uint64_t written = 0;
+  const uint32_t now_seconds = NowSeconds();
+  for (size_t i = 0; i < n; ++i) {
+    Shard& shard = ShardOf(keys[i]);
+    MutexLock lock(&shard.mu);
+    if (shard.index.contains(keys[i])) continue;
+    shard.pending.erase(keys[i]);
+    Stamp(NewRow(shard, keys[i], values + i * dim_), now_seconds);
+    ++written;
+  }
+  return written;
+}
+
+void Table::SetClock(uint64_t clock) {
+  uint64_t seen = clock_.load(std::memory_order_relaxed);
+  while (clock > seen &&
+         !clock_.compare_exchange_weak(seen, clock, std::memory_order_relaxed)) {
+  }
+}
+
+uint64_t Table::Evict(uint64_t now_clock, int64_t now_seconds) {
+  const uint64_t ttl_clocks = config_.eviction().ttl_clocks();
+  const uint64_t ttl_seconds = config_.eviction().ttl_seconds();
+  if (!eviction_) return 0;
+  auto expired = [&](uint64_t last_clock, uint32_t last_seconds) {
+    return (ttl_clocks > 0 && now_clock >= last_clock &&
+            now_clock - last_clock >= ttl_clocks) ||
+           (ttl_seconds > 0 && now_seconds >= last_seconds &&
+            static_cast<uint64_t>(now_seconds - last_seconds) >= ttl_seconds);
+  };
+  uint64_t dropped = 0;
+  for (int s = 0; s < kNumShards; ++s) {
+    Shard& shard = shards_[s];
+    MutexLock lock(&shard.mu);
+    for (auto it = shard.index.begin(); it != shard.index.end();) {
+      const uint32_t slot = it->second;
+      const float* meta = RowAt(shard, slot) + dim_ + state_size_;
+      uint64_t last_clock;
+      uint32_t last_seconds;
+      std::memcpy(&last_clock, meta, sizeof last_clock);
+      std::memcpy(&last_seconds, meta + 2, sizeof last_seconds);
+      if (expired(last_clock, last_seconds)) {
+        shard.free_slots.push_back(slot);
+        shard.index.erase(it++);
+        ++dropped;
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = shard.pending.begin(); it != shard.pending.end();) {
+      if (expired(it->second.last_clock, it->second.last_seconds)) {
+        shard.pending.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  evicted_.fetch_add(dropped, std::memory_order_relaxed);
+  return dropped;
+}
+
+void Table::ForEachRow(
+    const std::function<void(uint64_t key, const float* payload)>& visit)
+    const {
+  for (int s = 0; s < kNumShards; ++s) {
+    const Shard& shard = shards_[s];
+    MutexLock lock(&shard.mu);
+    for (const auto& [key, slot] : shard.index) visit(key, RowAt(shard, slot));
+  }
+}
+
+void Table::RestoreRow(uint64_t key, const float* payload) {
+  Shard& shard = ShardOf(key);
+  MutexLock lock(&shard.mu);
+  shard.pending.erase(key);
+  auto it = shard.index.find(key);
+  float* row = it != shard.index.end() ? RowAt(shard, it->second)
+                                       : NewRow(shard, key, payload);
+  std::memcpy(row, payload, stride_ * sizeof(float));
+}
+
+void Table::Clear() {
+  for (int s = 0; s < kNumShards; ++s) {
+    Shard& shard = shards_[s];
+    MutexLock lock(&shard.mu);
+    for (const auto& [key, slot] : shard.index) shard.free_slots.push_back(slot);
+    shard.index.clear();
+    shard.pending.clear();
+  }
+}
+
+TableCounters Table::Counters() const {
+  TableCounters c;
+  for (int s = 0; s < kNumShards; ++s) {
+    const Shard& shard = shards_[s];
+    MutexLock lock(&shard.mu);
+    c.live_rows += shard.index.size();
+    c.pending_rows += shard.pending.size();
+    c.bytes += shard.index.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
+    c.bytes += shard.pending.capacity() * (sizeof(std::pair<uint64_t, Pending>) + 1);
+    c.bytes += shard.free_slots.capacity() * sizeof(uint32_t);
+  }
+  c.bytes += arena_->allocated_bytes();
+  c.bytes_per_row = c.live_rows > 0 ? c.bytes / c.live_rows : 0;
+  c.admitted_rows = admitted_.load(std::memory_order_relaxed);
+  c.evicted_rows = evicted_.load(std::memory_order_relaxed);
+  c.rows_skipped_nonfinite = skipped_nonfinite_.load(std::memory_order_relaxed);
+  c.pulls = pulls_.load(std::memory_order_relaxed);
+  c.pushes = pushes_.load(std::memory_order_relaxed);
+  return c;
+}
+
+void Table::InitialRow(uint64_t key, float* out) const {
+  initializer_.Fill(key, out);
+}
+
+bool Table::Contains(uint64_t key) const {
+  const Shard& shard = ShardOf(key);
+  MutexLock lock(&shard.mu);
+  return shard.index.contains(key);
+}
+
+}  // namespace shardps

@@ -1,0 +1,197 @@
+// One table's rows on one server: a lock-striped, collisionless hash table
+// from uint64 key to a row of weights plus optimizer state.
+//
+// Layout. Keys are spread over kNumShards stripes by bits 32..39 of
+// MixKey(table id, key) (the partitioner uses the top bits, so a server that
+// owns a contiguous range of partitions still uses every stripe). Each stripe
+// holds an absl::flat_hash_map key -> slot and a slab of fixed-size blocks;
+// a slot is one row: `dim` weights, the optimizer's state, and (only when
+// eviction is on) the row's last-touch clock and time. No per-row heap
+// allocation; freed slots are reused. Blocks are carved from 2 MiB chunks
+// advised as transparent huge pages (random row access is otherwise bound by
+// TLB misses).
+//
+// Semantics.
+//  - Sparse tables: a training pull or a push of a missing key creates the
+//    row from RowInitializer (after admission, below). An evaluation pull
+//    never inserts or counts: unseen keys read as the initial value.
+//  - Dense tables: keys are chunk indices, rows are `dense_chunk_size`
+//    floats; the last chunk of a tensor is padded to the full chunk (the
+//    padding reads as the initializer's value and its gradients should be
+//    0). With init MODEL, missing chunks read as zeros, pulls never create
+//    them, InitRows writes them (if absent) and a push to a missing chunk
+//    creates it from zeros.
+//  - Admission (admission.min_count = N > 1, sparse only): each training
+//    touch (pull or push) of a key without a row counts; the touch that
+//    brings the count to N creates the row and acts on it. Before that,
+//    pulls read the initial value and pushes only count.
+//  - Eviction (eviction.ttl_clocks / ttl_seconds): Evict() drops rows (and
+//    pending counts) not touched by a training pull or push for that long. A
+//    later touch recreates the row at its initial value.
+//  - Each row update and each row read happens under the row's stripe lock,
+//    so it is atomic with respect to other pushes and pulls of that row.
+//
+// The Table does not validate: its caller (TableStore) has checked that push
+// keys are unique, dense keys in range, and gradients finite unless the table
+// skips non-finite rows (SKIP_AND_COUNT: such rows are skipped and counted).
+//
+// Thread-safety: all methods are thread-safe.
+#ifndef SHARDPS_SERVER_TABLE_H_
+#define SHARDPS_SERVER_TABLE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/mutex.h"
+#include "proto/config.pb.h"
+#include "server/initializer.h"
+#include "server/optimizer.h"
+
+namespace shardps {
+
+// A snapshot of a table's counters.
+struct TableCounters {
+  uint64_t live_rows = 0;
+  uint64_t pending_rows = 0;   // Seen, not yet admitted.
+  uint64_t admitted_rows = 0;  // Rows ever created.
+  uint64_t evicted_rows = 0;
+  uint64_t bytes = 0;          // Slabs plus hash-map memory (estimate).
+  uint64_t bytes_per_row = 0;  // bytes / live_rows (0 if empty).
+  uint64_t rows_skipped_nonfinite = 0;
+  uint64_t pulls = 0;   // Pull calls.
+  uint64_t pushes = 0;  // Push calls.
+};
+
+// What one Push did.
+struct PushCounts {
+  uint64_t applied = 0;  // Rows an optimizer step was applied to.
+  uint64_t pending = 0;  // Rows only counted towards admission.
+  uint64_t skipped_nonfinite = 0;
+};
+
+class Table {
+ public:
+  static constexpr int kNumShards = 256;
+
+  // `config` must have been finalized (common/config.h). For DENSE tables the
+  // row width is `dense_chunk_size`. INVALID_ARGUMENT on a bad optimizer.
+  static absl::StatusOr<std::unique_ptr<Table>> Create(
+      const TableConfig& config, uint32_t dense_chunk_size);
+
+  ~Table();
+  Table(const Table&) = delete;
+  Table& operator=(const Table&) = delete;
+
+  const TableConfig& config() const { return config_; }
+  uint32_t id() const { return config_.id(); }
+  uint32_t dim() const { return dim_; }
+  bool dense() const { return config_.kind() == TableConfig::DENSE; }
+  // Dense tables: the number of chunk rows, or 0 if dense_size is unset
+  // (any chunk index is accepted).
+  uint64_t num_chunks() const { return num_chunks_; }
+  // Floats per slot (weights, state, eviction metadata).
+  size_t row_stride() const { return stride_; }
+
+  // Reads n rows into out[n * dim]. Keys may repeat. `train` creates rows
+  // and counts admission (see above); otherwise nothing changes.
+  void Pull(const uint64_t* keys, size_t n, bool train, float* out);
+  // One optimizer step per key with grads[i*dim, (i+1)*dim). Keys unique.
+  PushCounts Push(const uint64_t* keys, size_t n, const float* grads,
+                  float lr_scale);
+  // Writes rows that do not exist yet (optimizer state fresh); returns how
+  // many were written. Existing rows are left alone.
+  uint64_t InitRows(const uint64_t* keys, size_t n, const float* values);
+
+  // Training touches from now on are stamped with `clock` (monotonic: a
+  // smaller value is ignored).
+  void SetClock(uint64_t clock);
+  // Drops rows and pending counts idle for ttl_clocks (now_clock - last
+  // clock >= ttl) or ttl_seconds. Returns the number of rows dropped.
+  uint64_t Evict(uint64_t now_clock, int64_t now_seconds);
+
+  // Checkpoint support. A row's payload is row_stride() floats: weights,
+  // optimizer state, then (eviction on) the last-touch clock and time, bit
+  // for bit. Pending admission counts are not part of it.
+  //
+  // Calls `visit(key, payload)` for every row, one stripe at a time under its
+  // lock (the payload pointer is valid only during the call; `visit` must not
+  // call back into the table). Rows pushed concurrently may or may not be
+  // seen: for a consistent cut, the caller stops pushes first.
+  void ForEachRow(
+      const std::function<void(uint64_t key, const float* payload)>& visit)
+      const;
+  // Writes `key`'s row from a payload (creating or overwriting it).
+  void RestoreRow(uint64_t key, const float* payload);
+  // Drops every row and pending count (before a restore).
+  void Clear();
+
+  // Adds to the non-finite counter rows the caller dropped itself (BSP
+  // buffering drops them on arrival).
+  void CountSkippedNonFinite(uint64_t rows) {
+    skipped_nonfinite_.fetch_add(rows, std::memory_order_relaxed);
+  }
+
+  TableCounters Counters() const;
+  // The initial value of `key`'s row (what an eval pull of it reads).
+  void InitialRow(uint64_t key, float* out) const;
+  // Whether `key` has a row (tests and stats).
+  bool Contains(uint64_t key) const;
+
+ private:
+  struct Pending {
+    uint32_t count = 0;
+    uint32_t last_seconds = 0;
+    uint64_t last_clock = 0;
+  };
+  struct Shard;
+  class BlockArena;
+
+  Table(const TableConfig& config, uint32_t dim,
+        std::unique_ptr<Optimizer> optimizer);
+
+  Shard& ShardOf(uint64_t key) const;
+  // The row of `key` for a training touch, creating it if admitted; nullptr
+  // if the key is (still) pending. Counts admission.
+  float* TouchRow(Shard& shard, uint64_t key, bool create_model_rows,
+                  uint32_t now_seconds);
+  float* NewRow(Shard& shard, uint64_t key, const float* values);
+  void Stamp(float* row, uint32_t now_seconds) const;
+  // Software pipeline over a batch: the hash slot of keys[i + 2 * kAhead]
+  // and the row of keys[i + kAhead] are prefetched while row i is updated
+  // (random rows of a large table are cache misses otherwise).
+  void Prefetch(const uint64_t* keys, size_t n, size_t i) const;
+  float* RowAt(const Shard& shard, uint32_t slot) const;
+  uint32_t NowSeconds() const;
+
+  // Constant after construction.
+  const TableConfig config_;
+  const uint32_t dim_;
+  const std::unique_ptr<Optimizer> optimizer_;
+  const RowInitializer initializer_;
+  const size_t state_size_;
+  const size_t stride_;  // Floats per slot.
+  const bool eviction_;
+  const uint32_t min_count_;  // Admission; <= 1 = admit on first touch.
+  const uint64_t num_chunks_;
+  const uint32_t rows_per_block_log2_;
+  std::unique_ptr<BlockArena> arena_;  // Slab blocks of every shard.
+  std::unique_ptr<Shard[]> shards_;
+
+  std::atomic<uint64_t> clock_{0};
+  std::atomic<uint64_t> admitted_{0};
+  std::atomic<uint64_t> evicted_{0};
+  std::atomic<uint64_t> skipped_nonfinite_{0};
+  std::atomic<uint64_t> pulls_{0};
+  std::atomic<uint64_t> pushes_{0};
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_SERVER_TABLE_H_

@@ -1,0 +1,139 @@
+#include "server/table_store.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace shardps {
+
+absl::StatusOr<std::unique_ptr<TableStore>> TableStore::Create(
+    const JobConfig& config) {
+  std::map<uint32_t, std::unique_ptr<Table>> tables;
+  for (const TableConfig& t : config.tables()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Table> table,
+                     Table::Create(t, config.cluster().dense_chunk_size()));
+    if (!tables.emplace(t.id(), std::move(table)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table id ", t.id(), " appears twice"));
+    }
+  }
+  return std::unique_ptr<TableStore>(new TableStore(std::move(tables)));
+}
+
+TableStore::TableStore(std::map<uint32_t, std::unique_ptr<Table>> tables)
+    : tables_(std::move(tables)) {}
+
+Table* TableStore::FindTable(uint32_t table_id) const {
+  auto it = tables_.find(table_id);
+  return it == tables_.end() ? nullptr : it->second.get();
+}
+
+std::vector<Table*> TableStore::tables() const {
+  std::vector<Table*> out;
+  for (const auto& [id, table] : tables_) out.push_back(table.get());
+  return out;
+}
+
+absl::StatusOr<Table*> TableStore::GetTable(uint32_t table_id) const {
+  Table* table = FindTable(table_id);
+  if (table == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown table id ", table_id));
+  }
+  return table;
+}
+
+absl::Status TableStore::CheckDenseKeys(const Table& table,
+                                        const uint64_t* keys, size_t n) {
+  if (!table.dense() || table.num_chunks() == 0) return absl::OkStatus();
+  for (size_t i = 0; i < n; ++i) {
+    if (keys[i] >= table.num_chunks()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", table.config().name(), ": chunk index ", keys[i],
+          " out of range (the dense table has ", table.num_chunks(),
+          " chunks)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TableStore::Pull(uint32_t table_id, const uint64_t* keys,
+                              size_t n, bool train, float* out) {
+  ASSIGN_OR_RETURN(Table * table, GetTable(table_id));
+  RETURN_IF_ERROR(CheckDenseKeys(*table, keys, n));
+  table->Pull(keys, n, train, out);
+  return absl::OkStatus();
+}
+
+absl::Status TableStore::ValidatePush(const Table& table, const uint64_t* keys,
+                                      size_t n, const float* grads,
+                                      float lr_scale) const {
+  if (!std::isfinite(lr_scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lr_scale ", lr_scale, " is not finite"));
+  }
+  RETURN_IF_ERROR(CheckDenseKeys(table, keys, n));
+  // Reused per thread: a push costs no allocation once warm.
+  thread_local absl::flat_hash_set<uint64_t> seen;
+  seen.clear();
+  seen.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (!seen.insert(keys[i]).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", table.config().name(), ": duplicate key ",
+                       keys[i], " in one push (push one summed gradient per "
+                       "unique key)"));
+    }
+  }
+  if (table.config().non_finite() == REJECT) {
+    const size_t dim = table.dim();
+    for (size_t i = 0; i < n * dim; ++i) {
+      if (!std::isfinite(grads[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table ", table.config().name(), ": non-finite gradient ",
+            grads[i], " for key ", keys[i / dim], " (element ", i % dim,
+            "); the table's policy is REJECT"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushCounts> TableStore::Push(uint32_t table_id,
+                                            const uint64_t* keys, size_t n,
+                                            const float* grads,
+                                            float lr_scale) {
+  ASSIGN_OR_RETURN(Table * table, GetTable(table_id));
+  RETURN_IF_ERROR(ValidatePush(*table, keys, n, grads, lr_scale));
+  return table->Push(keys, n, grads, lr_scale);
+}
+
+absl::StatusOr<uint64_t> TableStore::InitRows(uint32_t table_id,
+                                              const uint64_t* keys, size_t n,
+                                              const float* values) {
+  ASSIGN_OR_RETURN(Table * table, GetTable(table_id));
+  RETURN_IF_ERROR(CheckDenseKeys(*table, keys, n));
+  for (size_t i = 0; i < n * table->dim(); ++i) {
+    if (!std::isfinite(values[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", table->config().name(), ": InitRows value for key ",
+          keys[i / table->dim()], " is not finite"));
+    }
+  }
+  return table->InitRows(keys, n, values);
+}
+
+void TableStore::SetClock(uint64_t clock) {
+  for (auto& [id, table] : tables_) table->SetClock(clock);
+}
+
+uint64_t TableStore::Evict(uint64_t now_clock, int64_t now_seconds) {
+  uint64_t dropped = 0;
+  for (auto& [id, table] : tables_) dropped += table->Evict(now_clock, now_seconds);
+  return dropped;
+}
+
+}  // namespace shardps

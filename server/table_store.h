@@ -1,0 +1,90 @@
+// All tables of a job, in one process, on raw arrays. gRPC-free.
+//
+// The server's core holds its tables in a TableStore, and a worker in local
+// mode holds the whole model in one: the same sequence of Push calls gives
+// bit-identical rows either way. The store validates every call before it
+// changes anything, so a refused call leaves every table as it was:
+//   - unknown table id                      -> INVALID_ARGUMENT
+//   - duplicate keys in one push            -> INVALID_ARGUMENT
+//   - a dense chunk index past dense_size   -> INVALID_ARGUMENT
+//   - a non-finite gradient, table REJECT   -> INVALID_ARGUMENT (names the key)
+//   - a non-finite lr_scale                 -> INVALID_ARGUMENT
+// Under SKIP_AND_COUNT, rows whose gradient has a NaN/Inf are skipped and
+// counted; the rest of the push applies.
+//
+// Value arrays are row-major: n rows of table dim() floats, in key order.
+// Table semantics (creation, admission, eviction, dense chunks): table.h.
+//
+// Thread-safety: all methods are thread-safe; calls on different rows run in
+// parallel, each row update is atomic.
+#ifndef SHARDPS_SERVER_TABLE_STORE_H_
+#define SHARDPS_SERVER_TABLE_STORE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/config.pb.h"
+#include "server/table.h"
+
+namespace shardps {
+
+class TableStore {
+ public:
+  // One table per config.tables entry. `config` must be finalized
+  // (common/config.h). INVALID_ARGUMENT if a table cannot be built.
+  static absl::StatusOr<std::unique_ptr<TableStore>> Create(
+      const JobConfig& config);
+
+  TableStore(const TableStore&) = delete;
+  TableStore& operator=(const TableStore&) = delete;
+
+  // The table with this id, or nullptr. Valid for the store's lifetime.
+  Table* FindTable(uint32_t table_id) const;
+  // Tables in id order.
+  std::vector<Table*> tables() const;
+
+  // Reads n rows into out[n * dim]. `train` creates rows and counts
+  // admission; an evaluation pull changes nothing.
+  absl::Status Pull(uint32_t table_id, const uint64_t* keys, size_t n,
+                    bool train, float* out);
+
+  // One optimizer step per key; keys unique; grads[n * dim].
+  absl::StatusOr<PushCounts> Push(uint32_t table_id, const uint64_t* keys,
+                                  size_t n, const float* grads,
+                                  float lr_scale);
+
+  // Checks what Push checks without applying anything (the BSP path
+  // validates on arrival and applies when the clock closes).
+  absl::Status ValidatePush(const Table& table, const uint64_t* keys, size_t n,
+                            const float* grads, float lr_scale) const;
+
+  // INVALID_ARGUMENT if a key is a dense chunk index out of range.
+  static absl::Status CheckDenseKeys(const Table& table, const uint64_t* keys,
+                                     size_t n);
+
+  // Writes absent rows (idempotent); returns rows written.
+  absl::StatusOr<uint64_t> InitRows(uint32_t table_id, const uint64_t* keys,
+                                    size_t n, const float* values);
+
+  // Stamps later training touches with `clock` (for ttl_clocks).
+  void SetClock(uint64_t clock);
+  // Eviction sweep of every table; returns rows dropped.
+  uint64_t Evict(uint64_t now_clock, int64_t now_seconds);
+
+ private:
+  explicit TableStore(std::map<uint32_t, std::unique_ptr<Table>> tables);
+
+  absl::StatusOr<Table*> GetTable(uint32_t table_id) const;
+
+  // Constant after construction.
+  const std::map<uint32_t, std::unique_ptr<Table>> tables_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_SERVER_TABLE_STORE_H_

@@ -1,0 +1,269 @@
+// Table: concurrency (exact sums, no torn rows), admission, eviction,
+// evaluation pulls, deterministic initial rows, dense chunks.
+#include "server/table.h"
+
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace shardps {
+namespace {
+
+TableConfig SgdTable(uint32_t dim, float lr) {
+  TableConfig t;
+  t.set_id(3);
+  t.set_name("emb");
+  t.set_kind(TableConfig::SPARSE);
+  t.set_dim(dim);
+  t.set_seed(11);
+  t.mutable_init()->set_kind(InitializerConfig::ZEROS);
+  t.mutable_optimizer()->mutable_sgd()->set_learning_rate(lr);
+  return t;
+}
+
+std::unique_ptr<Table> MakeTable(const TableConfig& t) {
+  auto table = Table::Create(t, 4096);
+  EXPECT_TRUE(table.ok()) << table.status();
+  return std::move(*table);
+}
+
+TEST(TableTest, ConcurrentPushesEndAtTheExactSequentialSum) {
+  constexpr int kThreads = 8, kPushes = 300, kKeys = 64, kDim = 8;
+  auto table = MakeTable(SgdTable(kDim, 0.5f));  // A power of two: exact.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint64_t> keys;
+      std::vector<float> grads;
+      for (int p = 0; p < kPushes; ++p) {
+        keys.clear();
+        grads.clear();
+        // Overlapping keys: every thread touches key k when (k + p + t) % 3.
+        for (int k = 0; k < kKeys; ++k) {
+          if ((k + p + t) % 3 == 0) continue;
+          keys.push_back(1000 + k * 7919);
+          for (int i = 0; i < kDim; ++i) grads.push_back(float((k + t) % 5 + 1));
+        }
+        table->Push(keys.data(), keys.size(), grads.data(), 1.0f);
+      }
+    });
+  }
+  // Pulls during the pushes: each row's gradients are uniform across the
+  // row, so a row read atomically has all elements equal.
+  std::thread reader([&] {
+    std::vector<uint64_t> keys;
+    for (int k = 0; k < kKeys; ++k) keys.push_back(1000 + k * 7919);
+    std::vector<float> out(kKeys * kDim);
+    for (int round = 0; round < 200; ++round) {
+      table->Pull(keys.data(), keys.size(), /*train=*/true, out.data());
+      for (int k = 0; k < kKeys; ++k) {
+        for (int i = 1; i < kDim; ++i) {
+          ASSERT_EQ(out[k * kDim + i], out[k * kDim]) << "torn row " << k;
+        }
+      }
+    }
+  });
+  for (auto& th : threads) th.join();
+  reader.join();
+  for (int k = 0; k < kKeys; ++k) {
+    double expected = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      for (int p = 0; p < kPushes; ++p) {
+        if ((k + p + t) % 3 != 0) expected -= 0.5 * ((k + t) % 5 + 1);
+      }
+    }
+    const uint64_t key = 1000 + k * 7919;
+    std::vector<float> row(kDim);
+    table->Pull(&key, 1, false, row.data());
+    for (int i = 0; i < kDim; ++i) ASSERT_EQ(row[i], expected) << k;
+  }
+}
+
+TEST(TableTest, EvalPullNeverInsertsAndReadsTheInitialValue) {
+  TableConfig t = SgdTable(4, 0.1f);
+  t.mutable_init()->set_kind(InitializerConfig::UNIFORM);
+  t.mutable_init()->set_scale(0.5f);
+  auto table = MakeTable(t);
+  const uint64_t key = 42;
+  float eval[4], init[4], train[4];
+  table->Pull(&key, 1, /*train=*/false, eval);
+  EXPECT_FALSE(table->Contains(key));
+  EXPECT_EQ(table->Counters().live_rows, 0u);
+  table->InitialRow(key, init);
+  table->Pull(&key, 1, /*train=*/true, train);
+  EXPECT_TRUE(table->Contains(key));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(eval[i], init[i]);
+    EXPECT_EQ(train[i], init[i]);
+    EXPECT_LE(std::fabs(init[i]), 0.5f);
+  }
+}
+
+TEST(TableTest, InitialRowsDependOnlyOnSeedAndKey) {
+  for (auto kind : {InitializerConfig::UNIFORM, InitializerConfig::NORMAL}) {
+    TableConfig t = SgdTable(16, 0.1f);
+    t.mutable_init()->set_kind(kind);
+    t.mutable_init()->set_scale(0.1f);
+    auto a = MakeTable(t);
+    auto b = MakeTable(t);
+    t.set_seed(12);
+    auto c = MakeTable(t);
+    float ra[16], rb[16], rc[16], other[16];
+    a->InitialRow(7, ra);
+    b->InitialRow(7, rb);
+    c->InitialRow(7, rc);
+    a->InitialRow(8, other);
+    EXPECT_EQ(0, std::memcmp(ra, rb, sizeof ra));
+    EXPECT_NE(0, std::memcmp(ra, rc, sizeof ra));
+    EXPECT_NE(0, std::memcmp(ra, other, sizeof ra));
+  }
+}
+
+TEST(TableTest, AdmissionCountsTouchesBeforeCreatingTheRow) {
+  TableConfig t = SgdTable(2, 1.0f);
+  t.mutable_admission()->set_min_count(3);
+  auto table = MakeTable(t);
+  const uint64_t key = 5;
+  const float grad[2] = {1, 1};
+  float row[2];
+  table->Pull(&key, 1, true, row);  // Touch 1.
+  PushCounts c = table->Push(&key, 1, grad, 1.0f);  // Touch 2: only counts.
+  EXPECT_EQ(c.applied, 0u);
+  EXPECT_EQ(c.pending, 1u);
+  EXPECT_FALSE(table->Contains(key));
+  EXPECT_EQ(table->Counters().pending_rows, 1u);
+  table->Pull(&key, 1, false, row);  // Eval: not a touch.
+  EXPECT_EQ(row[0], 0.0f);
+  c = table->Push(&key, 1, grad, 1.0f);  // Touch 3: admitted and applied.
+  EXPECT_EQ(c.applied, 1u);
+  EXPECT_TRUE(table->Contains(key));
+  table->Pull(&key, 1, false, row);
+  EXPECT_EQ(row[0], -1.0f);
+  const TableCounters counters = table->Counters();
+  EXPECT_EQ(counters.pending_rows, 0u);
+  EXPECT_EQ(counters.admitted_rows, 1u);
+  EXPECT_EQ(counters.live_rows, 1u);
+}
+
+TEST(TableTest, EvictionByClocksDropsIdleRows) {
+  TableConfig t = SgdTable(2, 1.0f);
+  t.mutable_eviction()->set_ttl_clocks(5);
+  auto table = MakeTable(t);
+  const uint64_t a = 1, b = 2;
+  const float grad[2] = {1, 1};
+  table->SetClock(1);
+  table->Push(&a, 1, grad, 1.0f);
+  table->Push(&b, 1, grad, 1.0f);
+  table->SetClock(4);
+  float row[2];
+  table->Pull(&b, 1, true, row);  // b touched at clock 4.
+  EXPECT_EQ(table->Evict(5, 0), 0u);  // a idle 4 clocks.
+  EXPECT_EQ(table->Evict(6, 0), 1u);  // a idle 5 clocks: dropped.
+  EXPECT_FALSE(table->Contains(a));
+  EXPECT_TRUE(table->Contains(b));
+  EXPECT_EQ(table->Evict(9, 0), 1u);
+  const TableCounters c = table->Counters();
+  EXPECT_EQ(c.live_rows, 0u);
+  EXPECT_EQ(c.evicted_rows, 2u);
+  // A later touch recreates the row at its initial value (zeros).
+  table->Pull(&a, 1, true, row);
+  EXPECT_EQ(row[0], 0.0f);
+  EXPECT_EQ(table->Counters().live_rows, 1u);
+}
+
+TEST(TableTest, EvictionBySecondsDropsIdleRows) {
+  TableConfig t = SgdTable(2, 1.0f);
+  t.mutable_eviction()->set_ttl_seconds(100);
+  auto table = MakeTable(t);
+  const uint64_t a = 1;
+  float row[2];
+  table->Pull(&a, 1, true, row);
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  EXPECT_EQ(table->Evict(0, now), 0u);
+  EXPECT_EQ(table->Evict(0, now + 200), 1u);
+  EXPECT_FALSE(table->Contains(a));
+}
+
+TEST(TableTest, NoEvictionWithoutTtl) {
+  auto table = MakeTable(SgdTable(2, 1.0f));
+  const uint64_t a = 1;
+  float row[2];
+  table->Pull(&a, 1, true, row);
+  EXPECT_EQ(table->Evict(1000000, 1LL << 40), 0u);
+  EXPECT_TRUE(table->Contains(a));
+}
+
+TEST(TableTest, DenseModelTableWaitsForInitRows) {
+  TableConfig t;
+  t.set_id(9);
+  t.set_name("mlp");
+  t.set_kind(TableConfig::DENSE);
+  t.set_dense_size(10);
+  t.mutable_init()->set_kind(InitializerConfig::MODEL);
+  t.mutable_optimizer()->mutable_sgd()->set_learning_rate(1.0f);
+  auto created = Table::Create(t, 4);
+  ASSERT_TRUE(created.ok());
+  Table& table = **created;
+  EXPECT_EQ(table.dim(), 4u);
+  EXPECT_EQ(table.num_chunks(), 3u);  // 4 + 4 + 2 (padded to 4).
+  const uint64_t chunk = 2;
+  float row[4];
+  table.Pull(&chunk, 1, true, row);
+  EXPECT_FALSE(table.Contains(chunk));  // MODEL rows wait for InitRows.
+  const float init[4] = {1, 2, 3, 4}, again[4] = {9, 9, 9, 9};
+  EXPECT_EQ(table.InitRows(&chunk, 1, init), 1u);
+  EXPECT_EQ(table.InitRows(&chunk, 1, again), 0u);  // Idempotent.
+  table.Pull(&chunk, 1, true, row);
+  EXPECT_EQ(row[3], 4.0f);
+}
+
+TEST(TableTest, StatsReportBytesPerRow) {
+  auto table = MakeTable(SgdTable(16, 1.0f));
+  std::vector<uint64_t> keys(10000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 1315423911u;
+  std::vector<float> out(keys.size() * 16);
+  table->Pull(keys.data(), keys.size(), true, out.data());
+  const TableCounters c = table->Counters();
+  EXPECT_EQ(c.live_rows, 10000u);
+  EXPECT_GE(c.bytes_per_row, 64u);
+  EXPECT_EQ(c.pulls, 1u);
+}
+
+TEST(TableTest, RowsRoundTripThroughPayloads) {
+  TableConfig t = SgdTable(3, 0.5f);
+  t.mutable_optimizer()->mutable_sgd()->set_momentum(0.5f);
+  t.mutable_eviction()->set_ttl_clocks(100);
+  auto a = MakeTable(t);
+  const uint64_t keys[3] = {4, 5, 6};
+  const float grads[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  a->SetClock(7);
+  a->Push(keys, 3, grads, 1.0f);
+  a->Push(keys, 3, grads, 1.0f);
+  EXPECT_EQ(a->row_stride(), 3u + 3u + 3u);  // weights, momentum, meta.
+  auto b = MakeTable(t);
+  b->Push(keys, 1, grads, 1.0f);  // Overwritten by the restore.
+  a->ForEachRow([&](uint64_t key, const float* payload) {
+    b->RestoreRow(key, payload);
+  });
+  EXPECT_EQ(b->Counters().live_rows, 3u);
+  // The last-touch clock (7) came along: at clock 106 nothing is idle for
+  // 100 clocks (b's own clock is 0, so its own stamp would be).
+  EXPECT_EQ(b->Evict(106, 0), 0u);
+  // Same weights and momentum: one more identical push keeps them equal.
+  a->Push(keys, 3, grads, 1.0f);
+  b->Push(keys, 3, grads, 1.0f);
+  float ra[9], rb[9];
+  a->Pull(keys, 3, false, ra);
+  b->Pull(keys, 3, false, rb);
+  EXPECT_EQ(0, std::memcmp(ra, rb, sizeof ra));
+  b->Clear();
+  EXPECT_EQ(b->Counters().live_rows, 0u);
+  EXPECT_FALSE(b->Contains(4));
+}
+
+}  // namespace
+}  // namespace shardps
