@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/init.h"
+#include "common/metrics.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "scheduler/client.h"
@@ -40,6 +41,9 @@ ABSL_FLAG(int, rank, std::stoi(shardps::EnvOr("SHARDPS_INDEX", "-1")),
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
 ABSL_FLAG(uint64_t, max_steps, 0, "Stop after this many steps (0: config).");
 ABSL_FLAG(std::string, loss_log, "", "Write per-step losses here.");
+ABSL_FLAG(bool, checksum, false,
+          "Print a checksum of the final weights of the rows this worker "
+          "trained (tests: determinism and local/PS parity).");
 ABSL_FLAG(int, step_delay_ms, 0, "Testing: sleep this long in every step.");
 ABSL_FLAG(std::string, wire, "fp32", "Values on the wire: fp32, fp16 or bf16.");
 
@@ -74,15 +78,27 @@ Encoding WireEncoding(const std::string& name) {
   return Encoding::kFp32;
 }
 
-void PrintResult(uint32_t rank, const TrainSummary& s, const EvalResult* eval) {
+// " checksum=<hex>" when --checksum, else "".
+std::string ChecksumField(Trainer* trainer) {
+  if (!absl::GetFlag(FLAGS_checksum)) return "";
+  auto sum = trainer->WeightsChecksum();
+  if (!sum.ok()) {
+    LOG(ERROR) << "checksum: " << sum.status();
+    return " checksum=error";
+  }
+  return absl::StrCat(" checksum=", absl::Hex(*sum, absl::kZeroPad16));
+}
+
+void PrintResult(uint32_t rank, const TrainSummary& s, const EvalResult* eval,
+                 const std::string& extra) {
   std::printf("PS_WORKER_RESULT rank=%u steps=%llu samples=%llu seconds=%.2f "
               "samples_per_sec=%.1f last_loss=%.6f data=%.2f wait=%.2f pull=%.2f "
-              "compute=%.2f push=%.2f eval_examples=%llu eval_auc=%.6f eval_logloss=%.6f\n",
+              "compute=%.2f push=%.2f eval_examples=%llu eval_auc=%.6f eval_logloss=%.6f%s\n",
               rank, (unsigned long long)s.steps, (unsigned long long)s.samples, s.seconds,
               s.samples_per_sec, s.last_loss, s.times.data, s.times.wait, s.times.pull,
               s.times.compute, s.times.push,
               (unsigned long long)(eval ? eval->examples : 0), eval ? eval->auc : 0.0,
-              eval ? eval->logloss : 0.0);
+              eval ? eval->logloss : 0.0, extra.c_str());
   std::fflush(stdout);
 }
 
@@ -104,6 +120,7 @@ int RunLocal(JobConfig config) {
   o.model_options.device = PickDevice(absl::GetFlag(FLAGS_device));
   o.max_steps = absl::GetFlag(FLAGS_max_steps);
   o.loss_log = absl::GetFlag(FLAGS_loss_log);
+  o.track_keys = absl::GetFlag(FLAGS_checksum);
   auto trainer = Trainer::Create(std::move(o));
   if (!trainer.ok()) {
     LOG(ERROR) << trainer.status();
@@ -121,7 +138,7 @@ int RunLocal(JobConfig config) {
     LOG(ERROR) << "evaluation failed: " << result.status();
     return 1;
   }
-  PrintResult(0, *summary, eval.empty() ? nullptr : &*result);
+  PrintResult(0, *summary, eval.empty() ? nullptr : &*result, ChecksumField(trainer->get()));
   return 0;
 }
 
@@ -185,6 +202,7 @@ int RunPs(JobConfig config) {
   o.start_step = reg->resume_clock();
   o.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
   o.loss_log = absl::GetFlag(FLAGS_loss_log);
+  o.track_keys = absl::GetFlag(FLAGS_checksum);
   auto trainer = Trainer::Create(std::move(o));
   if (!trainer.ok()) {
     LOG(ERROR) << trainer.status();
@@ -203,22 +221,33 @@ int RunPs(JobConfig config) {
   done.set_train_loss(summary->last_loss);
   done.set_done(true);
   (void)scheduler.ReportMetrics(done);
-  absl::StatusOr<EvalResult> result = EvalResult();
-  if (rank == 0 && !eval.empty()) {
+  // Evaluation and checksums read the final weights: wait until every worker
+  // has finished training (the job does not end before our final report).
+  const bool evaluate = rank == 0 && !eval.empty();
+  if (evaluate || absl::GetFlag(FLAGS_checksum)) {
     st = scheduler.Barrier("trained", rank, absl::Hours(24));
     if (!st.ok()) LOG(WARNING) << "barrier: " << st;
+  }
+  const std::string checksum = ChecksumField(trainer->get());
+  absl::StatusOr<EvalResult> result = EvalResult();
+  if (evaluate) {
     result = (*trainer)->Evaluate(eval);
     if (!result.ok()) {
       LOG(ERROR) << "evaluation failed: " << result.status();
       return 1;
     }
   }
+  if (evaluate) {
+    metrics::GetGauge("shardps_worker_eval_auc", "AUC on the held-out split.").Set(result->auc);
+    metrics::GetGauge("shardps_worker_eval_logloss", "Logloss on the held-out split.")
+        .Set(result->logloss);
+  }
   done.set_final(true);
   done.set_eval_auc(result->auc);
   done.set_eval_loss(result->logloss);
   done.set_eval_examples(result->examples);
   (void)scheduler.ReportMetrics(done);
-  PrintResult(rank, *summary, rank == 0 && !eval.empty() ? &*result : nullptr);
+  PrintResult(rank, *summary, evaluate ? &*result : nullptr, checksum);
   return 0;
 }
 
@@ -231,6 +260,10 @@ int main(int argc, char** argv) {
   auto config = shardps::LoadJobConfig(absl::GetFlag(FLAGS_config));
   if (!config.ok()) {
     LOG(ERROR) << config.status().message();
+    return 2;
+  }
+  if (absl::Status st = shardps::metrics::StartExposerFromFlags(); !st.ok()) {
+    LOG(ERROR) << st;
     return 2;
   }
   if (absl::GetFlag(FLAGS_local)) return shardps::RunLocal(*std::move(config));

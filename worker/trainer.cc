@@ -2,14 +2,19 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/partition.h"
+#include "common/metrics.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -152,6 +157,46 @@ class DataPipeline {
   std::thread thread_;
 };
 
+// The worker's Prometheus series (label rank), looked up once per Trainer.
+class StepMetrics {
+ public:
+  explicit StepMetrics(uint32_t rank)
+      : l_{{"rank", std::to_string(rank)}},
+        steps_(metrics::GetCounter("shardps_worker_steps_total", "Training steps done.", l_)),
+        samples_(metrics::GetCounter("shardps_worker_samples_total", "Examples trained.", l_)),
+        sps_(metrics::GetGauge("shardps_worker_samples_per_second",
+                               "Examples/s over the last report period.", l_)),
+        loss_(metrics::GetGauge("shardps_worker_train_loss",
+                                "Mean training logloss over the last report period.", l_)) {
+    for (const char* phase : {"data", "wait", "pull", "compute", "push"}) {
+      phases_.push_back(&metrics::GetCounter(
+          "shardps_worker_step_seconds_total",
+          "Seconds spent per step phase (data, wait for clock, pull, compute, push).",
+          {{"rank", l_.at("rank")}, {"phase", phase}}));
+    }
+  }
+  void Step(uint64_t samples, const StepTimes& total) {
+    steps_.Increment();
+    samples_.Increment(static_cast<double>(samples));
+    const double now[] = {total.data, total.wait, total.pull, total.compute, total.push};
+    for (size_t i = 0; i < phases_.size(); ++i) phases_[i]->Increment(now[i] - last_[i]);
+    std::copy(std::begin(now), std::end(now), last_);
+  }
+  void Report(double samples_per_sec, double loss) {
+    sps_.Set(samples_per_sec);
+    loss_.Set(loss);
+  }
+
+ private:
+  const metrics::Labels l_;
+  prometheus::Counter& steps_;
+  prometheus::Counter& samples_;
+  prometheus::Gauge& sps_;
+  prometheus::Gauge& loss_;
+  std::vector<prometheus::Counter*> phases_;
+  double last_[5] = {0, 0, 0, 0, 0};
+};
+
 }  // namespace
 
 class Trainer::Impl {
@@ -237,8 +282,19 @@ class Trainer::Impl {
 
   absl::StatusOr<TrainSummary> Train();
   absl::StatusOr<EvalResult> Evaluate(const std::vector<std::string>& files);
+  absl::StatusOr<uint64_t> WeightsChecksum();
+
+  void TrackKeys(const Prepared& p) {
+    if (!o_.track_keys) return;
+    seen_.resize(p.unique_keys.size());
+    for (size_t t = 0; t < p.unique_keys.size(); ++t) {
+      seen_[t].insert(p.unique_keys[t].begin(), p.unique_keys[t].end());
+    }
+  }
 
   TrainerOptions o_;
+  std::vector<absl::flat_hash_set<uint64_t>> seen_;
+  uint64_t final_step_ = 0;  // Clock after Train(): reads wait for it (BSP).
   std::unique_ptr<Model> model_;
   const uint32_t dense_table_;
   const uint32_t chunk_;
@@ -268,6 +324,7 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
   double report_loss = 0, loss_sum = 0;
   std::deque<double> recent;
   uint64_t step = o_.start_step;
+  StepMetrics step_metrics(o_.rank);
 
   absl::Time t0 = absl::Now();
   ASSIGN_OR_RETURN(std::unique_ptr<Prepared> cur, pipe.Next());
@@ -299,6 +356,7 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
       }
     }
 
+    TrackKeys(*cur);
     t0 = absl::Now();
     RETURN_IF_ERROR(model_->ForwardBackward(Inputs(cur.get()), true, &result_));
     if (o_.step_delay > absl::ZeroDuration()) absl::SleepFor(o_.step_delay);
@@ -320,9 +378,11 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
     report_steps++;
     report_samples += cur->batch.size;
     ++step;
+    step_metrics.Step(cur->batch.size, s.times);
 
     if (absl::Now() - last_report >= o_.report_every) {
       const double secs = Seconds(last_report);
+      step_metrics.Report(report_samples / secs, report_loss / report_steps);
       LOG(INFO) << "worker " << o_.rank << " step " << step << " loss "
                 << report_loss / report_steps << " " << report_samples / secs
                 << " samples/s (data " << s.times.data << "s wait " << s.times.wait
@@ -366,6 +426,7 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
   if (pull && cur) (void)pull->Wait();  // A prefetched pull past max_steps.
   if (loss_log) std::fclose(loss_log);
   s.steps = step - o_.start_step;
+  final_step_ = step;
   s.seconds = Seconds(start);
   s.samples_per_sec = s.seconds > 0 ? s.samples / s.seconds : 0;
   s.mean_loss = s.steps ? loss_sum / s.steps : 0;
@@ -386,7 +447,7 @@ absl::StatusOr<EvalResult> Trainer::Impl::Evaluate(const std::vector<std::string
     ASSIGN_OR_RETURN(bool more, reader->NextBatch(o_.config.training().batch_size(), &p.batch));
     if (!more) break;
     preparer.Prepare(&p);
-    RETURN_IF_ERROR(StartPull(&p, EVAL, 0)->Wait());
+    RETURN_IF_ERROR(StartPull(&p, EVAL, final_step_)->Wait());
     RETURN_IF_ERROR(model_->ForwardBackward(Inputs(&p), false, &result));
     acc.AddBatch(p.batch.labels, result.probs);
   }
@@ -395,6 +456,33 @@ absl::StatusOr<EvalResult> Trainer::Impl::Evaluate(const std::vector<std::string
   r.auc = acc.Auc();
   r.logloss = acc.LogLoss();
   return r;
+}
+
+absl::StatusOr<uint64_t> Trainer::Impl::WeightsChecksum() {
+  uint64_t h = 0x6a09e667f3bcc908ULL;
+  auto mix_rows = [&h](const std::vector<uint64_t>& keys, const std::vector<float>& rows) {
+    for (uint64_t k : keys) h = Mix64(h ^ k);
+    for (float v : rows) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      h = Mix64(h ^ bits);
+    }
+  };
+  const auto& tables = model_->spec().tables;
+  for (size_t t = 0; t < tables.size() && t < seen_.size(); ++t) {
+    std::vector<uint64_t> keys(seen_[t].begin(), seen_[t].end());
+    std::sort(keys.begin(), keys.end());
+    std::vector<float> rows(keys.size() * tables[t].dim);
+    RETURN_IF_ERROR(o_.params->Pull({{tables[t].id, static_cast<uint32_t>(tables[t].dim),
+                                      keys.data(), keys.size(), rows.data()}},
+                                    EVAL, final_step_)->Wait());
+    mix_rows(keys, rows);
+  }
+  std::vector<float> dense(num_chunks_ * chunk_);
+  RETURN_IF_ERROR(o_.params->Pull({{dense_table_, chunk_, chunk_keys_.data(), num_chunks_,
+                                    dense.data()}}, EVAL, final_step_)->Wait());
+  mix_rows(chunk_keys_, dense);
+  return h;
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions options) {
@@ -421,5 +509,6 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(const std::vector<std::string>& fil
   return impl_->Evaluate(files);
 }
 uint64_t Trainer::NumDenseParams() const { return impl_->model_->NumDenseParams(); }
+absl::StatusOr<uint64_t> Trainer::WeightsChecksum() { return impl_->WeightsChecksum(); }
 
 }  // namespace shardps

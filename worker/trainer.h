@@ -50,6 +50,8 @@ struct TrainerOptions {
   uint64_t start_step = 0;                // Clock to start at (a restarted worker).
   std::string loss_log;                   // If set: "step loss" lines, %.17g.
   absl::Duration report_every = absl::Seconds(2);
+  // Remember every key trained on, for WeightsChecksum (tests; costs memory).
+  bool track_keys = false;
   // Testing: sleep this long in every step (a slow worker).
   absl::Duration step_delay = absl::ZeroDuration();
 };
@@ -96,6 +98,13 @@ class Trainer {
   absl::StatusOr<EvalResult> Evaluate(const std::vector<std::string>& files);
 
   uint64_t NumDenseParams() const;
+
+  // A fingerprint of the current weights of every row this worker trained
+  // (needs track_keys) and of the dense weights: keys sorted, rows read with
+  // evaluation pulls, hashed bit for bit. Two runs that end with identical
+  // weights give identical checksums; in a multi-worker job each worker
+  // covers its own keys. Blocks.
+  absl::StatusOr<uint64_t> WeightsChecksum();
 
  private:
   class Impl;

@@ -172,7 +172,9 @@ def main():
             lines = re.search(r"synthetic_train_lines: (\d+)", text)
             evals = re.search(r"synthetic_eval_lines: (\d+)", text)
             seed = re.search(r"synthetic_seed: (\d+)", text)
-            gen = [find_binary("ps_datagen", args.bin_dir), "--out_dir=" + args.data_dir]
+            # Several train files: the reader shuffles file order per epoch.
+            gen = [find_binary("ps_datagen", args.bin_dir), "--out_dir=" + args.data_dir,
+                   "--train_shards=8"]
             if lines: gen.append("--train_lines=" + lines.group(1))
             if evals: gen.append("--eval_lines=" + evals.group(1))
             if seed: gen.append("--seed=" + seed.group(1))

@@ -1,0 +1,126 @@
+// Exactness: PS training in BSP is bit-for-bit the single-machine baseline
+// (1 worker, 1 server), and a 2x2 BSP job is bit-reproducible.
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "gtest/gtest.h"
+#include "tests/testing/cluster.h"
+
+namespace shardps {
+namespace {
+
+using testing::LocalCluster;
+
+constexpr char kConfig[] = R"pb(
+name: "exact"
+tables {
+  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
+  init { kind: UNIFORM scale: 0.05 }
+  optimizer { adam { learning_rate: 0.01 } }
+}
+tables {
+  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
+  optimizer { sgd { learning_rate: 0.05 momentum: 0.5 } }
+}
+model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
+data { format: CRITEO synthetic_dir: "@DATA@" }
+training {
+  batch_size: 128 epochs: 2 shuffle_seed: 7 intra_op_threads: 1
+  lr_schedule { warmup_steps: 20 decay: COSINE min_scale: 0.1 }
+}
+cluster {
+  num_servers: @SERVERS@ num_workers: @WORKERS@ num_partitions: 256 mode: BSP
+  heartbeat_ms: 200 dead_after_ms: 3000
+}
+)pb";
+
+std::string Dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+std::string WriteConfig(const std::string& name, int servers, int workers) {
+  const std::string path = Dir(name) + "/job.pbtxt";
+  std::ofstream(path) << absl::StrReplaceAll(
+      kConfig, {{"@DATA@", ::testing::TempDir() + "/exact_data"},
+                {"@SERVERS@", absl::StrCat(servers)}, {"@WORKERS@", absl::StrCat(workers)}});
+  return path;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class DeterminismTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(testing::MakeSyntheticData(::testing::TempDir() + "/exact_data", 30000, 3000).ok());
+  }
+};
+
+TEST_F(DeterminismTest, PsBspWithOneWorkerIsBitIdenticalToLocalMode) {
+  const std::string config = WriteConfig("parity", 1, 1);
+  const std::string local_losses = Dir("parity") + "/local_losses.txt";
+  auto local = testing::RunLocal(
+      config, {"--max_steps=220", "--checksum", "--loss_log=" + local_losses},
+      Dir("parity") + "/local.log");
+  ASSERT_TRUE(local.ok()) << local.status();
+
+  const std::string ps_losses = Dir("parity") + "/ps_losses.txt";
+  LocalCluster cluster({config, Dir("parity"), 1, 1,
+                        {"--max_steps=220", "--checksum", "--loss_log=" + ps_losses}, {}});
+  ASSERT_TRUE(cluster.Start().ok());
+  auto code = cluster.WaitScheduler(absl::Minutes(10));
+  ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+  auto workers = cluster.WaitWorkers(absl::Seconds(60));
+  ASSERT_TRUE(workers.ok());
+  auto& ps = (*workers)[0];
+
+  EXPECT_EQ(ps["steps"], "220");
+  EXPECT_EQ((*local)["steps"], "220");
+  const std::string a = ReadFile(local_losses), b = ReadFile(ps_losses);
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a, b) << "per-step losses differ between local and PS mode";
+  ASSERT_EQ((*local)["checksum"].size(), 16u);
+  EXPECT_EQ((*local)["checksum"], ps["checksum"]) << "final weights differ";
+  EXPECT_EQ((*local)["eval_auc"], ps["eval_auc"]);
+}
+
+TEST_F(DeterminismTest, TwoBspJobsEndWithBitIdenticalWeights) {
+  std::map<int, std::string> first;
+  std::string first_auc;
+  for (int run = 0; run < 2; ++run) {
+    const std::string name = absl::StrCat("bsp_run", run);
+    LocalCluster cluster({WriteConfig(name, 2, 2), Dir(name), 2, 2,
+                          {"--max_steps=120", "--checksum"}, {}});
+    ASSERT_TRUE(cluster.Start().ok());
+    auto code = cluster.WaitScheduler(absl::Minutes(10));
+    ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+    auto workers = cluster.WaitWorkers(absl::Seconds(60));
+    ASSERT_TRUE(workers.ok());
+    ASSERT_EQ(workers->size(), 2u) << cluster.AllLogTails();
+    for (auto& [rank, result] : *workers) {
+      ASSERT_NE(result["checksum"], "") << rank;
+      if (run == 0) {
+        first[rank] = result["checksum"];
+      } else {
+        EXPECT_EQ(result["checksum"], first[rank]) << "worker " << rank << "'s rows differ";
+      }
+    }
+    const std::string auc = testing::ParseResult(cluster.SchedulerResult())["eval_auc"];
+    if (run == 0) first_auc = auc;
+    else EXPECT_EQ(auc, first_auc);
+  }
+}
+
+}  // namespace
+}  // namespace shardps

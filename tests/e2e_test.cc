@@ -1,0 +1,124 @@
+// Whole jobs of real processes: scheduler, 2 servers, 2 workers on
+// 127.0.0.1, on generated Criteo-format data, in every consistency mode.
+#include <sys/stat.h>
+
+#include <csignal>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/cluster.h"
+
+namespace shardps {
+namespace {
+
+using testing::LocalCluster;
+
+// Small enough for 2 cores, big enough that AUC means something.
+constexpr uint64_t kTrainLines = 40000;
+constexpr uint64_t kEvalLines = 10000;
+
+constexpr char kConfig[] = R"pb(
+name: "e2e"
+tables {
+  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
+  init { kind: UNIFORM scale: 0.05 }
+  optimizer { rowwise_adagrad { learning_rate: 0.05 } }
+}
+tables {
+  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
+  optimizer { adagrad { learning_rate: 0.02 } }
+}
+model { kind: DLRM bottom_mlp: [32, 8] top_mlp: [32] dense_table: "mlp" }
+data { format: CRITEO synthetic_dir: "@DATA@" }
+training { batch_size: 256 epochs: 2 shuffle_seed: 7 prefetch: true intra_op_threads: 1 }
+cluster {
+  num_servers: @SERVERS@ num_workers: @WORKERS@ num_partitions: 256
+  @MODE@
+  heartbeat_ms: 200 dead_after_ms: 1500 server_deadline_ms: 20000
+}
+)pb";
+
+std::string DataDir() { return ::testing::TempDir() + "/e2e_data"; }
+
+std::string WriteConfig(const std::string& name, const std::string& mode, int servers,
+                        int workers) {
+  const std::string path = ::testing::TempDir() + "/" + name + ".pbtxt";
+  std::ofstream(path) << absl::StrReplaceAll(
+      kConfig, {{"@DATA@", DataDir()}, {"@MODE@", mode},
+                {"@SERVERS@", absl::StrCat(servers)}, {"@WORKERS@", absl::StrCat(workers)}});
+  return path;
+}
+
+class E2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(testing::MakeSyntheticData(DataDir(), kTrainLines, kEvalLines).ok());
+    // The single-machine baseline on the same data.
+    auto local = testing::RunLocal(WriteConfig("local", "mode: BSP", 1, 1), {},
+                                   ::testing::TempDir() + "/local.log");
+    ASSERT_TRUE(local.ok()) << local.status();
+    local_auc_ = std::stod((*local)["eval_auc"]);
+    ASSERT_GT(local_auc_, 0.70) << "local mode did not learn";
+  }
+
+  // Runs a 2x2 job; returns the scheduler's PS_JOB_RESULT fields.
+  std::map<std::string, std::string> RunJob(
+      const std::string& name, const std::string& mode,
+      std::map<int, std::vector<std::string>> per_worker = {},
+      std::function<void(LocalCluster&)> during = nullptr) {
+    const std::string dir = ::testing::TempDir() + "/" + name;
+    mkdir(dir.c_str(), 0755);
+    LocalCluster cluster({WriteConfig(name, mode, 2, 2), dir, 2, 2, {}, per_worker});
+    EXPECT_TRUE(cluster.Start().ok());
+    if (during) during(cluster);
+    auto code = cluster.WaitScheduler(absl::Minutes(10));
+    EXPECT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+    (void)cluster.WaitWorkers(absl::Seconds(30));
+    auto result = testing::ParseResult(cluster.SchedulerResult());
+    if (result["state"] != "done") ADD_FAILURE() << cluster.AllLogTails();
+    return result;
+  }
+
+  static double local_auc_;
+};
+
+double E2eTest::local_auc_ = 0;
+
+TEST_F(E2eTest, BspJobMatchesLocalAuc) {
+  auto r = RunJob("bsp", "mode: BSP");
+  EXPECT_EQ(r["state"], "done");
+  EXPECT_NEAR(std::stod(r["eval_auc"]), local_auc_, 0.02);
+  EXPECT_EQ(r["max_spread"], "1");  // BSP: completed clocks differ by <= 1.
+}
+
+TEST_F(E2eTest, Ssp2JobMatchesLocalAucAndKeepsTheBound) {
+  // Worker 1 is slowed down: worker 0 must wait for it at the bound.
+  auto r = RunJob("ssp", "mode: SSP staleness: 2", {{1, {"--step_delay_ms=15"}}});
+  EXPECT_EQ(r["state"], "done");
+  EXPECT_NEAR(std::stod(r["eval_auc"]), local_auc_, 0.02);
+  EXPECT_LE(std::stoi(r["max_spread"]), 3);  // s + 1
+  EXPECT_GE(std::stoi(r["max_spread"]), 2);  // ...and the fast worker did run ahead.
+}
+
+TEST_F(E2eTest, AspJobMatchesLocalAucAndNeverWaits) {
+  auto r = RunJob("asp", "mode: ASP", {{1, {"--step_delay_ms=15"}}});
+  EXPECT_EQ(r["state"], "done");
+  EXPECT_NEAR(std::stod(r["eval_auc"]), local_auc_, 0.02);
+  EXPECT_GT(std::stoi(r["max_spread"]), 3);  // The fast worker was not held back.
+}
+
+TEST_F(E2eTest, KilledWorkerLeavesTheMinimumAndTheJobFinishes) {
+  auto r = RunJob("kill", "mode: SSP staleness: 1", {}, [](LocalCluster& c) {
+    // Let worker 1 train a little, then kill it without warning.
+    auto line = c.worker(1).WaitForLine("PS_NEVER", absl::Seconds(4));
+    c.worker(1).Signal(SIGKILL);
+  });
+  EXPECT_EQ(r["state"], "done");
+}
+
+}  // namespace
+}  // namespace shardps
