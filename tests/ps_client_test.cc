@@ -1,0 +1,130 @@
+// The worker's PsClient against two real ps_server processes.
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "common/partition.h"
+#include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
+#include "worker/ps_client.h"
+
+namespace shardps {
+namespace {
+
+using testing::RunfilePath;
+using testing::Subprocess;
+
+constexpr char kConfig[] = R"pb(
+name: "client-test"
+tables {
+  id: 1 name: "emb" dim: 4 seed: 3
+  init { kind: ZEROS }
+  optimizer { sgd { learning_rate: 0.5 } }
+}
+data { train_files: "unused.tsv" }
+cluster { num_servers: 2 num_workers: 1 num_partitions: 64 mode: ASP }
+)pb";
+
+class PsClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = ::testing::TempDir() + "/client.pbtxt";
+    std::ofstream(path) << kConfig;
+    PartitionMapProto map;
+    map.set_version(1);
+    map.set_num_partitions(64);
+    auto contiguous = PartitionMap::Contiguous(1, 64, 2);
+    for (uint32_t o : contiguous->owners()) map.add_owner(o);
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(servers_[i].Start({RunfilePath("server/ps_server"), "--config=" + path,
+                                     absl::StrCat("--index=", i)})
+                      .ok());
+      auto address = servers_[i].WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(30));
+      ASSERT_TRUE(address.ok()) << address.status();
+      map.add_server_addresses(*address);
+    }
+    map_ = map;
+  }
+
+  std::unique_ptr<PsClient> Client(PsClient::Options options, PartitionMapProto start) {
+    auto client = PsClient::Create(options, start, [this](uint64_t) { return map_; });
+    EXPECT_TRUE(client.ok()) << client.status();
+    return *std::move(client);
+  }
+
+  Subprocess servers_[2];
+  PartitionMapProto map_;
+};
+
+std::vector<uint64_t> Keys(int n) {
+  std::vector<uint64_t> keys(n);
+  for (int i = 0; i < n; ++i) keys[i] = 1000003ull * i + 7;
+  return keys;
+}
+
+TEST_F(PsClientTest, PullPushRoundTripAcrossServersWithSplitting) {
+  PsClient::Options options;
+  options.max_message_bytes = 2000;  // Forces many requests per server.
+  auto client = Client(options, map_);
+  const std::vector<uint64_t> keys = Keys(500);
+  std::vector<float> rows(keys.size() * 4, -1.0f);
+  ASSERT_TRUE(client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 0)
+                  ->Wait().ok());
+  for (float v : rows) ASSERT_EQ(v, 0.0f);  // ZEROS init
+  std::vector<float> grads(keys.size() * 4);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 7);
+  ASSERT_TRUE(client->PushAsync({{1, 4, keys.data(), keys.size(), grads.data()}}, 0, 1.0f, false)
+                  ->Wait().ok());
+  ASSERT_TRUE(client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 1)
+                  ->Wait().ok());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i], -0.5f * grads[i]) << i;  // SGD, lr 0.5, exact
+  }
+}
+
+TEST_F(PsClientTest, Bf16OnTheWireRoundsValues) {
+  PsClient::Options options;
+  options.encoding = Encoding::kBf16;
+  auto client = Client(options, map_);
+  const std::vector<uint64_t> keys = Keys(20);
+  std::vector<float> grads(keys.size() * 4, 1.0f / 3.0f);
+  ASSERT_TRUE(client->PushAsync({{1, 4, keys.data(), keys.size(), grads.data()}}, 0, 1.0f, false)
+                  ->Wait().ok());
+  std::vector<float> rows(keys.size() * 4);
+  ASSERT_TRUE(client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 1)
+                  ->Wait().ok());
+  for (float v : rows) EXPECT_NEAR(v, -0.5f / 3.0f, 2e-3f);
+}
+
+TEST_F(PsClientTest, StaleMapIsRefreshedAndTheCallSucceeds) {
+  // The client starts with a map that sends every key to server 0, at a
+  // version the servers do not have: they answer ABORTED, the client fetches
+  // map_ and resends.
+  PartitionMapProto stale = map_;
+  stale.set_version(0);
+  for (int p = 0; p < stale.owner_size(); ++p) stale.set_owner(p, 0);
+  auto client = Client(PsClient::Options(), stale);
+  const std::vector<uint64_t> keys = Keys(100);
+  std::vector<float> rows(keys.size() * 4, -1.0f);
+  ASSERT_TRUE(client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 0)
+                  ->Wait().ok());
+  EXPECT_EQ(client->map_version(), 1u);
+  for (float v : rows) EXPECT_EQ(v, 0.0f);
+}
+
+TEST_F(PsClientTest, BadRequestIsReportedNotRetried) {
+  auto client = Client(PsClient::Options(), map_);
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  std::vector<float> rows(3 * 4);
+  const absl::Status st =
+      client->PullAsync({{99, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 0)->Wait();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  std::vector<float> grads(3 * 4, NAN);
+  EXPECT_EQ(client->PushAsync({{1, 4, keys.data(), keys.size(), grads.data()}}, 0, 1.0f, false)
+                ->Wait().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shardps
