@@ -75,10 +75,15 @@ absl::StatusOr<uint64_t> ClockService::Tick(uint32_t rank, uint64_t clock) {
         absl::StrCat("worker ", rank, " ticked to clock ", clock,
                      " from clock ", clock_[rank], "; clocks advance by one"));
   }
+  const std::optional<uint64_t> before = MinLocked();
   clock_[rank] = clock;
   RecordSpreadLocked();
-  changed_.SignalAll();
-  return MinLocked().value_or(clock);
+  const std::optional<uint64_t> after = MinLocked();
+  // Waiters only ever wait for the minimum to rise (or for membership,
+  // pause, hold and abort changes, which signal on their own): waking them
+  // on every tick costs a thundering herd of futile wake-ups.
+  if (after != before) changed_.SignalAll();
+  return after.value_or(clock);
 }
 
 void ClockService::MarkDead(uint32_t rank) {
