@@ -108,10 +108,12 @@ absl::Status SchedulerClient::WaitClock(uint32_t rank, uint64_t step,
   return FromGrpcStatus(stub_->WaitClock(&ctx, request, &response));
 }
 
-absl::Status SchedulerClient::Tick(uint32_t rank, uint64_t clock) {
+absl::Status SchedulerClient::Tick(uint32_t rank, uint64_t clock,
+                                   const std::string& position) {
   TickRequest request;
   request.set_rank(rank);
   request.set_clock(clock);
+  request.set_position(position);
   grpc::ClientContext ctx;
   SetDeadline(&ctx, absl::Seconds(30));
   TickResponse response;

@@ -46,7 +46,9 @@ class SchedulerClient {
   absl::StatusOr<PartitionMapProto> GetPartitionMap(uint64_t min_version,
                                                     absl::Duration timeout);
   absl::Status WaitClock(uint32_t rank, uint64_t step, absl::Duration timeout);
-  absl::Status Tick(uint32_t rank, uint64_t clock);
+  // `position`: the worker's data position after step clock-1 (recorded in
+  // checkpoints at `clock`); may be empty.
+  absl::Status Tick(uint32_t rank, uint64_t clock, const std::string& position = "");
   absl::Status Barrier(const std::string& name, uint32_t rank,
                        absl::Duration timeout);
   absl::Status ReportMetrics(const MetricsReport& report);

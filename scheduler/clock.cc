@@ -55,7 +55,10 @@ absl::StatusOr<uint64_t> ClockService::WaitToStart(uint32_t rank,
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", rank, " is no longer live"));
     }
-    if (MayStartLocked(step)) return MinLocked().value_or(step);
+    if (MayStartLocked(step)) {
+      max_granted_ = std::max(max_granted_, step);
+      return MinLocked().value_or(step);
+    }
     if (!changed_.WaitUntil(&mu_, deadline) && !MayStartLocked(step)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "worker ", rank, " waited for step ", step, "; min clock is ",
@@ -111,6 +114,7 @@ void ClockService::Revive(uint32_t rank, uint64_t clock) {
 void ClockService::Hold(uint64_t clock) {
   MutexLock lock(&mu_);
   hold_ = clock;
+  changed_.SignalAll();  // A later hold may let waiters start.
 }
 
 void ClockService::Release() {
@@ -136,6 +140,16 @@ void ClockService::SetPaused(bool paused) {
   MutexLock lock(&mu_);
   paused_ = paused;
   changed_.SignalAll();
+}
+
+std::optional<uint64_t> ClockService::HeldClock() const {
+  MutexLock lock(&mu_);
+  return hold_;
+}
+
+uint64_t ClockService::MaxGranted() const {
+  MutexLock lock(&mu_);
+  return max_granted_;
 }
 
 std::optional<uint64_t> ClockService::MinClock() const {

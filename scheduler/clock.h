@@ -58,11 +58,17 @@ class ClockService {
   void MarkFinished(uint32_t rank);
   void Revive(uint32_t rank, uint64_t clock);
 
-  // Checkpoint barrier: workers may not start step >= `clock` until Release.
+  // Checkpoint barrier: workers may not start step >= `clock` until Release
+  // (or a Hold at a later clock).
   void Hold(uint64_t clock);
   void Release();
   // True once every live unfinished worker has completed >= the held clock.
   bool AllReachedHold() const;
+  // The held clock, if any.
+  std::optional<uint64_t> HeldClock() const;
+  // The largest step any worker has been allowed to start (0 if none): a
+  // hold at MaxGranted() + 1 cuts no started step in two.
+  uint64_t MaxGranted() const;
 
   // Fails every current and future wait with ABORTED(reason).
   void Abort(const std::string& reason);
@@ -95,6 +101,7 @@ class ClockService {
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   uint64_t max_spread_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t max_granted_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardps

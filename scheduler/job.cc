@@ -34,9 +34,107 @@ JobCoordinator::JobCoordinator(JobConfig config, ServerNotifier notifier)
 JobCoordinator::~JobCoordinator() {
   stop_ = true;
   if (sweeper_.joinable()) sweeper_.join();
+  if (checkpointer_thread_.joinable()) checkpointer_thread_.join();
+}
+
+void JobCoordinator::SetCheckpointer(Checkpointer checkpointer) {
+  checkpointer_ = std::move(checkpointer);
+}
+
+void JobCoordinator::SetResume(Resume resume) {
+  for (uint32_t r = 0; r < final_.size(); ++r) clock_.Revive(r, resume.clock);
+  MutexLock lock(&mu_);
+  for (const auto& [rank, position] : resume.positions) {
+    positions_[rank] = {resume.clock, position};
+  }
+  resume_ = std::move(resume);
+}
+
+void JobCoordinator::RequestCheckpoint() {
+  MutexLock lock(&mu_);
+  checkpoint_requested_ = true;
+}
+
+std::vector<uint64_t> JobCoordinator::Checkpoints() const {
+  MutexLock lock(&mu_);
+  return checkpoints_;
+}
+
+bool JobCoordinator::ReadyLocked() const { return !resume_ || restored_; }
+
+void JobCoordinator::CheckpointLoop() {
+  const CheckpointConfig& cc = config_.checkpoint();
+  if (resume_) {  // Restore every server before any worker starts.
+    while (!stop_ && members_.MapVersion() == 0) absl::SleepFor(absl::Milliseconds(20));
+    if (stop_) return;
+    const absl::Status st = resume_->restore();
+    MutexLock lock(&mu_);
+    if (!st.ok()) {
+      state_ = State::kFailed;
+      failure_ = absl::StrCat("restoring the checkpoint at clock ", resume_->clock,
+                              " failed: ", st.message());
+      LOG(ERROR) << failure_;
+      clock_.Abort(failure_);
+    } else {
+      LOG(INFO) << "every server restored the checkpoint at clock " << resume_->clock;
+      restored_ = true;
+    }
+    changed_.SignalAll();
+  }
+  if (!checkpointer_) return;
+  if (cc.every_steps() > 0) {
+    // The first multiple of every_steps no worker has started yet.
+    const uint64_t k = cc.every_steps();
+    const uint64_t base = std::max(clock_.MaxGranted(), clock_.MinClock().value_or(0));
+    clock_.Hold((base / k + 1) * k);
+  }
+  absl::Time last = absl::Now();
+  while (!stop_) {
+    absl::SleepFor(absl::Milliseconds(10));
+    {
+      MutexLock lock(&mu_);
+      if (state_ == State::kDone || state_ == State::kFailed) return;
+      const bool due = cc.every_seconds() > 0 &&
+                       absl::Now() - last >= absl::Seconds(cc.every_seconds());
+      if ((due || checkpoint_requested_) && !clock_.HeldClock()) {
+        clock_.Hold(clock_.MaxGranted() + 1);
+      }
+      checkpoint_requested_ = false;
+    }
+    const std::optional<uint64_t> held = clock_.HeldClock();
+    if (!held || !clock_.AllReachedHold()) continue;
+    if (!clock_.MinClock()) {  // Every worker finished before the hold.
+      clock_.Release();
+      return;
+    }
+    std::map<uint32_t, std::string> positions;
+    {
+      MutexLock lock(&mu_);
+      for (const auto& [rank, p] : positions_) positions[rank] = p.second;
+    }
+    const absl::Time start = absl::Now();
+    const absl::Status st = checkpointer_(*held, positions);
+    if (st.ok()) {
+      LOG(INFO) << "checkpoint at clock " << *held << " written in "
+                << absl::FormatDuration(absl::Now() - start) << " (workers held meanwhile)";
+      MutexLock lock(&mu_);
+      checkpoints_.push_back(*held);
+    } else {
+      LOG(ERROR) << "checkpoint at clock " << *held << " failed: " << st;
+    }
+    last = absl::Now();
+    if (cc.every_steps() > 0) {
+      clock_.Hold(*held + cc.every_steps());  // Moves the hold on (and wakes).
+    } else {
+      clock_.Release();
+    }
+  }
 }
 
 void JobCoordinator::Start() {
+  if (resume_ || checkpointer_) {
+    checkpointer_thread_ = std::thread([this] { CheckpointLoop(); });
+  }
   sweeper_ = std::thread([this] {
     const absl::Duration period = Ms(std::max(1u, config_.cluster().heartbeat_ms() / 2));
     while (!stop_) {
@@ -61,12 +159,24 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request,
             << (member->registrations > 1 ? " (restarted, took its index back)" : "");
   response->set_index(member->index);
   response->set_job_id(fingerprint_);
-  if (auto map = members_.Map()) *response->mutable_map() = *map;
+  bool ready;
+  {
+    MutexLock lock(&mu_);
+    ready = ReadyLocked();
+  }
+  if (auto map = members_.Map(); map && ready) *response->mutable_map() = *map;
   if (request.role() == WORKER) {
     response->mutable_shard()->set_worker_rank(member->index);
     response->mutable_shard()->set_num_workers(config_.cluster().num_workers());
     const uint64_t resume = clock_.Clocks()[member->index];
     response->set_resume_clock(resume);
+    {
+      MutexLock lock(&mu_);
+      auto it = positions_.find(member->index);
+      if (it != positions_.end() && it->second.first == resume) {
+        response->set_resume_position(it->second.second);
+      }
+    }
     if (member->registrations > 1) clock_.Revive(member->index, resume);
   }
   if (was_dead_server && members_.DeadServers().empty()) {
@@ -96,9 +206,10 @@ absl::Status JobCoordinator::GetPartitionMap(const GetPartitionMapRequest& reque
   const absl::Time deadline = DeadlineFromMs(request.timeout_ms());
   const uint64_t want = std::max<uint64_t>(1, request.min_version());
   MutexLock lock(&mu_);
-  while (members_.MapVersion() < want) {
+  while (members_.MapVersion() < want || !ReadyLocked()) {
     if (state_ == State::kFailed) return absl::AbortedError(failure_);
-    if (!changed_.WaitUntil(&mu_, deadline) && members_.MapVersion() < want) {
+    if (!changed_.WaitUntil(&mu_, deadline) &&
+        (members_.MapVersion() < want || !ReadyLocked())) {
       return absl::DeadlineExceededError(absl::StrCat(
           "partition map version ", want, " not ready: waiting for servers"));
     }
@@ -119,6 +230,10 @@ absl::Status JobCoordinator::WaitClock(const WaitClockRequest& request,
 absl::Status JobCoordinator::Tick(const TickRequest& request, TickResponse* response) {
   auto min = clock_.Tick(request.rank(), request.clock());
   if (!min.ok()) return min.status();
+  if (!request.position().empty()) {
+    MutexLock lock(&mu_);
+    positions_[request.rank()] = {request.clock(), request.position()};
+  }
   response->set_min_clock(*min);
   return absl::OkStatus();
 }

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -44,13 +45,37 @@ class JobCoordinator {
   using ServerNotifier = std::function<void(const PartitionMapProto& map,
                                             const std::vector<uint32_t>& active)>;
 
+  // Writes a checkpoint at `clock` (every worker is held there; all pushes of
+  // steps < clock are acknowledged), recording `positions` (rank -> data
+  // position after step clock-1). Called from the checkpoint thread.
+  using Checkpointer = std::function<absl::Status(
+      uint64_t clock, const std::map<uint32_t, std::string>& positions)>;
+
+  // A job resumed from a checkpoint: every worker restarts at `clock` from
+  // its recorded position; `restore` is called once every server has
+  // registered, before any worker may start.
+  struct Resume {
+    uint64_t clock = 0;
+    std::map<uint32_t, std::string> positions;
+    std::function<absl::Status()> restore;
+  };
+
   JobCoordinator(JobConfig config, ServerNotifier notifier);
   ~JobCoordinator();
   JobCoordinator(const JobCoordinator&) = delete;
   JobCoordinator& operator=(const JobCoordinator&) = delete;
 
-  // Starts the failure-detection thread.
+  // Starts the failure-detection thread (and the checkpoint thread if a
+  // checkpointer is set and checkpoint.every_steps / every_seconds > 0).
   void Start();
+
+  // Call before Start().
+  void SetCheckpointer(Checkpointer checkpointer);
+  void SetResume(Resume resume);
+  // Asks for a checkpoint as soon as possible (at max granted step + 1).
+  void RequestCheckpoint();
+  // Clocks of the checkpoints written so far.
+  std::vector<uint64_t> Checkpoints() const;
 
   absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
   absl::Status Heartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
@@ -74,6 +99,8 @@ class JobCoordinator {
   ClockService& clock() { return clock_; }
 
  private:
+  void CheckpointLoop();
+  bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   enum class State { kWaiting, kRunning, kDone, kFailed };
 
   void NotifyServers();
@@ -97,6 +124,14 @@ class JobCoordinator {
   std::map<uint32_t, MetricsReport> reports_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> final_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<bool>> barriers_ ABSL_GUARDED_BY(mu_);
+  // Latest (clock, data position) each worker reported with a tick.
+  std::map<uint32_t, std::pair<uint64_t, std::string>> positions_ ABSL_GUARDED_BY(mu_);
+  Checkpointer checkpointer_;
+  std::optional<Resume> resume_;
+  bool restored_ ABSL_GUARDED_BY(mu_) = false;  // Resume: servers restored.
+  bool checkpoint_requested_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<uint64_t> checkpoints_ ABSL_GUARDED_BY(mu_);
+  std::thread checkpointer_thread_;
 
   std::atomic<bool> stop_{false};
   std::thread sweeper_;

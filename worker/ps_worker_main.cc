@@ -200,6 +200,7 @@ int RunPs(JobConfig config) {
   o.model_options.device = PickDevice(absl::GetFlag(FLAGS_device));
   o.max_steps = absl::GetFlag(FLAGS_max_steps);
   o.start_step = reg->resume_clock();
+  o.start_position = reg->resume_position();
   o.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
   o.loss_log = absl::GetFlag(FLAGS_loss_log);
   o.track_keys = absl::GetFlag(FLAGS_checksum);

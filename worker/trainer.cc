@@ -311,6 +311,12 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
                    data::ReaderOptionsFromConfig(o_.config, o_.train_files, o_.rank,
                                                  o_.num_workers, true));
   ASSIGN_OR_RETURN(auto reader, data::CriteoReader::Create(std::move(ro)));
+  if (!o_.start_position.empty()) {
+    ASSIGN_OR_RETURN(data::ReaderPosition position, data::DecodePosition(o_.start_position));
+    RETURN_IF_ERROR(reader->Seek(position));
+    LOG(INFO) << "worker " << o_.rank << " resumes at step " << o_.start_step
+              << " from data position " << o_.start_position;
+  }
   DataPipeline pipe(std::move(reader), model_->spec(), o_.config.training().batch_size(), 3);
   const uint64_t max_steps =
       o_.max_steps ? o_.max_steps : o_.config.training().max_steps();
@@ -366,7 +372,10 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
     const float lr_scale = static_cast<float>(
         data::LearningRateMultiplier(o_.config.training().lr_schedule(), step, max_steps));
     RETURN_IF_ERROR(StartPush(cur.get(), step, lr_scale)->Wait());
-    if (o_.scheduler) RETURN_IF_ERROR(o_.scheduler->Tick(o_.rank, step + 1));
+    if (o_.scheduler) {
+      RETURN_IF_ERROR(o_.scheduler->Tick(o_.rank, step + 1,
+                                         data::EncodePosition(cur->batch.end_position)));
+    }
     s.times.push += Seconds(t0);
 
     if (loss_log) std::fprintf(loss_log, "%llu %.17g\n", (unsigned long long)step, result_.loss);

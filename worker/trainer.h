@@ -48,6 +48,7 @@ struct TrainerOptions {
   ModelOptions model_options;             // Device.
   uint64_t max_steps = 0;                 // 0: training.max_steps, or the data's end.
   uint64_t start_step = 0;                // Clock to start at (a restarted worker).
+  std::string start_position;             // Data position to seek to (EncodePosition).
   std::string loss_log;                   // If set: "step loss" lines, %.17g.
   absl::Duration report_every = absl::Seconds(2);
   // Remember every key trained on, for WeightsChecksum (tests; costs memory).
