@@ -13,13 +13,14 @@
 namespace shardps::testing {
 
 absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines,
-                               uint64_t eval_lines) {
+                               uint64_t eval_lines, int train_shards) {
   struct stat st;
   if (stat((dir + "/best.txt").c_str(), &st) == 0) return absl::OkStatus();
   Subprocess gen;
   absl::Status s = gen.Start({RunfilePath("worker/data/ps_datagen"), "--out_dir=" + dir,
                               absl::StrCat("--train_lines=", train_lines),
-                              absl::StrCat("--eval_lines=", eval_lines)});
+                              absl::StrCat("--eval_lines=", eval_lines),
+                              absl::StrCat("--train_shards=", train_shards)});
   if (!s.ok()) return s;
   auto code = gen.Wait(absl::Minutes(5));
   if (!code.ok()) return code.status();

@@ -21,7 +21,7 @@ namespace shardps::testing {
 
 // Writes a synthetic data set (ps_datagen) to `dir` unless one is there.
 absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines,
-                               uint64_t eval_lines);
+                               uint64_t eval_lines, int train_shards = 1);
 
 // "key=value" pairs of a PS_*_RESULT line.
 std::map<std::string, std::string> ParseResult(const std::string& line);
