@@ -12,6 +12,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -21,7 +22,10 @@
 #include "common/metrics.h"
 #include "glog/logging.h"
 #include "scheduler/client.h"
+#include "common/partition.h"
 #include "server/ps_server.h"
+#include "server/table.h"
+#include "server/table_store.h"
 
 ABSL_FLAG(std::string, config, shardps::EnvOr("SHARDPS_CONFIG", ""),
           "Job config (text-format shardps.JobConfig). Env: SHARDPS_CONFIG.");
@@ -134,6 +138,31 @@ class TableMetrics {
   std::vector<Series> series_;
 };
 
+// Prints "PS_SERVER_RESULT index=I rows=N weights_checksum=H": H is the XOR
+// over this server's rows of a hash of (table, key, weight bits), so the XOR
+// of every server's H fingerprints the job's weights whatever the sharding
+// (tests compare jobs with it; optimizer state is not included).
+void PrintWeightsChecksum(uint32_t index, TableStore* store) {
+  uint64_t h = 0, rows = 0;
+  for (const Table* table : store->tables()) {
+    const uint32_t dim = table->dim();
+    const uint64_t salt = Mix64(uint64_t{table->id()} + 0x51ed270b27af1d3bULL);
+    table->ForEachRow([&](uint64_t key, const float* payload) {
+      uint64_t r = Mix64(salt ^ key);
+      for (uint32_t i = 0; i < dim; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, payload + i, sizeof bits);
+        r = Mix64(r ^ bits);
+      }
+      h ^= r;
+      ++rows;
+    });
+  }
+  std::printf("PS_SERVER_RESULT index=%u rows=%llu weights_checksum=%016llx\n", index,
+              static_cast<unsigned long long>(rows), static_cast<unsigned long long>(h));
+  std::fflush(stdout);
+}
+
 int Run() {
   const std::string config_path = absl::GetFlag(FLAGS_config);
   if (config_path.empty()) {
@@ -193,6 +222,7 @@ int Run() {
   LOG(INFO) << "signal " << sig << ": shutting down";
   (*server)->Shutdown();
   (*server)->Wait();
+  PrintWeightsChecksum(absl::GetFlag(FLAGS_index), (*server)->core()->store());
   return 0;
 }
 
