@@ -30,6 +30,10 @@ _LIBS = {
     "benchmark": ["benchmark", "-lpthread"],
     "zlib": ["zlib"],
     "zstd": ["libzstd"],
+    # Prometheus metrics (common/metrics.h) and the HTTP server CivetWeb it
+    # embeds (scheduler/status_page.h).
+    "prometheus": ["prometheus-cpp-pull", "prometheus-cpp-core"],
+    "civetweb": ["-lcivetweb"],
 }
 
 def _pkg_config(ctx, modules):
