@@ -84,6 +84,7 @@ class Validator {
       const FieldDescriptor* field =
           msg->GetDescriptor()->FindFieldByName(step.field);
       if (field == nullptr) break;
+      if (field->is_repeated() != (step.index >= 0)) break;  // Else DFATAL.
       const auto loc = tree->GetLocation(field, step.index);
       if (loc.line >= 0) {
         line = loc.line;
