@@ -3,14 +3,20 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/codec.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
+#include "server/checkpoint/checkpoint_dir.h"
+#include "server/checkpoint/manifest.h"
+#include "server/snapshot.h"
 
 namespace shardps {
 
@@ -20,6 +26,17 @@ struct ParameterServerCore::DecodedTable {
   size_t n = 0;
   const float* grads = nullptr;  // Into the request or `storage`.
   std::vector<float> storage;
+};
+
+struct ParameterServerCore::CheckpointWrite {
+  std::string root;
+  uint64_t clock = 0;
+  std::string dir;
+  uint64_t rows = 0;
+  std::thread thread;
+  // Set by `thread`; read after joining it.
+  absl::Status status;
+  std::vector<checkpoint::WrittenFile> files;
 };
 
 namespace {
@@ -110,7 +127,11 @@ ParameterServerCore::ParameterServerCore(const CoreOptions& options,
   }
 }
 
-ParameterServerCore::~ParameterServerCore() { Shutdown(); }
+ParameterServerCore::~ParameterServerCore() {
+  Shutdown();
+  MutexLock lock(&checkpoint_mu_);
+  DropCheckpointWrite();
+}
 
 std::shared_ptr<const PartitionMap> ParameterServerCore::CurrentMap() const {
   MutexLock lock(&map_mu_);
@@ -490,6 +511,213 @@ void ParameterServerCore::Shutdown() {
   MutexLock lock(&bsp_mu_);
   shutdown_ = true;
   clock_applied_.SignalAll();
+}
+
+}  // namespace shardps
+
+// ---- Checkpoints (server/snapshot.h) ----
+
+namespace shardps {
+namespace {
+
+struct RestoreSource {
+  std::string dir;
+  checkpoint::CheckpointManifest manifest;
+};
+
+// The checkpoint a RestoreRequest names, its manifest loaded and checked
+// (files present with their sizes; LoadOwnedFiles checks the CRCs of the
+// files this server reads).
+absl::StatusOr<RestoreSource> ResolveRestore(const RestoreRequest& request) {
+  checkpoint::LoadManifestOptions options;
+  options.verify_file_crcs = false;
+  RestoreSource source;
+  if (!request.manifest().empty()) {
+    if (!request.root().empty() || request.has_clock()) {
+      return absl::InvalidArgumentError(
+          "Restore: set either manifest or root (and clock), not both");
+    }
+    std::string dir = request.manifest();
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    const std::string suffix = std::string("/") + checkpoint::kManifestFileName;
+    if (absl::EndsWith(dir, suffix)) dir.resize(dir.size() - suffix.size());
+    ASSIGN_OR_RETURN(source.manifest, checkpoint::LoadManifest(dir, options));
+    source.dir = dir;
+  } else {
+    if (request.root().empty()) {
+      return absl::InvalidArgumentError(
+          "Restore: the request names no checkpoint (set manifest or root)");
+    }
+    checkpoint::ResolvedCheckpoint resolved;
+    if (request.has_clock()) {
+      ASSIGN_OR_RETURN(resolved, checkpoint::LoadCheckpoint(
+                                     request.root(), request.clock(), options));
+    } else {
+      ASSIGN_OR_RETURN(resolved,
+                       checkpoint::LatestComplete(request.root(), options));
+    }
+    source.dir = resolved.dir;
+    source.manifest = std::move(resolved.manifest);
+  }
+  if (source.manifest.kind() != checkpoint::CheckpointManifest::FULL) {
+    return absl::UnimplementedError(absl::StrCat(
+        source.dir, " is a delta checkpoint: restoring deltas is not "
+        "implemented (restore a FULL checkpoint)"));
+  }
+  return source;
+}
+
+}  // namespace
+
+std::vector<bool> ParameterServerCore::OwnedPartitions(
+    const PartitionMap& map) const {
+  std::vector<bool> owned(map.num_partitions());
+  for (uint32_t p = 0; p < map.num_partitions(); ++p) {
+    owned[p] = map.OwnerOfPartition(p) == server_index_;
+  }
+  return owned;
+}
+
+absl::Status ParameterServerCore::Checkpoint(const CheckpointRequest& request,
+                                             CheckpointResponse* response) {
+  if (request.dir().empty()) {
+    return absl::InvalidArgumentError("Checkpoint: no checkpoint dir");
+  }
+  if (request.delta()) {
+    return absl::UnimplementedError(
+        "delta checkpoints are not implemented: request a full one");
+  }
+  if (!CheckpointRequest::Phase_IsValid(request.phase())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Checkpoint: unknown phase ", static_cast<int>(request.phase())));
+  }
+  if (config_.name().empty()) {
+    return absl::FailedPreconditionError(
+        "Checkpoint: the job config has no name");
+  }
+  MutexLock checkpoint_lock(&checkpoint_mu_);
+  if (request.phase() != CheckpointRequest::COLLECT) {
+    RETURN_IF_ERROR(StartCheckpointWrite(request, response));
+    if (request.phase() == CheckpointRequest::COPY) return absl::OkStatus();
+  }
+  return CollectCheckpointWrite(request, response);
+}
+
+void ParameterServerCore::DropCheckpointWrite() {
+  if (write_ == nullptr) return;
+  write_->thread.join();
+  LOG(WARNING) << "server " << server_index_ << ": checkpoint "
+               << write_->dir << " was written but never collected ("
+               << write_->status << ")";
+  write_.reset();
+}
+
+absl::Status ParameterServerCore::StartCheckpointWrite(
+    const CheckpointRequest& request, CheckpointResponse* response) {
+  DropCheckpointWrite();
+  ASSIGN_OR_RETURN(const std::string dir, checkpoint::CreateCheckpointDir(
+                                              request.dir(), request.clock()));
+  const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
+  std::shared_ptr<const StoreSnapshot> snapshot;
+  if (bsp_) {
+    // Under the clock lock: no clock can be applied half-way through the copy.
+    MutexLock lock(&bsp_mu_);
+    if (applied_clock_ != request.clock()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Checkpoint at clock ", request.clock(), ": server ", server_index_,
+          " has applied clocks < ", applied_clock_,
+          " (BSP checkpoints need exactly the clocks < ", request.clock(),
+          " applied)"));
+    }
+    snapshot = StoreSnapshot::Take(*store_, owned);
+  } else {
+    snapshot = StoreSnapshot::Take(*store_, owned);
+  }
+  SnapshotWriteOptions options;
+  options.dir = dir;
+  options.job_name = config_.name();
+  options.clock = request.clock();
+  options.tables = TableSchemas(*store_);
+  write_ = std::make_unique<CheckpointWrite>();
+  write_->root = request.dir();
+  write_->clock = request.clock();
+  write_->dir = dir;
+  write_->rows = snapshot->rows();
+  CheckpointWrite* write = write_.get();
+  write_->thread = std::thread([write, snapshot, options] {
+    absl::StatusOr<std::vector<checkpoint::WrittenFile>> files =
+        WriteSnapshot(*snapshot, options);
+    if (files.ok()) {
+      write->files = std::move(*files);
+    } else {
+      write->status = files.status();
+    }
+  });
+  response->set_checkpoint_dir(dir);
+  response->set_rows(write_->rows);
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::CollectCheckpointWrite(
+    const CheckpointRequest& request, CheckpointResponse* response) {
+  if (write_ == nullptr || write_->root != request.dir() ||
+      write_->clock != request.clock()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Checkpoint COLLECT: server ", server_index_,
+        " has no checkpoint write of clock ", request.clock(), " in ",
+        request.dir(), " to collect"));
+  }
+  write_->thread.join();
+  const std::unique_ptr<CheckpointWrite> write = std::move(write_);
+  RETURN_IF_ERROR(write->status);
+  response->set_checkpoint_dir(write->dir);
+  response->set_rows(write->rows);
+  uint64_t bytes = 0;
+  for (const checkpoint::WrittenFile& file : write->files) {
+    *response->add_written() = checkpoint::ToManifestEntry(file);
+    response->add_files(response->written(response->written_size() - 1).name());
+    bytes += file.size;
+  }
+  response->set_bytes(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
+                                          RestoreResponse* response) {
+  MutexLock checkpoint_lock(&checkpoint_mu_);
+  DropCheckpointWrite();
+  ASSIGN_OR_RETURN(const RestoreSource source, ResolveRestore(request));
+  if (source.manifest.job_name() != config_.name()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        source.dir, ": checkpoint of job \"", source.manifest.job_name(),
+        "\", this job is \"", config_.name(), "\""));
+  }
+  // The manifest's config fingerprint is not compared: it covers the number
+  // of servers, and a checkpoint may be restored onto another server count.
+  // Each file's table schemas are checked instead.
+  const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
+  ASSIGN_OR_RETURN(const LoadedFiles files,
+                   LoadOwnedFiles(source.dir, source.manifest, owned,
+                                  TableSchemas(*store_)));
+  const uint64_t clock = source.manifest.clock();
+  uint64_t rows;
+  {
+    MutexLock lock(&bsp_mu_);
+    rows = ApplyFiles(files, owned, store_.get());
+    pending_.clear();
+    applied_clock_ = clock;
+    max_clock_.store(clock, std::memory_order_relaxed);
+    store_->SetClock(clock);
+    clock_applied_.SignalAll();
+  }
+  LOG(INFO) << "server " << server_index_ << " restored " << rows
+            << " rows from " << files.files.size() << " files of "
+            << source.dir << " (clock " << clock << ")";
+  response->set_rows(rows);
+  response->set_clock(clock);
+  response->set_checkpoint_dir(source.dir);
+  response->set_files_read(files.files.size());
+  return absl::OkStatus();
 }
 
 }  // namespace shardps

@@ -24,6 +24,29 @@
 //   DEADLINE_EXCEEDED  BSP pull whose clock did not close before the deadline.
 //   UNAVAILABLE        the core is shutting down.
 //
+// Checkpoints (server/snapshot.h has the file layout). Checkpoint copies the
+// rows of the partitions this server owns into memory (each table stripe
+// under its lock; in BSP also under the clock lock, and only if exactly the
+// clocks < request.clock have been applied, else FAILED_PRECONDITION), then
+// writes the partition-group files from the copy into <dir>/ckpt-<clock>/
+// and returns their manifest entries. The caller (the scheduler) holds every
+// worker at the clock, so the copy is a consistent cut; pushes may resume
+// once the copy is done: phase COPY answers then and writes the files on a
+// background thread, a later COLLECT waits for them (COPY_AND_WRITE does
+// both in one call). One background write at a time: a new COPY or a
+// Restore first waits for (and drops the result of) an uncollected one.
+// Restore verifies every file it needs first (memory: those files), then
+// clears the tables, writes the rows of the partitions it owns and sets the
+// BSP clock to the checkpoint's (buffered pushes dropped). A refused restore
+// changes nothing. The tables' eviction clock only moves forward, so restore
+// into a fresh server (as recovery does) for exact eviction stamps. Only
+// FULL checkpoints: delta requests answer UNIMPLEMENTED. Admission counts of
+// keys without a row are not saved. Checkpoint errors: INVALID_ARGUMENT (no
+// dir, unknown phase), ALREADY_EXISTS (that checkpoint has a MANIFEST),
+// FAILED_PRECONDITION (BSP clock; COLLECT with nothing to collect), I/O
+// errors naming the path. Restore errors: NOT_FOUND / DATA_LOSS /
+// FAILED_PRECONDITION naming the manifest or file; UNIMPLEMENTED for a delta.
+//
 // Consistency (DESIGN.md). ASP/SSP: each push is applied on arrival (one
 // optimizer step per key per push), lr_scale from the push (unset = 1).
 // BSP: pushes of clock c are buffered per rank; when every active worker
@@ -89,6 +112,12 @@ class ParameterServerCore {
                          TableInfoResponse* response);
   absl::Status Control(const ControlRequest& request,
                        ControlResponse* response);
+  // Blocking: COPY_AND_WRITE and COLLECT return once the files are durable.
+  absl::Status Checkpoint(const CheckpointRequest& request,
+                          CheckpointResponse* response);
+  // Blocking; concurrent pulls and pushes must be held by the caller.
+  absl::Status Restore(const RestoreRequest& request,
+                       RestoreResponse* response);
 
   // One eviction sweep at the current clock and time; rows dropped. The
   // server calls it periodically.
@@ -135,6 +164,25 @@ class ParameterServerCore {
   void CloseClocks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bsp_mu_);
   void ApplyClock(const std::map<uint32_t, BufferedPush>& pushes,
                   size_t num_ranks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(bsp_mu_);
+  // owned[p]: whether this server owns partition p under `map`.
+  std::vector<bool> OwnedPartitions(const PartitionMap& map) const;
+
+  // A checkpoint's files being written from its copy.
+  struct CheckpointWrite;
+  // Copies the rows and starts the background write (phase COPY).
+  absl::Status StartCheckpointWrite(const CheckpointRequest& request,
+                                    CheckpointResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
+  // Waits for the write of (request.dir, request.clock) (phase COLLECT).
+  absl::Status CollectCheckpointWrite(const CheckpointRequest& request,
+                                      CheckpointResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
+  // Waits for an uncollected write and drops it.
+  void DropCheckpointWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
+
+  // Serializes Checkpoint and Restore calls.
+  Mutex checkpoint_mu_;
+  std::unique_ptr<CheckpointWrite> write_ ABSL_GUARDED_BY(checkpoint_mu_);
 
   // Constant after construction.
   const JobConfig config_;

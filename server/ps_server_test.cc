@@ -291,7 +291,7 @@ TEST_F(PsServerTest, EveryBadRequestGetsItsStatusAndChangesNothing) {
   ASSERT_TRUE(stub_->TableInfo(&ctx2, TableInfoRequest(), &info).ok());
   EXPECT_EQ(info.tables(1).rows_skipped_nonfinite(), 1u);
 
-  // An unknown table in a pull; Checkpoint is not there yet.
+  // An unknown table in a pull; a Checkpoint without a directory.
   PullRequest pull;
   pull.set_map_version(1);
   pull.add_tables()->set_table_id(9);
@@ -302,7 +302,7 @@ TEST_F(PsServerTest, EveryBadRequestGetsItsStatusAndChangesNothing) {
   CheckpointResponse cresp;
   grpc::ClientContext ctx4;
   EXPECT_EQ(stub_->Checkpoint(&ctx4, CheckpointRequest(), &cresp).error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(PsServerTest, ExitsCleanlyOnSigterm) { EXPECT_EQ(server_.Stop(), 0); }

@@ -93,15 +93,13 @@ grpc::Status PsService::TableInfo(grpc::ServerContext* context,
 grpc::Status PsService::Checkpoint(grpc::ServerContext* context,
                                    const CheckpointRequest* request,
                                    CheckpointResponse* response) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "Checkpoint is not implemented yet");
+  return ToGrpcStatus(core_->Checkpoint(*request, response));
 }
 
 grpc::Status PsService::Restore(grpc::ServerContext* context,
                                 const RestoreRequest* request,
                                 RestoreResponse* response) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "Restore is not implemented yet");
+  return ToGrpcStatus(core_->Restore(*request, response));
 }
 
 grpc::Status PsService::Control(grpc::ServerContext* context,

@@ -1,0 +1,239 @@
+#include "server/snapshot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/partition.h"
+#include "common/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "server/checkpoint/crc32c.h"
+#include "server/checkpoint/file_io.h"
+#include "server/checkpoint/manifest.h"
+
+namespace shardps {
+
+namespace ckpt = checkpoint;
+
+uint64_t TableSchemaFingerprint(const TableConfig& config, size_t row_stride) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.SetSerializationDeterministic(true);
+    config.SerializeToCodedStream(&out);
+  }
+  uint64_t h = 0x13198a2e03707344ULL;
+  for (unsigned char ch : bytes) h = Mix64(h ^ ch);
+  h = Mix64(h ^ bytes.size());
+  return Mix64(h ^ uint64_t{row_stride});
+}
+
+std::vector<ckpt::TableSchema> TableSchemas(const TableStore& store) {
+  std::vector<ckpt::TableSchema> schemas;
+  for (const Table* table : store.tables()) {
+    ckpt::TableSchema s;
+    s.id = table->id();
+    s.name = table->config().name();
+    s.kind = static_cast<uint32_t>(table->config().kind());
+    s.dim = table->dim();
+    s.payload_bytes =
+        static_cast<uint32_t>(table->row_stride() * sizeof(float));
+    s.fingerprint =
+        TableSchemaFingerprint(table->config(), table->row_stride());
+    schemas.push_back(std::move(s));
+  }
+  return schemas;
+}
+
+std::string SnapshotFileName(const std::vector<uint32_t>& partitions,
+                             uint32_t num_partitions) {
+  const uint32_t group = partitions.front() / kPartitionsPerGroup;
+  const uint32_t begin = group * kPartitionsPerGroup;
+  const uint32_t end = std::min(begin + kPartitionsPerGroup, num_partitions);
+  if (partitions.size() == end - begin) {  // Sorted and unique: all of it.
+    return ckpt::PartitionGroupFileName(group);
+  }
+  char name[64];
+  std::snprintf(name, sizeof(name), "part-%04u-%06u.shard", group,
+                partitions.front());
+  return name;
+}
+
+std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(
+    const TableStore& store, const std::vector<bool>& owned) {
+  std::unique_ptr<StoreSnapshot> snap(new StoreSnapshot());
+  snap->num_partitions_ = static_cast<uint32_t>(owned.size());
+  std::vector<int64_t> index_of(owned.size(), -1);
+  for (uint32_t p = 0; p < owned.size(); ++p) {
+    if (!owned[p]) continue;
+    index_of[p] = snap->partitions_.size();
+    snap->partitions_.push_back(p);
+  }
+  const std::vector<Table*> tables = store.tables();
+  for (const Table* table : tables) {
+    snap->table_ids_.push_back(table->id());
+    snap->strides_.push_back(table->row_stride());
+  }
+  const size_t num_tables = tables.size();
+  snap->rows_of_.resize(snap->partitions_.size() * num_tables);
+  const uint32_t parts = snap->num_partitions_;
+  for (size_t t = 0; t < num_tables; ++t) {
+    const uint32_t table_id = tables[t]->id();
+    const size_t stride = tables[t]->row_stride();
+    // Rows spread evenly over partitions: reserve the expected count plus
+    // three standard deviations, so most buffers never grow.
+    const double expected =
+        static_cast<double>(tables[t]->Counters().live_rows) / parts;
+    const size_t reserve =
+        static_cast<size_t>(expected + 3 * std::sqrt(expected) + 4);
+    for (size_t i = 0; i < snap->partitions_.size(); ++i) {
+      Rows& rows = snap->rows_of_[i * num_tables + t];
+      rows.keys.reserve(reserve);
+      rows.payloads.reserve(reserve * stride);
+    }
+    tables[t]->ForEachRow([&](uint64_t key, const float* payload) {
+      const int64_t i = index_of[PartitionOf(table_id, key, parts)];
+      if (i < 0) return;  // Not ours (a partition that moved away).
+      Rows& rows = snap->rows_of_[i * num_tables + t];
+      rows.keys.push_back(key);
+      rows.payloads.insert(rows.payloads.end(), payload, payload + stride);
+      ++snap->rows_;
+    });
+  }
+  return snap;
+}
+
+namespace {
+
+absl::StatusOr<ckpt::WrittenFile> WriteGroup(
+    const StoreSnapshot& snapshot, size_t first, size_t last,
+    const SnapshotWriteOptions& options) {
+  ckpt::FileHeader header;
+  header.job_name = options.job_name;
+  header.clock = options.clock;
+  header.num_partitions = snapshot.num_partitions();
+  header.tables = options.tables;
+  header.partitions.assign(snapshot.partitions().begin() + first,
+                           snapshot.partitions().begin() + last);
+  const std::string path = ckpt::JoinPath(
+      options.dir,
+      SnapshotFileName(header.partitions, snapshot.num_partitions()));
+  ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointFileWriter> writer,
+                   ckpt::CheckpointFileWriter::Create(path, std::move(header),
+                                                      options.writer));
+  for (size_t i = first; i < last; ++i) {
+    const uint32_t partition = snapshot.partitions()[i];
+    for (size_t t = 0; t < snapshot.table_ids().size(); ++t) {
+      const StoreSnapshot::Rows& rows = snapshot.rows_of(i, t);
+      const size_t bytes = snapshot.stride(t) * sizeof(float);
+      const char* payloads =
+          reinterpret_cast<const char*>(rows.payloads.data());
+      for (size_t r = 0; r < rows.keys.size(); ++r) {
+        RETURN_IF_ERROR(
+            writer->Add(partition, snapshot.table_ids()[t], rows.keys[r],
+                        absl::string_view(payloads + r * bytes, bytes)));
+      }
+    }
+  }
+  return writer->Finish();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ckpt::WrittenFile>> WriteSnapshot(
+    const StoreSnapshot& snapshot, const SnapshotWriteOptions& options) {
+  std::vector<ckpt::WrittenFile> written;
+  const std::vector<uint32_t>& parts = snapshot.partitions();
+  size_t first = 0;
+  while (first < parts.size()) {
+    const uint32_t group = parts[first] / kPartitionsPerGroup;
+    size_t last = first + 1;
+    while (last < parts.size() && parts[last] / kPartitionsPerGroup == group) {
+      ++last;
+    }
+    ASSIGN_OR_RETURN(ckpt::WrittenFile file,
+                     WriteGroup(snapshot, first, last, options));
+    written.push_back(std::move(file));
+    first = last;
+  }
+  return written;
+}
+
+namespace {
+
+bool HoldsOwned(const ckpt::CheckpointFile& file,
+                const std::vector<bool>& owned) {
+  for (uint32_t p : file.partitions()) {
+    if (p < owned.size() && owned[p]) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedFiles> LoadOwnedFiles(
+    const std::string& checkpoint_dir, const ckpt::CheckpointManifest& manifest,
+    const std::vector<bool>& owned,
+    const std::vector<ckpt::TableSchema>& tables) {
+  if (manifest.num_partitions() != owned.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        checkpoint_dir, ": checkpoint has ", manifest.num_partitions(),
+        " partitions, the job ", owned.size()));
+  }
+  LoadedFiles loaded;
+  for (const ckpt::CheckpointFile& entry : manifest.files()) {
+    if (!HoldsOwned(entry, owned)) continue;
+    const std::string path = ckpt::JoinPath(checkpoint_dir, entry.name());
+    ASSIGN_OR_RETURN(std::string contents, ckpt::ReadFileToString(path));
+    if (contents.size() != entry.size()) {
+      return absl::DataLossError(absl::StrCat(path, ": ", contents.size(),
+                                              " bytes, the manifest says ",
+                                              entry.size()));
+    }
+    const uint32_t crc = ckpt::Crc32c(contents);
+    if (crc != entry.crc32c()) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": CRC32C ", absl::Hex(crc, absl::kZeroPad8),
+                       " does not match the manifest's ",
+                       absl::Hex(entry.crc32c(), absl::kZeroPad8)));
+    }
+    ckpt::Expectations expect = ckpt::FileExpectations(manifest, entry);
+    expect.tables = tables;
+    expect.check_key_partitions = true;
+    loaded.bytes += contents.size();
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<ckpt::CheckpointFileReader> reader,
+        ckpt::CheckpointFileReader::Parse(std::move(contents), path, expect));
+    loaded.files.push_back(std::move(reader));
+  }
+  return loaded;
+}
+
+uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned,
+                    TableStore* store) {
+  for (Table* table : store->tables()) table->Clear();
+  uint64_t rows = 0;
+  std::vector<float> payload;
+  for (const auto& file : files.files) {
+    for (const ckpt::RecordBlock& block : file->blocks()) {
+      if (block.deleted() || !owned[block.partition()]) continue;
+      Table* table = store->FindTable(block.table_id());
+      payload.resize(table->row_stride());
+      for (size_t i = 0; i < block.size(); ++i) {
+        const absl::string_view bytes = block.payload(i);
+        std::memcpy(payload.data(), bytes.data(), bytes.size());
+        table->RestoreRow(block.key(i), payload.data());
+        ++rows;
+      }
+    }
+  }
+  return rows;
+}
+
+}  // namespace shardps

@@ -1,0 +1,146 @@
+// The server's side of checkpoints (DESIGN.md, "Checkpoints and recovery"):
+// copying a server's rows out of its tables, writing them as partition-group
+// files (server/checkpoint/checkpoint_file.h), and reading them back.
+//
+// ## Files
+//
+// Files are grouped by partition, independent of the number of servers: group
+// g holds partitions [g * kPartitionsPerGroup, (g + 1) * kPartitionsPerGroup).
+// A server writes, per group, one file with the partitions of that group it
+// owns. With the contiguous map and num_partitions / num_servers a multiple
+// of kPartitionsPerGroup a server owns whole groups, and the file of group g
+// is "part-<g, 4 digits>.shard" (PartitionGroupFileName). Otherwise (a group
+// split between servers, any map) each owner of part of group g writes
+// "part-<g, 4 digits>-<first partition, 6 digits>.shard"; names stay unique
+// because partitions have one owner. Restore does not depend on the names:
+// it reads the partition lists of the manifest.
+//
+// Each record is one row: the key and the table's row payload
+// (Table::ForEachRow: row_stride() floats, weights + optimizer state + row
+// metadata, bit for bit). Pending admission counts of keys that have no row
+// yet are NOT saved (the Table does not expose them): after a restore such
+// keys count from zero again.
+//
+// A table's schema fingerprint is TableSchemaFingerprint: a hash of the
+// TableConfig's deterministic serialization and the row stride, so a restore
+// into a job whose table differs in anything (dim, optimizer, init, ...) is
+// refused naming the table.
+//
+// Thread-safety: StoreSnapshot is immutable after Take; the free functions
+// are thread-compatible.
+#ifndef SHARDPS_SERVER_SNAPSHOT_H_
+#define SHARDPS_SERVER_SNAPSHOT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/config.pb.h"
+#include "server/checkpoint/checkpoint.pb.h"
+#include "server/checkpoint/checkpoint_file.h"
+#include "server/table_store.h"
+
+namespace shardps {
+
+// Partitions per partition group (see the top of this file). Frozen: only
+// the writer uses it, but changing it changes file names.
+inline constexpr uint32_t kPartitionsPerGroup = 64;
+
+// Hash of `config`'s deterministic serialization and `row_stride`.
+uint64_t TableSchemaFingerprint(const TableConfig& config, size_t row_stride);
+
+// The file schema of every table of `store`, in id order.
+std::vector<checkpoint::TableSchema> TableSchemas(const TableStore& store);
+
+// The name of the file holding `partitions` (non-empty, sorted, all of group
+// `partitions[0] / kPartitionsPerGroup`) of a job with `num_partitions`.
+std::string SnapshotFileName(const std::vector<uint32_t>& partitions,
+                             uint32_t num_partitions);
+
+// A copy of the rows of some partitions of every table of a store.
+class StoreSnapshot {
+ public:
+  // Copies the rows whose partition p has owned[p] (owned.size() = the
+  // job's P), one table stripe at a time under its lock. Consistent only if
+  // nothing writes the tables meanwhile (the caller holds pushes).
+  // Memory: the rows' keys and payloads.
+  static std::unique_ptr<StoreSnapshot> Take(const TableStore& store,
+                                             const std::vector<bool>& owned);
+
+  StoreSnapshot(const StoreSnapshot&) = delete;
+  StoreSnapshot& operator=(const StoreSnapshot&) = delete;
+
+  uint32_t num_partitions() const { return num_partitions_; }
+  // The owned partitions, increasing.
+  const std::vector<uint32_t>& partitions() const { return partitions_; }
+  uint64_t rows() const { return rows_; }
+
+  // Rows of one (partition index into partitions(), table index in id
+  // order): keys and key-aligned payloads of `stride(table)` floats each.
+  struct Rows {
+    std::vector<uint64_t> keys;
+    std::vector<float> payloads;
+  };
+  const Rows& rows_of(size_t partition_index, size_t table_index) const {
+    return rows_of_[partition_index * table_ids_.size() + table_index];
+  }
+  const std::vector<uint32_t>& table_ids() const { return table_ids_; }
+  size_t stride(size_t table_index) const { return strides_[table_index]; }
+
+ private:
+  StoreSnapshot() = default;
+
+  uint32_t num_partitions_ = 0;
+  std::vector<uint32_t> partitions_;
+  std::vector<uint32_t> table_ids_;
+  std::vector<size_t> strides_;
+  std::vector<Rows> rows_of_;  // [partition index][table index].
+  uint64_t rows_ = 0;
+};
+
+struct SnapshotWriteOptions {
+  std::string dir;  // The checkpoint's directory; must exist.
+  std::string job_name;
+  uint64_t clock = 0;
+  std::vector<checkpoint::TableSchema> tables;  // TableSchemas(store).
+  checkpoint::WriterOptions writer;
+};
+
+// Writes `snapshot` as partition-group files into options.dir (each durable
+// and atomically renamed; see checkpoint_file.h). Returns the files written
+// in group order; none if the snapshot has no partitions. On error, files
+// already written stay (a checkpoint without MANIFEST is not complete).
+absl::StatusOr<std::vector<checkpoint::WrittenFile>> WriteSnapshot(
+    const StoreSnapshot& snapshot, const SnapshotWriteOptions& options);
+
+// The verified files of one checkpoint that a server needs.
+struct LoadedFiles {
+  std::vector<std::unique_ptr<checkpoint::CheckpointFileReader>> files;
+  uint64_t bytes = 0;
+};
+
+// Reads every file of `manifest` (in `checkpoint_dir`) holding a partition p
+// with owned[p], and verifies all of it before returning: size and CRC32C
+// against the manifest, then the reader's checks (block CRCs, truncation,
+// job name, clock, P, partition list, table schemas equal to `tables`, keys
+// in their block's partition). Errors name the file (NOT_FOUND missing,
+// DATA_LOSS corrupt or truncated, FAILED_PRECONDITION mismatch).
+// Memory: the files read, until the result is dropped.
+absl::StatusOr<LoadedFiles> LoadOwnedFiles(
+    const std::string& checkpoint_dir,
+    const checkpoint::CheckpointManifest& manifest,
+    const std::vector<bool>& owned,
+    const std::vector<checkpoint::TableSchema>& tables);
+
+// Clears every table of `store`, then writes the rows of `files` whose
+// partition p has owned[p]. Returns the rows written. `files` must come from
+// LoadOwnedFiles with the same store's schemas (nothing left to fail).
+uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned,
+                    TableStore* store);
+
+}  // namespace shardps
+
+#endif  // SHARDPS_SERVER_SNAPSHOT_H_

@@ -1,0 +1,248 @@
+// Checkpoint and restore across real ps_server processes: two servers write
+// a checkpoint over gRPC, the test writes the manifest from their responses
+// (as the scheduler will), the servers are killed, fresh ones restore it and
+// serve bit-identical rows, and replaying the steps after the checkpoint
+// ends bit-identical to the job that never stopped.
+#include <signal.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/partition.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "server/checkpoint/checkpoint_dir.h"
+#include "server/checkpoint/file_io.h"
+#include "server/checkpoint/manifest.h"
+#include "tests/testing/subprocess.h"
+#include "worker/ps_client.h"
+
+namespace shardps {
+namespace {
+
+using testing::RunfilePath;
+using testing::Subprocess;
+
+constexpr uint32_t kParts = 64;
+
+std::string Config(uint32_t num_servers) {
+  return absl::StrCat(R"pb(
+name: "ckpt-process-test"
+tables {
+  id: 1 name: "emb" dim: 4 seed: 3
+  init { kind: UNIFORM scale: 0.1 }
+  optimizer { adam { learning_rate: 0.01 } }
+}
+tables {
+  id: 2 name: "user" dim: 3 seed: 4
+  init { kind: NORMAL scale: 0.05 }
+  optimizer { adagrad { learning_rate: 0.1 initial_accumulator: 0.1 } }
+}
+data { train_files: "unused.tsv" }
+cluster { num_servers: )pb",
+                      num_servers, R"pb( num_workers: 1 num_partitions: 64 mode: BSP }
+)pb");
+}
+
+std::vector<uint64_t> Keys(uint32_t table) {
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 400; ++i) keys.push_back(i * 7919 + table * 13);
+  return keys;
+}
+
+uint32_t Dim(uint32_t table) { return table == 1 ? 4 : 3; }
+
+// Servers started from one config, with the map and a client over them.
+class Cluster {
+ public:
+  Cluster(uint32_t num_servers, const std::string& name) {
+    const std::string path = ::testing::TempDir() + "/" + name + ".pbtxt";
+    std::ofstream(path) << Config(num_servers);
+    servers_.resize(num_servers);
+    map_.set_version(1);
+    map_.set_num_partitions(kParts);
+    const absl::StatusOr<PartitionMap> contiguous =
+        PartitionMap::Contiguous(1, kParts, num_servers);
+    EXPECT_TRUE(contiguous.ok()) << contiguous.status();
+    for (uint32_t o : contiguous->owners()) map_.add_owner(o);
+    for (uint32_t i = 0; i < num_servers; ++i) {
+      servers_[i] = std::make_unique<Subprocess>();
+      EXPECT_TRUE(servers_[i]
+                      ->Start({RunfilePath("server/ps_server"), "--config=" + path,
+                               absl::StrCat("--index=", i)})
+                      .ok());
+      auto address = servers_[i]->WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60));
+      EXPECT_TRUE(address.ok()) << address.status();
+      map_.add_server_addresses(*address);
+      stubs_.push_back(ParameterServer::NewStub(
+          grpc::CreateChannel(*address, grpc::InsecureChannelCredentials())));
+    }
+    auto client = PsClient::Create(PsClient::Options(), map_,
+                                   [this](uint64_t) { return map_; });
+    EXPECT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+  }
+
+  void KillAll() {
+    client_.reset();
+    for (auto& s : servers_) {
+      s->Signal(SIGKILL);
+      EXPECT_TRUE(s->Wait(absl::Seconds(60)).ok());
+    }
+  }
+
+  // One BSP step of the single worker: gradients of every key, a function
+  // of (key, clock).
+  void Step(uint64_t clock) {
+    std::vector<std::vector<float>> grads(3);
+    std::vector<std::vector<uint64_t>> keys(3);
+    std::vector<TablePush> pushes;
+    for (uint32_t t : {1u, 2u}) {
+      keys[t] = Keys(t);
+      for (uint64_t k : keys[t]) {
+        for (uint32_t j = 0; j < Dim(t); ++j) {
+          grads[t].push_back(
+              0.01f * static_cast<float>(static_cast<int>((k * 31 + clock * 5 + j) % 13) - 6));
+        }
+      }
+      pushes.push_back({t, Dim(t), keys[t].data(), keys[t].size(), grads[t].data()});
+    }
+    const absl::Status st = client_->PushAsync(pushes, clock, 1.0f, true)->Wait();
+    ASSERT_TRUE(st.ok()) << st;
+  }
+
+  // Every row, read by evaluation pulls at `clock` (they change nothing).
+  std::vector<float> PullAll(uint64_t clock) {
+    std::vector<std::vector<uint64_t>> keys(3);
+    std::vector<float> out;
+    std::vector<TablePull> pulls;
+    size_t total = 0;
+    for (uint32_t t : {1u, 2u}) total += Keys(t).size() * Dim(t);
+    out.resize(total);
+    size_t offset = 0;
+    for (uint32_t t : {1u, 2u}) {
+      keys[t] = Keys(t);
+      pulls.push_back({t, Dim(t), keys[t].data(), keys[t].size(), out.data() + offset});
+      offset += keys[t].size() * Dim(t);
+    }
+    const absl::Status st = client_->PullAsync(pulls, EVAL, clock)->Wait();
+    EXPECT_TRUE(st.ok()) << st;
+    return out;
+  }
+
+  ParameterServer::Stub& stub(uint32_t i) { return *stubs_[i]; }
+  uint32_t size() const { return servers_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<Subprocess>> servers_;
+  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;
+  PartitionMapProto map_;
+  std::unique_ptr<PsClient> client_;
+};
+
+// Checkpoint RPCs to every server, then the manifest from their responses.
+std::string Checkpoint(Cluster& cluster, const std::string& root, uint64_t clock) {
+  checkpoint::CheckpointManifest manifest;
+  manifest.set_format_version(checkpoint::kManifestFormatVersion);
+  manifest.set_checkpoint_id(checkpoint::CheckpointId(clock));
+  manifest.set_clock(clock);
+  manifest.set_job_name("ckpt-process-test");
+  manifest.set_config_fingerprint(42);
+  manifest.set_num_partitions(kParts);
+  manifest.set_kind(checkpoint::CheckpointManifest::FULL);
+  manifest.add_chain(checkpoint::CheckpointId(clock));
+  // As the scheduler: COPY on every server (then the workers could go on),
+  // COLLECT the files.
+  std::string dir;
+  for (auto phase : {CheckpointRequest::COPY, CheckpointRequest::COLLECT}) {
+    for (uint32_t i = 0; i < cluster.size(); ++i) {
+      grpc::ClientContext context;
+      CheckpointRequest request;
+      request.set_dir(root);
+      request.set_clock(clock);
+      request.set_phase(phase);
+      CheckpointResponse response;
+      const grpc::Status st = cluster.stub(i).Checkpoint(&context, request, &response);
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      EXPECT_GT(response.rows(), 0u);
+      for (const auto& f : response.written()) *manifest.add_files() = f;
+      dir = response.checkpoint_dir();
+    }
+  }
+  const absl::Status st = checkpoint::WriteManifest(dir, manifest);
+  EXPECT_TRUE(st.ok()) << st;
+  return dir;
+}
+
+void Restore(Cluster& cluster, const std::string& dir, uint64_t clock) {
+  for (uint32_t i = 0; i < cluster.size(); ++i) {
+    grpc::ClientContext context;
+    RestoreRequest request;
+    request.set_manifest(dir);
+    RestoreResponse response;
+    const grpc::Status st = cluster.stub(i).Restore(&context, request, &response);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(response.clock(), clock);
+  }
+}
+
+TEST(CheckpointProcessTest, RestoredServersServeBitIdenticalRowsAndResume) {
+  const std::string root = ::testing::TempDir() + "/ckpt-process";
+  ASSERT_TRUE(checkpoint::RemoveAll(root).ok());
+  std::vector<float> at_checkpoint, at_end;
+  std::string dir;
+  {
+    Cluster original(2, "original");
+    for (uint64_t c = 0; c < 3; ++c) original.Step(c);
+    dir = Checkpoint(original, root, 3);
+    at_checkpoint = original.PullAll(3);
+    // The job that never fails goes on for two more steps.
+    for (uint64_t c = 3; c < 5; ++c) original.Step(c);
+    at_end = original.PullAll(5);
+    ASSERT_NE(at_end, at_checkpoint);
+    original.KillAll();
+  }
+  {
+    Cluster restored(2, "restored");
+    Restore(restored, dir, 3);
+    EXPECT_EQ(restored.PullAll(3), at_checkpoint);
+    for (uint64_t c = 3; c < 5; ++c) restored.Step(c);
+    EXPECT_EQ(restored.PullAll(5), at_end);
+    restored.KillAll();
+  }
+  {
+    Cluster single(1, "single");  // Another server count.
+    Restore(single, dir, 3);
+    EXPECT_EQ(single.PullAll(3), at_checkpoint);
+    for (uint64_t c = 3; c < 5; ++c) single.Step(c);
+    EXPECT_EQ(single.PullAll(5), at_end);
+    single.KillAll();
+  }
+}
+
+TEST(CheckpointProcessTest, CorruptCheckpointIsRefusedOverGrpc) {
+  const std::string root = ::testing::TempDir() + "/ckpt-corrupt";
+  ASSERT_TRUE(checkpoint::RemoveAll(root).ok());
+  Cluster cluster(2, "corrupt");
+  cluster.Step(0);
+  const std::string dir = Checkpoint(cluster, root, 1);
+  const std::vector<float> before = cluster.PullAll(1);
+  ASSERT_TRUE(checkpoint::RemoveAll(dir + "/part-0000-000032.shard").ok());
+  grpc::ClientContext context;
+  RestoreRequest request;
+  request.set_manifest(dir);
+  RestoreResponse response;
+  const grpc::Status st = cluster.stub(1).Restore(&context, request, &response);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
+  EXPECT_NE(st.error_message().find("part-0000-000032.shard"), std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(cluster.PullAll(1), before);
+  cluster.KillAll();
+}
+
+}  // namespace
+}  // namespace shardps
