@@ -220,8 +220,9 @@ absl::Status JobCoordinator::GetPartitionMap(const GetPartitionMapRequest& reque
 
 absl::Status JobCoordinator::WaitClock(const WaitClockRequest& request,
                                        WaitClockResponse* response) {
+  // timeout_ms 0 asks without waiting (a worker deciding whether to prefetch).
   auto min = clock_.WaitToStart(request.rank(), request.step(),
-                                DeadlineFromMs(request.timeout_ms()));
+                                absl::Now() + Ms(request.timeout_ms()));
   if (!min.ok()) return min.status();
   response->set_min_clock(*min);
   return absl::OkStatus();

@@ -76,6 +76,8 @@ class JobCoordinator {
   void RequestCheckpoint();
   // Clocks of the checkpoints written so far.
   std::vector<uint64_t> Checkpoints() const;
+  // The partition map once every server has registered.
+  std::optional<PartitionMapProto> Map() const { return members_.Map(); }
 
   absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
   absl::Status Heartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);

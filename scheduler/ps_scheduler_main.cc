@@ -9,28 +9,57 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/init.h"
 #include "glog/logging.h"
+#include "scheduler/checkpoint_client.h"
 #include "scheduler/job.h"
 #include "scheduler/scheduler_service.h"
+#include "scheduler/status_page.h"
 
 ABSL_FLAG(std::string, config, shardps::EnvOr("SHARDPS_CONFIG", ""),
           "Job config (text-format shardps.JobConfig). Env: SHARDPS_CONFIG.");
 ABSL_FLAG(std::string, listen, shardps::EnvOr("SHARDPS_LISTEN", "127.0.0.1:0"),
           "Address to serve on; port 0 picks a free port. Env: SHARDPS_LISTEN.");
 ABSL_FLAG(std::string, port_file, "", "Write the chosen port here once serving.");
+ABSL_FLAG(bool, resume, false,
+          "Resume the job from the latest complete checkpoint in checkpoint.dir "
+          "(servers restore their partitions, workers their data positions).");
+ABSL_FLAG(std::string, status_listen, shardps::EnvOr("SHARDPS_STATUS_LISTEN", ""),
+          "Serve the status page (/) and its JSON (/status.json) here; port 0 "
+          "picks a free port and prints PS_STATUS_LISTENING host:port; empty = "
+          "off. Env: SHARDPS_STATUS_LISTEN.");
 
 namespace {
 
 std::atomic<bool> g_interrupted{false};
 void OnSignal(int) { g_interrupted = true; }
+
+// The status page's checkpoint list: the ckpt-<clock> directories of the
+// checkpoint root that have their MANIFEST (written last), oldest first;
+// empty when checkpoints are off or none was written yet.
+std::vector<std::string> CheckpointNames(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  if (dir.empty() || !std::filesystem::is_directory(dir, ec)) return names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("ckpt-", 0) == 0 && std::filesystem::exists(entry.path() / "MANIFEST", ec)) {
+      names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 std::string HostOf(const std::string& address) {
   return address.substr(0, address.rfind(':'));
@@ -69,11 +98,47 @@ int main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     std::ofstream(absl::GetFlag(FLAGS_port_file)) << port << "\n";
   }
+  if (absl::Status st = shardps::metrics::StartExposerFromFlags(); !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
+  }
+  shardps::StatusPage::Options page_options;
+  page_options.listen = absl::GetFlag(FLAGS_status_listen);
+  page_options.status = [&job] {
+    shardps::JobStatusResponse status;
+    job.JobStatus(&status);
+    return status;
+  };
+  page_options.checkpoints = [dir = config->checkpoint().dir()] { return CheckpointNames(dir); };
+  auto status_page = shardps::StatusPage::Start(std::move(page_options));
+  if (!status_page.ok()) {
+    LOG(ERROR) << status_page.status();
+    return 2;
+  }
+  if (!(*status_page)->address().empty()) {
+    LOG(INFO) << "status page on http://" << (*status_page)->address() << "/";
+  }
   std::printf("PS_SCHEDULER_LISTENING %s\n", address.c_str());
   std::fflush(stdout);
   LOG(INFO) << "job \"" << config->name() << "\": waiting for "
             << config->cluster().num_servers() << " servers and "
             << config->cluster().num_workers() << " workers on " << address;
+  if (!config->checkpoint().dir().empty()) {
+    auto get_map = [&job] { return job.Map(); };
+    job.SetCheckpointer(shardps::MakeCheckpointer(*config, get_map));
+    if (absl::GetFlag(FLAGS_resume)) {
+      auto resume = shardps::FindResume(*config, get_map);
+      if (resume.ok()) {
+        job.SetResume(*std::move(resume));
+      } else if (absl::IsNotFound(resume.status())) {
+        LOG(WARNING) << "--resume: no complete checkpoint in " << config->checkpoint().dir()
+                     << " yet; starting from the beginning";
+      } else {
+        LOG(ERROR) << "--resume: " << resume.status();
+        return 2;
+      }
+    }
+  }
   job.Start();
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);

@@ -270,6 +270,15 @@ class Trainer::Impl {
     return o_.params->Push(std::move(pushes), step, lr_scale);
   }
 
+  // Whether `step` may start right now (never blocks for long).
+  absl::StatusOr<bool> TryStart(uint64_t step) {
+    if (o_.scheduler == nullptr) return true;
+    const absl::Status st = o_.scheduler->WaitClock(o_.rank, step, absl::ZeroDuration());
+    if (absl::IsDeadlineExceeded(st)) return false;
+    if (!st.ok()) return st;
+    return true;
+  }
+
   absl::Status WaitClock(uint64_t step) {
     if (o_.scheduler == nullptr) return absl::OkStatus();
     absl::Status st;
@@ -354,12 +363,11 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
       t0 = absl::Now();
       ASSIGN_OR_RETURN(next, pipe.Next());
       s.times.data += Seconds(t0);
-      if (next) {
-        t0 = absl::Now();
-        RETURN_IF_ERROR(WaitClock(step + 1));
-        s.times.wait += Seconds(t0);
-        next_pull = StartPull(next.get(), TRAIN, step + 1);
-      }
+      // Prefetch only if step + 1 may start now. Waiting here would
+      // deadlock against a checkpoint hold at step + 1 (which waits for this
+      // step's tick) and gains nothing when the bound is reached anyway.
+      ASSIGN_OR_RETURN(bool may_start, TryStart(step + 1));
+      if (next && may_start) next_pull = StartPull(next.get(), TRAIN, step + 1);
     }
 
     TrackKeys(*cur);
@@ -417,9 +425,15 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
     }
 
     pipe.Recycle(std::move(cur));
-    if (prefetch) {
+    if (prefetch && (next_pull || !next)) {
       cur = std::move(next);
       pull = std::move(next_pull);
+    } else if (prefetch) {  // Prefetch was not allowed: pull now.
+      cur = std::move(next);
+      t0 = absl::Now();
+      RETURN_IF_ERROR(WaitClock(step));
+      s.times.wait += Seconds(t0);
+      pull = StartPull(cur.get(), TRAIN, step);
     } else if (more) {
       t0 = absl::Now();
       ASSIGN_OR_RETURN(cur, pipe.Next());

@@ -113,7 +113,10 @@ def parse_args():
     p.add_argument("--max_steps", type=int, default=0)
     p.add_argument("--epochs", type=int, default=0)
     p.add_argument("--checkpoint_dir", default="")
-    p.add_argument("--max_restarts", type=int, default=3)
+    p.add_argument("--max_restarts", type=int, default=3,
+                   help="with checkpoints: job restarts from the last checkpoint")
+    p.add_argument("--resume", action="store_true",
+                   help="resume the job from its last complete checkpoint")
     p.add_argument("--bin_dir", default="")
     p.add_argument("--run_dir", default=os.path.join(ROOT, "runs", "latest"))
     p.add_argument("--quiet", action="store_true", help="only warnings, errors and results")
@@ -137,6 +140,76 @@ def read_best(data_dir):
     except OSError:
         pass
     return best
+
+
+def run_once(args, job_config, num_servers, num_workers, resume, procs, stop_all, stopping,
+             say, log_lock, status_bin, start, max_steps_m):
+    """Starts every process of the job once and waits for the scheduler.
+
+    Returns (scheduler Proc, failure reason or None)."""
+    sched_argv = [find_binary("ps_scheduler", args.bin_dir), "--config=" + job_config]
+    if resume:
+        sched_argv.append("--resume")
+    sched = Proc("scheduler", None, sched_argv, log_lock, args.quiet)
+    procs.append(sched)
+    if not sched.ready.wait(60) or not sched.listening:
+        stop_all(signal.SIGKILL)
+        return sched, "the scheduler did not start"
+    address = sched.listening
+    say("scheduler at %s; starting %d servers and %d workers" % (address, num_servers, num_workers))
+    for i in range(num_servers):
+        procs.append(Proc("server", i, [find_binary("ps_server", args.bin_dir), "--config=" + job_config,
+                                        "--scheduler=" + address, "--index=%d" % i] + args.server_flag,
+                          log_lock, args.quiet))
+    for i in range(num_workers):
+        procs.append(Proc("worker", i, [find_binary("ps_worker", args.bin_dir), "--config=" + job_config,
+                                        "--scheduler=" + address, "--rank=%d" % i, "--wire=" + args.wire]
+                          + args.worker_flag, log_lock, args.quiet))
+    last_progress = 0
+    failed = None
+    while True:
+        time.sleep(0.2)
+        if sched.poll() is not None:
+            break
+        for p in procs[1:]:
+            rc = p.poll()
+            if rc is None or rc == 0 or stopping["why"] or failed:
+                continue
+            failed = "%s exited with status %d" % (p.name, rc)
+            say("stopping the job: " + failed)
+            stopping["why"] = failed
+            stop_all()
+        if time.time() - last_progress > 2 and not stopping["why"]:
+            last_progress = time.time()
+            st = subprocess.run([status_bin, "--scheduler=" + address, "--json"],
+                                capture_output=True, text=True)
+            m = st.stdout
+            step = re.search(r'"maxClock":"?(\d+)', m)
+            sps = re.search(r'"samplesPerSec":([\d.e+]+)', m)
+            loss = re.search(r'"trainLoss":([\d.e+-]+)', m)
+            line = "progress: step %s, %s samples/s, loss %s, %.0fs elapsed" % (
+                step.group(1) if step else 0, "%.0f" % float(sps.group(1)) if sps else "-",
+                "%.4f" % float(loss.group(1)) if loss else "-", time.time() - start)
+            if max_steps_m and step and int(step.group(1)) > 0:
+                total = int(max_steps_m.group(1))
+                eta = (time.time() - start) * (total - int(step.group(1))) / int(step.group(1))
+                line += ", ETA %.0fs" % max(eta, 0)
+            with log_lock:
+                sys.stdout.write("\r\033[K" + line)
+                sys.stdout.flush()
+    # The scheduler has exited; give the others a moment, then stop them.
+    deadline = time.time() + 15
+    for p in procs[1:]:
+        while p.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+    stop_all(signal.SIGTERM)
+    time.sleep(0.5)
+    stop_all(signal.SIGKILL)
+    for p in procs:
+        p.thread.join(timeout=2)
+    if not failed and sched.poll() != 0 and stopping["why"] != "interrupted":
+        failed = "the scheduler exited with status %d" % sched.poll()
+    return sched, failed
 
 
 def main():
@@ -182,8 +255,8 @@ def main():
             subprocess.run(gen, check=True)
         best = read_best(args.data_dir)
 
-    procs = []
     stopping = {"why": None}
+    procs = []
 
     def stop_all(sig=signal.SIGTERM):
         for p in procs:
@@ -196,78 +269,25 @@ def main():
 
     signal.signal(signal.SIGINT, on_sigint)
     signal.signal(signal.SIGTERM, on_sigint)
-
-    sched = Proc("scheduler", None, [find_binary("ps_scheduler", args.bin_dir), "--config=" + job_config],
-                 log_lock, args.quiet)
-    procs.append(sched)
-    if not sched.ready.wait(60) or not sched.listening:
-        stop_all(signal.SIGKILL)
-        sys.exit("ps_launch: the scheduler did not start")
-    address = sched.listening
-    say("scheduler at %s; starting %d servers and %d workers" % (address, num_servers, num_workers))
-    for i in range(num_servers):
-        procs.append(Proc("server", i, [find_binary("ps_server", args.bin_dir), "--config=" + job_config,
-                                        "--scheduler=" + address, "--index=%d" % i] + args.server_flag,
-                          log_lock, args.quiet))
-    for i in range(num_workers):
-        procs.append(Proc("worker", i, [find_binary("ps_worker", args.bin_dir), "--config=" + job_config,
-                                        "--scheduler=" + address, "--rank=%d" % i, "--wire=" + args.wire]
-                          + args.worker_flag, log_lock, args.quiet))
-
     status_bin = find_binary("ps_status", args.bin_dir)
     start = time.time()
-    last_progress = 0
-    failed = None
-    while True:
-        time.sleep(0.2)
-        code = sched.poll()
-        if code is not None:
+    resume = args.resume
+    for attempt in range(args.max_restarts + 1):
+        sched, failed = run_once(args, job_config, num_servers, num_workers, resume, procs,
+                                 stop_all, stopping, say, log_lock, status_bin, start, max_steps_m)
+        if not failed or not checkpoints or stopping["why"] == "interrupted":
             break
-        for p in procs[1:]:
-            rc = p.poll()
-            if rc is None or (p.role == "worker" and rc == 0) or stopping["why"]:
-                continue
-            if p.role == "server" and rc == 0:
-                continue
-            if checkpoints and p.restarts < args.max_restarts:
-                p.restarts += 1
-                say("%s exited with %d; restarting it (%d of %d)" % (p.name, rc, p.restarts, args.max_restarts))
-                p.start()
-            elif failed is None:
-                failed = "%s exited with status %d%s" % (
-                    p.name, rc, "" if checkpoints else " (checkpoints are off, so it is not restarted)")
-                say("stopping the job: " + failed)
-                stopping["why"] = failed
-                stop_all()
-        if time.time() - last_progress > 2 and not stopping["why"]:
-            last_progress = time.time()
-            st = subprocess.run([status_bin, "--scheduler=" + address, "--json"],
-                                capture_output=True, text=True)
-            m = st.stdout
-            step = re.search(r'"maxClock":"?(\d+)', m)
-            sps = re.search(r'"samplesPerSec":([\d.e+]+)', m)
-            loss = re.search(r'"trainLoss":([\d.e+-]+)', m)
-            line = "progress: step %s, %s samples/s, loss %s, %.0fs elapsed" % (
-                step.group(1) if step else 0, "%.0f" % float(sps.group(1)) if sps else "-",
-                "%.4f" % float(loss.group(1)) if loss else "-", time.time() - start)
-            if max_steps_m and step and int(step.group(1)) > 0:
-                total = int(max_steps_m.group(1))
-                eta = (time.time() - start) * (total - int(step.group(1))) / int(step.group(1))
-                line += ", ETA %.0fs" % max(eta, 0)
-            with log_lock:
-                sys.stdout.write("\r\033[K" + line)
-                sys.stdout.flush()
-    # The scheduler has exited; give the others a moment, then stop them.
-    deadline = time.time() + 15
-    for p in procs[1:]:
-        while p.poll() is None and time.time() < deadline:
-            time.sleep(0.1)
-    stop_all(signal.SIGTERM)
-    time.sleep(0.5)
-    stop_all(signal.SIGKILL)
-    for p in procs:
-        p.thread.join(timeout=2)
-
+        if attempt == args.max_restarts:
+            say("giving up after %d restarts" % args.max_restarts)
+            break
+        # Exact recovery: the whole job rolls back to its last complete
+        # checkpoint (servers restore their partitions, workers rewind to
+        # their recorded data positions), as DESIGN.md prescribes.
+        say("%s; restarting the job from its last checkpoint (%d of %d)" % (
+            failed, attempt + 1, args.max_restarts))
+        stopping["why"] = None
+        procs.clear()
+        resume = True
     result = next((l for l in sched.result_lines if l.startswith("PS_JOB_RESULT")), "")
     print()
     say("job finished in %.0fs: %s" % (time.time() - start, result or "no result"))
@@ -280,9 +300,11 @@ def main():
     if stopping["why"] == "interrupted":
         return 130
     if failed:
+        if not checkpoints:
+            failed += " (checkpoints are off, so the job is not restarted)"
         say("job failed: " + failed)
         return 1
-    return 0 if sched.poll() == 0 else 1
+    return 0
 
 
 if __name__ == "__main__":

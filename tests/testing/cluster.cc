@@ -1,5 +1,6 @@
 #include "tests/testing/cluster.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -57,9 +58,10 @@ absl::StatusOr<std::map<std::string, std::string>> RunLocal(
 
 absl::Status LocalCluster::Start() {
   scheduler_ = std::make_unique<Subprocess>();
-  absl::Status s = scheduler_->Start(
-      {RunfilePath("scheduler/ps_scheduler"), "--config=" + o_.config_path},
-      o_.dir + "/scheduler.log");
+  std::vector<std::string> argv = {RunfilePath("scheduler/ps_scheduler"),
+                                   "--config=" + o_.config_path};
+  argv.insert(argv.end(), o_.scheduler_flags.begin(), o_.scheduler_flags.end());
+  absl::Status s = scheduler_->Start(argv, o_.dir + "/scheduler.log");
   if (!s.ok()) return s;
   auto address = scheduler_->WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
   if (!address.ok()) return address.status();
@@ -106,6 +108,28 @@ absl::StatusOr<std::map<int, std::map<std::string, std::string>>> LocalCluster::
     (void)workers_[r]->Wait(absl::Seconds(30));
   }
   return results;
+}
+
+absl::StatusOr<uint64_t> LocalCluster::WaitServersChecksum(absl::Duration timeout) {
+  uint64_t h = 0;
+  for (auto& server : servers_) {
+    auto code = server->Wait(timeout);
+    if (!code.ok()) return code.status();
+    const std::string& out = server->output();
+    const size_t at = out.find("weights_checksum=");
+    if (at == std::string::npos) return absl::NotFoundError("a server printed no checksum");
+    h ^= std::stoull(out.substr(at + 17, 16), nullptr, 16);
+  }
+  return h;
+}
+
+void LocalCluster::KillAll() {
+  for (auto& w : workers_) if (w) w->Signal(SIGKILL);
+  for (auto& s : servers_) s->Signal(SIGKILL);
+  if (scheduler_) scheduler_->Signal(SIGKILL);
+  for (auto& w : workers_) if (w) (void)w->Wait(absl::Seconds(10));
+  for (auto& s : servers_) (void)s->Wait(absl::Seconds(10));
+  if (scheduler_) (void)scheduler_->Wait(absl::Seconds(10));
 }
 
 std::string LocalCluster::SchedulerResult() const {

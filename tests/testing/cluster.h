@@ -40,6 +40,7 @@ class LocalCluster {
     int workers = 1;
     std::vector<std::string> worker_flags;             // Every worker.
     std::map<int, std::vector<std::string>> per_worker;  // By rank.
+    std::vector<std::string> scheduler_flags;          // E.g. --resume.
   };
 
   explicit LocalCluster(Options options) : o_(std::move(options)) {}
@@ -58,6 +59,11 @@ class LocalCluster {
   Subprocess& worker(int i) { return *workers_[i]; }
   const std::string& scheduler_address() const { return scheduler_address_; }
   std::string SchedulerResult() const;
+  // Waits for every server to exit; returns the XOR of their
+  // PS_SERVER_RESULT weights checksums (the job's weights fingerprint).
+  absl::StatusOr<uint64_t> WaitServersChecksum(absl::Duration timeout);
+  // SIGKILLs every process still running.
+  void KillAll();
   // The last lines of a process's log, for failure messages.
   std::string LogTail(const std::string& name, int lines = 30) const;
   std::string AllLogTails() const;
