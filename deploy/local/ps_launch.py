@@ -251,6 +251,7 @@ def main():
             if lines: gen.append("--train_lines=" + lines.group(1))
             if evals: gen.append("--eval_lines=" + evals.group(1))
             if seed: gen.append("--seed=" + seed.group(1))
+            os.makedirs(args.data_dir, exist_ok=True)
             say("generating synthetic Criteo-format data in %s (once; cached)" % args.data_dir)
             subprocess.run(gen, check=True)
         best = read_best(args.data_dir)

@@ -375,9 +375,14 @@ absl::StatusOr<SyntheticSummary> GenerateSynthetic(const SyntheticOptions& o) {
   if (o.train_shards == 0) {
     return absl::InvalidArgumentError("synthetic: train_shards must be > 0");
   }
-  if (mkdir(o.out_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(o.out_dir, ": cannot create: ", std::strerror(errno)));
+  // Create out_dir and its missing parents (like mkdir -p).
+  for (size_t slash = o.out_dir.find('/', 1);; slash = o.out_dir.find('/', slash + 1)) {
+    const std::string prefix = o.out_dir.substr(0, slash);
+    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(prefix, ": cannot create: ", std::strerror(errno)));
+    }
+    if (slash == std::string::npos) break;
   }
   SyntheticSummary s;
   s.seed = o.seed;
