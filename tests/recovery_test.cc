@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -40,7 +41,7 @@ cluster {
   num_servers: 2 num_workers: 2 num_partitions: 256 @MODE@
   heartbeat_ms: 200 dead_after_ms: 2000 server_deadline_ms: 30000
 }
-checkpoint { dir: "@CKPT@" every_steps: 25 keep: 2 }
+checkpoint { dir: "@CKPT@" every_steps: 40 keep: 2 }
 )pb";
 
 std::string Dir(const std::string& name) {
@@ -77,7 +78,7 @@ Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
   Outcome out;
   bool resume = false;
   for (int attempt = 0; attempt < 10; ++attempt) {
-    LocalCluster cluster({config, dir, 2, 2, {"--max_steps=260"}, {},
+    LocalCluster cluster({config, dir, 2, 2, {"--max_steps=500"}, {},
                           resume ? std::vector<std::string>{"--resume"} : std::vector<std::string>{}});
     EXPECT_TRUE(cluster.Start().ok());
     if (out.kills < kills) {
@@ -114,7 +115,7 @@ Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
 class RecoveryTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ASSERT_TRUE(testing::MakeSyntheticData(::testing::TempDir() + "/chaos_data", 25000, 4000, 4).ok());
+    ASSERT_TRUE(testing::MakeSyntheticData(::testing::TempDir() + "/chaos_data", 80000, 10000, 4).ok());
   }
 };
 
@@ -125,12 +126,16 @@ TEST_F(RecoveryTest, BspJobWithThreeServerKillsEndsBitIdentical) {
   EXPECT_NE(clean.checksum, 0u);
   EXPECT_EQ(chaos.checksum, clean.checksum) << "weights differ after recovery";
   EXPECT_EQ(chaos.auc, clean.auc);
+  std::printf("BSP: weights %016llx without kills, %016llx with 3 kills; AUC %.6f\n",
+              static_cast<unsigned long long>(clean.checksum),
+              static_cast<unsigned long long>(chaos.checksum), chaos.auc);
 }
 
 TEST_F(RecoveryTest, Ssp2JobWithThreeServerKillsReachesTheSameAuc) {
   const Outcome clean = RunJob("ssp_clean", "mode: SSP staleness: 2", 0);
   const Outcome chaos = RunJob("ssp_chaos", "mode: SSP staleness: 2", 3);
   EXPECT_EQ(chaos.kills, 3);
+  std::printf("SSP(2): AUC %.6f without kills, %.6f with 3 kills\n", clean.auc, chaos.auc);
   EXPECT_NEAR(chaos.auc, clean.auc, 0.01);
 }
 
