@@ -418,13 +418,14 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
     case State::kDone: response->set_state("done"); break;
     case State::kFailed: response->set_state("failed: " + failure_); break;
   }
-  double sps = 0, loss = 0;
+  double sps = 0, loss = 0, train_auc = 0;
   uint64_t samples = 0;
   int n = 0;
   for (const auto& [rank, r] : reports_) {
     if (!r.done()) sps += r.samples_per_sec();
     samples += r.samples();
     loss += r.train_loss();
+    train_auc += r.train_auc();
     ++n;
     if (r.final() && r.eval_examples() > 0) {
       response->set_eval_auc(r.eval_auc());
@@ -434,6 +435,7 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
   response->set_samples_per_sec(sps);
   response->set_total_samples(samples);
   if (n > 0) response->set_train_loss(loss / n);
+  if (n > 0) response->set_train_auc(train_auc / n);
   response->set_summary(SummaryLocked());
 }
 

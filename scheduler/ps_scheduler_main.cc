@@ -153,10 +153,11 @@ int main(int argc, char** argv) {
   shardps::JobStatusResponse status;
   job.JobStatus(&status);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  std::printf("PS_JOB_RESULT state=%s samples=%llu eval_auc=%.6f eval_logloss=%.6f "
+  std::printf("PS_JOB_RESULT state=%s samples=%llu samples_per_sec=%.0f eval_auc=%.6f eval_logloss=%.6f "
               "max_clock=%llu max_spread=%llu elapsed_sec=%.1f\n",
               status.state().c_str(),
               static_cast<unsigned long long>(status.total_samples()),
+              status.elapsed_sec() > 0 ? status.total_samples() / status.elapsed_sec() : 0.0,
               status.eval_auc(), status.eval_loss(),
               static_cast<unsigned long long>(status.max_clock()),
               static_cast<unsigned long long>(status.max_spread()),

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -303,7 +304,8 @@ class Trainer::Impl {
 
   TrainerOptions o_;
   std::vector<absl::flat_hash_set<uint64_t>> seen_;
-  uint64_t final_step_ = 0;  // Clock after Train(): reads wait for it (BSP).
+  uint64_t final_step_ = 0;
+  data::MetricAccumulator window_;  // Training predictions since the last report.  // Clock after Train(): reads wait for it (BSP).
   std::unique_ptr<Model> model_;
   const uint32_t dense_table_;
   const uint32_t chunk_;
@@ -392,6 +394,7 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
     recent.push_back(result_.loss);
     if (recent.size() > 50) recent.pop_front();
     report_loss += result_.loss;
+    window_.AddBatch(cur->batch.labels, result_.probs);
     report_steps++;
     report_samples += cur->batch.size;
     ++step;
@@ -412,6 +415,8 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
         r.set_samples(s.samples);
         r.set_samples_per_sec(report_samples / secs);
         r.set_train_loss(report_loss / report_steps);
+        const double auc = window_.Auc();
+        r.set_train_auc(std::isnan(auc) ? 0 : auc);
         r.set_data_sec(s.times.data);
         r.set_wait_sec(s.times.wait);
         r.set_pull_sec(s.times.pull);
@@ -422,6 +427,7 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
       last_report = absl::Now();
       report_steps = report_samples = 0;
       report_loss = 0;
+      window_.Clear();
     }
 
     pipe.Recycle(std::move(cur));

@@ -187,9 +187,11 @@ def run_once(args, job_config, num_servers, num_workers, resume, procs, stop_all
             step = re.search(r'"maxClock":"?(\d+)', m)
             sps = re.search(r'"samplesPerSec":([\d.e+]+)', m)
             loss = re.search(r'"trainLoss":([\d.e+-]+)', m)
-            line = "progress: step %s, %s samples/s, loss %s, %.0fs elapsed" % (
+            auc = re.search(r'"trainAuc":([\d.e+-]+)', m)
+            line = "progress: step %s, %s samples/s, loss %s, AUC so far %s (train), %.0fs elapsed" % (
                 step.group(1) if step else 0, "%.0f" % float(sps.group(1)) if sps else "-",
-                "%.4f" % float(loss.group(1)) if loss else "-", time.time() - start)
+                "%.4f" % float(loss.group(1)) if loss else "-",
+                "%.4f" % float(auc.group(1)) if auc else "-", time.time() - start)
             if max_steps_m and step and int(step.group(1)) > 0:
                 total = int(max_steps_m.group(1))
                 eta = (time.time() - start) * (total - int(step.group(1))) / int(step.group(1))
