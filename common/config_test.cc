@@ -110,6 +110,13 @@ TEST(ConfigTest, FieldMustNameASparseTable) {
                 {"bad.pbtxt:11:", "fields[0].table", "names no table"});
 }
 
+TEST(ConfigTest, EmptyConfigIsRefusedNotCrashed) {
+  // Found by tests/fuzz:config_fuzz: locating the error on the empty repeated
+  // field used to abort inside protobuf.
+  ExpectRefused("", {"bad.pbtxt", "tables: at least one table is required"});
+  ExpectRefused("name: \"x\"", {"bad.pbtxt", "at least one table is required"});
+}
+
 TEST(ConfigTest, UnreadableFileIsNotFound) {
   auto config = LoadJobConfig("/nonexistent/job.pbtxt");
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
