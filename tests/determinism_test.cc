@@ -15,6 +15,8 @@ namespace shardps {
 namespace {
 
 using testing::LocalCluster;
+using testing::ReadFile;
+constexpr auto Dir = testing::TestDir;
 
 constexpr char kConfig[] = R"pb(
 name: "exact"
@@ -39,25 +41,12 @@ cluster {
 }
 )pb";
 
-std::string Dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/" + name;
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
 std::string WriteConfig(const std::string& name, int servers, int workers) {
   const std::string path = Dir(name) + "/job.pbtxt";
   std::ofstream(path) << absl::StrReplaceAll(
       kConfig, {{"@DATA@", ::testing::TempDir() + "/exact_data"},
                 {"@SERVERS@", absl::StrCat(servers)}, {"@WORKERS@", absl::StrCat(workers)}});
   return path;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 class DeterminismTest : public ::testing::Test {

@@ -70,8 +70,7 @@ class E2eTest : public ::testing::Test {
       const std::string& name, const std::string& mode,
       std::map<int, std::vector<std::string>> per_worker = {},
       std::function<void(LocalCluster&)> during = nullptr) {
-    const std::string dir = ::testing::TempDir() + "/" + name;
-    mkdir(dir.c_str(), 0755);
+    const std::string dir = testing::TestDir(name);
     LocalCluster cluster({WriteConfig(name, mode, 2, 2), dir, 2, 2, {}, per_worker});
     EXPECT_TRUE(cluster.Start().ok());
     if (during) during(cluster);

@@ -15,12 +15,7 @@
 namespace shardps {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::ReadFile;
 
 TEST(QualityTest, DefaultModelReachesTheBestAchievableAucWithin002) {
   const std::string data = ::testing::TempDir() + "/quality_data";

@@ -22,6 +22,7 @@ namespace shardps {
 namespace {
 
 using testing::LocalCluster;
+constexpr auto Dir = testing::TestDir;
 
 constexpr char kConfig[] = R"pb(
 name: "chaos"
@@ -43,12 +44,6 @@ cluster {
 }
 checkpoint { dir: "@CKPT@" every_steps: 40 keep: 2 }
 )pb";
-
-std::string Dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/" + name;
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
 
 int CompleteCheckpoints(const std::string& root) {
   int n = 0;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "gtest/gtest.h"
 
 namespace shardps::testing {
 
@@ -27,6 +28,19 @@ absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines,
   if (!code.ok()) return code.status();
   if (*code != 0) return absl::InternalError(absl::StrCat("ps_datagen exited ", *code));
   return absl::OkStatus();
+}
+
+std::string TestDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 std::map<std::string, std::string> ParseResult(const std::string& line) {

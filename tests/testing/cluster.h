@@ -23,6 +23,12 @@ namespace shardps::testing {
 absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines,
                                uint64_t eval_lines, int train_shards = 1);
 
+// <TEST_TMPDIR>/<name>, created if missing.
+std::string TestDir(const std::string& name);
+
+// The whole file, or "" if it cannot be read.
+std::string ReadFile(const std::string& path);
+
 // "key=value" pairs of a PS_*_RESULT line.
 std::map<std::string, std::string> ParseResult(const std::string& line);
 
