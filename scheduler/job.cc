@@ -77,17 +77,12 @@ void JobCoordinator::CheckpointLoop() {
       clock_.Abort(failure_);
     } else {
       LOG(INFO) << "every server restored the checkpoint at clock " << resume_->clock;
+      HoldFirstCut();  // Before any worker can start (they wait for restored_).
       restored_ = true;
     }
     changed_.SignalAll();
   }
   if (!checkpointer_) return;
-  if (cc.every_steps() > 0) {
-    // The first multiple of every_steps no worker has started yet.
-    const uint64_t k = cc.every_steps();
-    const uint64_t base = std::max(clock_.MaxGranted(), clock_.MinClock().value_or(0));
-    clock_.Hold((base / k + 1) * k);
-  }
   absl::Time last = absl::Now();
   while (!stop_) {
     absl::SleepFor(absl::Milliseconds(10));
@@ -131,7 +126,18 @@ void JobCoordinator::CheckpointLoop() {
   }
 }
 
+void JobCoordinator::HoldFirstCut() {
+  const uint64_t k = config_.checkpoint().every_steps();
+  if (!checkpointer_ || k == 0) return;
+  // The first multiple of every_steps no worker has started yet.
+  const uint64_t base = std::max(clock_.MaxGranted(), clock_.MinClock().value_or(0));
+  clock_.Hold((base / k + 1) * k);
+}
+
 void JobCoordinator::Start() {
+  // Without a resume the first cut is held here, synchronously: a fast ASP
+  // worker could otherwise pass it before the checkpoint thread runs.
+  if (!resume_) HoldFirstCut();
   if (resume_ || checkpointer_) {
     checkpointer_thread_ = std::thread([this] { CheckpointLoop(); });
   }

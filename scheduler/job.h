@@ -102,6 +102,8 @@ class JobCoordinator {
 
  private:
   void CheckpointLoop();
+  // Holds the clock at the first every_steps multiple nobody has started.
+  void HoldFirstCut();
   bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   enum class State { kWaiting, kRunning, kDone, kFailed };
 
