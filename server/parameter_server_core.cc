@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -520,14 +521,20 @@ void ParameterServerCore::Shutdown() {
 namespace shardps {
 namespace {
 
+// A root path without trailing '/', so requests name the same root alike.
+std::string CanonicalRoot(std::string root) {
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  return root;
+}
+
 struct RestoreSource {
-  std::string dir;
-  checkpoint::CheckpointManifest manifest;
+  std::string root;
+  checkpoint::ResolvedCheckpoint checkpoint;
 };
 
-// The checkpoint a RestoreRequest names, its manifest loaded and checked
-// (files present with their sizes; LoadOwnedFiles checks the CRCs of the
-// files this server reads).
+// The checkpoint a RestoreRequest names, with its delta chain resolved, every
+// link's manifest loaded and checked (files present with their sizes;
+// LoadOwnedChain checks the CRCs of the files this server reads).
 absl::StatusOr<RestoreSource> ResolveRestore(const RestoreRequest& request) {
   checkpoint::LoadManifestOptions options;
   options.verify_file_crcs = false;
@@ -537,32 +544,33 @@ absl::StatusOr<RestoreSource> ResolveRestore(const RestoreRequest& request) {
       return absl::InvalidArgumentError(
           "Restore: set either manifest or root (and clock), not both");
     }
-    std::string dir = request.manifest();
-    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    std::string dir = CanonicalRoot(request.manifest());
     const std::string suffix = std::string("/") + checkpoint::kManifestFileName;
     if (absl::EndsWith(dir, suffix)) dir.resize(dir.size() - suffix.size());
-    ASSIGN_OR_RETURN(source.manifest, checkpoint::LoadManifest(dir, options));
-    source.dir = dir;
+    dir = CanonicalRoot(dir);
+    ASSIGN_OR_RETURN(const checkpoint::CheckpointManifest manifest,
+                     checkpoint::LoadManifest(dir, options));
+    // The chain's links are the checkpoint's siblings.
+    const size_t slash = dir.rfind('/');
+    source.root = slash == std::string::npos ? "." : dir.substr(0, slash);
+    if (source.root.empty()) source.root = "/";
+    ASSIGN_OR_RETURN(source.checkpoint,
+                     checkpoint::LoadCheckpoint(source.root, manifest.clock(),
+                                                options));
   } else {
     if (request.root().empty()) {
       return absl::InvalidArgumentError(
           "Restore: the request names no checkpoint (set manifest or root)");
     }
-    checkpoint::ResolvedCheckpoint resolved;
+    source.root = CanonicalRoot(request.root());
     if (request.has_clock()) {
-      ASSIGN_OR_RETURN(resolved, checkpoint::LoadCheckpoint(
-                                     request.root(), request.clock(), options));
+      ASSIGN_OR_RETURN(source.checkpoint,
+                       checkpoint::LoadCheckpoint(source.root, request.clock(),
+                                                  options));
     } else {
-      ASSIGN_OR_RETURN(resolved,
-                       checkpoint::LatestComplete(request.root(), options));
+      ASSIGN_OR_RETURN(source.checkpoint,
+                       checkpoint::LatestComplete(source.root, options));
     }
-    source.dir = resolved.dir;
-    source.manifest = std::move(resolved.manifest);
-  }
-  if (source.manifest.kind() != checkpoint::CheckpointManifest::FULL) {
-    return absl::UnimplementedError(absl::StrCat(
-        source.dir, " is a delta checkpoint: restoring deltas is not "
-        "implemented (restore a FULL checkpoint)"));
   }
   return source;
 }
@@ -583,9 +591,10 @@ absl::Status ParameterServerCore::Checkpoint(const CheckpointRequest& request,
   if (request.dir().empty()) {
     return absl::InvalidArgumentError("Checkpoint: no checkpoint dir");
   }
-  if (request.delta()) {
-    return absl::UnimplementedError(
-        "delta checkpoints are not implemented: request a full one");
+  if (request.delta() && request.base_clock() >= request.clock()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Checkpoint: a delta at clock ", request.clock(), " on base clock ",
+        request.base_clock(), " (the base must be older)"));
   }
   if (!CheckpointRequest::Phase_IsValid(request.phase())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -615,10 +624,15 @@ void ParameterServerCore::DropCheckpointWrite() {
 absl::Status ParameterServerCore::StartCheckpointWrite(
     const CheckpointRequest& request, CheckpointResponse* response) {
   DropCheckpointWrite();
+  const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
+  std::optional<uint32_t> since;
+  if (request.delta()) {
+    ASSIGN_OR_RETURN(since, DeltaBase(request, owned));
+  }
   ASSIGN_OR_RETURN(const std::string dir, checkpoint::CreateCheckpointDir(
                                               request.dir(), request.clock()));
-  const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
   std::shared_ptr<const StoreSnapshot> snapshot;
+  uint32_t generation = 0;
   if (bsp_) {
     // Under the clock lock: no clock can be applied half-way through the copy.
     MutexLock lock(&bsp_mu_);
@@ -629,14 +643,21 @@ absl::Status ParameterServerCore::StartCheckpointWrite(
           " (BSP checkpoints need exactly the clocks < ", request.clock(),
           " applied)"));
     }
-    snapshot = StoreSnapshot::Take(*store_, owned);
+    generation = store_->AdvanceGeneration();
+    snapshot = StoreSnapshot::Take(*store_, owned, since);
   } else {
-    snapshot = StoreSnapshot::Take(*store_, owned);
+    generation = store_->AdvanceGeneration();
+    snapshot = StoreSnapshot::Take(*store_, owned, since);
   }
+  // Rows changed from now on are newer than `generation`: a delta on this
+  // checkpoint holds them (once the scheduler has made it complete).
+  RememberBase({CanonicalRoot(request.dir()), request.clock(), generation,
+                owned});
   SnapshotWriteOptions options;
   options.dir = dir;
   options.job_name = config_.name();
   options.clock = request.clock();
+  options.base_clock = request.base_clock();
   options.tables = TableSchemas(*store_);
   write_ = std::make_unique<CheckpointWrite>();
   write_->root = request.dir();
@@ -687,23 +708,31 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
   MutexLock checkpoint_lock(&checkpoint_mu_);
   DropCheckpointWrite();
   ASSIGN_OR_RETURN(const RestoreSource source, ResolveRestore(request));
-  if (source.manifest.job_name() != config_.name()) {
+  const checkpoint::CheckpointManifest& manifest = source.checkpoint.manifest;
+  const std::string& dir = source.checkpoint.dir;
+  if (manifest.job_name() != config_.name()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        source.dir, ": checkpoint of job \"", source.manifest.job_name(),
+        dir, ": checkpoint of job \"", manifest.job_name(),
         "\", this job is \"", config_.name(), "\""));
   }
   // The manifest's config fingerprint is not compared: it covers the number
   // of servers, and a checkpoint may be restored onto another server count.
   // Each file's table schemas are checked instead.
   const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
-  ASSIGN_OR_RETURN(const LoadedFiles files,
-                   LoadOwnedFiles(source.dir, source.manifest, owned,
+  ASSIGN_OR_RETURN(const std::vector<LoadedFiles> chain,
+                   LoadOwnedChain(source.checkpoint, owned,
                                   TableSchemas(*store_)));
-  const uint64_t clock = source.manifest.clock();
+  const uint64_t clock = manifest.clock();
   uint64_t rows;
+  size_t files_read = 0;
+  for (const LoadedFiles& link : chain) files_read += link.files.size();
   {
     MutexLock lock(&bsp_mu_);
-    rows = ApplyFiles(files, owned, store_.get());
+    rows = ApplyChain(chain, owned, store_.get());
+    // The tables now equal the checkpoint: the only base for the next delta
+    // (deltas on earlier bases would miss the deletions Clear() forgot).
+    bases_.clear();
+    RememberBase({source.root, clock, store_->AdvanceGeneration(), owned});
     pending_.clear();
     applied_clock_ = clock;
     max_clock_.store(clock, std::memory_order_relaxed);
@@ -711,13 +740,49 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
     clock_applied_.SignalAll();
   }
   LOG(INFO) << "server " << server_index_ << " restored " << rows
-            << " rows from " << files.files.size() << " files of "
-            << source.dir << " (clock " << clock << ")";
+            << " rows from " << files_read << " files of " << dir
+            << " (clock " << clock << ", a chain of " << chain.size()
+            << " checkpoints)";
   response->set_rows(rows);
   response->set_clock(clock);
-  response->set_checkpoint_dir(source.dir);
-  response->set_files_read(files.files.size());
+  response->set_checkpoint_dir(dir);
+  response->set_files_read(files_read);
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> ParameterServerCore::DeltaBase(
+    const CheckpointRequest& request, const std::vector<bool>& owned) const {
+  const std::string root = CanonicalRoot(request.dir());
+  for (const CheckpointBase& base : bases_) {
+    if (base.root != root || base.clock != request.base_clock()) continue;
+    if (base.owned != owned) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "delta checkpoint at clock ", request.clock(), ": server ",
+          server_index_, " owned other partitions at its base ",
+          checkpoint::CheckpointId(request.base_clock()),
+          "; take a full checkpoint"));
+    }
+    return base.generation;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "delta checkpoint at clock ", request.clock(), ": server ",
+      server_index_, " has no record of its base ",
+      checkpoint::CheckpointId(request.base_clock()), " in ", root,
+      " (not copied or restored by this process); take a full checkpoint"));
+}
+
+void ParameterServerCore::RememberBase(CheckpointBase base) {
+  bases_.erase(std::remove_if(bases_.begin(), bases_.end(),
+                              [&](const CheckpointBase& b) {
+                                return b.root == base.root &&
+                                       b.clock == base.clock;
+                              }),
+               bases_.end());
+  bases_.push_back(std::move(base));
+  if (bases_.size() > kRememberedBases) bases_.erase(bases_.begin());
+  uint32_t oldest = bases_.front().generation;
+  for (const CheckpointBase& b : bases_) oldest = std::min(oldest, b.generation);
+  store_->TrimDeletions(oldest);
 }
 
 }  // namespace shardps

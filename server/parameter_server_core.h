@@ -39,13 +39,29 @@
 // clears the tables, writes the rows of the partitions it owns and sets the
 // BSP clock to the checkpoint's (buffered pushes dropped). A refused restore
 // changes nothing. The tables' eviction clock only moves forward, so restore
-// into a fresh server (as recovery does) for exact eviction stamps. Only
-// FULL checkpoints: delta requests answer UNIMPLEMENTED. Admission counts of
-// keys without a row are not saved. Checkpoint errors: INVALID_ARGUMENT (no
-// dir, unknown phase), ALREADY_EXISTS (that checkpoint has a MANIFEST),
-// FAILED_PRECONDITION (BSP clock; COLLECT with nothing to collect), I/O
+// into a fresh server (as recovery does) for exact eviction stamps.
+// Admission counts of keys without a row are not saved.
+//
+// Delta checkpoints (request.delta, base_clock B): the copy holds only the
+// rows changed since this server's copy for checkpoint B of the same dir (or
+// since its restore of B), plus the keys evicted since; the files are delta
+// files on B. The server remembers, per checkpoint it copied or restored, the
+// table generation of that moment and its owned partitions (the last
+// kRememberedBases of them; deletions older than all of them are trimmed).
+// If it has no such record of B (restarted, B never copied here) or owned
+// other partitions then, the delta is refused with FAILED_PRECONDITION and
+// nothing is written: the caller takes a full checkpoint. A restore of a
+// DELTA checkpoint resolves its chain (checkpoint_dir.h LoadCheckpoint),
+// verifies every owned file of every link (CRC, kind, base), then applies
+// the FULL link and each delta in order; a missing or corrupt link refuses
+// the restore naming the file, and nothing changes.
+//
+// Checkpoint errors: INVALID_ARGUMENT (no dir, unknown phase, a delta whose
+// base_clock is not older than its clock),
+// ALREADY_EXISTS (that checkpoint has a MANIFEST), FAILED_PRECONDITION (BSP
+// clock; COLLECT with nothing to collect; a delta without its base), I/O
 // errors naming the path. Restore errors: NOT_FOUND / DATA_LOSS /
-// FAILED_PRECONDITION naming the manifest or file; UNIMPLEMENTED for a delta.
+// FAILED_PRECONDITION naming the manifest or file.
 //
 // Consistency (DESIGN.md). ASP/SSP: each push is applied on arrival (one
 // optimizer step per key per push), lr_scale from the push (unset = 1).
@@ -69,6 +85,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -180,9 +197,28 @@ class ParameterServerCore {
   // Waits for an uncollected write and drops it.
   void DropCheckpointWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
 
+  // A checkpoint this server copied or restored: a possible delta base.
+  struct CheckpointBase {
+    std::string root;  // Without trailing '/'.
+    uint64_t clock = 0;
+    uint32_t generation = 0;  // The table generation that ended then.
+    std::vector<bool> owned;
+  };
+  static constexpr size_t kRememberedBases = 4;
+  // The generation a delta on request.base_clock starts after, or
+  // FAILED_PRECONDITION.
+  absl::StatusOr<uint32_t> DeltaBase(const CheckpointRequest& request,
+                                     const std::vector<bool>& owned) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
+  // Records a base (replacing one of the same root and clock), forgets the
+  // oldest beyond kRememberedBases and trims deletions no base needs.
+  void RememberBase(CheckpointBase base)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
+
   // Serializes Checkpoint and Restore calls.
   Mutex checkpoint_mu_;
   std::unique_ptr<CheckpointWrite> write_ ABSL_GUARDED_BY(checkpoint_mu_);
+  std::vector<CheckpointBase> bases_ ABSL_GUARDED_BY(checkpoint_mu_);
 
   // Constant after construction.
   const JobConfig config_;

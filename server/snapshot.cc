@@ -66,9 +66,11 @@ std::string SnapshotFileName(const std::vector<uint32_t>& partitions,
 }
 
 std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(
-    const TableStore& store, const std::vector<bool>& owned) {
+    const TableStore& store, const std::vector<bool>& owned,
+    std::optional<uint32_t> since) {
   std::unique_ptr<StoreSnapshot> snap(new StoreSnapshot());
   snap->num_partitions_ = static_cast<uint32_t>(owned.size());
+  snap->delta_ = since.has_value();
   std::vector<int64_t> index_of(owned.size(), -1);
   for (uint32_t p = 0; p < owned.size(); ++p) {
     if (!owned[p]) continue;
@@ -86,6 +88,23 @@ std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(
   for (size_t t = 0; t < num_tables; ++t) {
     const uint32_t table_id = tables[t]->id();
     const size_t stride = tables[t]->row_stride();
+    const auto add_row = [&](uint64_t key, const float* payload) {
+      const int64_t i = index_of[PartitionOf(table_id, key, parts)];
+      if (i < 0) return;  // Not ours (a partition that moved away).
+      Rows& rows = snap->rows_of_[i * num_tables + t];
+      rows.keys.push_back(key);
+      rows.payloads.insert(rows.payloads.end(), payload, payload + stride);
+      ++snap->rows_;
+    };
+    if (since.has_value()) {  // A delta: few rows, let the buffers grow.
+      tables[t]->ForEachChangedRow(*since, add_row, [&](uint64_t key) {
+        const int64_t i = index_of[PartitionOf(table_id, key, parts)];
+        if (i < 0) return;
+        snap->rows_of_[i * num_tables + t].deleted.push_back(key);
+        ++snap->deletions_;
+      });
+      continue;
+    }
     // Rows spread evenly over partitions: reserve the expected count plus
     // three standard deviations, so most buffers never grow.
     const double expected =
@@ -97,14 +116,7 @@ std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(
       rows.keys.reserve(reserve);
       rows.payloads.reserve(reserve * stride);
     }
-    tables[t]->ForEachRow([&](uint64_t key, const float* payload) {
-      const int64_t i = index_of[PartitionOf(table_id, key, parts)];
-      if (i < 0) return;  // Not ours (a partition that moved away).
-      Rows& rows = snap->rows_of_[i * num_tables + t];
-      rows.keys.push_back(key);
-      rows.payloads.insert(rows.payloads.end(), payload, payload + stride);
-      ++snap->rows_;
-    });
+    tables[t]->ForEachRow(add_row);
   }
   return snap;
 }
@@ -117,6 +129,8 @@ absl::StatusOr<ckpt::WrittenFile> WriteGroup(
   ckpt::FileHeader header;
   header.job_name = options.job_name;
   header.clock = options.clock;
+  header.delta = snapshot.delta();
+  header.base_clock = snapshot.delta() ? options.base_clock : 0;
   header.num_partitions = snapshot.num_partitions();
   header.tables = options.tables;
   header.partitions.assign(snapshot.partitions().begin() + first,
@@ -134,6 +148,10 @@ absl::StatusOr<ckpt::WrittenFile> WriteGroup(
       const size_t bytes = snapshot.stride(t) * sizeof(float);
       const char* payloads =
           reinterpret_cast<const char*>(rows.payloads.data());
+      for (uint64_t key : rows.deleted) {
+        RETURN_IF_ERROR(
+            writer->AddDeleted(partition, snapshot.table_ids()[t], key));
+      }
       for (size_t r = 0; r < rows.keys.size(); ++r) {
         RETURN_IF_ERROR(
             writer->Add(partition, snapshot.table_ids()[t], rows.keys[r],
@@ -177,7 +195,9 @@ bool HoldsOwned(const ckpt::CheckpointFile& file,
 
 }  // namespace
 
-absl::StatusOr<LoadedFiles> LoadOwnedFiles(
+namespace {
+
+absl::StatusOr<LoadedFiles> LoadLinkFiles(
     const std::string& checkpoint_dir, const ckpt::CheckpointManifest& manifest,
     const std::vector<bool>& owned,
     const std::vector<ckpt::TableSchema>& tables) {
@@ -215,24 +235,82 @@ absl::StatusOr<LoadedFiles> LoadOwnedFiles(
   return loaded;
 }
 
-uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned,
-                    TableStore* store) {
-  for (Table* table : store->tables()) table->Clear();
+// Applies one link's files: per file, the deletions, then the rows.
+uint64_t ApplyLink(const LoadedFiles& files, const std::vector<bool>& owned,
+                   TableStore* store) {
   uint64_t rows = 0;
   std::vector<float> payload;
   for (const auto& file : files.files) {
-    for (const ckpt::RecordBlock& block : file->blocks()) {
-      if (block.deleted() || !owned[block.partition()]) continue;
-      Table* table = store->FindTable(block.table_id());
-      payload.resize(table->row_stride());
-      for (size_t i = 0; i < block.size(); ++i) {
-        const absl::string_view bytes = block.payload(i);
-        std::memcpy(payload.data(), bytes.data(), bytes.size());
-        table->RestoreRow(block.key(i), payload.data());
-        ++rows;
+    for (const bool deletions : {true, false}) {
+      for (const ckpt::RecordBlock& block : file->blocks()) {
+        if (block.deleted() != deletions || !owned[block.partition()]) continue;
+        Table* table = store->FindTable(block.table_id());
+        payload.resize(table->row_stride());
+        for (size_t i = 0; i < block.size(); ++i) {
+          if (deletions) {
+            table->DeleteRow(block.key(i));
+            continue;
+          }
+          const absl::string_view bytes = block.payload(i);
+          std::memcpy(payload.data(), bytes.data(), bytes.size());
+          table->RestoreRow(block.key(i), payload.data());
+          ++rows;
+        }
       }
     }
   }
+  return rows;
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedFiles> LoadOwnedFiles(
+    const std::string& checkpoint_dir, const ckpt::CheckpointManifest& manifest,
+    const std::vector<bool>& owned,
+    const std::vector<ckpt::TableSchema>& tables) {
+  if (manifest.kind() != ckpt::CheckpointManifest::FULL) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        checkpoint_dir, ": a delta checkpoint (on ", manifest.base_id(),
+        "): restore its whole chain (LoadOwnedChain)"));
+  }
+  return LoadLinkFiles(checkpoint_dir, manifest, owned, tables);
+}
+
+absl::StatusOr<std::vector<LoadedFiles>> LoadOwnedChain(
+    const ckpt::ResolvedCheckpoint& checkpoint, const std::vector<bool>& owned,
+    const std::vector<ckpt::TableSchema>& tables) {
+  if (checkpoint.chain.empty() ||
+      checkpoint.chain.size() != checkpoint.chain_dirs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(checkpoint.dir, ": the checkpoint's chain is not resolved"));
+  }
+  std::vector<LoadedFiles> links;
+  for (size_t i = 0; i < checkpoint.chain.size(); ++i) {
+    absl::StatusOr<LoadedFiles> link = LoadLinkFiles(
+        checkpoint.chain_dirs[i], checkpoint.chain[i], owned, tables);
+    if (!link.ok()) {
+      if (i + 1 == checkpoint.chain.size()) return link.status();
+      return absl::Status(
+          link.status().code(),
+          absl::StrCat(checkpoint.dir, ": link ", i, " of its delta chain: ",
+                       link.status().message()));
+    }
+    links.push_back(*std::move(link));
+  }
+  return links;
+}
+
+uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned,
+                    TableStore* store) {
+  for (Table* table : store->tables()) table->Clear();
+  return ApplyLink(files, owned, store);
+}
+
+uint64_t ApplyChain(const std::vector<LoadedFiles>& chain,
+                    const std::vector<bool>& owned, TableStore* store) {
+  for (Table* table : store->tables()) table->Clear();
+  uint64_t rows = 0;
+  for (const LoadedFiles& link : chain) rows += ApplyLink(link, owned, store);
   return rows;
 }
 

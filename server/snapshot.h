@@ -21,6 +21,17 @@
 // yet are NOT saved (the Table does not expose them): after a restore such
 // keys count from zero again.
 //
+// ## Deltas
+//
+// A delta snapshot (Take with `since`) holds, per (partition, table), the
+// rows changed after table generation `since` (table.h, change tracking) and
+// the keys deleted (evicted) since then. Its files are delta files
+// (checkpoint_file.h, version 2) naming the base checkpoint's clock; each
+// (partition, table) writes its deletions before its rows. A restore
+// applies a chain (ResolvedCheckpoint in checkpoint_dir.h): the FULL
+// checkpoint's rows into cleared tables, then each delta in order, its
+// deletions first, then its rows (LoadOwnedChain + ApplyChain).
+//
 // A table's schema fingerprint is TableSchemaFingerprint: a hash of the
 // TableConfig's deterministic serialization and the row stride, so a restore
 // into a job whose table differs in anything (dim, optimizer, init, ...) is
@@ -33,6 +44,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +52,7 @@
 #include "absl/status/statusor.h"
 #include "proto/config.pb.h"
 #include "server/checkpoint/checkpoint.pb.h"
+#include "server/checkpoint/checkpoint_dir.h"
 #include "server/checkpoint/checkpoint_file.h"
 #include "server/table_store.h"
 
@@ -67,8 +80,11 @@ class StoreSnapshot {
   // job's P), one table stripe at a time under its lock. Consistent only if
   // nothing writes the tables meanwhile (the caller holds pushes).
   // Memory: the rows' keys and payloads.
-  static std::unique_ptr<StoreSnapshot> Take(const TableStore& store,
-                                             const std::vector<bool>& owned);
+  // With `since`: a delta, only rows changed after that table generation
+  // and the deletions since (see "Deltas" above).
+  static std::unique_ptr<StoreSnapshot> Take(
+      const TableStore& store, const std::vector<bool>& owned,
+      std::optional<uint32_t> since = std::nullopt);
 
   StoreSnapshot(const StoreSnapshot&) = delete;
   StoreSnapshot& operator=(const StoreSnapshot&) = delete;
@@ -77,12 +93,16 @@ class StoreSnapshot {
   // The owned partitions, increasing.
   const std::vector<uint32_t>& partitions() const { return partitions_; }
   uint64_t rows() const { return rows_; }
+  // Deleted keys (deltas only).
+  uint64_t deletions() const { return deletions_; }
+  bool delta() const { return delta_; }
 
   // Rows of one (partition index into partitions(), table index in id
   // order): keys and key-aligned payloads of `stride(table)` floats each.
   struct Rows {
     std::vector<uint64_t> keys;
     std::vector<float> payloads;
+    std::vector<uint64_t> deleted;  // Deltas: keys deleted since the base.
   };
   const Rows& rows_of(size_t partition_index, size_t table_index) const {
     return rows_of_[partition_index * table_ids_.size() + table_index];
@@ -99,18 +119,23 @@ class StoreSnapshot {
   std::vector<size_t> strides_;
   std::vector<Rows> rows_of_;  // [partition index][table index].
   uint64_t rows_ = 0;
+  uint64_t deletions_ = 0;
+  bool delta_ = false;
 };
 
 struct SnapshotWriteOptions {
   std::string dir;  // The checkpoint's directory; must exist.
   std::string job_name;
   uint64_t clock = 0;
+  // The base checkpoint's clock, for a delta snapshot (ignored otherwise).
+  uint64_t base_clock = 0;
   std::vector<checkpoint::TableSchema> tables;  // TableSchemas(store).
   checkpoint::WriterOptions writer;
 };
 
 // Writes `snapshot` as partition-group files into options.dir (each durable
-// and atomically renamed; see checkpoint_file.h). Returns the files written
+// and atomically renamed; see checkpoint_file.h); delta files on
+// options.base_clock if the snapshot is a delta. Returns the files written
 // in group order; none if the snapshot has no partitions. On error, files
 // already written stay (a checkpoint without MANIFEST is not complete).
 absl::StatusOr<std::vector<checkpoint::WrittenFile>> WriteSnapshot(
@@ -125,13 +150,24 @@ struct LoadedFiles {
 // Reads every file of `manifest` (in `checkpoint_dir`) holding a partition p
 // with owned[p], and verifies all of it before returning: size and CRC32C
 // against the manifest, then the reader's checks (block CRCs, truncation,
-// job name, clock, P, partition list, table schemas equal to `tables`, keys
-// in their block's partition). Errors name the file (NOT_FOUND missing,
-// DATA_LOSS corrupt or truncated, FAILED_PRECONDITION mismatch).
+// job name, clock, P, partition list, file kind and base, table schemas
+// equal to `tables`, keys in their block's partition). Errors name the file
+// (NOT_FOUND missing, DATA_LOSS corrupt or truncated, FAILED_PRECONDITION
+// mismatch). A DELTA manifest is refused (FAILED_PRECONDITION): alone it is
+// not a checkpoint; use LoadOwnedChain.
 // Memory: the files read, until the result is dropped.
 absl::StatusOr<LoadedFiles> LoadOwnedFiles(
     const std::string& checkpoint_dir,
     const checkpoint::CheckpointManifest& manifest,
+    const std::vector<bool>& owned,
+    const std::vector<checkpoint::TableSchema>& tables);
+
+// The same for every link of a resolved checkpoint (checkpoint_dir.h
+// LoadCheckpoint / LatestComplete): element i holds the files of chain[i].
+// Every file of every link is verified before it returns; an error names the
+// file of the link at fault. Memory: the files of the whole chain.
+absl::StatusOr<std::vector<LoadedFiles>> LoadOwnedChain(
+    const checkpoint::ResolvedCheckpoint& checkpoint,
     const std::vector<bool>& owned,
     const std::vector<checkpoint::TableSchema>& tables);
 
@@ -140,6 +176,13 @@ absl::StatusOr<LoadedFiles> LoadOwnedFiles(
 // LoadOwnedFiles with the same store's schemas (nothing left to fail).
 uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned,
                     TableStore* store);
+
+// Clears every table of `store`, then applies the links of `chain` (from
+// LoadOwnedChain with the same store's schemas) in order: per file, its
+// deletions, then its rows, of owned partitions. Returns the rows written
+// (counting a row each time a link writes it).
+uint64_t ApplyChain(const std::vector<LoadedFiles>& chain,
+                    const std::vector<bool>& owned, TableStore* store);
 
 }  // namespace shardps
 

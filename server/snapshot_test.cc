@@ -334,10 +334,15 @@ TEST(SnapshotTest, BspCheckpointNeedsExactlyTheClocksBelowApplied) {
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   EXPECT_NE(st.message().find("applied clocks < 2"), std::string::npos) << st;
 
+  // A delta on a checkpoint this server never copied: refused.
   request.set_delta(true);
   request.set_clock(2);
-  EXPECT_EQ(job.core(0).Checkpoint(request, &response).code(),
-            absl::StatusCode::kUnimplemented);
+  request.set_base_clock(1);
+  st = job.core(0).Checkpoint(request, &response);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("no record of its base ckpt-000000000001"),
+            std::string::npos)
+      << st;
   request.clear_dir();
   request.set_delta(false);
   EXPECT_EQ(job.core(0).Checkpoint(request, &response).code(),

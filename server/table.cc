@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "common/partition.h"
@@ -72,13 +73,24 @@ class Table::BlockArena {
   uint64_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// In the 4 bytes a uint64 -> uint32 map entry would spend on padding.
+struct Table::Entry {
+  uint32_t slot;
+  uint32_t generation;  // Of the row's last change.
+};
+
 struct Table::Shard {
+  static_assert(sizeof(std::pair<const uint64_t, Entry>) ==
+                    sizeof(std::pair<const uint64_t, uint32_t>),
+                "the generation must fit in the entry's padding");
   mutable Mutex mu;
-  absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint64_t, Entry> index ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint64_t, Pending> pending ABSL_GUARDED_BY(mu);
   std::vector<float*> blocks ABSL_GUARDED_BY(mu);  // Owned by the arena.
   std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
   uint32_t next_slot ABSL_GUARDED_BY(mu) = 0;
+  // Keys dropped by Evict(), with the generation they were dropped in.
+  std::vector<std::pair<uint64_t, uint32_t>> deleted ABSL_GUARDED_BY(mu);
 };
 
 absl::StatusOr<std::unique_ptr<Table>> Table::Create(
@@ -157,7 +169,7 @@ void Table::Prefetch(const uint64_t* keys, size_t n, size_t i) const {
     MutexLock lock(&shard.mu);
     auto it = shard.index.find(keys[i + kAhead]);
     if (it != shard.index.end()) {
-      const char* row = reinterpret_cast<const char*>(RowAt(shard, it->second));
+      const char* row = reinterpret_cast<const char*>(RowAt(shard, it->second.slot));
       for (size_t b = 0; b < stride_ * sizeof(float); b += 64) {
         __builtin_prefetch(row + b, 1);
       }
@@ -178,7 +190,7 @@ float* Table::NewRow(Shard& shard, uint64_t key, const float* values)
           (stride_ << rows_per_block_log2_) * sizeof(float)));
     }
   }
-  shard.index.emplace(key, slot);
+  shard.index.emplace(key, Entry{slot, CurrentGeneration()});
   float* row = RowAt(shard, slot);
   if (values != nullptr) {
     std::memcpy(row, values, dim_ * sizeof(float));
@@ -190,16 +202,17 @@ float* Table::NewRow(Shard& shard, uint64_t key, const float* values)
   return row;
 }
 
-float* Table::TouchRow(Shard& shard, uint64_t key, bool create_model_rows,
+float* Table::TouchRow(Shard& shard, uint64_t key, bool push,
                        uint32_t now_seconds) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   auto it = shard.index.find(key);
   if (it != shard.index.end()) {
-    const uint32_t slot = it->second;
-    float* row = RowAt(shard, slot);
+    float* row = RowAt(shard, it->second.slot);
     Stamp(row, now_seconds);
+    // A push updates the row; with eviction on, a pull changes its stamp.
+    if (push || eviction_) it->second.generation = CurrentGeneration();
     return row;
   }
-  if (initializer_.kind() == InitializerConfig::MODEL && !create_model_rows) {
+  if (initializer_.kind() == InitializerConfig::MODEL && !push) {
     return nullptr;
   }
   if (min_count_ > 1) {
@@ -224,12 +237,11 @@ void Table::Pull(const uint64_t* keys, size_t n, bool train, float* out) {
     MutexLock lock(&shard.mu);
     const float* row = nullptr;
     if (train) {
-      row = TouchRow(shard, keys[i], /*create_model_rows=*/false, now_seconds);
+      row = TouchRow(shard, keys[i], /*push=*/false, now_seconds);
     } else {
       auto it = shard.index.find(keys[i]);
       if (it != shard.index.end()) {
-        const uint32_t slot = it->second;
-        row = RowAt(shard, slot);
+        row = RowAt(shard, it->second.slot);
       }
     }
     if (row != nullptr) {
@@ -254,7 +266,7 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
     Prefetch(keys, n, i);
     Shard& shard = ShardOf(keys[i]);
     MutexLock lock(&shard.mu);
-    float* row = TouchRow(shard, keys[i], /*create_model_rows=*/true,
+    float* row = TouchRow(shard, keys[i], /*push=*/true,
                           now_seconds);
     if (row == nullptr) {
       ++counts.pending;
@@ -304,13 +316,15 @@ uint64_t Table::Evict(uint64_t now_clock, int64_t now_seconds) {
     Shard& shard = shards_[s];
     MutexLock lock(&shard.mu);
     for (auto it = shard.index.begin(); it != shard.index.end();) {
-      const uint32_t slot = it->second;
+      const uint32_t slot = it->second.slot;
       const float* meta = RowAt(shard, slot) + dim_ + state_size_;
       uint64_t last_clock;
       uint32_t last_seconds;
       std::memcpy(&last_clock, meta, sizeof last_clock);
       std::memcpy(&last_seconds, meta + 2, sizeof last_seconds);
       if (expired(last_clock, last_seconds)) {
+        shard.deleted.emplace_back(it->first,
+                                   generation_.load(std::memory_order_relaxed));
         shard.free_slots.push_back(slot);
         shard.index.erase(it++);
         ++dropped;
@@ -336,7 +350,9 @@ void Table::ForEachRow(
   for (int s = 0; s < kNumShards; ++s) {
     const Shard& shard = shards_[s];
     MutexLock lock(&shard.mu);
-    for (const auto& [key, slot] : shard.index) visit(key, RowAt(shard, slot));
+    for (const auto& [key, entry] : shard.index) {
+      visit(key, RowAt(shard, entry.slot));
+    }
   }
 }
 
@@ -345,8 +361,13 @@ void Table::RestoreRow(uint64_t key, const float* payload) {
   MutexLock lock(&shard.mu);
   shard.pending.erase(key);
   auto it = shard.index.find(key);
-  float* row = it != shard.index.end() ? RowAt(shard, it->second)
-                                       : NewRow(shard, key, payload);
+  float* row;
+  if (it != shard.index.end()) {
+    row = RowAt(shard, it->second.slot);
+    it->second.generation = CurrentGeneration();
+  } else {
+    row = NewRow(shard, key, payload);
+  }
   std::memcpy(row, payload, stride_ * sizeof(float));
 }
 
@@ -354,10 +375,73 @@ void Table::Clear() {
   for (int s = 0; s < kNumShards; ++s) {
     Shard& shard = shards_[s];
     MutexLock lock(&shard.mu);
-    for (const auto& [key, slot] : shard.index) shard.free_slots.push_back(slot);
+    for (const auto& [key, entry] : shard.index) {
+      shard.free_slots.push_back(entry.slot);
+    }
     shard.index.clear();
     shard.pending.clear();
+    shard.deleted.clear();
+    shard.deleted.shrink_to_fit();
   }
+}
+
+uint32_t Table::AdvanceGeneration() {
+  return generation_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Table::ForEachChangedRow(
+    uint32_t since,
+    const std::function<void(uint64_t key, const float* payload)>& visit,
+    const std::function<void(uint64_t key)>& deleted) const {
+  absl::flat_hash_set<uint64_t> seen;
+  for (int s = 0; s < kNumShards; ++s) {
+    const Shard& shard = shards_[s];
+    MutexLock lock(&shard.mu);
+    seen.clear();
+    for (const auto& [key, gen] : shard.deleted) {
+      // A key evicted and created again is written as a row instead.
+      if (gen > since && !shard.index.contains(key) && seen.insert(key).second) {
+        deleted(key);
+      }
+    }
+    for (const auto& [key, entry] : shard.index) {
+      if (entry.generation > since) visit(key, RowAt(shard, entry.slot));
+    }
+  }
+}
+
+void Table::TrimDeletions(uint32_t upto) {
+  for (int s = 0; s < kNumShards; ++s) {
+    Shard& shard = shards_[s];
+    MutexLock lock(&shard.mu);
+    auto& log = shard.deleted;
+    log.erase(std::remove_if(log.begin(), log.end(),
+                             [upto](const std::pair<uint64_t, uint32_t>& d) {
+                               return d.second <= upto;
+                             }),
+              log.end());
+  }
+}
+
+bool Table::DeleteRow(uint64_t key) {
+  Shard& shard = ShardOf(key);
+  MutexLock lock(&shard.mu);
+  shard.pending.erase(key);
+  auto it = shard.index.find(key);
+  if (it == shard.index.end()) return false;
+  shard.free_slots.push_back(it->second.slot);
+  shard.index.erase(it);
+  return true;
+}
+
+uint64_t Table::LoggedDeletions() const {
+  uint64_t n = 0;
+  for (int s = 0; s < kNumShards; ++s) {
+    const Shard& shard = shards_[s];
+    MutexLock lock(&shard.mu);
+    n += shard.deleted.size();
+  }
+  return n;
 }
 
 TableCounters Table::Counters() const {
@@ -367,9 +451,10 @@ TableCounters Table::Counters() const {
     MutexLock lock(&shard.mu);
     c.live_rows += shard.index.size();
     c.pending_rows += shard.pending.size();
-    c.bytes += shard.index.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
+    c.bytes += shard.index.capacity() * (sizeof(std::pair<uint64_t, Entry>) + 1);
     c.bytes += shard.pending.capacity() * (sizeof(std::pair<uint64_t, Pending>) + 1);
     c.bytes += shard.free_slots.capacity() * sizeof(uint32_t);
+    c.bytes += shard.deleted.capacity() * sizeof(shard.deleted[0]);
   }
   c.bytes += arena_->allocated_bytes();
   c.bytes_per_row = c.live_rows > 0 ? c.bytes / c.live_rows : 0;

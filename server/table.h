@@ -30,6 +30,17 @@
 //    later touch recreates the row at its initial value.
 //  - Each row update and each row read happens under the row's stripe lock,
 //    so it is atomic with respect to other pushes and pulls of that row.
+//  - Change tracking (delta checkpoints): each row's hash-map entry carries,
+//    next to its slot number (in what was alignment padding, so no memory
+//    is added), a 32-bit *generation*: the table's generation when the row
+//    last changed; it is not part of the payload. Changes are a push applied
+//    to the row, the row's creation (pull, push, InitRows, RestoreRow) and,
+//    with eviction on, a training touch (it rewrites the payload's
+//    last-touch stamp). Rows dropped by Evict() are logged (per stripe) as
+//    deletions with the generation. The hot path pays one relaxed atomic
+//    load and one 4-byte store into the map entry it has just found, under
+//    the stripe lock it holds anyway; no allocation. A delta scan reads only
+//    the map entries, and the rows that changed.
 //
 // The Table does not validate: its caller (TableStore) has checked that push
 // keys are unique, dense keys in range, and gradients finite unless the table
@@ -96,7 +107,7 @@ class Table {
   // Dense tables: the number of chunk rows, or 0 if dense_size is unset
   // (any chunk index is accepted).
   uint64_t num_chunks() const { return num_chunks_; }
-  // Floats per slot (weights, state, eviction metadata).
+  // Floats per slot (weights, state, eviction metadata): a row's payload.
   size_t row_stride() const { return stride_; }
 
   // Reads n rows into out[n * dim]. Keys may repeat. `train` creates rows
@@ -129,8 +140,34 @@ class Table {
       const;
   // Writes `key`'s row from a payload (creating or overwriting it).
   void RestoreRow(uint64_t key, const float* payload);
-  // Drops every row and pending count (before a restore).
+  // Drops every row, pending count and logged deletion (before a restore).
   void Clear();
+
+  // ---- Change tracking for delta checkpoints (see the top) ----
+  // Ends the current generation and returns it: every change that happened
+  // before the call has a generation <= the result, every later one is
+  // newer. Generations start at 1. The caller (a checkpoint's copy) holds
+  // pushes, so "before" is well defined.
+  uint32_t AdvanceGeneration();
+  // Calls `deleted(key)` once for each key dropped by Evict() in a
+  // generation > `since` that has no row now, and `visit(key, payload)` for
+  // each row whose generation is > `since`; one stripe at a time under its
+  // lock (the callbacks must not call back into the table). Applying
+  // the deletions, then the rows, to a table equal to this one at the end of
+  // generation `since` makes it equal to this one (pending admission counts
+  // aside).
+  void ForEachChangedRow(
+      uint32_t since,
+      const std::function<void(uint64_t key, const float* payload)>& visit,
+      const std::function<void(uint64_t key)>& deleted) const;
+  // Forgets logged deletions of generations <= `upto`: no delta will be
+  // taken on a generation that old any more.
+  void TrimDeletions(uint32_t upto);
+  // Drops `key`'s row and pending count, if any, without logging a deletion
+  // (applying a delta's deletion). Returns whether a row was dropped.
+  bool DeleteRow(uint64_t key);
+  // Deletions logged and not trimmed (tests and stats).
+  uint64_t LoggedDeletions() const;
 
   // Adds to the non-finite counter rows the caller dropped itself (BSP
   // buffering drops them on arrival).
@@ -150,6 +187,7 @@ class Table {
     uint32_t last_seconds = 0;
     uint64_t last_clock = 0;
   };
+  struct Entry;  // A row's hash-map value: slot and change generation.
   struct Shard;
   class BlockArena;
 
@@ -158,11 +196,14 @@ class Table {
 
   Shard& ShardOf(uint64_t key) const;
   // The row of `key` for a training touch, creating it if admitted; nullptr
-  // if the key is (still) pending. Counts admission.
-  float* TouchRow(Shard& shard, uint64_t key, bool create_model_rows,
-                  uint32_t now_seconds);
+  // if the key is (still) pending. Counts admission. `push`: the caller
+  // updates the row (marks it changed; creates MODEL-initialized rows too).
+  float* TouchRow(Shard& shard, uint64_t key, bool push, uint32_t now_seconds);
   float* NewRow(Shard& shard, uint64_t key, const float* values);
   void Stamp(float* row, uint32_t now_seconds) const;
+  uint32_t CurrentGeneration() const {
+    return generation_.load(std::memory_order_relaxed);
+  }
   // Software pipeline over a batch: the hash slot of keys[i + 2 * kAhead]
   // and the row of keys[i + kAhead] are prefetched while row i is updated
   // (random rows of a large table are cache misses otherwise).
@@ -176,7 +217,7 @@ class Table {
   const std::unique_ptr<Optimizer> optimizer_;
   const RowInitializer initializer_;
   const size_t state_size_;
-  const size_t stride_;  // Floats per slot.
+  const size_t stride_;  // Floats per slot: a row's payload.
   const bool eviction_;
   const uint32_t min_count_;  // Admission; <= 1 = admit on first touch.
   const uint64_t num_chunks_;
@@ -185,6 +226,7 @@ class Table {
   std::unique_ptr<Shard[]> shards_;
 
   std::atomic<uint64_t> clock_{0};
+  std::atomic<uint32_t> generation_{1};
   std::atomic<uint64_t> admitted_{0};
   std::atomic<uint64_t> evicted_{0};
   std::atomic<uint64_t> skipped_nonfinite_{0};

@@ -136,4 +136,14 @@ uint64_t TableStore::Evict(uint64_t now_clock, int64_t now_seconds) {
   return dropped;
 }
 
+uint32_t TableStore::AdvanceGeneration() {
+  uint32_t ended = 0;
+  for (auto& [id, table] : tables_) ended = table->AdvanceGeneration();
+  return ended;
+}
+
+void TableStore::TrimDeletions(uint32_t upto) {
+  for (auto& [id, table] : tables_) table->TrimDeletions(upto);
+}
+
 }  // namespace shardps

@@ -76,6 +76,13 @@ class TableStore {
   // Eviction sweep of every table; returns rows dropped.
   uint64_t Evict(uint64_t now_clock, int64_t now_seconds);
 
+  // Change tracking (table.h): advances every table's generation (they move
+  // in lockstep, so one number names a point in all of them) and returns the
+  // generation that ended.
+  uint32_t AdvanceGeneration();
+  // Forgets deletions logged in generations <= `upto`, in every table.
+  void TrimDeletions(uint32_t upto);
+
  private:
   explicit TableStore(std::map<uint32_t, std::unique_ptr<Table>> tables);
 

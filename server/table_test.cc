@@ -1,9 +1,12 @@
 // Table: concurrency (exact sums, no torn rows), admission, eviction,
-// evaluation pulls, deterministic initial rows, dense chunks.
+// evaluation pulls, deterministic initial rows, dense chunks, change
+// tracking for delta checkpoints.
 #include "server/table.h"
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -263,6 +266,93 @@ TEST(TableTest, RowsRoundTripThroughPayloads) {
   b->Clear();
   EXPECT_EQ(b->Counters().live_rows, 0u);
   EXPECT_FALSE(b->Contains(4));
+}
+
+// The keys ForEachChangedRow reports since `since`: rows and deletions.
+struct Changes {
+  std::set<uint64_t> rows, deleted;
+};
+Changes ChangedSince(const Table& table, uint32_t since) {
+  Changes c;
+  table.ForEachChangedRow(
+      since, [&](uint64_t key, const float*) { EXPECT_TRUE(c.rows.insert(key).second); },
+      [&](uint64_t key) { EXPECT_TRUE(c.deleted.insert(key).second); });
+  return c;
+}
+
+TEST(TableTest, ChangeTrackingSeesPushesAndCreationsOnly) {
+  auto table = MakeTable(SgdTable(2, 0.5f));
+  const std::vector<uint64_t> keys = {1, 2, 3, 4};
+  const std::vector<float> grads(8, 1.0f);
+  table->Push(keys.data(), 4, grads.data(), 1.0f);
+  const uint32_t g1 = table->AdvanceGeneration();
+  EXPECT_EQ(ChangedSince(*table, g1).rows, (std::set<uint64_t>{}));
+  EXPECT_EQ(ChangedSince(*table, 0).rows, (std::set<uint64_t>{1, 2, 3, 4}));
+
+  table->Push(keys.data() + 1, 1, grads.data(), 1.0f);  // Key 2 changes.
+  std::vector<float> out(4);
+  const std::vector<uint64_t> pulled = {3, 9};
+  table->Pull(pulled.data(), 2, /*train=*/true, out.data());   // 9 is created.
+  table->Pull(keys.data(), 2, /*train=*/false, out.data());    // Nothing.
+  const std::vector<uint64_t> init = {4, 10};
+  table->InitRows(init.data(), 2, grads.data());  // 10 is created, 4 exists.
+  EXPECT_EQ(ChangedSince(*table, g1).rows, (std::set<uint64_t>{2, 9, 10}));
+
+  const uint32_t g2 = table->AdvanceGeneration();
+  EXPECT_GT(g2, g1);
+  EXPECT_TRUE(ChangedSince(*table, g2).rows.empty());
+  // Still visible against the older generation.
+  EXPECT_EQ(ChangedSince(*table, g1).rows, (std::set<uint64_t>{2, 9, 10}));
+}
+
+TEST(TableTest, ChangeTrackingLogsEvictionsAsDeletions) {
+  TableConfig t = SgdTable(2, 0.5f);
+  t.mutable_eviction()->set_ttl_clocks(2);
+  auto table = MakeTable(t);
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  const std::vector<float> grads(6, 1.0f);
+  table->SetClock(1);
+  table->Push(keys.data(), 3, grads.data(), 1.0f);
+  const uint32_t g1 = table->AdvanceGeneration();
+  table->SetClock(3);
+  std::vector<float> out(2);
+  table->Pull(keys.data(), 1, /*train=*/true, out.data());  // Stamps key 1.
+  EXPECT_EQ(table->Evict(3, 0), 2u);                        // Drops 2 and 3.
+  table->Push(keys.data() + 2, 1, grads.data(), 1.0f);      // 3 is back.
+  Changes c = ChangedSince(*table, g1);
+  // A training touch rewrites the last-touch stamp: key 1 changed too.
+  EXPECT_EQ(c.rows, (std::set<uint64_t>{1, 3}));
+  EXPECT_EQ(c.deleted, (std::set<uint64_t>{2}));  // 3 is a row again.
+  EXPECT_EQ(table->LoggedDeletions(), 2u);
+
+  // Deleting and re-evicting: each key reported once.
+  table->SetClock(10);
+  EXPECT_EQ(table->Evict(10, 0), 2u);
+  c = ChangedSince(*table, g1);
+  EXPECT_EQ(c.deleted, (std::set<uint64_t>{1, 2, 3}));
+  EXPECT_TRUE(c.rows.empty());
+
+  const uint32_t g2 = table->AdvanceGeneration();
+  EXPECT_TRUE(ChangedSince(*table, g2).deleted.empty());
+  table->TrimDeletions(g2);
+  EXPECT_EQ(table->LoggedDeletions(), 0u);
+}
+
+TEST(TableTest, DeleteRowIsNotLoggedAndClearForgetsTheLog) {
+  TableConfig t = SgdTable(2, 0.5f);
+  t.mutable_eviction()->set_ttl_clocks(1);
+  auto table = MakeTable(t);
+  const std::vector<uint64_t> keys = {5, 6};
+  const std::vector<float> grads(4, 1.0f);
+  table->Push(keys.data(), 2, grads.data(), 1.0f);
+  EXPECT_TRUE(table->DeleteRow(5));
+  EXPECT_FALSE(table->DeleteRow(5));
+  EXPECT_FALSE(table->Contains(5));
+  EXPECT_EQ(table->LoggedDeletions(), 0u);
+  EXPECT_EQ(table->Evict(5, 0), 1u);
+  EXPECT_EQ(table->LoggedDeletions(), 1u);
+  table->Clear();
+  EXPECT_EQ(table->LoggedDeletions(), 0u);
 }
 
 }  // namespace

@@ -2,11 +2,15 @@
 // a checkpoint over gRPC, the test writes the manifest from their responses
 // (as the scheduler will), the servers are killed, fresh ones restore it and
 // serve bit-identical rows, and replaying the steps after the checkpoint
-// ends bit-identical to the job that never stopped.
+// ends bit-identical to the job that never stopped. A delta checkpoint on a
+// full one is smaller and restores (as a chain) the same rows and tables;
+// the scheduler's checkpointer writes delta chains with checkpoint.delta.
 #include <signal.h>
 
 #include <fstream>
+#include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,7 +18,9 @@
 #include "common/partition.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "google/protobuf/text_format.h"
 #include "proto/ps.grpc.pb.h"
+#include "scheduler/checkpoint_client.h"
 #include "server/checkpoint/checkpoint_dir.h"
 #include "server/checkpoint/file_io.h"
 #include "server/checkpoint/manifest.h"
@@ -95,14 +101,17 @@ class Cluster {
     }
   }
 
-  // One BSP step of the single worker: gradients of every key, a function
-  // of (key, clock).
-  void Step(uint64_t clock) {
+  // One BSP step of the single worker: gradients of every key (or, with
+  // `every` > 1, of one key in `every`), a function of (key, clock).
+  void Step(uint64_t clock, uint32_t every = 1) {
     std::vector<std::vector<float>> grads(3);
     std::vector<std::vector<uint64_t>> keys(3);
     std::vector<TablePush> pushes;
     for (uint32_t t : {1u, 2u}) {
-      keys[t] = Keys(t);
+      const std::vector<uint64_t> all = Keys(t);
+      for (size_t i = 0; i < all.size(); ++i) {
+        if ((i + clock) % every == 0) keys[t].push_back(all[i]);
+      }
       for (uint64_t k : keys[t]) {
         for (uint32_t j = 0; j < Dim(t); ++j) {
           grads[t].push_back(
@@ -135,6 +144,7 @@ class Cluster {
   }
 
   ParameterServer::Stub& stub(uint32_t i) { return *stubs_[i]; }
+  const PartitionMapProto& map() const { return map_; }
   uint32_t size() const { return servers_.size(); }
 
  private:
@@ -144,8 +154,11 @@ class Cluster {
   std::unique_ptr<PsClient> client_;
 };
 
-// Checkpoint RPCs to every server, then the manifest from their responses.
-std::string Checkpoint(Cluster& cluster, const std::string& root, uint64_t clock) {
+// Checkpoint RPCs to every server, then the manifest from their responses
+// (FULL, or a DELTA on `base`). Returns the manifest.
+checkpoint::CheckpointManifest WriteCheckpoint(
+    Cluster& cluster, const std::string& root, uint64_t clock,
+    const checkpoint::CheckpointManifest* base = nullptr) {
   checkpoint::CheckpointManifest manifest;
   manifest.set_format_version(checkpoint::kManifestFormatVersion);
   manifest.set_checkpoint_id(checkpoint::CheckpointId(clock));
@@ -153,7 +166,12 @@ std::string Checkpoint(Cluster& cluster, const std::string& root, uint64_t clock
   manifest.set_job_name("ckpt-process-test");
   manifest.set_config_fingerprint(42);
   manifest.set_num_partitions(kParts);
-  manifest.set_kind(checkpoint::CheckpointManifest::FULL);
+  manifest.set_kind(base ? checkpoint::CheckpointManifest::DELTA
+                         : checkpoint::CheckpointManifest::FULL);
+  if (base != nullptr) {
+    manifest.set_base_id(base->checkpoint_id());
+    *manifest.mutable_chain() = base->chain();
+  }
   manifest.add_chain(checkpoint::CheckpointId(clock));
   // As the scheduler: COPY on every server (then the workers could go on),
   // COLLECT the files.
@@ -165,6 +183,8 @@ std::string Checkpoint(Cluster& cluster, const std::string& root, uint64_t clock
       request.set_dir(root);
       request.set_clock(clock);
       request.set_phase(phase);
+      request.set_delta(base != nullptr);
+      if (base != nullptr) request.set_base_clock(base->clock());
       CheckpointResponse response;
       const grpc::Status st = cluster.stub(i).Checkpoint(&context, request, &response);
       EXPECT_TRUE(st.ok()) << st.error_message();
@@ -175,7 +195,38 @@ std::string Checkpoint(Cluster& cluster, const std::string& root, uint64_t clock
   }
   const absl::Status st = checkpoint::WriteManifest(dir, manifest);
   EXPECT_TRUE(st.ok()) << st;
-  return dir;
+  return manifest;
+}
+
+// A FULL checkpoint; returns its directory.
+std::string Checkpoint(Cluster& cluster, const std::string& root, uint64_t clock) {
+  WriteCheckpoint(cluster, root, clock);
+  return checkpoint::CheckpointPath(root, clock);
+}
+
+uint64_t Bytes(const checkpoint::CheckpointManifest& m) {
+  uint64_t bytes = 0;
+  for (const auto& f : m.files()) bytes += f.size();
+  return bytes;
+}
+
+// Per server and table: (name, dim, live rows), and each server's clock.
+std::vector<std::string> TableInfos(Cluster& cluster) {
+  std::vector<std::string> out;
+  for (uint32_t i = 0; i < cluster.size(); ++i) {
+    grpc::ClientContext context;
+    TableInfoRequest request;
+    TableInfoResponse response;
+    const grpc::Status st = cluster.stub(i).TableInfo(&context, request, &response);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    out.push_back(absl::StrCat("server ", response.server_index(), " clock ",
+                               response.applied_clock()));
+    for (const TableStats& t : response.tables()) {
+      out.push_back(absl::StrCat(t.table_id(), " ", t.name(), " dim ", t.dim(),
+                                 " live ", t.live_rows()));
+    }
+  }
+  return out;
 }
 
 void Restore(Cluster& cluster, const std::string& dir, uint64_t clock) {
@@ -242,6 +293,92 @@ TEST(CheckpointProcessTest, CorruptCheckpointIsRefusedOverGrpc) {
       << st.error_message();
   EXPECT_EQ(cluster.PullAll(1), before);
   cluster.KillAll();
+}
+
+TEST(CheckpointProcessTest, DeltaCheckpointIsSmallerAndRestoresTheSameRows) {
+  const std::string root = ::testing::TempDir() + "/ckpt-delta";
+  ASSERT_TRUE(checkpoint::RemoveAll(root).ok());
+  std::vector<float> rows;
+  std::vector<std::string> infos;
+  checkpoint::CheckpointManifest full, delta;
+  {
+    Cluster original(2, "delta-original");
+    for (uint64_t c = 0; c < 3; ++c) original.Step(c);
+    full = WriteCheckpoint(original, root, 3);
+    // Two steps that touch one key in 8.
+    for (uint64_t c = 3; c < 5; ++c) original.Step(c, 8);
+    delta = WriteCheckpoint(original, root, 5, &full);
+    rows = original.PullAll(5);
+    infos = TableInfos(original);
+    original.KillAll();
+  }
+  std::cout << "full checkpoint " << Bytes(full) << " bytes, delta (1 key in 4 "
+            << "changed) " << Bytes(delta) << " bytes\n";
+  EXPECT_LT(Bytes(delta), Bytes(full) / 2);
+  EXPECT_EQ(delta.chain_size(), 2);
+  {
+    Cluster restored(2, "delta-restored");
+    Restore(restored, checkpoint::CheckpointPath(root, 5), 5);
+    EXPECT_EQ(restored.PullAll(5), rows);
+    EXPECT_EQ(TableInfos(restored), infos);
+    restored.KillAll();
+  }
+}
+
+TEST(CheckpointProcessTest, SchedulerCheckpointerWritesDeltaChainsAndResumes) {
+  const std::string root = ::testing::TempDir() + "/ckpt-sched-delta";
+  ASSERT_TRUE(checkpoint::RemoveAll(root).ok());
+  JobConfig config;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(Config(2), &config));
+  config.mutable_checkpoint()->set_dir(root);
+  config.mutable_checkpoint()->set_delta(true);
+  config.mutable_checkpoint()->set_keep(1);
+  std::vector<float> rows;
+  {
+    Cluster original(2, "sched-original");
+    auto checkpointer = MakeCheckpointer(
+        config, [&] { return std::optional<PartitionMapProto>(original.map()); });
+    for (uint64_t c = 0; c < 3; ++c) original.Step(c);
+    absl::Status st = checkpointer(3, {{0, "at-3"}});
+    ASSERT_TRUE(st.ok()) << st;
+    for (uint64_t c = 3; c < 5; ++c) original.Step(c, 8);
+    st = checkpointer(5, {{0, "at-5"}});
+    ASSERT_TRUE(st.ok()) << st;
+    for (uint64_t c = 5; c < 7; ++c) original.Step(c, 8);
+    st = checkpointer(7, {{0, "at-7"}});
+    ASSERT_TRUE(st.ok()) << st;
+    rows = original.PullAll(7);
+    original.KillAll();
+  }
+  // keep = 1 kept the newest and the chain it needs.
+  auto latest = checkpoint::LatestComplete(root);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->manifest.kind(), checkpoint::CheckpointManifest::DELTA);
+  ASSERT_EQ(latest->chain.size(), 3u);
+  EXPECT_EQ(latest->chain[0].kind(), checkpoint::CheckpointManifest::FULL);
+  EXPECT_EQ(latest->chain[1].clock(), 5u);
+  EXPECT_LT(Bytes(latest->chain[1]), Bytes(latest->chain[0]) / 2);
+  std::cout << "scheduler checkpoints: full " << Bytes(latest->chain[0]) << " bytes, deltas "
+            << Bytes(latest->chain[1]) << " and " << Bytes(latest->manifest) << " bytes\n";
+  {
+    Cluster restored(2, "sched-restored");
+    auto get = [&] { return std::optional<PartitionMapProto>(restored.map()); };
+    auto resume = FindResume(config, get);
+    ASSERT_TRUE(resume.ok()) << resume.status();
+    EXPECT_EQ(resume->clock, 7u);
+    EXPECT_EQ(resume->positions[0], "at-7");
+    const absl::Status st = resume->restore();
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(restored.PullAll(7), rows);
+    // A new scheduler's first checkpoint is FULL.
+    restored.Step(7, 8);
+    auto checkpointer = MakeCheckpointer(config, get);
+    ASSERT_TRUE(checkpointer(8, {}).ok());
+    auto eighth = checkpoint::LoadCheckpoint(root, 8);
+    ASSERT_TRUE(eighth.ok()) << eighth.status();
+    EXPECT_EQ(eighth->manifest.kind(), checkpoint::CheckpointManifest::FULL);
+    restored.KillAll();
+  }
 }
 
 }  // namespace

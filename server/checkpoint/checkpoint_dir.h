@@ -16,7 +16,10 @@
 // A DELTA checkpoint holds the rows changed (and deleted) since its base, the
 // previous checkpoint; restoring it means applying, in order, every
 // checkpoint of its manifest's chain: a FULL one, then the deltas.
-// LoadCheckpoint resolves and verifies the whole chain.
+// LoadCheckpoint resolves and verifies the whole chain. Writers start a new
+// chain with a FULL checkpoint after kMaxDeltasPerFull deltas, so a restore
+// reads at most 1 + kMaxDeltasPerFull checkpoints. GarbageCollect keeps every
+// link that a kept checkpoint's chain needs.
 //
 // Thread-safety: the functions are thread-compatible; GarbageCollect must not
 // run concurrently with another GarbageCollect of the same root. It never
@@ -36,6 +39,9 @@
 
 namespace shardps {
 namespace checkpoint {
+
+// The most deltas a chain holds after its FULL checkpoint (see "Deltas").
+inline constexpr size_t kMaxDeltasPerFull = 8;
 
 // "<root>/ckpt-000000000400".
 std::string CheckpointPath(const std::string& root, uint64_t clock);

@@ -48,9 +48,13 @@ std::string EncodeHeader(const FileHeader& h) {
   }
   PutU32(&body, static_cast<uint32_t>(h.partitions.size()));
   for (uint32_t p : h.partitions) PutU32(&body, p);
+  if (h.delta) {  // Version 2: the file kind and the base.
+    PutU32(&body, internal::kFileKindDelta);
+    PutU64(&body, h.base_clock);
+  }
 
   std::string out(kFileMagic, kMagicSize);
-  PutU32(&out, kFileFormatVersion);
+  PutU32(&out, h.delta ? kFileFormatVersion : kFullFileFormatVersion);
   PutU32(&out, static_cast<uint32_t>(body.size()));
   out += body;
   PutU32(&out, Crc32c(out));
@@ -87,6 +91,12 @@ absl::Status ValidateHeader(const FileHeader& h) {
       return absl::InvalidArgumentError(absl::StrCat(
           which, ": payload_bytes ", t.payload_bytes, " out of range"));
     }
+  }
+  if (h.delta ? h.base_clock >= h.clock : h.base_clock != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint header: base_clock ", h.base_clock, " of a ",
+        h.delta ? "delta" : "full", " file at clock ", h.clock,
+        " (a delta's base must be older; a full file has none)"));
   }
   for (size_t i = 0; i < h.partitions.size(); ++i) {
     if (h.partitions[i] >= h.num_partitions ||

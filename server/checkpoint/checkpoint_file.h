@@ -6,7 +6,7 @@
 // optimizer state and row metadata into it). A delta checkpoint can also hold
 // deletions (a key and no payload: "this row no longer exists").
 //
-// ## Format (version 1; all integers little-endian)
+// ## Format (versions 1 and 2; all integers little-endian)
 //
 //   file    := header block* footer                  (nothing after footer)
 //   header  := "SHPSCKPT" u32 version u32 body_len body u32 crc
@@ -15,6 +15,9 @@
 //              u32 n_tables, n_tables x { u32 id, str name, u32 kind,
 //              u32 dim, u32 payload_bytes, u64 fingerprint },
 //              u32 n_parts, n_parts x u32 partition id (strictly increasing)
+//              [version 2 only:] u32 file_kind (1 = FULL, 2 = DELTA),
+//              u64 base_clock (DELTA: the clock of the checkpoint it is a
+//              delta on, < clock; FULL: 0)
 //   str     := u32 length, bytes
 //   block   := u32 "BLK1", u32 partition, u32 table_id, u32 flags,
 //              u32 num_records, u32 raw_len, u32 stored_len,
@@ -74,7 +77,10 @@ namespace shardps {
 namespace checkpoint {
 
 inline constexpr char kFileMagic[] = "SHPSCKPT";  // 8 bytes on disk.
-inline constexpr uint32_t kFileFormatVersion = 1;
+// The newest version this build reads and writes (see "Versions" above).
+inline constexpr uint32_t kFileFormatVersion = 2;
+// The version of FULL files (what builds before deltas read).
+inline constexpr uint32_t kFullFileFormatVersion = 1;
 // Upper bound of a block's raw size; the reader refuses bigger blocks, so a
 // forged length cannot make it allocate without bound.
 inline constexpr size_t kMaxBlockRawBytes = size_t{64} << 20;
@@ -95,10 +101,15 @@ struct FileHeader {
   uint32_t num_partitions = 0;  // P of the job (> 0), not this file's count.
   std::vector<TableSchema> tables;   // Unique ids and names; may be empty.
   std::vector<uint32_t> partitions;  // This file's: strictly increasing, < P.
+  // A delta file (written as version 2): rows changed since the checkpoint
+  // at base_clock (< clock), plus deletions. False: a full file (version 1).
+  bool delta = false;
+  uint64_t base_clock = 0;  // 0 unless delta.
 };
 
 // OK if `header` can be written: lengths fit, ids/names unique, payload
-// sizes > 0, partitions sorted, unique and < num_partitions.
+// sizes > 0, partitions sorted, unique and < num_partitions; a delta's
+// base_clock < clock, a full file's base_clock 0.
 absl::Status ValidateHeader(const FileHeader& header);
 
 enum class Compression { kNone, kZstd };
@@ -205,6 +216,10 @@ struct Expectations {
   // Every key must map to its block's partition by common/partition.h's
   // PartitionOf(table_id, key, num_partitions).
   bool check_key_partitions = false;
+  // Whether the file must be a delta (and then on this base clock) or a
+  // full file; a manifest of kind DELTA expects delta files on its base.
+  std::optional<bool> delta;
+  std::optional<uint64_t> base_clock;
 };
 
 // A verified file in memory. Memory: the whole file, plus the decompressed

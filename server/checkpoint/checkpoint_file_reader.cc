@@ -130,10 +130,11 @@ absl::Status CheckpointFileReader::ParseHeader(size_t* pos) {
                  "bad magic: not a shardps checkpoint file");
   }
   const uint32_t version = LoadU32(in.data() + kMagicSize);
-  if (version != kFileFormatVersion) {
+  if (version != kFullFileFormatVersion && version != kFileFormatVersion) {
     return Error(absl::StatusCode::kFailedPrecondition,
                  absl::StrCat("format version ", version,
-                              " is not supported (this build reads version ",
+                              " is not supported (this build reads versions ",
+                              kFullFileFormatVersion, " to ",
                               kFileFormatVersion, ")"));
   }
   const uint32_t body_len = LoadU32(in.data() + kMagicSize + 4);
@@ -173,6 +174,12 @@ absl::Status CheckpointFileReader::ParseHeader(size_t* pos) {
     uint32_t p;
     ok = d.U32(&p);
     h.partitions.push_back(p);
+  }
+  if (ok && version >= 2) {
+    uint32_t kind = 0;
+    ok = d.U32(&kind) && d.U64(&h.base_clock) &&
+         (kind == internal::kFileKindFull || kind == internal::kFileKindDelta);
+    h.delta = kind == internal::kFileKindDelta;
   }
   if (!ok || d.remaining() != 0) {
     return Error(absl::StatusCode::kDataLoss, "header body is malformed");
@@ -322,6 +329,16 @@ absl::Status CheckpointFileReader::Check(const Expectations& expect) const {
     return mismatch(absl::StrCat("num_partitions ", h.num_partitions,
                                  " does not match the job config's ",
                                  *expect.num_partitions));
+  }
+  if (expect.delta && *expect.delta != h.delta) {
+    return mismatch(absl::StrCat("a ", h.delta ? "delta" : "full",
+                                 " file, the manifest expects a ",
+                                 *expect.delta ? "delta" : "full", " one"));
+  }
+  if (expect.base_clock && *expect.base_clock != h.base_clock) {
+    return mismatch(absl::StrCat("base clock ", h.base_clock,
+                                 " does not match the manifest's ",
+                                 *expect.base_clock));
   }
   if (expect.partitions && *expect.partitions != h.partitions) {
     return mismatch(absl::StrCat("partitions ", PartitionList(h.partitions),

@@ -288,14 +288,66 @@ TEST_F(CheckpointFileTest, WrongMagicAndVersionAreRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(s.message(), "f: bad magic: not a shardps checkpoint file");
   bad = good;
-  bad[8] = 2;  // Version 2.
+  bad[8] = 3;  // Version 3.
   s = CheckpointFileReader::Parse(bad, "f").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(
       s.message(),
-      "f: format version 2 is not supported (this build reads version 1)");
+      "f: format version 3 is not supported (this build reads versions 1 to "
+      "2)");
   EXPECT_THAT(CheckpointFileReader::Parse("", "f").status().message(),
               HasSubstr("f: truncated after 0 bytes"));
+}
+
+TEST_F(CheckpointFileTest, DeltaFilesAreVersion2AndFullFilesStayVersion1) {
+  // A full file is written as version 1, as before delta support.
+  WriteSmall();
+  std::string full = testing::ReadAll(path_);
+  EXPECT_EQ(full[8], 1);
+  auto reader = CheckpointFileReader::Open(path_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_FALSE((*reader)->header().delta);
+
+  FileHeader h = TestHeader();
+  h.delta = true;
+  h.base_clock = 100;
+  const std::string delta_path = JoinPath(dir_, "delta.shard");
+  auto writer = CheckpointFileWriter::Create(delta_path, h);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->AddDeleted(5, 1, 77).ok());
+  ASSERT_TRUE((*writer)->Add(5, 7, 78, std::string(12, 'x')).ok());
+  ASSERT_TRUE((*writer)->Finish().ok());
+  EXPECT_EQ(testing::ReadAll(delta_path)[8], 2);
+  Expectations e;
+  e.delta = true;
+  e.base_clock = 100;
+  reader = CheckpointFileReader::Open(delta_path, e);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_TRUE((*reader)->header().delta);
+  EXPECT_EQ((*reader)->header().base_clock, 100u);
+  ASSERT_EQ((*reader)->blocks().size(), 2u);
+  EXPECT_TRUE((*reader)->blocks()[0].deleted());
+
+  // A delta where a full file is expected, or on another base: refused.
+  e.base_clock = 99;
+  absl::Status st = CheckpointFileReader::Open(delta_path, e).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("base clock 100 does not match"));
+  e.base_clock.reset();
+  e.delta = false;
+  st = CheckpointFileReader::Open(delta_path, e).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("a delta file, the manifest expects a full"));
+  e.delta = true;
+  st = OpenStatus(e);
+  EXPECT_THAT(st.message(), HasSubstr("a full file, the manifest expects a delta"));
+
+  // A delta's base must be older than its clock.
+  h.base_clock = h.clock;
+  EXPECT_EQ(ValidateHeader(h).code(), absl::StatusCode::kInvalidArgument);
+  h.delta = false;
+  h.base_clock = 3;
+  EXPECT_EQ(ValidateHeader(h).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CheckpointFileTest, MissingFileIsNotFound) {

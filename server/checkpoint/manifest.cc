@@ -140,6 +140,9 @@ Expectations FileExpectations(const CheckpointManifest& manifest,
   e.num_partitions = manifest.num_partitions();
   e.partitions =
       std::vector<uint32_t>(file.partitions().begin(), file.partitions().end());
+  const bool delta = manifest.kind() == CheckpointManifest::DELTA;
+  e.delta = delta;
+  e.base_clock = delta ? ParseCheckpointId(manifest.base_id()).value_or(0) : 0;
   return e;
 }
 

@@ -18,6 +18,11 @@
 // - files: plain base names (no '/', not "MANIFEST", not a temporary name),
 //   unique; together their partitions cover [0, num_partitions) exactly once.
 // - worker_positions: unique ranks.
+// - format_version stays 1 with deltas: kind, base_id and chain were part of
+//   version 1 from the start, and builds before delta support refuse to
+//   restore a DELTA (UNIMPLEMENTED, naming the checkpoint). The files of a
+//   DELTA are file format version 2, which those builds refuse as well
+//   (checkpoint_file.h, "Versions").
 // - FULL: no base_id; chain == {checkpoint_id}.
 //   DELTA: base_id is an older checkpoint id; chain starts with a FULL
 //   checkpoint (checked when the chain is resolved, see checkpoint_dir.h),
@@ -57,8 +62,10 @@ std::optional<uint64_t> ParseCheckpointId(absl::string_view id);
 // The manifest entry of a file the writer produced (base name of its path).
 CheckpointFile ToManifestEntry(const WrittenFile& file);
 
-// What a file listed in `manifest` must hold (job, clock, P, partitions); the
-// caller adds the tables of its job config before opening the file.
+// What a file listed in `manifest` must hold (job, clock, P, partitions, and
+// its kind: a FULL manifest's files are full files, a DELTA manifest's are
+// delta files on its base_id's clock); the caller adds the tables of its job
+// config before opening the file.
 Expectations FileExpectations(const CheckpointManifest& manifest,
                               const CheckpointFile& file);
 

@@ -1,0 +1,381 @@
+// Delta checkpoints of ParameterServerCore (snapshot.h "Deltas",
+// parameter_server_core.h): a chain FULL -> DELTA -> DELTA restores tables
+// and optimizer state bit-identical to the servers that wrote it and to a
+// FULL checkpoint of the same state; evictions are applied as deletions; a
+// corrupt or missing link is refused naming its file; GC keeps the chain; a
+// restored server continues the chain. Core-level, no network.
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/codec.h"
+#include "common/partition.h"
+#include "gtest/gtest.h"
+#include "server/checkpoint/checkpoint_dir.h"
+#include "server/checkpoint/file_io.h"
+#include "server/checkpoint/manifest.h"
+#include "server/parameter_server_core.h"
+
+namespace shardps {
+namespace {
+
+namespace ckpt = checkpoint;
+
+constexpr uint32_t kParts = 128;  // Two partition groups.
+constexpr char kJob[] = "delta-test";
+constexpr uint32_t kServers = 2;
+
+JobConfig Config() {
+  JobConfig c;
+  c.set_name(kJob);
+  TableConfig* t = c.add_tables();
+  t->set_id(1);
+  t->set_name("emb");
+  t->set_kind(TableConfig::SPARSE);
+  t->set_dim(4);
+  t->set_seed(5);
+  t->mutable_init()->set_kind(InitializerConfig::UNIFORM);
+  t->mutable_init()->set_scale(0.1f);
+  AdamConfig* adam = t->mutable_optimizer()->mutable_adam();
+  adam->set_learning_rate(0.01f);
+  adam->set_beta1(0.9f);
+  adam->set_beta2(0.999f);
+  adam->set_eps(1e-8f);
+  TableConfig* u = c.add_tables();  // Rows idle for 3 clocks are evicted.
+  u->set_id(2);
+  u->set_name("user");
+  u->set_kind(TableConfig::SPARSE);
+  u->set_dim(3);
+  u->set_seed(7);
+  u->mutable_init()->set_kind(InitializerConfig::NORMAL);
+  u->mutable_init()->set_scale(0.05f);
+  u->mutable_eviction()->set_ttl_clocks(3);
+  AdagradConfig* adagrad = u->mutable_optimizer()->mutable_adagrad();
+  adagrad->set_learning_rate(0.1f);
+  adagrad->set_initial_accumulator(0.1f);
+  adagrad->set_eps(1e-10f);
+  ClusterConfig* k = c.mutable_cluster();
+  k->set_num_servers(kServers);
+  k->set_num_workers(1);
+  k->set_num_partitions(kParts);
+  k->set_mode(ASP);
+  k->set_max_message_bytes(64 << 20);
+  k->set_server_deadline_ms(60000);
+  k->set_dense_chunk_size(8);
+  return c;
+}
+
+// Every row of every table: (table, key) -> payload, bit for bit.
+using Dump = std::map<std::pair<uint32_t, uint64_t>, std::vector<float>>;
+
+// The keys pushed at `clock`: table 1 a quarter of its 400 keys (a different
+// quarter each clock); table 2 keys 0..39 always and 40..199 before clock 2
+// only (those are evicted from clock 5 on).
+std::vector<uint64_t> KeysAt(uint32_t table, uint64_t clock) {
+  std::vector<uint64_t> keys;
+  if (table == 1) {
+    for (uint64_t i = 0; i < 400; ++i) {
+      if ((i + clock) % 4 == 0) keys.push_back(i * 1000003 + 1);
+    }
+  } else {
+    for (uint64_t i = 0; i < (clock < 2 ? 200u : 40u); ++i) {
+      keys.push_back(i * 999983 + 2);
+    }
+  }
+  return keys;
+}
+
+// The servers of one ASP job with the contiguous map, driven as one worker.
+class Job {
+ public:
+  Job() : map_(*PartitionMap::Contiguous(1, kParts, kServers)) {
+    for (uint32_t s = 0; s < kServers; ++s) {
+      CoreOptions options;
+      options.config = Config();
+      options.server_index = s;
+      auto core = ParameterServerCore::Create(options);
+      EXPECT_TRUE(core.ok()) << core.status();
+      cores_.push_back(std::move(*core));
+    }
+  }
+
+  ParameterServerCore& core(uint32_t s) { return *cores_[s]; }
+
+  // One step at `clock` (gradients a function of key and clock), then an
+  // eviction sweep.
+  void Step(uint64_t clock) {
+    std::vector<PushRequest> pushes(kServers);
+    for (PushRequest& p : pushes) {
+      p.set_map_version(1);
+      p.set_clock(clock);
+      p.set_worker_rank(0);
+    }
+    for (uint32_t table : {1u, 2u}) {
+      const uint32_t dim = table == 1 ? 4 : 3;
+      std::vector<TableGradients*> out(kServers, nullptr);
+      for (uint64_t key : KeysAt(table, clock)) {
+        const uint32_t s = map_.ServerOf(table, key);
+        if (out[s] == nullptr) {
+          out[s] = pushes[s].add_tables();
+          out[s]->set_table_id(table);
+        }
+        out[s]->add_keys(key);
+        std::vector<float> g(dim);
+        for (uint32_t j = 0; j < dim; ++j) {
+          g[j] = 0.01f * static_cast<float>(
+                             static_cast<int>((key * 31 + clock * 7 + j) % 17) - 8);
+        }
+        std::string bytes;
+        EncodeValues(g.data(), dim, Encoding::kFp32, &bytes);
+        out[s]->mutable_gradients()->append(bytes);
+      }
+    }
+    for (uint32_t s = 0; s < kServers; ++s) {
+      PushResponse response;
+      const absl::Status st = cores_[s]->Push(pushes[s], &response);
+      ASSERT_TRUE(st.ok()) << st;
+      evicted_ += cores_[s]->Evict();
+    }
+  }
+
+  Dump DumpAll() {
+    Dump dump;
+    for (auto& core : cores_) {
+      for (Table* table : core->store()->tables()) {
+        const size_t stride = table->row_stride();
+        table->ForEachRow([&](uint64_t key, const float* payload) {
+          dump.emplace(std::make_pair(table->id(), key),
+                       std::vector<float>(payload, payload + stride));
+        });
+      }
+    }
+    return dump;
+  }
+
+  // A checkpoint at `clock` on every server, FULL or a DELTA on `base`
+  // (whose manifest chain it extends), then its manifest, as the scheduler
+  // writes them. Returns the checkpoint's manifest.
+  ckpt::CheckpointManifest Checkpoint(const std::string& root, uint64_t clock,
+                                      const ckpt::CheckpointManifest* base) {
+    ckpt::CheckpointManifest m;
+    m.set_format_version(ckpt::kManifestFormatVersion);
+    m.set_checkpoint_id(ckpt::CheckpointId(clock));
+    m.set_clock(clock);
+    m.set_job_name(kJob);
+    m.set_config_fingerprint(1);
+    m.set_num_partitions(kParts);
+    m.set_kind(base ? ckpt::CheckpointManifest::DELTA
+                    : ckpt::CheckpointManifest::FULL);
+    if (base != nullptr) {
+      m.set_base_id(base->checkpoint_id());
+      *m.mutable_chain() = base->chain();
+    }
+    m.add_chain(m.checkpoint_id());
+    std::string dir;
+    for (auto& core : cores_) {
+      CheckpointRequest request;
+      request.set_dir(root);
+      request.set_clock(clock);
+      request.set_delta(base != nullptr);
+      if (base != nullptr) request.set_base_clock(base->clock());
+      CheckpointResponse response;
+      const absl::Status st = core->Checkpoint(request, &response);
+      EXPECT_TRUE(st.ok()) << st;
+      for (const ckpt::CheckpointFile& f : response.written()) {
+        *m.add_files() = f;
+      }
+      dir = response.checkpoint_dir();
+    }
+    const absl::Status st = ckpt::WriteManifest(dir, m);
+    EXPECT_TRUE(st.ok()) << st;
+    return m;
+  }
+
+  // Restore on every server from `root` at `clock`; the first error.
+  absl::Status Restore(const std::string& root, uint64_t clock) {
+    for (auto& core : cores_) {
+      RestoreRequest request;
+      request.set_root(root);
+      request.set_clock(clock);
+      RestoreResponse response;
+      absl::Status st = core->Restore(request, &response);
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+
+  uint64_t evicted() const { return evicted_; }
+
+ private:
+  PartitionMap map_;
+  std::vector<std::unique_ptr<ParameterServerCore>> cores_;
+  uint64_t evicted_ = 0;
+};
+
+std::string NewRoot(const std::string& name) {
+  const std::string root = ::testing::TempDir() + "/delta_" + name;
+  EXPECT_TRUE(ckpt::RemoveAll(root).ok());
+  return root;
+}
+
+uint64_t Bytes(const ckpt::CheckpointManifest& m) {
+  uint64_t bytes = 0;
+  for (const ckpt::CheckpointFile& f : m.files()) bytes += f.size();
+  return bytes;
+}
+
+// An original job trained with a FULL checkpoint at 2 and deltas at 4 and 7
+// (rows evicted in between), and a FULL checkpoint of the final state in
+// another root.
+class DeltaChainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = NewRoot(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    for (uint64_t c = 0; c < 2; ++c) original_.Step(c);
+    full_ = original_.Checkpoint(root_, 2, nullptr);
+    for (uint64_t c = 2; c < 4; ++c) original_.Step(c);
+    delta4_ = original_.Checkpoint(root_, 4, &full_);
+    for (uint64_t c = 4; c < 7; ++c) original_.Step(c);
+    delta7_ = original_.Checkpoint(root_, 7, &delta4_);
+    final_ = original_.DumpAll();
+    reference_ = original_.Checkpoint(root_ + "_full", 7, nullptr);
+  }
+
+  std::string File(uint64_t clock, const std::string& name) {
+    return ckpt::JoinPath(ckpt::CheckpointPath(root_, clock), name);
+  }
+
+  std::string root_;
+  Job original_;
+  ckpt::CheckpointManifest full_, delta4_, delta7_, reference_;
+  Dump final_;
+};
+
+TEST_F(DeltaChainTest, ChainRestoresBitIdenticalToTheWritersAndToAFullCheckpoint) {
+  ASSERT_GT(original_.evicted(), 0u);  // The last delta holds deletions.
+  EXPECT_EQ(delta7_.chain_size(), 3);
+
+  Job from_chain;
+  from_chain.Step(0);  // Rows a restore must replace.
+  ASSERT_TRUE(from_chain.Restore(root_, 7).ok());
+  Job from_full;
+  ASSERT_TRUE(from_full.Restore(root_ + "_full", 7).ok());
+  const Dump chain = from_chain.DumpAll();
+  EXPECT_EQ(chain.size(), final_.size());
+  EXPECT_TRUE(chain == final_) << "the chain does not restore the writers' rows";
+  EXPECT_TRUE(from_full.DumpAll() == chain);
+  for (uint32_t s = 0; s < kServers; ++s) {
+    EXPECT_EQ(from_chain.core(s).applied_clock(), 7u);
+  }
+  // Evicted rows are gone: table 2 keys 40.. were last pushed at clock 1.
+  for (uint64_t i = 40; i < 200; ++i) {
+    EXPECT_EQ(chain.count({2, i * 999983 + 2}), 0u) << i;
+  }
+
+  // Deltas are smaller than the full checkpoint of the same state.
+  std::cout << "checkpoint bytes: full " << Bytes(reference_) << ", delta "
+            << Bytes(delta7_) << " (" << Bytes(delta4_) << " for the first)\n";
+  EXPECT_LT(Bytes(delta7_), Bytes(reference_));
+  EXPECT_LT(Bytes(delta4_), Bytes(reference_));
+
+  // Restoring the middle of the chain gives the state at clock 4.
+  Job mid;
+  ASSERT_TRUE(mid.Restore(root_, 4).ok());
+  EXPECT_EQ(mid.core(0).applied_clock(), 4u);
+}
+
+TEST_F(DeltaChainTest, RestoredServersContinueTheChain) {
+  Job resumed;
+  ASSERT_TRUE(resumed.Restore(root_, 7).ok());
+  for (uint64_t c = 7; c < 9; ++c) {
+    original_.Step(c);
+    resumed.Step(c);
+  }
+  ASSERT_TRUE(resumed.DumpAll() == original_.DumpAll());
+  const ckpt::CheckpointManifest delta9 = resumed.Checkpoint(root_, 9, &delta7_);
+  EXPECT_EQ(delta9.chain_size(), 4);
+  EXPECT_LT(Bytes(delta9), Bytes(reference_));
+  Job again;
+  ASSERT_TRUE(again.Restore(root_, 9).ok());
+  EXPECT_TRUE(again.DumpAll() == original_.DumpAll());
+}
+
+TEST_F(DeltaChainTest, CorruptDeltaIsRefusedNamingItsFile) {
+  // Server 0's file of the middle link: the first server to restore refuses.
+  const std::string path = File(4, "part-0000.shard");
+  auto bytes = ckpt::ReadFileToString(path);
+  ASSERT_TRUE(bytes.ok());
+  (*bytes)[bytes->size() / 2] ^= 0x10;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << *bytes;
+
+  Job target;
+  target.Step(0);
+  const Dump before = target.DumpAll();
+  const absl::Status st = target.Restore(root_, 7);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find(path), std::string::npos) << st;
+  EXPECT_TRUE(target.DumpAll() == before);  // Nothing changed.
+}
+
+TEST_F(DeltaChainTest, MissingLinkIsRefusedNamingIt) {
+  const std::string path = File(2, "part-0000.shard");
+  ASSERT_TRUE(ckpt::RemoveAll(path).ok());
+  Job target;
+  const absl::Status st = target.Restore(root_, 7);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+  EXPECT_NE(st.message().find(path), std::string::npos) << st;
+  // The newest complete checkpoint is now the FULL one of the other root only.
+  auto latest = ckpt::LatestComplete(root_);
+  EXPECT_EQ(latest.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(DeltaChainTest, GcKeepsTheChainOfTheNewest) {
+  auto gc = ckpt::GarbageCollect(root_, ckpt::GcOptions{1, true});
+  ASSERT_TRUE(gc.ok()) << gc.status();
+  EXPECT_EQ(gc->kept, (std::vector<std::string>{ckpt::CheckpointId(2),
+                                                ckpt::CheckpointId(4),
+                                                ckpt::CheckpointId(7)}));
+  EXPECT_TRUE(gc->removed.empty());
+  Job target;
+  EXPECT_TRUE(target.Restore(root_, 7).ok());
+  EXPECT_TRUE(target.DumpAll() == final_);
+}
+
+TEST(DeltaCheckpointTest, DeltaWithoutItsBaseIsRefusedAndWritesNothing) {
+  const std::string root = NewRoot("nobase");
+  Job job;
+  job.Step(0);
+  CheckpointRequest request;
+  request.set_dir(root);
+  request.set_clock(1);
+  request.set_delta(true);
+  request.set_base_clock(0);
+  CheckpointResponse response;
+  absl::Status st = job.core(0).Checkpoint(request, &response);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_FALSE(ckpt::IsDirectory(ckpt::CheckpointPath(root, 1)));
+  // After a full one at 1 (the trailing '/' names the same root), a delta on
+  // it is accepted, one on another clock is not.
+  request.set_delta(false);
+  ASSERT_TRUE(job.core(0).Checkpoint(request, &response).ok());
+  request.set_dir(root + "/");
+  request.set_delta(true);
+  request.set_base_clock(1);
+  request.set_clock(2);
+  EXPECT_TRUE(job.core(0).Checkpoint(request, &response).ok());
+  request.set_base_clock(0);
+  request.set_clock(3);
+  EXPECT_EQ(job.core(0).Checkpoint(request, &response).code(),
+            absl::StatusCode::kFailedPrecondition);
+  request.set_base_clock(3);
+  EXPECT_EQ(job.core(0).Checkpoint(request, &response).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shardps
