@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -45,8 +46,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
     quota.SetMaxThreads(options.threads);
     builder.SetResourceQuota(quota);
   }
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                           &s->port_);
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentialsFromFlags());
+  builder.AddListeningPort(options.listen, credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {

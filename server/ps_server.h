@@ -35,8 +35,9 @@ struct PsServerOptions {
 
 class PsServer {
  public:
-  // Builds the core and starts serving. INVALID_ARGUMENT for a bad config
-  // or index; UNAVAILABLE if the address cannot be bound.
+  // Builds the core and starts serving, with TLS when the --tls_* flags ask
+  // for it (common/tls.h). INVALID_ARGUMENT for a bad config, index or TLS
+  // files; UNAVAILABLE if the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(
       const PsServerOptions& options);
 

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/tls.h"
 #include "deploy/k8s/health.grpc.pb.h"
 
 namespace shardps {
@@ -33,7 +34,9 @@ absl::StatusOr<ServingStatus> CheckHealth(const std::string& address,
     return absl::InvalidArgumentError(
         absl::StrCat("health check address \"", address, "\" is not host:port"));
   }
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto credentials = ChannelCredentialsFromFlags();
+  if (!credentials.ok()) return credentials.status();
+  auto channel = grpc::CreateChannel(address, *credentials);
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(timeout));
