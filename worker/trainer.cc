@@ -291,7 +291,8 @@ class Trainer::Impl {
   }
 
   absl::StatusOr<TrainSummary> Train();
-  absl::StatusOr<EvalResult> Evaluate(const std::vector<std::string>& files);
+  absl::StatusOr<EvalResult> Evaluate(const std::vector<std::string>& files,
+                                      const EvalBatchCallback& on_batch);
   absl::StatusOr<uint64_t> WeightsChecksum();
 
   void TrackKeys(const Prepared& p) {
@@ -463,7 +464,8 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
   return s;
 }
 
-absl::StatusOr<EvalResult> Trainer::Impl::Evaluate(const std::vector<std::string>& files) {
+absl::StatusOr<EvalResult> Trainer::Impl::Evaluate(const std::vector<std::string>& files,
+                                                    const EvalBatchCallback& on_batch) {
   ASSIGN_OR_RETURN(data::ReaderOptions ro,
                    data::ReaderOptionsFromConfig(o_.config, files, 0, 1, false));
   ASSIGN_OR_RETURN(auto reader, data::CriteoReader::Create(std::move(ro)));
@@ -479,6 +481,7 @@ absl::StatusOr<EvalResult> Trainer::Impl::Evaluate(const std::vector<std::string
     RETURN_IF_ERROR(StartPull(&p, EVAL, final_step_)->Wait());
     RETURN_IF_ERROR(model_->ForwardBackward(Inputs(&p), false, &result));
     acc.AddBatch(p.batch.labels, result.probs);
+    if (on_batch) RETURN_IF_ERROR(on_batch(p.batch, result.probs));
   }
   EvalResult r;
   r.examples = acc.count();
@@ -535,7 +538,11 @@ Trainer::~Trainer() = default;
 absl::Status Trainer::InitDenseWeights() { return impl_->InitDenseWeights(); }
 absl::StatusOr<TrainSummary> Trainer::Train() { return impl_->Train(); }
 absl::StatusOr<EvalResult> Trainer::Evaluate(const std::vector<std::string>& files) {
-  return impl_->Evaluate(files);
+  return impl_->Evaluate(files, nullptr);
+}
+absl::StatusOr<EvalResult> Trainer::Evaluate(const std::vector<std::string>& files,
+                                             const EvalBatchCallback& on_batch) {
+  return impl_->Evaluate(files, on_batch);
 }
 uint64_t Trainer::NumDenseParams() const { return impl_->model_->NumDenseParams(); }
 absl::StatusOr<uint64_t> Trainer::WeightsChecksum() { return impl_->WeightsChecksum(); }

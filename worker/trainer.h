@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "proto/config.pb.h"
 #include "worker/data/batch.h"
 #include "worker/model/model.h"
@@ -97,6 +98,16 @@ class Trainer {
   // Scores `files` (all of them, this process alone) with evaluation pulls,
   // which never insert rows. Blocks.
   absl::StatusOr<EvalResult> Evaluate(const std::vector<std::string>& files);
+
+  // Called by Evaluate after each batch with the batch and its predictions
+  // (probs[i] is example i of the batch; batches in reading order). A non-OK
+  // status stops the evaluation and is returned by Evaluate.
+  using EvalBatchCallback =
+      std::function<absl::Status(const data::Batch& batch, absl::Span<const float> probs)>;
+  // The same, calling `on_batch` (if set) per batch: offline scoring writes
+  // per-example predictions with exactly the evaluation the trainer runs.
+  absl::StatusOr<EvalResult> Evaluate(const std::vector<std::string>& files,
+                                      const EvalBatchCallback& on_batch);
 
   uint64_t NumDenseParams() const;
 
