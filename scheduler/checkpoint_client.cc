@@ -3,12 +3,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include <future>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/grpc_status.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/checkpoint/checkpoint_dir.h"
@@ -19,7 +22,7 @@ namespace {
 
 std::unique_ptr<ParameterServer::Stub> Stub(const std::string& address) {
   return ParameterServer::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(address, ChannelCredentialsFromFlagsOrDie()));
 }
 
 // Runs `call(server index, address)` on every server in parallel; the first
@@ -38,27 +41,58 @@ absl::Status ForEachServer(const PartitionMapProto& map,
   return first;
 }
 
+// What the checkpointer remembers between checkpoints: the chain of the last
+// complete one (empty until the first; then the next one is FULL).
+struct ChainState {
+  std::vector<std::string> chain;
+};
+
+// Asks every server to write its files at `clock` (a delta on `base_clock`
+// if `delta`); fills `responses`. The first server error, naming it.
+absl::Status WriteServerFiles(const PartitionMapProto& map, const std::string& root,
+                              uint64_t clock, bool delta, uint64_t base_clock,
+                              std::vector<CheckpointResponse>* responses) {
+  responses->assign(map.server_addresses_size(), CheckpointResponse());
+  return ForEachServer(map, [&](int i, const std::string& address) {
+    CheckpointRequest request;
+    request.set_dir(root);
+    request.set_clock(clock);
+    request.set_delta(delta);
+    request.set_base_clock(base_clock);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
+    absl::Status s = FromGrpcStatus(Stub(address)->Checkpoint(&ctx, request, &(*responses)[i]));
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("server ", i, " (", address, "): ", s.message()));
+    }
+    return s;
+  });
+}
+
 }  // namespace
 
 JobCoordinator::Checkpointer MakeCheckpointer(const JobConfig& config, MapGetter get_map) {
-  return [config, get_map](uint64_t clock,
-                           const std::map<uint32_t, std::string>& positions) -> absl::Status {
+  auto state = std::make_shared<ChainState>();
+  return [config, get_map, state](
+             uint64_t clock, const std::map<uint32_t, std::string>& positions) -> absl::Status {
     std::optional<PartitionMapProto> map = get_map();
     if (!map) return absl::FailedPreconditionError("checkpoint: no partition map yet");
     const std::string root = config.checkpoint().dir();
-    std::vector<CheckpointResponse> responses(map->server_addresses_size());
-    absl::Status st = ForEachServer(*map, [&](int i, const std::string& address) {
-      CheckpointRequest request;
-      request.set_dir(root);
-      request.set_clock(clock);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
-      absl::Status s = FromGrpcStatus(Stub(address)->Checkpoint(&ctx, request, &responses[i]));
-      if (!s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("server ", i, " (", address, "): ", s.message()));
-      }
-      return s;
-    });
+    // A delta on the previous complete checkpoint, unless this is the first
+    // one or the chain already has kMaxDeltasPerFull deltas.
+    bool delta = config.checkpoint().delta() && !state->chain.empty() &&
+                 state->chain.size() <= checkpoint::kMaxDeltasPerFull;
+    const std::string base_id = delta ? state->chain.back() : "";
+    const uint64_t base_clock = delta ? *checkpoint::ParseCheckpointId(base_id) : 0;
+    std::vector<CheckpointResponse> responses;
+    absl::Status st = WriteServerFiles(*map, root, clock, delta, base_clock, &responses);
+    if (delta && absl::IsFailedPrecondition(st)) {
+      // A server without the base (e.g. restarted): everyone writes in full.
+      LOG(WARNING) << "delta checkpoint at clock " << clock << " refused (" << st.message()
+                   << "); writing a full one";
+      delta = false;
+      st = WriteServerFiles(*map, root, clock, false, 0, &responses);
+    }
     if (!st.ok()) return st;
     checkpoint::CheckpointManifest manifest;
     manifest.set_format_version(checkpoint::kManifestFormatVersion);
@@ -67,8 +101,14 @@ JobCoordinator::Checkpointer MakeCheckpointer(const JobConfig& config, MapGetter
     manifest.set_job_name(config.name());
     manifest.set_config_fingerprint(ConfigFingerprint(config));
     manifest.set_num_partitions(config.cluster().num_partitions());
-    manifest.set_kind(checkpoint::CheckpointManifest::FULL);
-    manifest.add_chain(checkpoint::CheckpointId(clock));  // A full one: itself.
+    if (delta) {
+      manifest.set_kind(checkpoint::CheckpointManifest::DELTA);
+      manifest.set_base_id(base_id);
+      for (const std::string& id : state->chain) manifest.add_chain(id);
+    } else {
+      manifest.set_kind(checkpoint::CheckpointManifest::FULL);
+    }
+    manifest.add_chain(checkpoint::CheckpointId(clock));
     manifest.set_created_unix_micros(absl::ToUnixMicros(absl::Now()));
     for (const CheckpointResponse& r : responses) {
       for (const auto& file : r.written()) *manifest.add_files() = file;
@@ -81,6 +121,7 @@ JobCoordinator::Checkpointer MakeCheckpointer(const JobConfig& config, MapGetter
     const std::string dir = checkpoint::CheckpointPath(root, clock);
     st = checkpoint::WriteManifest(dir, manifest);
     if (!st.ok()) return st;
+    state->chain.assign(manifest.chain().begin(), manifest.chain().end());
     checkpoint::GcOptions gc;
     gc.keep = config.checkpoint().keep();
     auto collected = checkpoint::GarbageCollect(root, gc);
@@ -108,6 +149,26 @@ std::function<absl::Status()> MakeRestorer(const JobConfig& config, MapGetter ge
                 << response.files_read() << " files of " << checkpoint_dir;
       return s;
     });
+  };
+}
+
+ServerRestorer MakeServerRestorer(const JobConfig& config) {
+  return [root = config.checkpoint().dir()](uint32_t index,
+                                             const std::string& address) -> absl::Status {
+    RestoreRequest request;
+    request.set_root(root);  // The latest complete checkpoint.
+    RestoreResponse response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
+    const absl::Status s = FromGrpcStatus(Stub(address)->Restore(&ctx, request, &response));
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("server ", index, " (", address, "): ",
+                                                 s.message()));
+    }
+    LOG(INFO) << "partial recovery: server " << index << " restored " << response.rows()
+              << " rows of its partitions from " << response.checkpoint_dir() << " (clock "
+              << response.clock() << "); the other servers and the workers went on";
+    return s;
   };
 }
 

@@ -6,6 +6,12 @@
 //    server, each worker's data position) last, then garbage-collects to
 //    checkpoint.keep complete checkpoints. A server failure fails the
 //    checkpoint (no manifest: the directory stays incomplete and is ignored).
+//    With checkpoint.delta, a checkpoint after the first complete one is a
+//    DELTA on the previous complete one (its manifest's chain extends that
+//    one's), until a chain holds kMaxDeltasPerFull deltas: then a FULL one
+//    starts the next chain. If a server cannot write a delta (it lacks the
+//    base, e.g. after a restart) every server writes a full one instead. The
+//    first checkpoint of a checkpointer (a new or resumed scheduler) is FULL.
 //  - MakeRestorer: asks every server to restore a complete checkpoint
 //    (ParameterServer.Restore); each server verifies every file it needs
 //    before changing anything.
@@ -34,6 +40,12 @@ JobCoordinator::Checkpointer MakeCheckpointer(const JobConfig& config, MapGetter
 
 std::function<absl::Status()> MakeRestorer(const JobConfig& config, MapGetter map,
                                            const std::string& checkpoint_dir);
+
+// Partial recovery (checkpoint.recovery: PARTIAL): restores the latest
+// complete checkpoint on one server (index, address) only: its partitions
+// roll back, every other server and the workers go on.
+using ServerRestorer = std::function<absl::Status(uint32_t index, const std::string& address)>;
+ServerRestorer MakeServerRestorer(const JobConfig& config);
 
 // NOT_FOUND if checkpoint.dir holds no complete checkpoint;
 // FAILED_PRECONDITION if it belongs to another job or config.

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -14,11 +15,70 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
 
+std::shared_ptr<grpc::Channel> SchedulerChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  // Reconnect within a second of a restarted scheduler coming back (gRPC's
+  // default backoff grows to minutes).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, ChannelCredentialsFromFlagsOrDie(), args);
+}
+
 }  // namespace
 
 SchedulerClient::SchedulerClient(const std::string& address)
-    : stub_(Scheduler::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+    : stub_(Scheduler::NewStub(SchedulerChannel(address))) {}
+
+void SchedulerClient::EnableRejoin(RegisterRequest base,
+                                   std::function<uint64_t()> map_version) {
+  MutexLock lock(&mu_);
+  rejoin_base_ = std::move(base);
+  map_version_ = std::move(map_version);
+}
+
+void SchedulerClient::NoteResume(uint64_t clock, const std::string& position) {
+  MutexLock lock(&mu_);
+  acked_clock_ = clock;
+  acked_position_ = position;
+}
+
+absl::Status SchedulerClient::Retrying(const char* what,
+                                       const std::function<absl::Status()>& call) {
+  const absl::Time give_up = absl::Now() + unreachable_budget_;
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    const absl::Status st = call();
+    if (!absl::IsUnavailable(st) || absl::Now() + backoff > give_up || stop_) return st;
+    LOG_EVERY_N(WARNING, 20) << what << ": " << st << "; retrying";
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+  }
+}
+
+void SchedulerClient::RejoinNow() {
+  RegisterRequest request;
+  {
+    MutexLock lock(&mu_);
+    if (!rejoin_base_) return;
+    request = *rejoin_base_;
+    Rejoin* r = request.mutable_rejoin();
+    r->set_clock(acked_clock_);
+    r->set_position(acked_position_);
+    if (granted_) r->set_granted_step(*granted_);
+    r->set_map_version(std::max(map_version_seen_, map_version_ ? map_version_() : 0));
+  }
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Seconds(5));
+  RegisterResponse response;
+  const absl::Status st = FromGrpcStatus(stub_->Register(&ctx, request, &response));
+  if (st.ok()) {
+    LOG(INFO) << "rejoined the restarted scheduler at clock " << request.rejoin().clock()
+              << " (map version " << request.rejoin().map_version() << ")";
+  } else {
+    LOG(WARNING) << "rejoining the restarted scheduler: " << st;
+  }
+}
 
 SchedulerClient::~SchedulerClient() {
   stop_ = true;
@@ -34,7 +94,11 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(
     SetDeadline(&ctx, absl::Seconds(5));
     RegisterResponse response;
     const absl::Status st = FromGrpcStatus(stub_->Register(&ctx, request, &response));
-    if (st.ok()) return response;
+    if (st.ok()) {
+      MutexLock lock(&mu_);
+      map_version_seen_ = std::max(map_version_seen_, response.map().version());
+      return response;
+    }
     const bool retry = absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) ||
                        absl::IsAlreadyExists(st);
     if (!retry || absl::Now() + backoff > deadline) return st;
@@ -63,6 +127,7 @@ void SchedulerClient::StartHeartbeats(Role role, uint32_t index, uint64_t job_id
         on_stop("the scheduler says the job ended");
         return;
       }
+      if (st.ok() && response.rejoin()) RejoinNow();
       if (absl::IsFailedPrecondition(st) || absl::IsNotFound(st)) {
         on_stop(absl::StrCat("the scheduler no longer knows this process: ",
                              st.message()));
@@ -88,11 +153,15 @@ absl::StatusOr<PartitionMapProto> SchedulerClient::GetPartitionMap(
   GetPartitionMapRequest request;
   request.set_min_version(min_version);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout + absl::Seconds(5));
   PartitionMapProto map;
-  const absl::Status st = FromGrpcStatus(stub_->GetPartitionMap(&ctx, request, &map));
+  const absl::Status st = Retrying("getting the partition map", [&] {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout + absl::Seconds(5));
+    return FromGrpcStatus(stub_->GetPartitionMap(&ctx, request, &map));
+  });
   if (!st.ok()) return st;
+  MutexLock lock(&mu_);
+  map_version_seen_ = std::max(map_version_seen_, map.version());
   return map;
 }
 
@@ -102,10 +171,20 @@ absl::Status SchedulerClient::WaitClock(uint32_t rank, uint64_t step,
   request.set_rank(rank);
   request.set_step(step);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout + absl::Seconds(5));
-  WaitClockResponse response;
-  return FromGrpcStatus(stub_->WaitClock(&ctx, request, &response));
+  auto call = [&] {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout + absl::Seconds(5));
+    WaitClockResponse response;
+    return FromGrpcStatus(stub_->WaitClock(&ctx, request, &response));
+  };
+  // A probe (timeout 0) answers now, whatever the scheduler's state.
+  const absl::Status st =
+      timeout == absl::ZeroDuration() ? call() : Retrying("waiting for the clock", call);
+  if (st.ok()) {
+    MutexLock lock(&mu_);
+    granted_ = std::max(granted_.value_or(0), step);
+  }
+  return st;
 }
 
 absl::Status SchedulerClient::Tick(uint32_t rank, uint64_t clock,
@@ -114,10 +193,18 @@ absl::Status SchedulerClient::Tick(uint32_t rank, uint64_t clock,
   request.set_rank(rank);
   request.set_clock(clock);
   request.set_position(position);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, absl::Seconds(30));
-  TickResponse response;
-  return FromGrpcStatus(stub_->Tick(&ctx, request, &response));
+  const absl::Status st = Retrying("ticking the clock", [&] {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(30));
+    TickResponse response;
+    return FromGrpcStatus(stub_->Tick(&ctx, request, &response));
+  });
+  if (st.ok()) {
+    MutexLock lock(&mu_);
+    acked_clock_ = clock;
+    acked_position_ = position;
+  }
+  return st;
 }
 
 absl::Status SchedulerClient::Barrier(const std::string& name, uint32_t rank,
@@ -127,17 +214,21 @@ absl::Status SchedulerClient::Barrier(const std::string& name, uint32_t rank,
   request.set_role(WORKER);
   request.set_index(rank);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout + absl::Seconds(5));
-  BarrierResponse response;
-  return FromGrpcStatus(stub_->Barrier(&ctx, request, &response));
+  return Retrying("waiting at a barrier", [&] {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout + absl::Seconds(5));
+    BarrierResponse response;
+    return FromGrpcStatus(stub_->Barrier(&ctx, request, &response));
+  });
 }
 
 absl::Status SchedulerClient::ReportMetrics(const MetricsReport& report) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, absl::Seconds(10));
-  MetricsAck ack;
-  return FromGrpcStatus(stub_->ReportMetrics(&ctx, report, &ack));
+  return Retrying("reporting metrics", [&] {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    MetricsAck ack;
+    return FromGrpcStatus(stub_->ReportMetrics(&ctx, report, &ack));
+  });
 }
 
 absl::StatusOr<JobStatusResponse> SchedulerClient::JobStatus() {
@@ -148,6 +239,18 @@ absl::StatusOr<JobStatusResponse> SchedulerClient::JobStatus() {
       FromGrpcStatus(stub_->JobStatus(&ctx, JobStatusRequest(), &response));
   if (!st.ok()) return st;
   return response;
+}
+
+absl::StatusOr<uint64_t> SchedulerClient::CheckpointNow(absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout + absl::Seconds(10));
+  CheckpointNowRequest request;
+  request.set_timeout_ms(static_cast<uint32_t>(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));
+  CheckpointNowResponse response;
+  const absl::Status st = FromGrpcStatus(stub_->CheckpointNow(&ctx, request, &response));
+  if (!st.ok()) return st;
+  return response.clock();
 }
 
 }  // namespace shardps

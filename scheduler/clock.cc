@@ -117,6 +117,31 @@ void ClockService::Hold(uint64_t clock) {
   changed_.SignalAll();  // A later hold may let waiters start.
 }
 
+void ClockService::ResetMaxSpread() {
+  MutexLock lock(&mu_);
+  max_spread_ = 0;
+}
+
+void ClockService::NoteGranted(uint64_t step) {
+  MutexLock lock(&mu_);
+  max_granted_ = std::max(max_granted_, step);
+}
+
+uint64_t ClockService::HoldFirstUnstarted(uint64_t k, uint64_t at_least) {
+  k = std::max<uint64_t>(k, 1);
+  MutexLock lock(&mu_);
+  uint64_t first = std::max(max_granted_ + 1, at_least);
+  for (uint32_t r = 0; r < clock_.size(); ++r) {
+    if (state_[r] == WorkerState::kLive) first = std::max(first, clock_[r]);
+  }
+  const uint64_t cut = (first + k - 1) / k * k;
+  if (!hold_ || *hold_ > cut) {
+    hold_ = cut;
+    changed_.SignalAll();
+  }
+  return *hold_;
+}
+
 void ClockService::Release() {
   MutexLock lock(&mu_);
   hold_.reset();

@@ -57,10 +57,19 @@ class ClockService {
   void MarkDead(uint32_t rank);
   void MarkFinished(uint32_t rank);
   void Revive(uint32_t rank, uint64_t clock);
+  // Records that some worker was allowed to start `step` elsewhere (a
+  // process rejoining a restarted scheduler), so no cut is placed at or
+  // below it.
+  void NoteGranted(uint64_t step);
 
   // Checkpoint barrier: workers may not start step >= `clock` until Release
   // (or a Hold at a later clock).
   void Hold(uint64_t clock);
+  // Atomically holds at the smallest multiple of `k` (k >= 1) that is
+  // >= `at_least` and that no worker has started, i.e. >= MaxGranted() + 1
+  // and >= every live clock; an existing earlier hold is kept. Returns the
+  // held clock.
+  uint64_t HoldFirstUnstarted(uint64_t k, uint64_t at_least = 1);
   void Release();
   // True once every live unfinished worker has completed >= the held clock.
   bool AllReachedHold() const;
@@ -81,6 +90,7 @@ class ClockService {
   // The largest spread (max - min of completed clocks over live unfinished
   // workers) observed after any tick.
   uint64_t MaxSpread() const;
+  void ResetMaxSpread();
   std::vector<uint64_t> Clocks() const;
   std::vector<WorkerState> States() const;
   uint32_t staleness() const { return staleness_; }

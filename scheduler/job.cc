@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -35,6 +36,8 @@ JobCoordinator::~JobCoordinator() {
   stop_ = true;
   if (sweeper_.joinable()) sweeper_.join();
   if (checkpointer_thread_.joinable()) checkpointer_thread_.join();
+  MutexLock lock(&partial_mu_);
+  if (partial_thread_.joinable()) partial_thread_.join();
 }
 
 void JobCoordinator::SetCheckpointer(Checkpointer checkpointer) {
@@ -50,9 +53,56 @@ void JobCoordinator::SetResume(Resume resume) {
   resume_ = std::move(resume);
 }
 
+void JobCoordinator::SetPartialRecovery(ServerRestorer restore) {
+  partial_restore_ = std::move(restore);
+}
+
+void JobCoordinator::SetRecover(uint64_t last_checkpoint) {
+  recover_ = last_checkpoint;
+  clock_.SetPaused(true);  // No new step until every process has rejoined.
+}
+
+absl::Status JobCoordinator::CheckRejoined(uint32_t rank) const {
+  if (!recover_ || members_.Registered(WORKER, rank)) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "the scheduler restarted; worker ", rank, " must rejoin first"));
+}
+
+void JobCoordinator::ApplyRejoin(const RegisterRequest& request, uint32_t index) {
+  const Rejoin& r = request.rejoin();
+  members_.RaiseMapVersionAbove(r.map_version());
+  if (request.role() != WORKER) return;
+  clock_.Revive(index, r.clock());
+  if (r.has_granted_step()) clock_.NoteGranted(r.granted_step());
+  MutexLock lock(&mu_);
+  positions_[index] = {r.clock(), r.position()};
+}
+
 void JobCoordinator::RequestCheckpoint() {
   MutexLock lock(&mu_);
-  checkpoint_requested_ = true;
+  ++requested_seq_;
+}
+
+absl::StatusOr<uint64_t> JobCoordinator::CheckpointNow(absl::Time deadline) {
+  MutexLock lock(&mu_);
+  if (!checkpointer_) {
+    return absl::FailedPreconditionError(
+        "checkpoints are off for this job (set checkpoint.dir in the job config)");
+  }
+  const uint64_t mine = ++requested_seq_;
+  while (completed_seq_ < mine) {
+    if (state_ == State::kDone || state_ == State::kFailed || cut_loop_over_) {
+      return absl::FailedPreconditionError(
+          "the job ended before the requested checkpoint could be taken");
+    }
+    if (!changed_.WaitUntil(&mu_, deadline) && completed_seq_ < mine) {
+      return absl::DeadlineExceededError(
+          "no checkpoint completed before the deadline (workers may be slow to "
+          "reach the cut); it will still be taken");
+    }
+  }
+  if (!last_cut_status_.ok()) return last_cut_status_;
+  return last_cut_clock_;
 }
 
 std::vector<uint64_t> JobCoordinator::Checkpoints() const {
@@ -83,61 +133,98 @@ void JobCoordinator::CheckpointLoop() {
     changed_.SignalAll();
   }
   if (!checkpointer_) return;
-  absl::Time last = absl::Now();
-  while (!stop_) {
-    absl::SleepFor(absl::Milliseconds(10));
-    {
-      MutexLock lock(&mu_);
-      if (state_ == State::kDone || state_ == State::kFailed) return;
-      const bool due = cc.every_seconds() > 0 &&
-                       absl::Now() - last >= absl::Seconds(cc.every_seconds());
-      if ((due || checkpoint_requested_) && !clock_.HeldClock()) {
-        clock_.Hold(clock_.MaxGranted() + 1);
+  if (recover_) {  // Cut only once every process has rejoined.
+    while (!stop_) {
+      {
+        MutexLock lock(&mu_);
+        if (state_ != State::kWaiting) break;
       }
-      checkpoint_requested_ = false;
+      absl::SleepFor(absl::Milliseconds(10));
     }
-    const std::optional<uint64_t> held = clock_.HeldClock();
-    if (!held || !clock_.AllReachedHold()) continue;
-    if (!clock_.MinClock()) {  // Every worker finished before the hold.
-      clock_.Release();
-      return;
-    }
+    HoldFirstCut();
+  }
+  absl::Time last = absl::Now();
+  uint64_t serving = 0;  // requested_seq_ when the current cut was placed.
+  uint64_t last_cut = resume_ ? resume_->clock : recover_.value_or(0);
+  // Writes the checkpoint at `clock` (every worker held there or finished).
+  auto cut = [&](uint64_t clock) {
     std::map<uint32_t, std::string> positions;
     {
       MutexLock lock(&mu_);
       for (const auto& [rank, p] : positions_) positions[rank] = p.second;
     }
     const absl::Time start = absl::Now();
-    const absl::Status st = checkpointer_(*held, positions);
+    const absl::Status st = checkpointer_(clock, positions);
+    MutexLock lock(&mu_);
     if (st.ok()) {
-      LOG(INFO) << "checkpoint at clock " << *held << " written in "
+      LOG(INFO) << "checkpoint at clock " << clock << " written in "
                 << absl::FormatDuration(absl::Now() - start) << " (workers held meanwhile)";
-      MutexLock lock(&mu_);
-      checkpoints_.push_back(*held);
+      checkpoints_.push_back(clock);
+      last_cut = clock;
     } else {
-      LOG(ERROR) << "checkpoint at clock " << *held << " failed: " << st;
+      LOG(ERROR) << "checkpoint at clock " << clock << " failed: " << st;
     }
+    last_cut_status_ = st;
+    last_cut_clock_ = clock;
+    completed_seq_ = serving;
+    changed_.SignalAll();
+  };
+  while (!stop_) {
+    absl::SleepFor(absl::Milliseconds(10));
+    {
+      MutexLock lock(&mu_);
+      if (state_ == State::kDone || state_ == State::kFailed) break;
+      const bool due = cc.every_seconds() > 0 &&
+                       absl::Now() - last >= absl::Seconds(cc.every_seconds());
+      if (requested_seq_ > serving) {  // On demand: the first unstarted clock.
+        clock_.HoldFirstUnstarted(1);
+        serving = requested_seq_;
+      } else if (due && !clock_.HeldClock()) {
+        clock_.HoldFirstUnstarted(1);
+      }
+    }
+    if (!clock_.MinClock()) {
+      // Every worker is finished or dead. When all finished training (their
+      // last pushes acknowledged, servers still up for the evaluation), the
+      // end is a consistent cut too: the final checkpoint of the job.
+      const auto states = clock_.States();
+      const bool all_finished =
+          std::all_of(states.begin(), states.end(),
+                      [](auto s) { return s == ClockService::WorkerState::kFinished; });
+      if (all_finished && clock_.MaxClock() > last_cut) cut(clock_.MaxClock());
+      clock_.Release();
+      break;  // The tail below lets the job end.
+    }
+    const std::optional<uint64_t> held = clock_.HeldClock();
+    if (!held || !clock_.AllReachedHold()) continue;
+    cut(*held);
     last = absl::Now();
-    if (cc.every_steps() > 0) {
-      clock_.Hold(*held + cc.every_steps());  // Moves the hold on (and wakes).
+    const uint64_t k = cc.every_steps();
+    if (k > 0) {
+      clock_.Hold((*held / k + 1) * k);  // The next multiple (and wakes).
     } else {
       clock_.Release();
     }
   }
+  MutexLock lock(&mu_);
+  cut_loop_over_ = true;
+  UpdateStateLocked();  // The job may end now (it waited for the final cut).
+  changed_.SignalAll();
 }
 
 void JobCoordinator::HoldFirstCut() {
   const uint64_t k = config_.checkpoint().every_steps();
   if (!checkpointer_ || k == 0) return;
-  // The first multiple of every_steps no worker has started yet.
-  const uint64_t base = std::max(clock_.MaxGranted(), clock_.MinClock().value_or(0));
-  clock_.Hold((base / k + 1) * k);
+  // The first multiple of every_steps no worker has started, after the
+  // resumed clock (which is already a checkpoint).
+  const uint64_t after = resume_ ? resume_->clock : recover_.value_or(0);
+  clock_.HoldFirstUnstarted(k, after + 1);
 }
 
 void JobCoordinator::Start() {
   // Without a resume the first cut is held here, synchronously: a fast ASP
   // worker could otherwise pass it before the checkpoint thread runs.
-  if (!resume_) HoldFirstCut();
+  if (!resume_ && !recover_) HoldFirstCut();
   if (resume_ || checkpointer_) {
     checkpointer_thread_ = std::thread([this] { CheckpointLoop(); });
   }
@@ -154,10 +241,21 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request,
                                       RegisterResponse* response) {
   const bool was_dead_server =
       request.role() == SERVER && !members_.DeadServers().empty();
+  if (request.has_rejoin() && (!recover_ || !request.has_requested_index())) {
+    return absl::FailedPreconditionError(
+        !recover_ ? "rejoin: this scheduler was not started with --recover"
+                  : "rejoin: requested_index is required");
+  }
   auto member = members_.Register(request, absl::Now());
   if (!member.ok()) {
     LOG(WARNING) << "refused registration: " << member.status();
     return member.status();
+  }
+  if (request.has_rejoin()) {
+    ApplyRejoin(request, member->index);
+    LOG(INFO) << (request.role() == SERVER ? "server " : "worker ") << member->index
+              << " rejoined at clock " << request.rejoin().clock() << ", map version "
+              << request.rejoin().map_version();
   }
   LOG(INFO) << (request.role() == SERVER ? "server " : "worker ") << member->index
             << " registered" << (member->address.empty() ? "" : " at ")
@@ -183,11 +281,36 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request,
         response->set_resume_position(it->second.second);
       }
     }
-    if (member->registrations > 1) clock_.Revive(member->index, resume);
+    if (member->registrations > 1 && !request.has_rejoin()) {
+      clock_.Revive(member->index, resume);
+    }
   }
+  const bool restore = request.role() == SERVER && member->registrations > 1 &&
+                       partial_restore_ && !request.has_rejoin();
   if (was_dead_server && members_.DeadServers().empty()) {
-    LOG(INFO) << "every server is back: resuming clocks";
-    clock_.SetPaused(false);
+    if (restore) {
+      // The server serves already; it restores while the clocks stay paused
+      // (no worker step sees it half restored), off this RPC's deadline.
+      MutexLock lock(&partial_mu_);
+      if (partial_thread_.joinable()) partial_thread_.join();
+      partial_thread_ = std::thread([this, index = member->index, address = member->address] {
+        const absl::Status st = partial_restore_(index, address);
+        if (st.ok()) {
+          LOG(INFO) << "every server is back: resuming clocks";
+          clock_.SetPaused(false);
+          return;
+        }
+        MutexLock lock(&mu_);
+        failure_ = absl::StrCat("partial recovery failed: ", st.message());
+        LOG(ERROR) << "job failed: " << failure_;
+        state_ = State::kFailed;
+        clock_.Abort(failure_);
+        changed_.SignalAll();
+      });
+    } else {
+      LOG(INFO) << "every server is back: resuming clocks";
+      clock_.SetPaused(false);
+    }
   }
   {
     MutexLock lock(&mu_);
@@ -200,8 +323,12 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request,
 
 absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
                                        HeartbeatResponse* response) {
-  const absl::Status st = members_.Heartbeat(request.role(), request.index(), absl::Now());
+  absl::Status st = members_.Heartbeat(request.role(), request.index(), absl::Now());
   response->set_map_version(members_.MapVersion());
+  if (recover_ && absl::IsNotFound(st)) {  // A live process of the old scheduler.
+    response->set_rejoin(true);
+    st = absl::OkStatus();
+  }
   MutexLock lock(&mu_);
   response->set_stop(state_ == State::kDone || state_ == State::kFailed);
   return st;
@@ -227,6 +354,7 @@ absl::Status JobCoordinator::GetPartitionMap(const GetPartitionMapRequest& reque
 absl::Status JobCoordinator::WaitClock(const WaitClockRequest& request,
                                        WaitClockResponse* response) {
   // timeout_ms 0 asks without waiting (a worker deciding whether to prefetch).
+  RETURN_IF_ERROR(CheckRejoined(request.rank()));
   auto min = clock_.WaitToStart(request.rank(), request.step(),
                                 absl::Now() + Ms(request.timeout_ms()));
   if (!min.ok()) return min.status();
@@ -235,6 +363,7 @@ absl::Status JobCoordinator::WaitClock(const WaitClockRequest& request,
 }
 
 absl::Status JobCoordinator::Tick(const TickRequest& request, TickResponse* response) {
+  RETURN_IF_ERROR(CheckRejoined(request.rank()));
   auto min = clock_.Tick(request.rank(), request.clock());
   if (!min.ok()) return min.status();
   if (!request.position().empty()) {
@@ -249,6 +378,7 @@ absl::Status JobCoordinator::Barrier(const BarrierRequest& request) {
   if (request.role() != WORKER || request.index() >= final_.size()) {
     return absl::InvalidArgumentError("barrier: only workers with a valid rank");
   }
+  RETURN_IF_ERROR(CheckRejoined(request.index()));
   const absl::Time deadline = DeadlineFromMs(request.timeout_ms());
   MutexLock lock(&mu_);
   std::vector<bool>& entered = barriers_[request.name()];
@@ -278,6 +408,7 @@ absl::Status JobCoordinator::ReportMetrics(const MetricsReport& report) {
   if (report.rank() >= final_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("metrics: bad rank ", report.rank()));
   }
+  RETURN_IF_ERROR(CheckRejoined(report.rank()));
   if (report.done()) {
     members_.MarkFinished(report.rank(), absl::Now());
     clock_.MarkFinished(report.rank());
@@ -308,6 +439,28 @@ void JobCoordinator::Sweep(absl::Time now) {
                    << ") missed heartbeats: declared dead; pausing clocks for up to "
                    << config_.cluster().server_deadline_ms() << " ms";
       clock_.SetPaused(true);
+    }
+  }
+  if (recover_ && now - start_time_ > Ms(config_.cluster().dead_after_ms())) {
+    // A worker that has not rejoined by now is gone (it may have finished
+    // and exited while there was no scheduler): it counts as dead.
+    for (uint32_t rank : members_.ExpireUnregistered(WORKER, now)) {
+      LOG(WARNING) << "worker " << rank << " did not rejoin the restarted scheduler within "
+                   << config_.cluster().dead_after_ms() << " ms: declared dead";
+      clock_.MarkDead(rank);
+      workers_changed = true;
+    }
+  }
+  if (recover_ && now - start_time_ > Ms(config_.cluster().server_deadline_ms())) {
+    MutexLock lock(&mu_);
+    if (state_ == State::kWaiting) {
+      failure_ = absl::StrCat("not every server rejoined the restarted scheduler within ",
+                              config_.cluster().server_deadline_ms(), " ms:\n",
+                              SummaryLocked());
+      LOG(ERROR) << "job failed: " << failure_;
+      state_ = State::kFailed;
+      clock_.Abort(failure_);
+      changed_.SignalAll();
     }
   }
   for (const Member& s : members_.DeadServers()) {
@@ -356,6 +509,10 @@ void JobCoordinator::UpdateStateLocked() {
   if (state_ == State::kWaiting && AllRegisteredOnce()) {
     LOG(INFO) << "every server and worker registered: job running";
     state_ = State::kRunning;
+    if (recover_) {  // Spreads seen while processes rejoined are not real.
+      clock_.ResetMaxSpread();
+      clock_.SetPaused(false);
+    }
   }
   bool any_final = false, all_over = true;
   const std::vector<Member> members = members_.Members();
@@ -364,7 +521,10 @@ void JobCoordinator::UpdateStateLocked() {
     if (final_[m.index]) any_final = true;
     else if (m.state != DEAD) all_over = false;
   }
-  if (all_over && any_final) {
+  // With checkpoints on, the job ends after the checkpoint thread took the
+  // final cut (servers exit when it ends).
+  const bool cuts_settled = !checkpointer_ || cut_loop_over_;
+  if (all_over && any_final && cuts_settled) {
     state_ = State::kDone;
     LOG(INFO) << "job done\n" << SummaryLocked();
     clock_.Abort("job done");

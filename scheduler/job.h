@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "proto/config.pb.h"
@@ -72,8 +73,28 @@ class JobCoordinator {
   // Call before Start().
   void SetCheckpointer(Checkpointer checkpointer);
   void SetResume(Resume resume);
-  // Asks for a checkpoint as soon as possible (at max granted step + 1).
+  // A restarted scheduler taking over a running job (ps_scheduler
+  // --recover): the live servers and workers rejoin (RegisterRequest.rejoin)
+  // with their clocks, data positions and map versions; nothing is rolled
+  // back. Until a worker has rejoined, its clock calls get UNAVAILABLE (it
+  // retries); the job fails if someone has not rejoined within
+  // cluster.server_deadline_ms. `last_checkpoint` is the clock of the last
+  // complete checkpoint (0 if none): the next cut comes after it.
+  void SetRecover(uint64_t last_checkpoint);
+  // checkpoint.recovery PARTIAL (SSP/ASP): a server that registers again
+  // after dying gets `restore(index, address)` (its partitions from the last
+  // complete checkpoint) before the clocks resume. Inexact: the other
+  // servers' partitions and the workers do not roll back. Call before Start().
+  using ServerRestorer = std::function<absl::Status(uint32_t index, const std::string& address)>;
+  void SetPartialRecovery(ServerRestorer restore);
+  // Asks for a checkpoint as soon as possible: at the first clock no worker
+  // has started (which may move an every_steps hold earlier).
   void RequestCheckpoint();
+  // RequestCheckpoint, then blocks until a checkpoint placed after the
+  // request is written. Returns its clock, the checkpointer's error,
+  // FAILED_PRECONDITION if checkpoints are off or the job ended first, or
+  // DEADLINE_EXCEEDED (the checkpoint still happens later).
+  absl::StatusOr<uint64_t> CheckpointNow(absl::Time deadline);
   // Clocks of the checkpoints written so far.
   std::vector<uint64_t> Checkpoints() const;
   // The partition map once every server has registered.
@@ -105,6 +126,9 @@ class JobCoordinator {
   // Holds the clock at the first every_steps multiple nobody has started.
   void HoldFirstCut();
   bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recover mode: UNAVAILABLE until worker `rank` has rejoined.
+  absl::Status CheckRejoined(uint32_t rank) const;
+  void ApplyRejoin(const RegisterRequest& request, uint32_t index);
   enum class State { kWaiting, kRunning, kDone, kFailed };
 
   void NotifyServers();
@@ -132,8 +156,18 @@ class JobCoordinator {
   std::map<uint32_t, std::pair<uint64_t, std::string>> positions_ ABSL_GUARDED_BY(mu_);
   Checkpointer checkpointer_;
   std::optional<Resume> resume_;
+  std::optional<uint64_t> recover_;
+  ServerRestorer partial_restore_;
+  Mutex partial_mu_;  // Taken before mu_, never after.
+  std::thread partial_thread_ ABSL_GUARDED_BY(partial_mu_);  // A partial restore.  // SetRecover: the last checkpoint's clock.
   bool restored_ ABSL_GUARDED_BY(mu_) = false;  // Resume: servers restored.
-  bool checkpoint_requested_ ABSL_GUARDED_BY(mu_) = false;
+  // On-demand checkpoints: requests made, and the last request a completed
+  // cut served (cuts are placed after the requests they serve).
+  uint64_t requested_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t completed_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status last_cut_status_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_cut_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cut_loop_over_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<uint64_t> checkpoints_ ABSL_GUARDED_BY(mu_);
   std::thread checkpointer_thread_;
 

@@ -26,6 +26,15 @@ JobConfig Config(uint64_t every_steps) {
   return c;
 }
 
+// Waits until `n` checkpoints were written (the final one comes from the
+// checkpoint thread after the workers finished).
+void WaitCheckpoints(const JobCoordinator& job, size_t n) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (job.Checkpoints().size() < n && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+}
+
 void RegisterAll(JobCoordinator* job, const JobConfig& c) {
   RegisterRequest r;
   r.set_config_fingerprint(ConfigFingerprint(c));
@@ -40,7 +49,8 @@ void RegisterAll(JobCoordinator* job, const JobConfig& c) {
 }
 
 // Two ASP workers run 10 steps; checkpoints every 4 steps must cut at
-// clocks 4 and 8, with nobody past the cut, recording each worker's position.
+// clocks 4 and 8, with nobody past the cut, recording each worker's position;
+// the end (10) is the final checkpoint.
 TEST(JobCheckpointTest, HoldsEveryModeAtTheCutAndRecordsPositions) {
   const JobConfig c = Config(4);
   JobCoordinator job(c, nullptr);
@@ -81,15 +91,108 @@ TEST(JobCheckpointTest, HoldsEveryModeAtTheCutAndRecordsPositions) {
     });
   }
   for (auto& w : workers) w.join();
-  ASSERT_EQ(cuts.size(), 2u);
+  WaitCheckpoints(job, 3);
+  ASSERT_EQ(cuts.size(), 3u);
   EXPECT_EQ(cuts[0].clock, 4u);
   EXPECT_EQ(cuts[1].clock, 8u);
+  EXPECT_EQ(cuts[2].clock, 10u);
+  cuts.pop_back();  // The final cut: every worker finished.
   for (const Cut& cut : cuts) {
     EXPECT_LT(cut.max_granted, cut.clock) << "a worker started a step past the cut";
     EXPECT_EQ(cut.positions.at(0), "w0@" + std::to_string(cut.clock));
     EXPECT_EQ(cut.positions.at(1), "w1@" + std::to_string(cut.clock));
   }
-  EXPECT_EQ(job.Checkpoints(), (std::vector<uint64_t>{4, 8}));
+  EXPECT_EQ(job.Checkpoints(), (std::vector<uint64_t>{4, 8, 10}));
+}
+
+// Runs two ASP workers for `steps` steps, `delay` per step, then reports done.
+std::vector<std::thread> RunWorkers(JobCoordinator* job, uint64_t steps,
+                                    absl::Duration delay) {
+  std::vector<std::thread> workers;
+  for (uint32_t r = 0; r < 2; ++r) {
+    workers.emplace_back([job, r, steps, delay] {
+      for (uint64_t t = 0; t < steps; ++t) {
+        WaitClockRequest w;
+        w.set_rank(r);
+        w.set_step(t);
+        w.set_timeout_ms(20000);
+        WaitClockResponse wr;
+        ASSERT_TRUE(job->WaitClock(w, &wr).ok()) << t;
+        absl::SleepFor(delay);
+        TickRequest tick;
+        tick.set_rank(r);
+        tick.set_clock(t + 1);
+        tick.set_position("w" + std::to_string(r) + "@" + std::to_string(t + 1));
+        TickResponse tr;
+        ASSERT_TRUE(job->Tick(tick, &tr).ok());
+      }
+      MetricsReport done;
+      done.set_rank(r);
+      done.set_done(true);
+      done.set_final(true);
+      ASSERT_TRUE(job->ReportMetrics(done).ok());
+    });
+  }
+  return workers;
+}
+
+// An on-demand checkpoint in the middle of a run with every_steps = 1000:
+// it is cut at a clock nobody had started when asked, well before 1000, and
+// the periodic schedule goes on afterwards.
+TEST(JobCheckpointTest, CheckpointNowCutsAtTheNextUnstartedClock) {
+  const JobConfig c = Config(1000);
+  JobCoordinator job(c, nullptr);
+  std::vector<std::pair<uint64_t, uint64_t>> cuts;  // (clock, max granted)
+  job.SetCheckpointer([&](uint64_t clock, const std::map<uint32_t, std::string>& pos) {
+    cuts.push_back({clock, job.clock().MaxGranted()});
+    EXPECT_EQ(pos.at(0), "w0@" + std::to_string(clock));
+    EXPECT_EQ(pos.at(1), "w1@" + std::to_string(clock));
+    return absl::OkStatus();
+  });
+  RegisterAll(&job, c);
+  job.Start();
+  std::vector<std::thread> workers = RunWorkers(&job, 200, absl::Milliseconds(2));
+  absl::SleepFor(absl::Milliseconds(100));
+  const uint64_t asked_at = job.clock().MaxGranted();
+  auto clock = job.CheckpointNow(absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(clock.ok()) << clock.status();
+  EXPECT_GT(*clock, asked_at);
+  EXPECT_LT(*clock, 200u);
+  for (auto& w : workers) w.join();
+  WaitCheckpoints(job, 2);
+  ASSERT_EQ(cuts.size(), 2u);  // 1000 is never reached; 200 is the final cut.
+  EXPECT_EQ(cuts[0].first, *clock);
+  EXPECT_EQ(cuts[1].first, 200u);
+  EXPECT_LT(cuts[0].second, cuts[0].first) << "a worker started a step past the cut";
+  // After the job ended there is nothing left to cut.
+  auto after = job.CheckpointNow(absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kFailedPrecondition) << after.status();
+}
+
+TEST(JobCheckpointTest, CheckpointNowWithoutCheckpointDirIsRefused) {
+  const JobConfig c = Config(0);
+  JobCoordinator job(c, nullptr);
+  RegisterAll(&job, c);
+  job.Start();
+  auto clock = job.CheckpointNow(absl::Now() + absl::Seconds(1));
+  EXPECT_EQ(clock.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(clock.status().message().find("checkpoint.dir"), std::string::npos);
+}
+
+// A checkpointer error reaches the caller; the job goes on.
+TEST(JobCheckpointTest, CheckpointNowReportsTheWriteError) {
+  const JobConfig c = Config(0);
+  JobCoordinator job(c, nullptr);
+  job.SetCheckpointer([](uint64_t, const std::map<uint32_t, std::string>&) {
+    return absl::InternalError("disk full");
+  });
+  RegisterAll(&job, c);
+  job.Start();
+  std::vector<std::thread> workers = RunWorkers(&job, 100, absl::Milliseconds(2));
+  auto clock = job.CheckpointNow(absl::Now() + absl::Seconds(20));
+  EXPECT_EQ(clock.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(clock.status().message().find("disk full"), std::string::npos);
+  for (auto& w : workers) w.join();  // Released after the failed cut.
 }
 
 TEST(JobCheckpointTest, ResumeRestoresServersBeforeWorkersGetTheMap) {

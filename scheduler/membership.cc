@@ -86,11 +86,37 @@ absl::StatusOr<Member> Membership::Register(const RegisterRequest& request,
   return *slot;
 }
 
+void Membership::RaiseMapVersionAbove(uint64_t version) {
+  MutexLock lock(&mu_);
+  if (version < min_version_) return;
+  min_version_ = version + 1;
+  if (map_ && map_->version() <= version) RebuildMapLocked();
+}
+
+std::vector<uint32_t> Membership::ExpireUnregistered(Role role, absl::Time now) {
+  MutexLock lock(&mu_);
+  std::vector<uint32_t> expired;
+  for (Member& m : *SlotsLocked(role)) {
+    if (m.state != STATE_UNSPECIFIED) continue;
+    m.state = DEAD;
+    m.state_since = now;
+    expired.push_back(m.index);
+  }
+  return expired;
+}
+
+bool Membership::Registered(Role role, uint32_t index) const {
+  MutexLock lock(&mu_);
+  const std::vector<Member>& slots = role == SERVER ? servers_ : workers_;
+  return index < slots.size() && slots[index].state != STATE_UNSPECIFIED;
+}
+
 void Membership::RebuildMapLocked() {
   for (const Member& s : servers_) {
     if (s.state == STATE_UNSPECIFIED) return;  // Not complete yet.
   }
-  const uint64_t version = map_ ? map_->version() + 1 : 1;
+  const uint64_t version =
+      std::max<uint64_t>(map_ ? map_->version() + 1 : 1, min_version_);
   auto contiguous =
       PartitionMap::Contiguous(version, num_partitions_, servers_.size());
   PartitionMapProto map;

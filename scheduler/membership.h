@@ -53,6 +53,13 @@ class Membership {
   absl::Status Heartbeat(Role role, uint32_t index, absl::Time now);
 
   // Declares members silent for longer than `dead_after` dead; returns them.
+  // Makes the map's version greater than `version` (a version some process
+  // got from an earlier scheduler), rebuilding it if it is complete.
+  void RaiseMapVersionAbove(uint64_t version);
+  // Declares every never-registered `role` slot dead; returns their indexes.
+  std::vector<uint32_t> ExpireUnregistered(Role role, absl::Time now);
+  // True if `index` of `role` has registered (with this scheduler).
+  bool Registered(Role role, uint32_t index) const;
   std::vector<Member> Sweep(absl::Time now, absl::Duration dead_after);
 
   // A worker finished its data.
@@ -80,6 +87,7 @@ class Membership {
   std::vector<Member> servers_ ABSL_GUARDED_BY(mu_);
   std::vector<Member> workers_ ABSL_GUARDED_BY(mu_);
   std::optional<PartitionMapProto> map_ ABSL_GUARDED_BY(mu_);
+  uint64_t min_version_ ABSL_GUARDED_BY(mu_) = 1;  // RaiseMapVersionAbove.
 };
 
 }  // namespace shardps

@@ -2,6 +2,12 @@
 // the partition map and the clocks, detects failures and ends the job.
 //
 //   ps_scheduler --config job.pbtxt [--listen 127.0.0.1:0] [--port_file F]
+//                [--resume | --recover]
+//
+// --resume starts the job again from its last complete checkpoint (every
+// process restarted). --recover replaces a scheduler that died while the
+// servers and workers kept running: start it on the same --listen address;
+// the live processes rejoin with their state and nothing is rolled back.
 //
 // Prints "PS_SCHEDULER_LISTENING host:port" once serving. Exit status: 0 when
 // the job is done, 1 when it failed, 2 on bad flags or config.
@@ -17,9 +23,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/init.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 #include "scheduler/checkpoint_client.h"
 #include "scheduler/job.h"
@@ -34,6 +42,11 @@ ABSL_FLAG(std::string, port_file, "", "Write the chosen port here once serving."
 ABSL_FLAG(bool, resume, false,
           "Resume the job from the latest complete checkpoint in checkpoint.dir "
           "(servers restore their partitions, workers their data positions).");
+ABSL_FLAG(bool, recover, false,
+          "Take over a running job whose scheduler died: listen on the old "
+          "scheduler's address; live servers and workers rejoin with their clocks "
+          "and data positions (no rollback). Checkpoints continue after the last "
+          "complete one in checkpoint.dir.");
 ABSL_FLAG(std::string, status_listen, shardps::EnvOr("SHARDPS_STATUS_LISTEN", ""),
           "Serve the status page (/) and its JSON (/status.json) here; port 0 "
           "picks a free port and prints PS_STATUS_LISTENING host:port; empty = "
@@ -69,6 +82,10 @@ std::string HostOf(const std::string& address) {
 
 int main(int argc, char** argv) {
   shardps::InitProcess(argc, argv, "ps_scheduler --config job.pbtxt");
+  if (absl::Status st = shardps::InitTlsFromFlags(); !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
+  }
   auto config = shardps::LoadJobConfig(absl::GetFlag(FLAGS_config));
   if (!config.ok()) {
     LOG(ERROR) << config.status().message();
@@ -86,8 +103,12 @@ int main(int argc, char** argv) {
   shardps::SchedulerService service(&job);
   int port = 0;
   grpc::ServerBuilder builder;
+  const int max_bytes = static_cast<int>(
+      std::min<uint64_t>(config->cluster().max_message_bytes(), INT32_MAX));
+  builder.SetMaxReceiveMessageSize(max_bytes);
+  builder.SetMaxSendMessageSize(max_bytes);
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           grpc::InsecureServerCredentials(), &port);
+                           *shardps::ServerCredentialsFromFlags() /* checked above */, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
@@ -123,9 +144,31 @@ int main(int argc, char** argv) {
   LOG(INFO) << "job \"" << config->name() << "\": waiting for "
             << config->cluster().num_servers() << " servers and "
             << config->cluster().num_workers() << " workers on " << address;
+  if (absl::GetFlag(FLAGS_resume) && absl::GetFlag(FLAGS_recover)) {
+    LOG(ERROR) << "--resume and --recover exclude each other";
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_recover)) {
+    uint64_t last = 0;
+    if (!config->checkpoint().dir().empty()) {
+      auto latest = shardps::FindResume(*config, [] { return std::nullopt; });
+      if (latest.ok()) {
+        last = latest->clock;
+      } else if (!absl::IsNotFound(latest.status())) {
+        LOG(ERROR) << "--recover: " << latest.status();
+        return 2;
+      }
+    }
+    LOG(INFO) << "--recover: waiting for the job's live servers and workers to rejoin"
+              << (last ? absl::StrCat(" (last checkpoint at clock ", last, ")") : "");
+    job.SetRecover(last);
+  }
   if (!config->checkpoint().dir().empty()) {
     auto get_map = [&job] { return job.Map(); };
     job.SetCheckpointer(shardps::MakeCheckpointer(*config, get_map));
+    if (config->checkpoint().recovery() == shardps::CheckpointConfig::PARTIAL) {
+      job.SetPartialRecovery(shardps::MakeServerRestorer(*config));
+    }
     if (absl::GetFlag(FLAGS_resume)) {
       auto resume = shardps::FindResume(*config, get_map);
       if (resume.ok()) {

@@ -1,16 +1,24 @@
 // ps_status: prints a running job's status from its scheduler.
 //
 //   ps_status --scheduler host:port [--json]
+//   ps_status --scheduler host:port --checkpoint [--timeout_sec 600]
+//
+// --checkpoint asks the scheduler for a checkpoint now (the consistent cut at
+// the first clock no worker has started) and waits until it is written.
 #include <cstdio>
 
 #include "absl/flags/flag.h"
 #include "common/init.h"
+#include "common/tls.h"
 #include "google/protobuf/util/json_util.h"
 #include "scheduler/client.h"
 
 ABSL_FLAG(std::string, scheduler, shardps::EnvOr("SHARDPS_SCHEDULER", ""),
           "Scheduler address host:port. Env: SHARDPS_SCHEDULER.");
 ABSL_FLAG(bool, json, false, "Print the raw status as JSON.");
+ABSL_FLAG(bool, checkpoint, false,
+          "Take a checkpoint now and wait until it is written; prints its clock.");
+ABSL_FLAG(int32_t, timeout_sec, 600, "With --checkpoint: how long to wait.");
 
 namespace {
 
@@ -27,7 +35,20 @@ const char* StateName(shardps::MemberState s) {
 
 int main(int argc, char** argv) {
   shardps::InitProcess(argc, argv, "ps_status --scheduler host:port");
+  if (absl::Status st = shardps::InitTlsFromFlags(); !st.ok()) {
+    std::fprintf(stderr, "ps_status: %s\n", st.ToString().c_str());
+    return 2;
+  }
   shardps::SchedulerClient client(absl::GetFlag(FLAGS_scheduler));
+  if (absl::GetFlag(FLAGS_checkpoint)) {
+    auto clock = client.CheckpointNow(absl::Seconds(absl::GetFlag(FLAGS_timeout_sec)));
+    if (!clock.ok()) {
+      std::fprintf(stderr, "ps_status: checkpoint: %s\n", clock.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("checkpoint at clock %llu written\n", (unsigned long long)*clock);
+    return 0;
+  }
   auto status = client.JobStatus();
   if (!status.ok()) {
     std::fprintf(stderr, "ps_status: %s\n", std::string(status.status().message()).c_str());

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/grpc_status.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -56,6 +57,17 @@ grpc::Status SchedulerService::JobStatus(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::CheckpointNow(grpc::ServerContext*,
+                                             const CheckpointNowRequest* request,
+                                             CheckpointNowResponse* response) {
+  const uint32_t ms = request->timeout_ms() == 0 ? 600000 : request->timeout_ms();
+  LOG(INFO) << "checkpoint requested (ps_status --checkpoint)";
+  auto clock = job_->CheckpointNow(absl::Now() + absl::Milliseconds(ms));
+  if (!clock.ok()) return ToGrpcStatus(clock.status());
+  response->set_clock(*clock);
+  return grpc::Status::OK;
+}
+
 ServerNotifierClient::ServerNotifierClient() : thread_([this] { Loop(); }) {}
 
 ServerNotifierClient::~ServerNotifierClient() {
@@ -93,7 +105,7 @@ void ServerNotifierClient::Loop() {
     }
     for (const std::string& address : addresses) {
       auto stub = ParameterServer::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+          grpc::CreateChannel(address, ChannelCredentialsFromFlagsOrDie()));
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
       ControlResponse response;

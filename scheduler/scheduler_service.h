@@ -41,6 +41,8 @@ class SchedulerService final : public Scheduler::Service {
                              MetricsAck* response) override;
   grpc::Status JobStatus(grpc::ServerContext*, const JobStatusRequest* request,
                          JobStatusResponse* response) override;
+  grpc::Status CheckpointNow(grpc::ServerContext*, const CheckpointNowRequest* request,
+                             CheckpointNowResponse* response) override;
 
  private:
   JobCoordinator* const job_;  // Not owned.

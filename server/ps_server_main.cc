@@ -20,6 +20,7 @@
 #include "common/config.h"
 #include "common/init.h"
 #include "common/metrics.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 #include "scheduler/client.h"
 #include "common/partition.h"
@@ -82,6 +83,8 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> JoinScheduler(
   }
   LOG(INFO) << "server " << reg->index() << " joined the job at "
             << absl::GetFlag(FLAGS_scheduler);
+  request.set_requested_index(reg->index());
+  client->EnableRejoin(request, [core] { return core->map_version(); });
   client->StartHeartbeats(
       SERVER, reg->index(), reg->job_id(),
       absl::Milliseconds(config.cluster().heartbeat_ms()),
@@ -234,5 +237,9 @@ int main(int argc, char** argv) {
   shardps::InitProcess(argc, argv,
                        "ps_server --config=job.pbtxt [--listen=host:port] "
                        "[--index=N] [--threads=N] [--port_file=path]");
+  if (absl::Status st = shardps::InitTlsFromFlags(); !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
+  }
   return shardps::Run();
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -63,9 +64,11 @@ class PsClient::Impl {
         std::min<uint64_t>(options_.max_message_bytes * 2, INT32_MAX)));
     args.SetMaxSendMessageSize(static_cast<int>(
         std::min<uint64_t>(options_.max_message_bytes * 2, INT32_MAX)));
+    auto credentials = ChannelCredentialsFromFlags();
+    if (!credentials.ok()) return credentials.status();
     for (const std::string& address : proto.server_addresses()) {
       stubs.push_back(ParameterServer::NewStub(grpc::CreateCustomChannel(
-          address, grpc::InsecureChannelCredentials(), args)));
+          address, *credentials, args)));
     }
     MutexLock lock(&mu_);
     if (map_ && map_->version() > proto.version()) return absl::OkStatus();
@@ -74,9 +77,12 @@ class PsClient::Impl {
     return absl::OkStatus();
   }
 
-  absl::Status Refresh() {
-    const uint64_t want = map_version() + 1;
-    auto proto = source_ ? source_(want) : absl::UnavailableError("no map source");
+  // A server refused `stale_version`: fetch a newer map, unless another
+  // operation already did (asking for current + 1 would wait for a map that
+  // may never come).
+  absl::Status Refresh(uint64_t stale_version) {
+    if (map_version() > stale_version) return absl::OkStatus();
+    auto proto = source_ ? source_(stale_version + 1) : absl::UnavailableError("no map source");
     if (!proto.ok()) return proto.status();
     return SetMap(*proto);
   }
@@ -174,6 +180,7 @@ class RpcOp final : public PsClient::Op {
 
   absl::Status Wait() override {
     absl::Duration backoff = absl::Milliseconds(20);
+    const absl::Time started = absl::Now();
     for (int attempt = 1;; ++attempt) {
       WaitForCalls();
       std::vector<std::pair<uint32_t, std::vector<uint32_t>>> again;
@@ -189,13 +196,17 @@ class RpcOp final : public PsClient::Op {
       }
       if (!decode_error_.ok()) return decode_error_;
       if (last.ok()) return absl::OkStatus();
-      if (attempt >= impl_->options().max_attempts) {
+      if (attempt >= impl_->options().max_attempts &&
+          absl::Now() - started >= impl_->options().retry_budget) {
         return absl::Status(FromGrpcStatus(last).code(),
                             absl::StrCat("after ", attempt, " attempts: ",
                                          last.error_message()));
       }
-      if (aborted) {
-        const absl::Status st = impl_->Refresh();
+      // A server that stays unreachable may have been restarted elsewhere:
+      // the scheduler then has a newer map.
+      const bool unreachable = last.error_code() == grpc::StatusCode::UNAVAILABLE;
+      if (aborted || (unreachable && attempt >= 3)) {
+        const absl::Status st = impl_->Refresh(used_version_);
         if (!st.ok()) LOG(WARNING) << "refreshing the partition map: " << st;
       } else {
         absl::SleepFor(backoff);
@@ -227,6 +238,7 @@ class RpcOp final : public PsClient::Op {
     std::vector<std::shared_ptr<ParameterServer::Stub>> stubs;
     std::vector<Part> parts = impl_->Group(tables_, subset, to_every_server, &map, &stubs);
     stubs_ = stubs;  // Keep the stubs alive while calls run.
+    used_version_ = map->version();
     calls_.clear();
     {
       MutexLock lock(&mu_);
@@ -291,6 +303,13 @@ class RpcOp final : public PsClient::Op {
   }
 
   void Done(Call* c, grpc::Status status) {
+    if (!is_pull_ && status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+      // BSP: this server already holds this rank's push of this clock (a
+      // retried push whose first answer was lost, or a restarted worker
+      // redoing its step): the gradient it has is the one to apply.
+      LOG(INFO) << "push: " << status.error_message() << "; keeping the first";
+      status = grpc::Status::OK;
+    }
     if (status.ok() && is_pull_) {
       const absl::Status st = Scatter(c);
       if (!st.ok()) status = ToGrpcStatus(st);
@@ -343,6 +362,7 @@ class RpcOp final : public PsClient::Op {
   std::vector<std::shared_ptr<ParameterServer::Stub>> stubs_;
   std::vector<std::unique_ptr<Call>> calls_;
   std::vector<uint32_t> empty_servers_;
+  uint64_t used_version_ = 0;  // The map version of the calls in flight.
   absl::Status decode_error_;
   Mutex mu_;
   CondVar done_;
@@ -414,7 +434,7 @@ absl::Status PsClient::InitRows(uint32_t table_id, uint32_t dim, const uint64_t*
     }
     if (result.ok()) return result;
     if (!absl::IsAborted(result) && !absl::IsUnavailable(result)) return result;
-    if (absl::IsAborted(result)) (void)impl_->Refresh();
+    if (absl::IsAborted(result)) (void)impl_->Refresh(map->version());
     absl::SleepFor(absl::Milliseconds(100 << std::min(attempt, 4)));
   }
   return absl::UnavailableError("InitRows: servers unreachable");

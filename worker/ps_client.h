@@ -11,9 +11,12 @@
 // alive and untouched until Wait() returns.
 //
 // Retries, inside Wait(): UNAVAILABLE and DEADLINE_EXCEEDED parts are resent
-// with backoff (up to Options::max_attempts); an ABORTED part (the server does
+// with backoff (at least Options::max_attempts times, and for at least
+// Options::retry_budget: a server being restarted and restored must not
+// fail the worker); an ABORTED part (the server does
 // not own a partition at our map version) makes the client fetch a newer map
-// from `map_source` and resend only that part, regrouped. Other errors
+// from `map_source` and resend only that part, regrouped; so does a server
+// unreachable three times in a row (restarted at another address). Other errors
 // (INVALID_ARGUMENT...) are returned as they are. A push resent after
 // UNAVAILABLE may be applied twice if only the answer was lost.
 //
@@ -66,6 +69,7 @@ class PsClient {
     Encoding encoding = Encoding::kFp32;  // Values on the wire.
     absl::Duration timeout = absl::Seconds(60);  // Per RPC.
     int max_attempts = 8;
+    absl::Duration retry_budget = absl::Seconds(60);
     uint64_t max_message_bytes = 64ull << 20;
   };
 

@@ -23,6 +23,7 @@
 #include "common/init.h"
 #include "common/metrics.h"
 #include "common/status_macros.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 #include "scheduler/client.h"
 #include "worker/data/synthetic.h"
@@ -161,6 +162,9 @@ int RunPs(JobConfig config) {
   const uint32_t rank = reg->index();
   LOG(INFO) << "worker rank " << rank << " of " << reg->shard().num_workers()
             << (reg->resume_clock() ? absl::StrCat(", resuming at clock ", reg->resume_clock()) : "");
+  request.set_requested_index(rank);
+  scheduler.EnableRejoin(request, nullptr);
+  scheduler.NoteResume(reg->resume_clock(), reg->resume_position());
   scheduler.StartHeartbeats(
       WORKER, rank, reg->job_id(), absl::Milliseconds(config.cluster().heartbeat_ms()),
       absl::Milliseconds(config.cluster().dead_after_ms() * 3), [](const std::string& why) {
@@ -183,7 +187,9 @@ int RunPs(JobConfig config) {
   co.encoding = WireEncoding(absl::GetFlag(FLAGS_wire));
   co.max_message_bytes = config.cluster().max_message_bytes();
   auto client = PsClient::Create(co, map, [&scheduler](uint64_t v) {
-    return scheduler.GetPartitionMap(v, absl::Seconds(60));
+    // Short: after ABORTED the scheduler has the newer map already; after
+    // UNAVAILABLE it may not (yet), and the client retries.
+    return scheduler.GetPartitionMap(v, absl::Seconds(5));
   });
   if (!client.ok()) {
     LOG(ERROR) << client.status();
@@ -258,6 +264,10 @@ int RunPs(JobConfig config) {
 int main(int argc, char** argv) {
   shardps::InitProcess(argc, argv,
                        "ps_worker --config job.pbtxt (--scheduler host:port | --local)");
+  if (absl::Status st = shardps::InitTlsFromFlags(); !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
+  }
   auto config = shardps::LoadJobConfig(absl::GetFlag(FLAGS_config));
   if (!config.ok()) {
     LOG(ERROR) << config.status().message();

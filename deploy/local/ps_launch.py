@@ -8,7 +8,9 @@ job's status (0 done, 1 failed, 130 interrupted).
 
 A process that crashes is restarted (bounded retries, like Kubernetes would)
 when the job has checkpoints on; otherwise the job is stopped with a report
-of what died. With no config, the embedded default job runs: DLRM on
+of what died. A scheduler that crashes is replaced by a new one on the same
+address with --recover: servers and workers keep running and rejoin it.
+With no config, the embedded default job runs: DLRM on
 generated Criteo-format data (generated once, cached in data/synthetic),
 2 servers, 2 workers, SSP(2). Every setting can be overridden by flags.
 """
@@ -126,7 +128,26 @@ def parse_args():
     p.add_argument("--worker_flag", action="append", default=[],
                    help="extra flag for every worker (repeatable)")
     p.add_argument("--server_flag", action="append", default=[])
-    return p.parse_args()
+    # Mutual TLS on every gRPC channel (see README "TLS"); all three or none.
+    p.add_argument("--tls_cert", default="", help="PEM certificate for every process")
+    p.add_argument("--tls_key", default="", help="PEM private key of --tls_cert")
+    p.add_argument("--tls_ca", default="", help="PEM CA certificate peers must chain to")
+    args = p.parse_args()
+    tls = [args.tls_cert, args.tls_key, args.tls_ca]
+    if any(tls) and not all(tls):
+        p.error("TLS needs all of --tls_cert, --tls_key and --tls_ca or none")
+    for path in filter(None, tls):
+        if not os.access(path, os.R_OK):
+            p.error("cannot read TLS file %s" % path)
+    return args
+
+
+def tls_flags(args):
+    """The TLS flags every process (and ps_status) gets; [] without TLS."""
+    if not args.tls_cert:
+        return []
+    return ["--tls_cert=" + os.path.abspath(args.tls_cert), "--tls_key=" + os.path.abspath(args.tls_key),
+            "--tls_ca=" + os.path.abspath(args.tls_ca)]
 
 
 def read_best(data_dir):
@@ -143,11 +164,12 @@ def read_best(data_dir):
 
 
 def run_once(args, job_config, num_servers, num_workers, resume, procs, stop_all, stopping,
-             say, log_lock, status_bin, start, max_steps_m):
+             say, log_lock, status_bin, start, max_steps_m, partial=False):
     """Starts every process of the job once and waits for the scheduler.
 
     Returns (scheduler Proc, failure reason or None)."""
-    sched_argv = [find_binary("ps_scheduler", args.bin_dir), "--config=" + job_config]
+    sched_argv = [find_binary("ps_scheduler", args.bin_dir), "--config=" + job_config] + tls_flags(args)
+    sched_argv_base = list(sched_argv)
     if resume:
         sched_argv.append("--resume")
     sched = Proc("scheduler", None, sched_argv, log_lock, args.quiet)
@@ -157,23 +179,50 @@ def run_once(args, job_config, num_servers, num_workers, resume, procs, stop_all
         return sched, "the scheduler did not start"
     address = sched.listening
     say("scheduler at %s; starting %d servers and %d workers" % (address, num_servers, num_workers))
+    def server_proc(i):
+        return Proc("server", i, [find_binary("ps_server", args.bin_dir), "--config=" + job_config,
+                                  "--scheduler=" + address, "--index=%d" % i]
+                    + tls_flags(args) + args.server_flag, log_lock, args.quiet)
+
     for i in range(num_servers):
-        procs.append(Proc("server", i, [find_binary("ps_server", args.bin_dir), "--config=" + job_config,
-                                        "--scheduler=" + address, "--index=%d" % i] + args.server_flag,
-                          log_lock, args.quiet))
+        procs.append(server_proc(i))
     for i in range(num_workers):
         procs.append(Proc("worker", i, [find_binary("ps_worker", args.bin_dir), "--config=" + job_config,
                                         "--scheduler=" + address, "--rank=%d" % i, "--wire=" + args.wire]
-                          + args.worker_flag, log_lock, args.quiet))
+                          + tls_flags(args) + args.worker_flag, log_lock, args.quiet))
     last_progress = 0
     failed = None
+    sched_restarts = 0
+    server_restarts = 0
     while True:
         time.sleep(0.2)
-        if sched.poll() is not None:
-            break
+        rc = sched.poll()
+        if rc is not None:
+            # 0 done, 1 failed, 2 bad flags: the job is over. Anything else
+            # (a crash, a kill) leaves servers and workers running: a new
+            # scheduler on the same address takes the job over (--recover).
+            if rc in (0, 1, 2) or stopping["why"] or sched_restarts >= args.max_restarts:
+                break
+            sched_restarts += 1
+            say("the scheduler died (status %d); a new one takes over the running job on %s "
+                "(--recover, %d of %d)" % (rc, address, sched_restarts, args.max_restarts))
+            sched = Proc("scheduler", None, sched_argv_base + ["--recover", "--listen=" + address],
+                         log_lock, args.quiet)
+            procs[0] = sched
+            if not sched.ready.wait(60) or not sched.listening:
+                break
+            continue
         for p in procs[1:]:
             rc = p.poll()
             if rc is None or rc == 0 or stopping["why"] or failed:
+                continue
+            if (partial and p.role == "server" and server_restarts < args.max_restarts):
+                # checkpoint.recovery PARTIAL: only this server starts again;
+                # the scheduler has it restore its partitions.
+                server_restarts += 1
+                say("%s exited with status %d; restarting only it (partial recovery, %d of %d)" % (
+                    p.name, rc, server_restarts, args.max_restarts))
+                procs[procs.index(p)] = server_proc(p.index)
                 continue
             failed = "%s exited with status %d" % (p.name, rc)
             say("stopping the job: " + failed)
@@ -181,7 +230,7 @@ def run_once(args, job_config, num_servers, num_workers, resume, procs, stop_all
             stop_all()
         if time.time() - last_progress > 2 and not stopping["why"]:
             last_progress = time.time()
-            st = subprocess.run([status_bin, "--scheduler=" + address, "--json"],
+            st = subprocess.run([status_bin, "--scheduler=" + address, "--json"] + tls_flags(args),
                                 capture_output=True, text=True)
             m = st.stdout
             step = re.search(r'"maxClock":"?(\d+)', m)
@@ -239,6 +288,7 @@ def main():
     num_servers = int(re.search(r"num_servers: (\d+)", text).group(1))
     num_workers = int(re.search(r"num_workers: (\d+)", text).group(1))
     checkpoints = bool(re.search(r'checkpoint \{[^}]*dir: "[^"]+"', text))
+    partial = checkpoints and bool(re.search(r"recovery: PARTIAL", text))
     max_steps_m = re.search(r"max_steps: (\d+)", text)
 
     best = {}
@@ -277,7 +327,8 @@ def main():
     resume = args.resume
     for attempt in range(args.max_restarts + 1):
         sched, failed = run_once(args, job_config, num_servers, num_workers, resume, procs,
-                                 stop_all, stopping, say, log_lock, status_bin, start, max_steps_m)
+                                 stop_all, stopping, say, log_lock, status_bin, start, max_steps_m,
+                                 partial)
         if not failed or not checkpoints or stopping["why"] == "interrupted":
             break
         if attempt == args.max_restarts:

@@ -70,22 +70,44 @@ absl::StatusOr<std::map<std::string, std::string>> RunLocal(
   return ParseResult(*line);
 }
 
-absl::Status LocalCluster::Start() {
+absl::Status LocalCluster::StartScheduler(const std::vector<std::string>& flags) {
   scheduler_ = std::make_unique<Subprocess>();
   std::vector<std::string> argv = {RunfilePath("scheduler/ps_scheduler"),
                                    "--config=" + o_.config_path};
-  argv.insert(argv.end(), o_.scheduler_flags.begin(), o_.scheduler_flags.end());
+  if (!scheduler_address_.empty()) argv.push_back("--listen=" + scheduler_address_);
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), o_.all_flags.begin(), o_.all_flags.end());
   absl::Status s = scheduler_->Start(argv, o_.dir + "/scheduler.log");
   if (!s.ok()) return s;
   auto address = scheduler_->WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
   if (!address.ok()) return address.status();
   scheduler_address_ = *address;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartScheduler(const std::vector<std::string>& flags) {
+  return StartScheduler(flags);
+}
+
+absl::Status LocalCluster::RestartWorker(int rank) { return StartWorker(rank); }
+
+absl::Status LocalCluster::RestartServer(int index) { return StartServer(index); }
+
+absl::Status LocalCluster::StartServer(int index) {
+  servers_[index] = std::make_unique<Subprocess>();
+  std::vector<std::string> argv = {
+      RunfilePath("server/ps_server"), "--config=" + o_.config_path,
+      "--scheduler=" + scheduler_address_, absl::StrCat("--index=", index)};
+  argv.insert(argv.end(), o_.all_flags.begin(), o_.all_flags.end());
+  return servers_[index]->Start(argv, absl::StrCat(o_.dir, "/server-", index, ".log"));
+}
+
+absl::Status LocalCluster::Start() {
+  absl::Status s = StartScheduler(o_.scheduler_flags);
+  if (!s.ok()) return s;
   for (int i = 0; i < o_.servers; ++i) {
-    servers_.push_back(std::make_unique<Subprocess>());
-    s = servers_.back()->Start({RunfilePath("server/ps_server"), "--config=" + o_.config_path,
-                                "--scheduler=" + scheduler_address_,
-                                absl::StrCat("--index=", i)},
-                               absl::StrCat(o_.dir, "/server-", i, ".log"));
+    servers_.push_back(nullptr);
+    s = StartServer(i);
     if (!s.ok()) return s;
   }
   for (int r = 0; r < o_.workers; ++r) {
@@ -102,6 +124,7 @@ absl::Status LocalCluster::StartWorker(int rank) {
                                    "--config=" + o_.config_path,
                                    "--scheduler=" + scheduler_address_,
                                    absl::StrCat("--rank=", rank)};
+  argv.insert(argv.end(), o_.all_flags.begin(), o_.all_flags.end());
   argv.insert(argv.end(), o_.worker_flags.begin(), o_.worker_flags.end());
   auto it = o_.per_worker.find(rank);
   if (it != o_.per_worker.end()) argv.insert(argv.end(), it->second.begin(), it->second.end());

@@ -47,6 +47,7 @@ class LocalCluster {
     std::vector<std::string> worker_flags;             // Every worker.
     std::map<int, std::vector<std::string>> per_worker;  // By rank.
     std::vector<std::string> scheduler_flags;          // E.g. --resume.
+    std::vector<std::string> all_flags;  // Every process, e.g. --tls_cert=...
   };
 
   explicit LocalCluster(Options options) : o_(std::move(options)) {}
@@ -54,6 +55,13 @@ class LocalCluster {
 
   // Starts the scheduler, then servers and workers.
   absl::Status Start();
+  // Starts a new scheduler on the old one's address (after it died), with
+  // `flags` (e.g. --recover) instead of Options::scheduler_flags.
+  absl::Status RestartScheduler(const std::vector<std::string>& flags);
+  // Starts worker `rank` / server `index` again (after it died), with its
+  // usual flags (a new port for the server).
+  absl::Status RestartWorker(int rank);
+  absl::Status RestartServer(int index);
   // Waits for the scheduler to exit; returns its exit code.
   absl::StatusOr<int> WaitScheduler(absl::Duration timeout);
   // Waits for every worker; returns their PS_WORKER_RESULT lines by rank.
@@ -75,7 +83,9 @@ class LocalCluster {
   std::string AllLogTails() const;
 
  private:
+  absl::Status StartScheduler(const std::vector<std::string>& flags);
   absl::Status StartWorker(int rank);
+  absl::Status StartServer(int index);
 
   Options o_;
   std::unique_ptr<Subprocess> scheduler_;
