@@ -37,7 +37,15 @@ package_of() {
   else echo //tests/fuzz; fi
 }
 
+# Objects are reused only while every header and proto is unchanged (a
+# changed class layout under a stale object crashes the target).
+stamp=$(find . -path ./bazel-\* -prune -o \( -name '*.h' -o -name '*.proto' \) -print0 |
+        sort -z | xargs -0 cat | sha1sum | cut -d' ' -f1)
+if [[ "$(cat "$out/obj/.stamp" 2>/dev/null)" != "$stamp" ]]; then
+  rm -rf "$out/obj" "$out/gen"
+fi
 mkdir -p "$out/obj" "$out/bin" "$out/artifacts"
+echo "$stamp" >"$out/obj/.stamp"
 cflags=(-std=c++17 -O1 -g -fno-omit-frame-pointer
         -fsanitize=address,undefined -fno-sanitize-recover=undefined
         -I. -I"$out/gen" -w)
@@ -46,7 +54,8 @@ libs=$(pkg-config --libs protobuf libglog gflags libzstd zlib absl_flags_parse \
   absl_synchronization absl_time absl_flat_hash_map absl_flat_hash_set \
   absl_hash absl_random_random)
 
-# Objects are shared between targets and rebuilt when their source is newer.
+# Objects are shared between targets and rebuilt when their source is newer
+# (or any header changed: see the stamp above).
 compile() {  # SRC -> prints OBJ
   local src=$1 obj="$out/obj/${1//\//_}.o"
   if [[ ! -f $obj || $src -nt $obj ]]; then
