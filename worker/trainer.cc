@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <thread>
 #include <utility>
 
@@ -257,17 +258,23 @@ class Trainer::Impl {
   }
 
   std::unique_ptr<PsClient::Op> StartPush(Prepared* p, uint64_t step, float lr_scale) {
+    return StartPush(p, step, lr_scale, result_, &dense_grad_);
+  }
+  // `r` and `dense_buf` must stay untouched until the op's Wait() returns.
+  std::unique_ptr<PsClient::Op> StartPush(Prepared* p, uint64_t step, float lr_scale,
+                                          const StepResult& r, std::vector<float>* dense_buf) {
     std::vector<TablePush> pushes;
     const auto& tables = model_->spec().tables;
     for (size_t t = 0; t < tables.size(); ++t) {
       if (p->unique_keys[t].empty()) continue;
       pushes.push_back({tables[t].id, static_cast<uint32_t>(tables[t].dim),
                         p->unique_keys[t].data(), p->unique_keys[t].size(),
-                        result_.table_grads[t].data()});
+                        r.table_grads[t].data()});
     }
-    std::copy(result_.dense_grad.begin(), result_.dense_grad.end(), dense_grad_.begin());
+    dense_buf->resize(num_chunks_ * chunk_);
+    std::copy(r.dense_grad.begin(), r.dense_grad.end(), dense_buf->begin());
     pushes.push_back({dense_table_, chunk_, chunk_keys_.data(), num_chunks_,
-                      dense_grad_.data()});
+                      dense_buf->data()});
     return o_.params->Push(std::move(pushes), step, lr_scale);
   }
 
@@ -316,6 +323,10 @@ class Trainer::Impl {
   std::vector<uint64_t> chunk_keys_;
   std::vector<float> dense_grad_;
   StepResult result_;
+  // Async push (SSP/ASP with prefetch): the step after computes into the
+  // other buffer while this one's push is in flight.
+  std::vector<float> dense_grad2_;
+  StepResult result2_;
 };
 
 absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
@@ -329,10 +340,22 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
     LOG(INFO) << "worker " << o_.rank << " resumes at step " << o_.start_step
               << " from data position " << o_.start_position;
   }
-  DataPipeline pipe(std::move(reader), model_->spec(), o_.config.training().batch_size(), 3);
+  DataPipeline pipe(std::move(reader), model_->spec(), o_.config.training().batch_size(), 4);
   const uint64_t max_steps =
       o_.max_steps ? o_.max_steps : o_.config.training().max_steps();
   const bool prefetch = o_.config.training().prefetch() && staleness_ >= 1;
+  // SSP/ASP with prefetch: step t's push is acknowledged, clock t+1 ticked
+  // and step t+2's pull issued by a chain that runs during step t+1's
+  // compute (the pull still misses this worker's push of the step before,
+  // as with the synchronous prefetch). BSP keeps the push synchronous.
+  const bool async_push = prefetch && !bsp_ && o_.scheduler != nullptr;
+  struct InFlight {  // Step t's push and what follows it.
+    std::unique_ptr<Prepared> batch;  // Its keys are being pushed.
+    std::unique_ptr<PsClient::Op> push;
+    std::future<absl::StatusOr<std::unique_ptr<PsClient::Op>>> done;  // -> pull t+2
+  };
+  std::optional<InFlight> inflight;
+  std::unique_ptr<Prepared> ahead;  // Async: batch t+1 while step t runs.
   FILE* loss_log = o_.loss_log.empty() ? nullptr : std::fopen(o_.loss_log.c_str(), "w");
 
   TrainSummary s;
@@ -353,16 +376,30 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
     RETURN_IF_ERROR(WaitClock(step));
     s.times.wait += Seconds(t0);
     pull = StartPull(cur.get(), TRAIN, step);
+    if (async_push && (max_steps == 0 || step + 1 < max_steps)) {
+      t0 = absl::Now();
+      ASSIGN_OR_RETURN(ahead, pipe.Next());
+      s.times.data += Seconds(t0);
+    }
   }
   while (cur && (max_steps == 0 || step < max_steps)) {
     t0 = absl::Now();
+    std::optional<absl::StatusOr<std::unique_ptr<PsClient::Op>>> chained;
+    if (pull == nullptr) {  // Async: the chain could not prefetch this step.
+      // Its push first (this pull then sees it, whatever the timing).
+      if (inflight) chained = inflight->done.get();
+      RETURN_IF_ERROR(WaitClock(step));
+      s.times.wait += Seconds(t0);
+      t0 = absl::Now();
+      pull = StartPull(cur.get(), TRAIN, step);
+    }
     RETURN_IF_ERROR(pull->Wait());
     s.times.pull += Seconds(t0);
 
     std::unique_ptr<Prepared> next;
     std::unique_ptr<PsClient::Op> next_pull;
     const bool more = max_steps == 0 || step + 1 < max_steps;
-    if (prefetch && more) {
+    if (prefetch && more && !async_push) {
       t0 = absl::Now();
       ASSIGN_OR_RETURN(next, pipe.Next());
       s.times.data += Seconds(t0);
@@ -375,27 +412,49 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
 
     TrackKeys(*cur);
     t0 = absl::Now();
-    RETURN_IF_ERROR(model_->ForwardBackward(Inputs(cur.get()), true, &result_));
+    StepResult& res = async_push && step % 2 == 1 ? result2_ : result_;
+    RETURN_IF_ERROR(model_->ForwardBackward(Inputs(cur.get()), true, &res));
     if (o_.step_delay > absl::ZeroDuration()) absl::SleepFor(o_.step_delay);
     s.times.compute += Seconds(t0);
 
     t0 = absl::Now();
     const float lr_scale = static_cast<float>(
         data::LearningRateMultiplier(o_.config.training().lr_schedule(), step, max_steps));
-    RETURN_IF_ERROR(StartPush(cur.get(), step, lr_scale)->Wait());
-    if (o_.scheduler) {
-      RETURN_IF_ERROR(o_.scheduler->Tick(o_.rank, step + 1,
-                                         data::EncodePosition(cur->batch.end_position)));
+    if (async_push) {
+      // Step t-1's chain ran during this compute: its push is acknowledged,
+      // clock t ticked, and maybe this step + 1's pull issued.
+      if (inflight) {
+        auto next_op = chained ? *std::move(chained) : inflight->done.get();
+        if (!next_op.ok()) return next_op.status();
+        next_pull = *std::move(next_op);
+        // Step t+1's pull must not see this step's push (which follows):
+        // with one worker the run is then the same whatever the timing.
+        if (next_pull) RETURN_IF_ERROR(next_pull->Wait());
+        pipe.Recycle(std::move(inflight->batch));
+        inflight.reset();
+      }
+      next = std::move(ahead);
+      if (max_steps == 0 || step + 2 < max_steps) {
+        const absl::Time td = absl::Now();
+        ASSIGN_OR_RETURN(ahead, pipe.Next());
+        s.times.data += Seconds(td);
+      }
+    } else {
+      RETURN_IF_ERROR(StartPush(cur.get(), step, lr_scale)->Wait());
+      if (o_.scheduler) {
+        RETURN_IF_ERROR(o_.scheduler->Tick(o_.rank, step + 1,
+                                           data::EncodePosition(cur->batch.end_position)));
+      }
     }
     s.times.push += Seconds(t0);
 
-    if (loss_log) std::fprintf(loss_log, "%llu %.17g\n", (unsigned long long)step, result_.loss);
+    if (loss_log) std::fprintf(loss_log, "%llu %.17g\n", (unsigned long long)step, res.loss);
     s.samples += cur->batch.size;
-    loss_sum += result_.loss;
-    recent.push_back(result_.loss);
+    loss_sum += res.loss;
+    recent.push_back(res.loss);
     if (recent.size() > 50) recent.pop_front();
-    report_loss += result_.loss;
-    window_.AddBatch(cur->batch.labels, result_.probs);
+    report_loss += res.loss;
+    window_.AddBatch(cur->batch.labels, res.probs);
     report_steps++;
     report_samples += cur->batch.size;
     ++step;
@@ -431,6 +490,30 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
       window_.Clear();
     }
 
+    if (async_push) {
+      // Push step t - 1 (== `step` now) and chain the tick and the pull of
+      // the step after next behind it.
+      InFlight f;
+      f.push = StartPush(cur.get(), step - 1, lr_scale, res,
+                         &res == &result_ ? &dense_grad_ : &dense_grad2_);
+      f.batch = std::move(cur);
+      Prepared* const after = ahead.get();  // Batch step + 1, if any.
+      f.done = std::async(std::launch::async,
+                          [this, push = f.push.get(), batch = f.batch.get(), after,
+                           tick = step]() -> absl::StatusOr<std::unique_ptr<PsClient::Op>> {
+        RETURN_IF_ERROR(push->Wait());
+        RETURN_IF_ERROR(o_.scheduler->Tick(o_.rank, tick,
+                                           data::EncodePosition(batch->batch.end_position)));
+        if (after == nullptr) return nullptr;
+        ASSIGN_OR_RETURN(bool may_start, TryStart(tick + 1));
+        if (!may_start) return nullptr;
+        return StartPull(after, TRAIN, tick + 1);
+      });
+      inflight = std::move(f);
+      cur = std::move(next);
+      pull = std::move(next_pull);
+      continue;
+    }
     pipe.Recycle(std::move(cur));
     if (prefetch && (next_pull || !next)) {
       cur = std::move(next);
@@ -452,6 +535,12 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
         pull = StartPull(cur.get(), TRAIN, step);
       }
     }
+  }
+  if (inflight) {  // The last push: acknowledged and ticked before the end.
+    auto op = inflight->done.get();
+    if (!op.ok()) return op.status();
+    if (*op) (void)(*op)->Wait();
+    inflight.reset();
   }
   if (pull && cur) (void)pull->Wait();  // A prefetched pull past max_steps.
   if (loss_log) std::fclose(loss_log);
