@@ -130,45 +130,51 @@ JobCoordinator::Checkpointer MakeCheckpointer(const JobConfig& config, MapGetter
   };
 }
 
+namespace {
+
+// One server's Restore RPC; errors name the server.
+absl::StatusOr<RestoreResponse> RestoreOn(uint32_t index, const std::string& address,
+                                          const RestoreRequest& request) {
+  RestoreResponse response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
+  const absl::Status s = FromGrpcStatus(Stub(address)->Restore(&ctx, request, &response));
+  if (!s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("server ", index, " (", address, "): ", s.message()));
+  }
+  return response;
+}
+
+}  // namespace
+
 std::function<absl::Status()> MakeRestorer(const JobConfig& config, MapGetter get_map,
                                            const std::string& checkpoint_dir) {
   return [get_map, checkpoint_dir]() -> absl::Status {
     std::optional<PartitionMapProto> map = get_map();
     if (!map) return absl::FailedPreconditionError("restore: no partition map yet");
-    return ForEachServer(*map, [&](int i, const std::string& address) {
-      RestoreRequest request;
-      request.set_manifest(checkpoint_dir);
-      RestoreResponse response;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
-      absl::Status s = FromGrpcStatus(Stub(address)->Restore(&ctx, request, &response));
-      if (!s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("server ", i, " (", address, "): ", s.message()));
-      }
-      LOG(INFO) << "server " << i << " restored " << response.rows() << " rows from "
-                << response.files_read() << " files of " << checkpoint_dir;
-      return s;
+    RestoreRequest request;
+    request.set_manifest(checkpoint_dir);
+    return ForEachServer(*map, [&](int i, const std::string& address) -> absl::Status {
+      auto response = RestoreOn(i, address, request);
+      if (!response.ok()) return response.status();
+      LOG(INFO) << "server " << i << " restored " << response->rows() << " rows from "
+                << response->files_read() << " files of " << checkpoint_dir;
+      return absl::OkStatus();
     });
   };
 }
 
 ServerRestorer MakeServerRestorer(const JobConfig& config) {
-  return [root = config.checkpoint().dir()](uint32_t index,
-                                             const std::string& address) -> absl::Status {
-    RestoreRequest request;
-    request.set_root(root);  // The latest complete checkpoint.
-    RestoreResponse response;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
-    const absl::Status s = FromGrpcStatus(Stub(address)->Restore(&ctx, request, &response));
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("server ", index, " (", address, "): ",
-                                                 s.message()));
-    }
-    LOG(INFO) << "partial recovery: server " << index << " restored " << response.rows()
-              << " rows of its partitions from " << response.checkpoint_dir() << " (clock "
-              << response.clock() << "); the other servers and the workers went on";
-    return s;
+  RestoreRequest request;
+  request.set_root(config.checkpoint().dir());  // The latest complete checkpoint.
+  return [request](uint32_t index, const std::string& address) -> absl::Status {
+    auto response = RestoreOn(index, address, request);
+    if (!response.ok()) return response.status();
+    LOG(INFO) << "partial recovery: server " << index << " restored " << response->rows()
+              << " rows of its partitions from " << response->checkpoint_dir() << " (clock "
+              << response->clock() << "); the other servers and the workers went on";
+    return absl::OkStatus();
   };
 }
 

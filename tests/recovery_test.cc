@@ -58,6 +58,16 @@ int CompleteCheckpoints(const std::string& root) {
   return n;
 }
 
+std::string WriteConfig(const std::string& name, const std::string& mode,
+                        const std::string& checkpoint_extra = "") {
+  const std::string dir = Dir(name);
+  const std::string config = dir + "/job.pbtxt";
+  std::ofstream(config) << absl::StrReplaceAll(
+      kConfig, {{"@DATA@", ::testing::TempDir() + "/chaos_data"}, {"@MODE@", mode},
+                {"@CKPT@", Dir(name + "/ckpt")}, {"keep: 2", "keep: 2 " + checkpoint_extra}});
+  return config;
+}
+
 struct Outcome {
   uint64_t checksum = 0;
   double auc = 0;
@@ -69,10 +79,7 @@ struct Outcome {
 Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
   const std::string dir = Dir(name);
   const std::string ckpt = Dir(name + "/ckpt");
-  const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << absl::StrReplaceAll(
-      kConfig, {{"@DATA@", ::testing::TempDir() + "/chaos_data"}, {"@MODE@", mode},
-                {"@CKPT@", ckpt}});
+  const std::string config = WriteConfig(name, mode);
   std::mt19937 rng(std::hash<std::string>()(name));
   Outcome out;
   bool resume = false;
@@ -120,16 +127,6 @@ bool WaitMidJob(LocalCluster& cluster, const std::string& ckpt, std::mt19937& rn
   }
   absl::SleepFor(absl::Milliseconds(300 + rng() % 600));
   return !cluster.scheduler().Wait(absl::ZeroDuration()).ok();
-}
-
-std::string WriteConfig(const std::string& name, const std::string& mode,
-                        const std::string& checkpoint_extra = "") {
-  const std::string dir = Dir(name);
-  const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << absl::StrReplaceAll(
-      kConfig, {{"@DATA@", ::testing::TempDir() + "/chaos_data"}, {"@MODE@", mode},
-                {"@CKPT@", Dir(name + "/ckpt")}, {"keep: 2", "keep: 2 " + checkpoint_extra}});
-  return config;
 }
 
 class RecoveryTest : public ::testing::Test {
