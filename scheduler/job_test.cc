@@ -228,5 +228,73 @@ TEST(JobCheckpointTest, ResumeRestoresServersBeforeWorkersGetTheMap) {
   EXPECT_EQ(restores.load(), 1);  // The map came only after the restore.
 }
 
+RegisterRequest Rejoining(const JobConfig& c, Role role, uint32_t index, uint64_t clock,
+                          uint64_t map_version) {
+  RegisterRequest r;
+  r.set_config_fingerprint(ConfigFingerprint(c));
+  r.set_role(role);
+  if (role == SERVER) r.set_address("127.0.0.1:1");
+  r.set_requested_index(index);
+  r.mutable_rejoin()->set_clock(clock);
+  r.mutable_rejoin()->set_position("p" + std::to_string(clock));
+  r.mutable_rejoin()->set_map_version(map_version);
+  return r;
+}
+
+TEST(JobRecoverTest, RejoinIsRefusedWithoutRecoverModeOrAnIndex) {
+  const JobConfig c = Config(0);
+  JobCoordinator normal(c, nullptr);
+  RegisterResponse resp;
+  absl::Status st = normal.Register(Rejoining(c, WORKER, 0, 5, 1), &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("--recover"), std::string::npos) << st;
+
+  JobCoordinator recovering(c, nullptr);
+  recovering.SetRecover(0);
+  RegisterRequest no_index = Rejoining(c, WORKER, 0, 5, 1);
+  no_index.clear_requested_index();
+  st = recovering.Register(no_index, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("requested_index"), std::string::npos) << st;
+}
+
+// A restarted scheduler learns the job from the processes that rejoin: it
+// asks unknown heartbeaters to rejoin, refuses clock calls (UNAVAILABLE,
+// retried) until they have, takes their clocks, and builds a map newer than
+// any version they hold.
+TEST(JobRecoverTest, LiveProcessesRejoinWithTheirClocksAndMapVersions) {
+  const JobConfig c = Config(0);
+  JobCoordinator job(c, nullptr);
+  job.SetRecover(0);
+  job.Start();
+  HeartbeatRequest hb;
+  hb.set_role(WORKER);
+  hb.set_index(1);
+  HeartbeatResponse hr;
+  ASSERT_TRUE(job.Heartbeat(hb, &hr).ok());
+  EXPECT_TRUE(hr.rejoin());
+  WaitClockRequest w;
+  w.set_rank(1);
+  w.set_step(8);
+  WaitClockResponse wr;
+  EXPECT_EQ(job.WaitClock(w, &wr).code(), absl::StatusCode::kUnavailable);
+
+  RegisterResponse resp;
+  ASSERT_TRUE(job.Register(Rejoining(c, SERVER, 0, 0, 3), &resp).ok());
+  ASSERT_TRUE(job.Register(Rejoining(c, WORKER, 0, 7, 3), &resp).ok());
+  ASSERT_TRUE(job.Register(Rejoining(c, WORKER, 1, 8, 4), &resp).ok());
+  EXPECT_EQ(job.clock().Clocks(), (std::vector<uint64_t>{7, 8}));
+  ASSERT_TRUE(job.Map().has_value());
+  EXPECT_GT(job.Map()->version(), 4u);
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  EXPECT_EQ(status.state(), "running");
+  w.set_timeout_ms(5000);
+  EXPECT_TRUE(job.WaitClock(w, &wr).ok());  // ASP: rank 1 goes on at step 8.
+  HeartbeatResponse known;
+  ASSERT_TRUE(job.Heartbeat(hb, &known).ok());
+  EXPECT_FALSE(known.rejoin());
+}
+
 }  // namespace
 }  // namespace shardps
