@@ -148,6 +148,10 @@ uint64_t ParameterServerCore::applied_clock() const {
   return applied_clock_;
 }
 
+bool ParameterServerCore::PullMayWait(const PullRequest& request) const {
+  return bsp_ && request.clock() > 0 && applied_clock() < request.clock();
+}
+
 absl::Status ParameterServerCore::CheckMapVersion(
     uint64_t version, const PartitionMap& map) const {
   if (version == map.version()) return absl::OkStatus();

@@ -122,6 +122,10 @@ class ParameterServerCore {
   // config's server_deadline_ms).
   absl::Status Pull(const PullRequest& request, absl::Time deadline,
                     PullResponse* response);
+  // Whether Pull(request) may block waiting for its BSP clock (callers that
+  // must not block, like gRPC's callback threads, run such pulls elsewhere).
+  // False is final: applied clocks only grow.
+  bool PullMayWait(const PullRequest& request) const;
   absl::Status Push(const PushRequest& request, PushResponse* response);
   absl::Status InitRows(const InitRowsRequest& request,
                         InitRowsResponse* response);

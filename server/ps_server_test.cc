@@ -11,12 +11,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/codec.h"
+#include "absl/strings/str_replace.h"
 #include "common/partition.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -65,10 +67,10 @@ std::string Runfile(const std::string& path) {
 // The ps_server process, started on 127.0.0.1:0; SIGTERM on destruction.
 class ServerProcess {
  public:
-  ServerProcess() {
+  explicit ServerProcess(const std::string& config_text = kConfig) {
     const std::string dir = std::getenv("TEST_TMPDIR");
     const std::string config = dir + "/job.pbtxt";
-    std::ofstream(config) << kConfig;
+    std::ofstream(config) << config_text;
     int out[2];
     EXPECT_EQ(pipe(out), 0);
     posix_spawn_file_actions_t actions;
@@ -306,6 +308,69 @@ TEST_F(PsServerTest, EveryBadRequestGetsItsStatusAndChangesNothing) {
 }
 
 TEST_F(PsServerTest, ExitsCleanlyOnSigterm) { EXPECT_EQ(server_.Stop(), 0); }
+
+// BSP through the real server: a pull for clock 1 waits (on a thread of its
+// own, not gRPC's) until both ranks pushed clock 0, then sees the rank-ordered
+// mean; a pull whose clock never closes ends at its deadline; a waiting pull
+// is answered when the server is stopped, and the server exits cleanly.
+TEST(PsServerBspTest, WaitingPullsAreAnsweredOnCloseDeadlineAndShutdown) {
+  ServerProcess server(absl::StrReplaceAll(
+      kConfig, {{"num_workers: 1", "num_workers: 2"}, {"mode: ASP", "mode: BSP"}}));
+  ASSERT_FALSE(server.address().empty()) << "ps_server did not start";
+  auto stub = ParameterServer::NewStub(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  auto pull_async = [&stub](uint64_t clock, int deadline_ms) {
+    return std::async(std::launch::async, [&stub, clock, deadline_ms] {
+      PullRequest r;
+      r.set_map_version(1);
+      r.set_purpose(TRAIN);
+      r.set_clock(clock);
+      TableKeys* tk = r.add_tables();
+      tk->set_table_id(1);
+      tk->add_keys(7);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(deadline_ms));
+      PullResponse resp;
+      const grpc::Status st = stub->Pull(&ctx, r, &resp);
+      return std::make_pair(st, resp);
+    });
+  };
+  auto push = [&stub](uint32_t rank, float g) {
+    PushRequest p = MakePush(1, {7}, {g, g, g, g});
+    p.set_worker_rank(rank);
+    p.set_clock(0);
+    PushResponse resp;
+    grpc::ClientContext ctx;
+    return stub->Push(&ctx, p, &resp);
+  };
+
+  auto waiting = pull_async(1, 20000);
+  EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "a BSP pull for clock 1 was answered before clock 0 closed";
+  ASSERT_TRUE(push(0, 1.0f).ok());
+  EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "clock 0 closed with one of two ranks";
+  ASSERT_TRUE(push(1, 3.0f).ok());
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto [st, resp] = waiting.get();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  // SGD lr 0.5 on the mean gradient 2: 0 - 0.5 * 2 = -1.
+  EXPECT_EQ(resp.tables(0).values(), Fp32({-1, -1, -1, -1}));
+
+  // Clock 1 never closes: the pull ends at its deadline.
+  auto [late, unused] = pull_async(2, 500).get();
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << late.error_message();
+
+  // A pull waiting when the server is stopped is answered, and the server
+  // exits cleanly.
+  auto at_stop = pull_async(2, 60000);
+  EXPECT_EQ(at_stop.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  EXPECT_EQ(server.Stop(), 0);
+  ASSERT_EQ(at_stop.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "a waiting pull was not answered at shutdown";
+  EXPECT_FALSE(at_stop.get().first.ok());
+}
 
 }  // namespace
 }  // namespace shardps

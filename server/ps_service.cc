@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "absl/time/time.h"
 #include "common/metrics.h"
@@ -58,24 +59,37 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-grpc::Status PsService::Pull(grpc::ServerContext* context,
-                             const PullRequest* request,
-                             PullResponse* response) {
+grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
+                                          const PullRequest* request,
+                                          PullResponse* response) {
   const auto start = std::chrono::steady_clock::now();
-  grpc::Status st = ToGrpcStatus(
-      core_->Pull(*request, absl::FromChrono(context->deadline()), response));
-  Metrics().pull.Record(start, st, st.ok() ? response->ByteSizeLong() : 0);
-  return st;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto serve = [this, context, request, response, reactor, start] {
+    grpc::Status st = ToGrpcStatus(
+        core_->Pull(*request, absl::FromChrono(context->deadline()), response));
+    Metrics().pull.Record(start, st, st.ok() ? response->ByteSizeLong() : 0);
+    reactor->Finish(st);
+  };
+  if (core_->PullMayWait(*request)) {
+    // The call (context, request, response) lives until Finish; the core
+    // wakes the wait at its deadline or on Shutdown.
+    std::thread(std::move(serve)).detach();
+  } else {
+    serve();
+  }
+  return reactor;
 }
 
-grpc::Status PsService::Push(grpc::ServerContext* context,
-                             const PushRequest* request,
-                             PushResponse* response) {
+grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
+                                          const PushRequest* request,
+                                          PushResponse* response) {
   const auto start = std::chrono::steady_clock::now();
   grpc::Status st = ToGrpcStatus(core_->Push(*request, response));
   Metrics().push.Record(start, st, request->ByteSizeLong());
   if (st.ok()) Metrics().rows_applied.Increment(static_cast<double>(response->rows_applied()));
-  return st;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(st);
+  return reactor;
 }
 
 grpc::Status PsService::InitRows(grpc::ServerContext* context,

@@ -3,7 +3,11 @@
 // the absl::Status to a grpc::Status once (ToGrpcStatus). The request's
 // deadline bounds a BSP pull's wait.
 //
-// Checkpoint and Restore answer UNIMPLEMENTED (not built yet).
+// Pull and Push, the data path, use gRPC's callback API: they run on the
+// thread that read the request, with no hand-off to a synchronous-server
+// thread. A BSP pull that has to wait for its clock would block that thread,
+// so it waits on a thread of its own instead. The control RPCs stay
+// synchronous.
 //
 // Thread-safety: thread-safe (the core is). The core must outlive the
 // service.
@@ -20,16 +24,21 @@ namespace shardps {
 // The one place an absl::Status becomes a grpc::Status (same code, message).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-class PsService final : public ParameterServer::Service {
+using PsServiceBase = ParameterServer::WithCallbackMethod_Pull<
+    ParameterServer::WithCallbackMethod_Push<ParameterServer::Service>>;
+
+class PsService final : public PsServiceBase {
  public:
   explicit PsService(ParameterServerCore* core) : core_(core) {}
   PsService(const PsService&) = delete;
   PsService& operator=(const PsService&) = delete;
 
-  grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request,
-                    PullResponse* response) override;
-  grpc::Status Push(grpc::ServerContext* context, const PushRequest* request,
-                    PushResponse* response) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
+                                 const PullRequest* request,
+                                 PullResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const PushRequest* request,
+                                 PushResponse* response) override;
   grpc::Status InitRows(grpc::ServerContext* context,
                         const InitRowsRequest* request,
                         InitRowsResponse* response) override;
