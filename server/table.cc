@@ -11,13 +11,13 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "common/partition.h"
+#include "server/row_index.h"
 
 namespace shardps {
 namespace {
 
 constexpr size_t kMetaFloats = 3;  // last clock (2 words), last seconds.
 constexpr size_t kBlockBytes = 64 << 10;
-constexpr size_t kAhead = 4;  // Prefetch distance, in rows.
 
 bool AllFinite(const float* v, size_t n) {
   for (size_t i = 0; i < n; ++i) {
@@ -73,18 +73,9 @@ class Table::BlockArena {
   uint64_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// In the 4 bytes a uint64 -> uint32 map entry would spend on padding.
-struct Table::Entry {
-  uint32_t slot;
-  uint32_t generation;  // Of the row's last change.
-};
-
 struct Table::Shard {
-  static_assert(sizeof(std::pair<const uint64_t, Entry>) ==
-                    sizeof(std::pair<const uint64_t, uint32_t>),
-                "the generation must fit in the entry's padding");
   mutable Mutex mu;
-  absl::flat_hash_map<uint64_t, Entry> index ABSL_GUARDED_BY(mu);
+  RowIndex index ABSL_GUARDED_BY(mu);  // Key -> slot, generation.
   absl::flat_hash_map<uint64_t, Pending> pending ABSL_GUARDED_BY(mu);
   std::vector<float*> blocks ABSL_GUARDED_BY(mu);  // Owned by the arena.
   std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
@@ -135,8 +126,12 @@ Table::Table(const TableConfig& config, uint32_t dim,
 
 Table::~Table() = default;
 
+uint32_t Table::ShardIndex(uint64_t key) const {
+  return (MixKey(config_.id(), key) >> 32) & (kNumShards - 1);
+}
+
 Table::Shard& Table::ShardOf(uint64_t key) const {
-  return shards_[(MixKey(config_.id(), key) >> 32) & (kNumShards - 1)];
+  return shards_[ShardIndex(key)];
 }
 
 uint32_t Table::NowSeconds() const {
@@ -158,21 +153,48 @@ float* Table::RowAt(const Shard& shard, uint32_t slot) const
          (slot & ((1u << rows_per_block_log2_) - 1)) * stride_;
 }
 
-void Table::Prefetch(const uint64_t* keys, size_t n, size_t i) const {
-  if (i + 2 * kAhead < n) {
-    const Shard& shard = ShardOf(keys[i + 2 * kAhead]);
-    MutexLock lock(&shard.mu);
-    shard.index.prefetch(keys[i + 2 * kAhead]);
+// A batch's keys grouped by stripe (a stable counting sort of their
+// indices), so that each stripe's lock is taken once per batch and the
+// stripe's hash slots and rows can be prefetched together. Per thread, so
+// the hot path allocates only when a batch is larger than any before.
+struct Table::Batch {
+  std::vector<uint8_t> shard_of;  // Of keys[i].
+  std::vector<uint32_t> order;    // Key indices, stripe by stripe.
+  std::vector<float*> rows;       // Row of keys[order[j]] (nullptr: none).
+  uint32_t start[kNumShards + 1];  // Stripe s: order[start[s], start[s+1]).
+};
+
+Table::Batch& Table::GroupByShard(const uint64_t* keys, size_t n) const {
+  static_assert(kNumShards <= 256, "shard_of holds a byte");
+  thread_local Batch batch;
+  Batch& b = batch;
+  if (b.order.size() < n) {
+    b.shard_of.resize(n);
+    b.order.resize(n);
+    b.rows.resize(n);
   }
-  if (i + kAhead < n) {
-    const Shard& shard = ShardOf(keys[i + kAhead]);
-    MutexLock lock(&shard.mu);
-    auto it = shard.index.find(keys[i + kAhead]);
-    if (it != shard.index.end()) {
-      const char* row = reinterpret_cast<const char*>(RowAt(shard, it->second.slot));
-      for (size_t b = 0; b < stride_ * sizeof(float); b += 64) {
-        __builtin_prefetch(row + b, 1);
-      }
+  uint32_t count[kNumShards] = {};
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t s = ShardIndex(keys[i]);
+    b.shard_of[i] = static_cast<uint8_t>(s);
+    ++count[s];
+  }
+  b.start[0] = 0;
+  for (int s = 0; s < kNumShards; ++s) b.start[s + 1] = b.start[s] + count[s];
+  uint32_t next[kNumShards];
+  std::memcpy(next, b.start, sizeof next);
+  for (size_t i = 0; i < n; ++i) b.order[next[b.shard_of[i]]++] = static_cast<uint32_t>(i);
+  return b;
+}
+
+void Table::PrefetchRow(const float* row, bool write) const {
+  const char* p = reinterpret_cast<const char*>(row);
+  const size_t bytes = (dim_ + (write ? state_size_ : 0)) * sizeof(float);
+  for (size_t off = 0; off < bytes; off += 64) {
+    if (write) {
+      __builtin_prefetch(p + off, 1);
+    } else {
+      __builtin_prefetch(p + off, 0);
     }
   }
 }
@@ -190,7 +212,7 @@ float* Table::NewRow(Shard& shard, uint64_t key, const float* values)
           (stride_ << rows_per_block_log2_) * sizeof(float)));
     }
   }
-  shard.index.emplace(key, Entry{slot, CurrentGeneration()});
+  shard.index.Insert(key, slot, CurrentGeneration());
   float* row = RowAt(shard, slot);
   if (values != nullptr) {
     std::memcpy(row, values, dim_ * sizeof(float));
@@ -204,12 +226,11 @@ float* Table::NewRow(Shard& shard, uint64_t key, const float* values)
 
 float* Table::TouchRow(Shard& shard, uint64_t key, bool push,
                        uint32_t now_seconds) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  auto it = shard.index.find(key);
-  if (it != shard.index.end()) {
-    float* row = RowAt(shard, it->second.slot);
+  if (RowIndex::Bucket* entry = shard.index.Find(key)) {
+    float* row = RowAt(shard, entry->slot);
     Stamp(row, now_seconds);
     // A push updates the row; with eviction on, a pull changes its stamp.
-    if (push || eviction_) it->second.generation = CurrentGeneration();
+    if (push || eviction_) entry->generation = CurrentGeneration();
     return row;
   }
   if (initializer_.kind() == InitializerConfig::MODEL && !push) {
@@ -227,27 +248,43 @@ float* Table::TouchRow(Shard& shard, uint64_t key, bool push,
   return row;
 }
 
+// Pull and Push visit the batch stripe by stripe: under the stripe's lock,
+// prefetch the hash slots of all its keys, look them up (the misses overlap)
+// and prefetch their rows, then copy or update the rows. Keys of one stripe
+// keep their batch order, so admission counts of repeated pull keys are
+// those of a key-by-key pass.
 void Table::Pull(const uint64_t* keys, size_t n, bool train, float* out) {
   pulls_.fetch_add(1, std::memory_order_relaxed);
   const uint32_t now_seconds = train ? NowSeconds() : 0;
-  for (size_t i = 0; i < n; ++i) {
-    Prefetch(keys, n, i);
-    float* dst = out + i * dim_;
-    Shard& shard = ShardOf(keys[i]);
+  Batch& b = GroupByShard(keys, n);
+  for (int s = 0; s < kNumShards; ++s) {
+    const uint32_t begin = b.start[s], end = b.start[s + 1];
+    if (begin == end) continue;
+    Shard& shard = shards_[s];
     MutexLock lock(&shard.mu);
-    const float* row = nullptr;
-    if (train) {
-      row = TouchRow(shard, keys[i], /*push=*/false, now_seconds);
-    } else {
-      auto it = shard.index.find(keys[i]);
-      if (it != shard.index.end()) {
-        row = RowAt(shard, it->second.slot);
-      }
+    for (uint32_t j = begin; j < end; ++j) {
+      shard.index.Prefetch(keys[b.order[j]]);
     }
-    if (row != nullptr) {
-      std::memcpy(dst, row, dim_ * sizeof(float));
-    } else {
-      initializer_.Fill(keys[i], dst);
+    for (uint32_t j = begin; j < end; ++j) {
+      const uint64_t key = keys[b.order[j]];
+      float* row = nullptr;
+      if (train) {
+        row = TouchRow(shard, key, /*push=*/false, now_seconds);
+      } else {
+        const RowIndex::Bucket* entry = shard.index.Find(key);
+        if (entry != nullptr) row = RowAt(shard, entry->slot);
+      }
+      if (row != nullptr) PrefetchRow(row, /*write=*/false);
+      b.rows[j] = row;
+    }
+    for (uint32_t j = begin; j < end; ++j) {
+      const uint32_t i = b.order[j];
+      float* dst = out + size_t{i} * dim_;
+      if (b.rows[j] != nullptr) {
+        std::memcpy(dst, b.rows[j], dim_ * sizeof(float));
+      } else {
+        initializer_.Fill(keys[i], dst);
+      }
     }
   }
 }
@@ -257,23 +294,36 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
   pushes_.fetch_add(1, std::memory_order_relaxed);
   PushCounts counts;
   const uint32_t now_seconds = NowSeconds();
-  for (size_t i = 0; i < n; ++i) {
-    const float* grad = grads + i * dim_;
-    if (!AllFinite(grad, dim_)) {  // Only reached under SKIP_AND_COUNT.
-      ++counts.skipped_nonfinite;
-      continue;
-    }
-    Prefetch(keys, n, i);
-    Shard& shard = ShardOf(keys[i]);
+  Batch& b = GroupByShard(keys, n);
+  for (int s = 0; s < kNumShards; ++s) {
+    const uint32_t begin = b.start[s], end = b.start[s + 1];
+    if (begin == end) continue;
+    Shard& shard = shards_[s];
     MutexLock lock(&shard.mu);
-    float* row = TouchRow(shard, keys[i], /*push=*/true,
-                          now_seconds);
-    if (row == nullptr) {
-      ++counts.pending;
-      continue;
+    for (uint32_t j = begin; j < end; ++j) {
+      shard.index.Prefetch(keys[b.order[j]]);
     }
-    optimizer_->Update(row, row + dim_, grad, lr_scale);
-    ++counts.applied;
+    for (uint32_t j = begin; j < end; ++j) {
+      const uint32_t i = b.order[j];
+      b.rows[j] = nullptr;
+      if (!AllFinite(grads + size_t{i} * dim_, dim_)) {
+        ++counts.skipped_nonfinite;  // Only reached under SKIP_AND_COUNT.
+        continue;
+      }
+      float* row = TouchRow(shard, keys[i], /*push=*/true, now_seconds);
+      if (row == nullptr) {
+        ++counts.pending;
+        continue;
+      }
+      PrefetchRow(row, /*write=*/true);
+      b.rows[j] = row;
+    }
+    for (uint32_t j = begin; j < end; ++j) {
+      float* row = b.rows[j];
+      if (row == nullptr) continue;
+      optimizer_->Update(row, row + dim_, grads + size_t{b.order[j]} * dim_, lr_scale);
+      ++counts.applied;
+    }
   }
   skipped_nonfinite_.fetch_add(counts.skipped_nonfinite,
                                std::memory_order_relaxed);
@@ -286,7 +336,7 @@ uint64_t Table::InitRows(const uint64_t* keys, size_t n, const float* values) {
   for (size_t i = 0; i < n; ++i) {
     Shard& shard = ShardOf(keys[i]);
     MutexLock lock(&shard.mu);
-    if (shard.index.contains(keys[i])) continue;
+    if (shard.index.Contains(keys[i])) continue;
     shard.pending.erase(keys[i]);
     Stamp(NewRow(shard, keys[i], values + i * dim_), now_seconds);
     ++written;
@@ -315,23 +365,22 @@ uint64_t Table::Evict(uint64_t now_clock, int64_t now_seconds) {
   for (int s = 0; s < kNumShards; ++s) {
     Shard& shard = shards_[s];
     MutexLock lock(&shard.mu);
-    for (auto it = shard.index.begin(); it != shard.index.end();) {
-      const uint32_t slot = it->second.slot;
-      const float* meta = RowAt(shard, slot) + dim_ + state_size_;
+    std::vector<uint64_t> drop;
+    shard.index.ForEach([&](const RowIndex::Bucket& entry) {
+      const float* meta = RowAt(shard, entry.slot) + dim_ + state_size_;
       uint64_t last_clock;
       uint32_t last_seconds;
       std::memcpy(&last_clock, meta, sizeof last_clock);
       std::memcpy(&last_seconds, meta + 2, sizeof last_seconds);
-      if (expired(last_clock, last_seconds)) {
-        shard.deleted.emplace_back(it->first,
-                                   generation_.load(std::memory_order_relaxed));
-        shard.free_slots.push_back(slot);
-        shard.index.erase(it++);
-        ++dropped;
-      } else {
-        ++it;
-      }
+      if (expired(last_clock, last_seconds)) drop.push_back(entry.key);
+    });
+    const uint32_t generation = generation_.load(std::memory_order_relaxed);
+    for (uint64_t key : drop) {
+      shard.deleted.emplace_back(key, generation);
+      shard.free_slots.push_back(shard.index.Find(key)->slot);
+      shard.index.Erase(key);
     }
+    dropped += drop.size();
     for (auto it = shard.pending.begin(); it != shard.pending.end();) {
       if (expired(it->second.last_clock, it->second.last_seconds)) {
         shard.pending.erase(it++);
@@ -350,9 +399,9 @@ void Table::ForEachRow(
   for (int s = 0; s < kNumShards; ++s) {
     const Shard& shard = shards_[s];
     MutexLock lock(&shard.mu);
-    for (const auto& [key, entry] : shard.index) {
-      visit(key, RowAt(shard, entry.slot));
-    }
+    shard.index.ForEach([&](const RowIndex::Bucket& entry) {
+      visit(entry.key, RowAt(shard, entry.slot));
+    });
   }
 }
 
@@ -360,11 +409,10 @@ void Table::RestoreRow(uint64_t key, const float* payload) {
   Shard& shard = ShardOf(key);
   MutexLock lock(&shard.mu);
   shard.pending.erase(key);
-  auto it = shard.index.find(key);
   float* row;
-  if (it != shard.index.end()) {
-    row = RowAt(shard, it->second.slot);
-    it->second.generation = CurrentGeneration();
+  if (RowIndex::Bucket* entry = shard.index.Find(key)) {
+    row = RowAt(shard, entry->slot);
+    entry->generation = CurrentGeneration();
   } else {
     row = NewRow(shard, key, payload);
   }
@@ -375,10 +423,10 @@ void Table::Clear() {
   for (int s = 0; s < kNumShards; ++s) {
     Shard& shard = shards_[s];
     MutexLock lock(&shard.mu);
-    for (const auto& [key, entry] : shard.index) {
+    shard.index.ForEach([&](const RowIndex::Bucket& entry) {
       shard.free_slots.push_back(entry.slot);
-    }
-    shard.index.clear();
+    });
+    shard.index.Clear();
     shard.pending.clear();
     shard.deleted.clear();
     shard.deleted.shrink_to_fit();
@@ -400,13 +448,13 @@ void Table::ForEachChangedRow(
     seen.clear();
     for (const auto& [key, gen] : shard.deleted) {
       // A key evicted and created again is written as a row instead.
-      if (gen > since && !shard.index.contains(key) && seen.insert(key).second) {
+      if (gen > since && !shard.index.Contains(key) && seen.insert(key).second) {
         deleted(key);
       }
     }
-    for (const auto& [key, entry] : shard.index) {
-      if (entry.generation > since) visit(key, RowAt(shard, entry.slot));
-    }
+    shard.index.ForEach([&](const RowIndex::Bucket& entry) {
+      if (entry.generation > since) visit(entry.key, RowAt(shard, entry.slot));
+    });
   }
 }
 
@@ -427,10 +475,10 @@ bool Table::DeleteRow(uint64_t key) {
   Shard& shard = ShardOf(key);
   MutexLock lock(&shard.mu);
   shard.pending.erase(key);
-  auto it = shard.index.find(key);
-  if (it == shard.index.end()) return false;
-  shard.free_slots.push_back(it->second.slot);
-  shard.index.erase(it);
+  const RowIndex::Bucket* entry = shard.index.Find(key);
+  if (entry == nullptr) return false;
+  shard.free_slots.push_back(entry->slot);
+  shard.index.Erase(key);
   return true;
 }
 
@@ -451,7 +499,7 @@ TableCounters Table::Counters() const {
     MutexLock lock(&shard.mu);
     c.live_rows += shard.index.size();
     c.pending_rows += shard.pending.size();
-    c.bytes += shard.index.capacity() * (sizeof(std::pair<uint64_t, Entry>) + 1);
+    c.bytes += shard.index.MemoryBytes();
     c.bytes += shard.pending.capacity() * (sizeof(std::pair<uint64_t, Pending>) + 1);
     c.bytes += shard.free_slots.capacity() * sizeof(uint32_t);
     c.bytes += shard.deleted.capacity() * sizeof(shard.deleted[0]);
@@ -473,7 +521,7 @@ void Table::InitialRow(uint64_t key, float* out) const {
 bool Table::Contains(uint64_t key) const {
   const Shard& shard = ShardOf(key);
   MutexLock lock(&shard.mu);
-  return shard.index.contains(key);
+  return shard.index.Contains(key);
 }
 
 }  // namespace shardps

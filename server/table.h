@@ -4,12 +4,17 @@
 // Layout. Keys are spread over kNumShards stripes by bits 32..39 of
 // MixKey(table id, key) (the partitioner uses the top bits, so a server that
 // owns a contiguous range of partitions still uses every stripe). Each stripe
-// holds an absl::flat_hash_map key -> slot and a slab of fixed-size blocks;
-// a slot is one row: `dim` weights, the optimizer's state, and (only when
+// holds a RowIndex (server/row_index.h: key -> slot, one 16-byte bucket a
+// key) and a slab of fixed-size blocks; a slot is one row: `dim` weights, the optimizer's state, and (only when
 // eviction is on) the row's last-touch clock and time. No per-row heap
 // allocation; freed slots are reused. Blocks are carved from 2 MiB chunks
 // advised as transparent huge pages (random row access is otherwise bound by
 // TLB misses).
+//
+// Batches. Pull and Push group a batch's keys by stripe, take each stripe's
+// lock once, prefetch the index buckets of all its keys, look them up and
+// prefetch their rows, then copy or update the rows: the cache misses of a
+// stripe's keys overlap instead of following each other.
 //
 // Semantics.
 //  - Sparse tables: a training pull or a push of a missing key creates the
@@ -30,17 +35,17 @@
 //    later touch recreates the row at its initial value.
 //  - Each row update and each row read happens under the row's stripe lock,
 //    so it is atomic with respect to other pushes and pulls of that row.
-//  - Change tracking (delta checkpoints): each row's hash-map entry carries,
-//    next to its slot number (in what was alignment padding, so no memory
-//    is added), a 32-bit *generation*: the table's generation when the row
+//  - Change tracking (delta checkpoints): each row's index bucket carries,
+//    next to its slot number (in what would be padding, so no memory is
+//    added), a 32-bit *generation*: the table's generation when the row
 //    last changed; it is not part of the payload. Changes are a push applied
 //    to the row, the row's creation (pull, push, InitRows, RestoreRow) and,
 //    with eviction on, a training touch (it rewrites the payload's
 //    last-touch stamp). Rows dropped by Evict() are logged (per stripe) as
 //    deletions with the generation. The hot path pays one relaxed atomic
-//    load and one 4-byte store into the map entry it has just found, under
+//    load and one 4-byte store into the bucket it has just found, under
 //    the stripe lock it holds anyway; no allocation. A delta scan reads only
-//    the map entries, and the rows that changed.
+//    the buckets, and the rows that changed.
 //
 // The Table does not validate: its caller (TableStore) has checked that push
 // keys are unique, dense keys in range, and gradients finite unless the table
@@ -187,13 +192,13 @@ class Table {
     uint32_t last_seconds = 0;
     uint64_t last_clock = 0;
   };
-  struct Entry;  // A row's hash-map value: slot and change generation.
   struct Shard;
   class BlockArena;
 
   Table(const TableConfig& config, uint32_t dim,
         std::unique_ptr<Optimizer> optimizer);
 
+  uint32_t ShardIndex(uint64_t key) const;
   Shard& ShardOf(uint64_t key) const;
   // The row of `key` for a training touch, creating it if admitted; nullptr
   // if the key is (still) pending. Counts admission. `push`: the caller
@@ -204,10 +209,12 @@ class Table {
   uint32_t CurrentGeneration() const {
     return generation_.load(std::memory_order_relaxed);
   }
-  // Software pipeline over a batch: the hash slot of keys[i + 2 * kAhead]
-  // and the row of keys[i + kAhead] are prefetched while row i is updated
-  // (random rows of a large table are cache misses otherwise).
-  void Prefetch(const uint64_t* keys, size_t n, size_t i) const;
+  // The calling thread's scratch for a batch of `n` keys, grouped by stripe
+  // (valid until the thread's next call).
+  struct Batch;
+  Batch& GroupByShard(const uint64_t* keys, size_t n) const;
+  // Issues prefetches for a row's weights (and, to `write` it, its state).
+  void PrefetchRow(const float* row, bool write) const;
   float* RowAt(const Shard& shard, uint32_t slot) const;
   uint32_t NowSeconds() const;
 
