@@ -8,6 +8,7 @@
 // Figures only: nothing here passes or fails on time.
 //
 //   bazel run -c opt //bench:server_rpc_bench -- [--steps=3000] [--reps=3]
+//       [--ps_server_before=/path/to/old/ps_server]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -45,6 +47,9 @@ ABSL_FLAG(int, warmup, 200, "Untimed steps first.");
 ABSL_FLAG(int, reps, 3, "Runs per case (median reported).");
 ABSL_FLAG(uint64_t, seed, 1, "Client's Zipf seed.");
 ABSL_FLAG(std::string, ps_server, "server/ps_server", "ps_server binary.");
+ABSL_FLAG(std::string, ps_server_before, "",
+          "Optional second ps_server binary, run in the same reps; its rates "
+          "and after/before ratios are printed too.");
 
 namespace shardps {
 namespace {
@@ -315,7 +320,9 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-double GrpcCase(int dim, const std::string& encoding, int clients) {
+// One run of `clients` clients against a fresh `ps_server` (rows/s).
+double GrpcRun(const std::string& ps_server, int dim, const std::string& encoding,
+               int clients) {
   const std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   const std::string config = absl::StrCat(tmp, "/server_rpc_bench_", getpid(), ".pbtxt");
   std::ofstream(config) << "name: \"w\"\n"
@@ -325,60 +332,92 @@ double GrpcCase(int dim, const std::string& encoding, int clients) {
       << "cluster { num_servers: 1 num_workers: " << clients
       << " num_partitions: 4096 mode: ASP }\n"
       << "data { synthetic_dir: \"unused\" }\n";
-  std::vector<double> rates;
-  for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
-    Child server = Spawn({absl::GetFlag(FLAGS_ps_server), "--config=" + config});
-    const std::string address = ReadLine(server, "PS_SERVER_LISTENING ");
-    if (address.empty()) {
-      std::fprintf(stderr, "ps_server did not start\n");
-      return 0;
-    }
-    rates.push_back(RunClients("client", address, clients, dim, encoding));
-    Finish(server, true);
+  Child server = Spawn({ps_server, "--config=" + config});
+  const std::string address = ReadLine(server, "PS_SERVER_LISTENING ");
+  if (address.empty()) {
+    std::fprintf(stderr, "%s did not start\n", ps_server.c_str());
+    std::exit(1);
   }
+  const double rate = RunClients("client", address, clients, dim, encoding);
+  Finish(server, true);
   std::remove(config.c_str());
-  return Median(rates);
+  return rate;
 }
 
-double TcpCase(int dim, const std::string& encoding) {
-  std::vector<double> rates;
-  for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
-    Child server = Spawn({SelfPath(), "--role=tcp_server",
-                          absl::StrCat("--dim=", dim), "--encoding=" + encoding});
-    const std::string address = ReadLine(server, "TCP_LISTENING ");
-    rates.push_back(RunClients("tcp_client", address, 1, dim, encoding));
-    Finish(server, false);
-  }
-  return Median(rates);
+double TcpRun(int dim, const std::string& encoding) {
+  Child server = Spawn({SelfPath(), "--role=tcp_server",
+                        absl::StrCat("--dim=", dim), "--encoding=" + encoding});
+  const std::string address = ReadLine(server, "TCP_LISTENING ");
+  const double rate = RunClients("tcp_client", address, 1, dim, encoding);
+  Finish(server, false);
+  return rate;
 }
 
+// This machine's speed drifts by 2x over minutes (a shared VM), so every
+// figure that is a ratio is taken within one rep: a rep runs the raw TCP
+// loop and then each gRPC case of every (dim, encoding), back to back; the
+// printed ratio is the median over reps of the per-rep ratios.
 int RunMain() {
+  const int reps = absl::GetFlag(FLAGS_reps);
+  const std::string after = absl::GetFlag(FLAGS_ps_server);
+  const std::string before = absl::GetFlag(FLAGS_ps_server_before);
   std::printf("workload W: Zipf(1.0) over %llu ids, %d draws/step, %d steps, "
-              "median of %d\n",
+              "median of %d reps%s\n",
               static_cast<unsigned long long>(kIds), kDraws,
-              absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_reps));
+              absl::GetFlag(FLAGS_steps), reps,
+              before.empty() ? "" : "; before = --ps_server_before, same reps");
   struct Case {
     int dim;
     const char* encoding;
   };
-  double fp32_64 = 0;
-  for (const Case& c : {Case{64, "fp32"}, Case{16, "fp32"}, Case{64, "bf16"}}) {
-    const double tcp = TcpCase(c.dim, c.encoding);
-    for (int clients : {1, 2}) {
-      const double rate = GrpcCase(c.dim, c.encoding, clients);
-      if (c.dim == 64 && std::string(c.encoding) == "fp32" && clients == 1) {
-        fp32_64 = rate;
+  const std::vector<Case> cases = {{64, "fp32"}, {16, "fp32"}, {64, "bf16"}};
+  const std::vector<int> client_counts = {1, 2};
+  // [case][clients] per rep.
+  const size_t n = cases.size() * client_counts.size();
+  std::vector<std::vector<double>> rate(n), ratio(n), before_rate(n), speedup(n);
+  std::vector<std::vector<double>> tcp(cases.size());
+  std::vector<double> bf16_fp32;
+  for (int rep = 0; rep < reps; ++rep) {
+    double fp32_64 = 0, bf16_64 = 0;
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const double t = TcpRun(cases[c].dim, cases[c].encoding);
+      tcp[c].push_back(t);
+      for (size_t k = 0; k < client_counts.size(); ++k) {
+        const size_t i = c * client_counts.size() + k;
+        const double r = GrpcRun(after, cases[c].dim, cases[c].encoding, client_counts[k]);
+        rate[i].push_back(r);
+        ratio[i].push_back(r / t);
+        if (!before.empty()) {
+          const double rb = GrpcRun(before, cases[c].dim, cases[c].encoding, client_counts[k]);
+          before_rate[i].push_back(rb);
+          speedup[i].push_back(r / rb);
+        }
+        if (cases[c].dim == 64 && client_counts[k] == 1) {
+          (std::string(cases[c].encoding) == "fp32" ? fp32_64 : bf16_64) = r;
+        }
       }
-      std::printf("dim %2d %s %d client(s): %6.3f M rows/s; raw TCP loop "
-                  "%6.3f M rows/s; ratio %.2f",
-                  c.dim, c.encoding, clients, rate / 1e6, tcp / 1e6, rate / tcp);
-      if (std::string(c.encoding) == "bf16" && fp32_64 > 0 && clients == 1) {
-        std::printf("; bf16/fp32 %.2f", rate / fp32_64);
+    }
+    if (fp32_64 > 0 && bf16_64 > 0) bf16_fp32.push_back(bf16_64 / fp32_64);
+    std::fprintf(stderr, "rep %d of %d done\n", rep + 1, reps);
+  }
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (size_t k = 0; k < client_counts.size(); ++k) {
+      const size_t i = c * client_counts.size() + k;
+      std::printf("dim %2d %s %d client(s): %6.3f M rows/s; raw TCP loop %6.3f M "
+                  "rows/s; ratio %.2f",
+                  cases[c].dim, cases[c].encoding, client_counts[k],
+                  Median(rate[i]) / 1e6, Median(tcp[c]) / 1e6, Median(ratio[i]));
+      if (!before.empty()) {
+        std::printf("; before %6.3f M rows/s, after/before %.2f",
+                    Median(before_rate[i]) / 1e6, Median(speedup[i]));
       }
       std::printf("\n");
-      std::fflush(stdout);
     }
   }
+  if (!bf16_fp32.empty()) {
+    std::printf("bf16/fp32 (dim 64, 1 client): %.2f\n", Median(bf16_fp32));
+  }
+  std::fflush(stdout);
   return 0;
 }
 
