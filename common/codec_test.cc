@@ -109,6 +109,29 @@ TEST(CodecTest, Fp32IsLittleEndianOnTheWire) {
   EXPECT_EQ(static_cast<unsigned char>(wire[3]), 0x3f);
 }
 
+TEST(CodecTest, FirstNonFiniteFindsTheFirstNanOrInfinity) {
+  std::vector<float> v(200);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (i % 2 ? -1.0f : 1.0f) * i * 1e30f;
+  v[7] = std::numeric_limits<float>::max();
+  v[8] = std::numeric_limits<float>::denorm_min();
+  EXPECT_EQ(FirstNonFinite(v.data(), v.size()), v.size());
+  EXPECT_EQ(FirstNonFinite(v.data(), 0), 0u);
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::quiet_NaN()};
+  // Positions at and around the scan's 64-value blocks.
+  for (size_t at : {0, 1, 63, 64, 65, 127, 128, 199}) {
+    for (float b : bad) {
+      std::vector<float> w = v;
+      w[at] = b;
+      if (at + 3 < w.size()) w[at + 3] = b;  // A later one does not matter.
+      EXPECT_EQ(FirstNonFinite(w.data(), w.size()), at) << at << " " << b;
+      EXPECT_EQ(FirstNonFinite(w.data(), at), at);  // Not in range: none.
+    }
+  }
+}
+
 TEST(CodecTest, WrongByteCountIsRejected) {
   float out[3];
   const absl::Status st =

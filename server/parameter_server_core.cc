@@ -81,12 +81,7 @@ absl::Status CheckValueBytes(const Table& table, size_t n, size_t bytes,
   return absl::OkStatus();
 }
 
-bool AllFinite(const float* v, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(v[i])) return false;
-  }
-  return true;
-}
+bool AllFinite(const float* v, size_t n) { return FirstNonFinite(v, n) == n; }
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "common/codec.h"
 #include "common/partition.h"
 #include "server/row_index.h"
 
@@ -19,12 +20,7 @@ namespace {
 constexpr size_t kMetaFloats = 3;  // last clock (2 words), last seconds.
 constexpr size_t kBlockBytes = 64 << 10;
 
-bool AllFinite(const float* v, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(v[i])) return false;
-  }
-  return true;
-}
+bool AllFinite(const float* v, size_t n) { return FirstNonFinite(v, n) == n; }
 
 uint32_t BlockLog2(size_t stride) {
   uint32_t log2 = 0;
@@ -294,6 +290,7 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
   pushes_.fetch_add(1, std::memory_order_relaxed);
   PushCounts counts;
   const uint32_t now_seconds = NowSeconds();
+  const bool skip_nonfinite = config_.non_finite() == SKIP_AND_COUNT;
   Batch& b = GroupByShard(keys, n);
   for (int s = 0; s < kNumShards; ++s) {
     const uint32_t begin = b.start[s], end = b.start[s + 1];
@@ -306,7 +303,7 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
     for (uint32_t j = begin; j < end; ++j) {
       const uint32_t i = b.order[j];
       b.rows[j] = nullptr;
-      if (!AllFinite(grads + size_t{i} * dim_, dim_)) {
+      if (skip_nonfinite && !AllFinite(grads + size_t{i} * dim_, dim_)) {
         ++counts.skipped_nonfinite;  // Only reached under SKIP_AND_COUNT.
         continue;
       }
@@ -328,6 +325,39 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
   skipped_nonfinite_.fetch_add(counts.skipped_nonfinite,
                                std::memory_order_relaxed);
   return counts;
+}
+
+bool Table::FindDuplicateKey(const uint64_t* keys, size_t n, uint64_t* dup) const {
+  // Equal keys share a stripe, so only keys of one stripe are compared:
+  // pairwise while a stripe's group is small (a batch of thousands has
+  // about n / 256 keys a stripe), sorted beyond that.
+  constexpr uint32_t kPairwise = 32;
+  thread_local std::vector<uint64_t> sorted;
+  Batch& b = GroupByShard(keys, n);
+  for (int s = 0; s < kNumShards; ++s) {
+    const uint32_t begin = b.start[s], end = b.start[s + 1];
+    if (end - begin <= kPairwise) {
+      for (uint32_t j = begin; j < end; ++j) {
+        const uint64_t key = keys[b.order[j]];
+        for (uint32_t k = j + 1; k < end; ++k) {
+          if (keys[b.order[k]] == key) {
+            *dup = key;
+            return true;
+          }
+        }
+      }
+      continue;
+    }
+    sorted.clear();
+    for (uint32_t j = begin; j < end; ++j) sorted.push_back(keys[b.order[j]]);
+    std::sort(sorted.begin(), sorted.end());
+    auto it = std::adjacent_find(sorted.begin(), sorted.end());
+    if (it != sorted.end()) {
+      *dup = *it;
+      return true;
+    }
+  }
+  return false;
 }
 
 uint64_t Table::InitRows(const uint64_t* keys, size_t n, const float* values) {

@@ -119,8 +119,13 @@ class Table {
   // and counts admission (see above); otherwise nothing changes.
   void Pull(const uint64_t* keys, size_t n, bool train, float* out);
   // One optimizer step per key with grads[i*dim, (i+1)*dim). Keys unique.
+  // Under SKIP_AND_COUNT, rows with a non-finite gradient are skipped and
+  // counted; under REJECT the caller has checked every gradient.
   PushCounts Push(const uint64_t* keys, size_t n, const float* grads,
                   float lr_scale);
+  // Whether `keys` holds a key twice (the first repeat found goes to *dup).
+  // Uses the batch grouping of Push: no hashing, no allocation once warm.
+  bool FindDuplicateKey(const uint64_t* keys, size_t n, uint64_t* dup) const;
   // Writes rows that do not exist yet (optimizer state fresh); returns how
   // many were written. Existing rows are left alone.
   uint64_t InitRows(const uint64_t* keys, size_t n, const float* values);

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/codec.h"
 #include "common/status_macros.h"
 
 namespace shardps {
@@ -76,27 +76,20 @@ absl::Status TableStore::ValidatePush(const Table& table, const uint64_t* keys,
         absl::StrCat("lr_scale ", lr_scale, " is not finite"));
   }
   RETURN_IF_ERROR(CheckDenseKeys(table, keys, n));
-  // Reused per thread: a push costs no allocation once warm.
-  thread_local absl::flat_hash_set<uint64_t> seen;
-  seen.clear();
-  seen.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (!seen.insert(keys[i]).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table ", table.config().name(), ": duplicate key ",
-                       keys[i], " in one push (push one summed gradient per "
-                       "unique key)"));
-    }
+  uint64_t dup;
+  if (table.FindDuplicateKey(keys, n, &dup)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", table.config().name(), ": duplicate key ", dup,
+                     " in one push (push one summed gradient per unique key)"));
   }
   if (table.config().non_finite() == REJECT) {
     const size_t dim = table.dim();
-    for (size_t i = 0; i < n * dim; ++i) {
-      if (!std::isfinite(grads[i])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table ", table.config().name(), ": non-finite gradient ",
-            grads[i], " for key ", keys[i / dim], " (element ", i % dim,
-            "); the table's policy is REJECT"));
-      }
+    const size_t i = FirstNonFinite(grads, n * dim);
+    if (i < n * dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", table.config().name(), ": non-finite gradient ", grads[i],
+          " for key ", keys[i / dim], " (element ", i % dim,
+          "); the table's policy is REJECT"));
     }
   }
   return absl::OkStatus();

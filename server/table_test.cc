@@ -86,6 +86,26 @@ TEST(TableTest, ConcurrentPushesEndAtTheExactSequentialSum) {
   }
 }
 
+TEST(TableTest, FindDuplicateKeyFindsARepeatAnywhereInTheBatch) {
+  auto table = MakeTable(SgdTable(4, 1.0f));
+  // 100 keys: a few a stripe (compared pairwise); 50000 keys: about 200 a
+  // stripe (sorted).
+  for (size_t n : {size_t{100}, size_t{50000}}) {
+    std::vector<uint64_t> keys(n);
+    for (size_t i = 0; i < n; ++i) keys[i] = i * 0x9e3779b97f4a7c15ULL + 3;
+    uint64_t dup = 0;
+    EXPECT_FALSE(table->FindDuplicateKey(keys.data(), n, &dup)) << n;
+    for (size_t at : {size_t{1}, n / 2, n - 1}) {
+      std::vector<uint64_t> with = keys;
+      with[at] = keys[at / 3];  // Repeats an earlier key.
+      ASSERT_TRUE(table->FindDuplicateKey(with.data(), n, &dup)) << n << " " << at;
+      EXPECT_EQ(dup, keys[at / 3]);
+    }
+  }
+  uint64_t dup = 0;
+  EXPECT_FALSE(table->FindDuplicateKey(nullptr, 0, &dup));
+}
+
 TEST(TableTest, EvalPullNeverInsertsAndReadsTheInitialValue) {
   TableConfig t = SgdTable(4, 0.1f);
   t.mutable_init()->set_kind(InitializerConfig::UNIFORM);
