@@ -64,13 +64,13 @@ inline size_t FirstNonFinite(const float* v, size_t n) {
 uint16_t FloatToHalf(float f);
 float HalfToFloat(uint16_t h);
 
+// Branch-free, so that a loop over it vectorizes (codec.cc).
 inline uint16_t FloatToBf16(float f) {
-  uint32_t x = FloatBits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign and payload, quiet.
-    return static_cast<uint16_t>((x >> 16) | 0x0040u);
-  }
-  x += 0x7fffu + ((x >> 16) & 1u);  // Round to nearest, ties to even.
-  return static_cast<uint16_t>(x >> 16);
+  const uint32_t x = FloatBits(f);
+  // Round to nearest, ties to even (a carry into the exponent is right).
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (x >> 16) | 0x0040u;  // Sign and payload kept.
+  return static_cast<uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 inline float Bf16ToFloat(uint16_t b) { return BitsFloat(uint32_t{b} << 16); }
 
