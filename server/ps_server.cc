@@ -91,8 +91,11 @@ void PsServer::Shutdown() {
     stopping_ = true;
     changed_.SignalAll();
   }
-  core_->Shutdown();  // Waiting BSP pulls return before the server drains.
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Start may have failed before the core or the gRPC server existed.
+  if (core_ != nullptr) core_->Shutdown();  // Waiting BSP pulls return first.
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
   if (evict_thread_.joinable()) evict_thread_.join();
   MutexLock lock(&mu_);
   stopped_ = true;

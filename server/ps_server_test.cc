@@ -1,8 +1,11 @@
 // Starts the real ps_server binary on a free port and talks to it over gRPC:
 // a pull/push round trip, health checking, and every bad request, each
 // checked for its status and for leaving the table unchanged.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,10 +67,11 @@ std::string Runfile(const std::string& path) {
          std::getenv("TEST_WORKSPACE") + "/" + path;
 }
 
-// The ps_server process, started on 127.0.0.1:0; SIGTERM on destruction.
+// The ps_server process, started on `listen`; SIGTERM on destruction.
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::string& config_text = kConfig) {
+  explicit ServerProcess(const std::string& config_text = kConfig,
+                         const std::string& listen = "127.0.0.1:0") {
     const std::string dir = std::getenv("TEST_TMPDIR");
     const std::string config = dir + "/job.pbtxt";
     std::ofstream(config) << config_text;
@@ -80,9 +84,10 @@ class ServerProcess {
     const std::string binary = Runfile("server/ps_server");
     const std::string config_flag = "--config=" + config;
     const std::string port_flag = "--port_file=" + dir + "/port";
+    const std::string listen_flag = "--listen=" + listen;
     std::vector<char*> argv = {const_cast<char*>(binary.c_str()),
                                const_cast<char*>(config_flag.c_str()),
-                               const_cast<char*>("--listen=127.0.0.1:0"),
+                               const_cast<char*>(listen_flag.c_str()),
                                const_cast<char*>(port_flag.c_str()), nullptr};
     EXPECT_EQ(posix_spawn(&pid_, binary.c_str(), &actions, nullptr,
                           argv.data(), environ),
@@ -100,7 +105,9 @@ class ServerProcess {
     }
     stdout_ = f;  // Kept open so the server never writes to a closed pipe.
   }
-  ~ServerProcess() { EXPECT_EQ(Stop(), 0); }
+  ~ServerProcess() {
+    if (pid_ > 0) EXPECT_EQ(Stop(), 0);  // Unless a test stopped it.
+  }
 
   // SIGTERM, then the exit status (0 = clean).
   int Stop() {
@@ -313,6 +320,24 @@ TEST_F(PsServerTest, ExitsCleanlyOnSigterm) { EXPECT_EQ(server_.Stop(), 0); }
 // own, not gRPC's) until both ranks pushed clock 0, then sees the rank-ordered
 // mean; a pull whose clock never closes ends at its deadline; a waiting pull
 // is answered when the server is stopped, and the server exits cleanly.
+TEST(PsServerStartTest, ATakenPortIsAnErrorExitNotACrash) {
+  // Hold a port the way an unrelated process would (no SO_REUSEPORT).
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ServerProcess server(kConfig, "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  EXPECT_EQ(server.address(), "");  // It never listened.
+  // Exit status 1 from main (cannot listen); a crash would be 128 + signal.
+  EXPECT_EQ(server.Stop(), 1);
+  close(fd);
+}
+
 TEST(PsServerBspTest, WaitingPullsAreAnsweredOnCloseDeadlineAndShutdown) {
   ServerProcess server(absl::StrReplaceAll(
       kConfig, {{"num_workers: 1", "num_workers: 2"}, {"mode: ASP", "mode: BSP"}}));
