@@ -44,8 +44,26 @@ teardown() {
 }
 trap teardown EXIT
 
+# A free port below the kernel's ephemeral range (32768-60999 here): the
+# ports are bound later by the daemons and the job, and a port taken from
+# the ephemeral range could meanwhile be handed to another test's process
+# (a CI run lost a ps_server to "Address already in use" that way).
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  python3 -c '
+import random, socket
+lo, hi = 20000, 32000
+for _ in range(1000):
+    p = random.randint(lo, hi)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    print(p)
+    break
+else:
+    raise SystemExit("no free port in %d-%d" % (lo, hi))
+'
 }
 
 # --- munge ------------------------------------------------------------------
@@ -115,26 +133,52 @@ sed -e 's/synthetic_train_lines: [0-9]*/synthetic_train_lines: 4000/' \
 common/ps_config_check "$T/small.pbtxt" --servers=1 --workers=1 \
   --synthetic_dir="$T/data/synthetic" --max_steps=20 --write="$T/job.pbtxt"
 
-job=$(cd "$T" && sbatch --parsable --output="$T/job.out" \
-  --export="ALL,SHARDPS_CONFIG=$T/job.pbtxt,SHARDPS_BIN=$ROOT,SHARDPS_HOST=127.0.0.1,SHARDPS_TASK=$ROOT/deploy/slurm/shardps-task,SHARDPS_SCHEDULER_PORT=$(free_port),SHARDPS_SERVER_PORT=$(free_port),SHARDPS_DEVICE=cpu" \
-  "$ROOT/deploy/slurm/shardps.sbatch")
-echo "submitted job $job"
-
+submit() {  # submit <output file> <server port>
+  (cd "$T" && sbatch --parsable --output="$1" \
+    --export="ALL,SHARDPS_CONFIG=$T/job.pbtxt,SHARDPS_BIN=$ROOT,SHARDPS_HOST=127.0.0.1,SHARDPS_TASK=$ROOT/deploy/slurm/shardps-task,SHARDPS_SCHEDULER_PORT=$(free_port),SHARDPS_SERVER_PORT=$2,SHARDPS_DEVICE=cpu" \
+    "$ROOT/deploy/slurm/shardps.sbatch")
+}
 job_state() { scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
-while :; do
-  state=$(job_state)
-  case "$state" in
-    PENDING|CONFIGURING|RUNNING|COMPLETING|"") sleep 1 ;;
-    *) break ;;
-  esac
-  # Bazel's test timeout bounds the wait; this only guards a lost job record.
-  [ $(($(date +%s) - start)) -lt 900 ] || fail "job $job still '$state' after 900s"
-done
-echo "job $job ended $state after $(($(date +%s) - start))s"
+wait_job() {  # sets $state to the job's final state
+  while :; do
+    state=$(job_state)
+    case "$state" in
+      PENDING|CONFIGURING|RUNNING|COMPLETING|"") sleep 1 ;;
+      *) break ;;
+    esac
+    # Bazel's test timeout bounds the wait; this only guards a lost job record.
+    [ $(($(date +%s) - start)) -lt 900 ] || fail "job $job still '$state' after 900s"
+  done
+  echo "job $job ended $state after $(($(date +%s) - start))s"
+}
+
+job=$(submit "$T/job.out" "$(free_port)")
+echo "submitted job $job"
+wait_job
 cat "$T/job.out"
 [ "$state" = "COMPLETED" ] || fail "job $job ended $state"
 grep -q "^shardps: job done" "$T/job.out" || fail "job output does not say 'shardps: job done'"
 grep -Eq "PS_JOB_RESULT state=done" "$T/job.out" || fail "no PS_JOB_RESULT state=done"
 grep -Eq "PS_WORKER_RESULT rank=0" "$T/job.out" || fail "no PS_WORKER_RESULT from worker 0"
+job=""
+
+# --- a job whose server cannot listen fails instead of hanging ------------------
+# Another process holds the server's port (no SO_REUSEPORT, as gRPC would
+# allow): ps_server exits 1, and the batch script must end the job rather
+# than leave the scheduler and the worker waiting for a server forever.
+held=$(free_port)
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); time.sleep(900)' "$held" &
+pids+=("$!")
+sleep 0.5
+job=$(submit "$T/job_taken.out" "$held")
+echo "submitted job $job (server port $held held)"
+wait_job
+cat "$T/job_taken.out"
+[ "$state" = "FAILED" ] || fail "job $job with a taken server port ended $state, not FAILED"
+grep -q "cannot listen on 127.0.0.1:$held" "$T/job_taken.out" ||
+  fail "the server did not say it cannot listen"
+grep -q "^shardps: servers failed" "$T/job_taken.out" ||
+  fail "the batch script did not say the servers failed"
 job=""
 echo "PASS in $(($(date +%s) - start))s"
