@@ -61,6 +61,8 @@ inline size_t FirstNonFinite(const float* v, size_t n) {
   return n;
 }
 
+inline bool AllFinite(const float* v, size_t n) { return FirstNonFinite(v, n) == n; }
+
 uint16_t FloatToHalf(float f);
 float HalfToFloat(uint16_t h);
 

@@ -81,8 +81,6 @@ absl::Status CheckValueBytes(const Table& table, size_t n, size_t bytes,
   return absl::OkStatus();
 }
 
-bool AllFinite(const float* v, size_t n) { return FirstNonFinite(v, n) == n; }
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create(

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/partition.h"
+
 namespace shardps {
 
 class RowIndex {
@@ -119,16 +121,8 @@ class RowIndex {
   }
 
  private:
-  // MurmurHash3's 64-bit finalizer: every key bit reaches the low bits.
-  static uint64_t Hash(uint64_t k) {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ULL;
-    k ^= k >> 33;
-    return k;
-  }
-  size_t Home(uint64_t key) const { return static_cast<size_t>(Hash(key)) & mask_; }
+  // Mix64 (full avalanche): every key bit reaches the low bits.
+  size_t Home(uint64_t key) const { return static_cast<size_t>(Mix64(key)) & mask_; }
 
   void Rehash(size_t new_capacity) {
     std::unique_ptr<Bucket[]> old = std::move(buckets_);

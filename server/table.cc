@@ -20,8 +20,6 @@ namespace {
 constexpr size_t kMetaFloats = 3;  // last clock (2 words), last seconds.
 constexpr size_t kBlockBytes = 64 << 10;
 
-bool AllFinite(const float* v, size_t n) { return FirstNonFinite(v, n) == n; }
-
 uint32_t BlockLog2(size_t stride) {
   uint32_t log2 = 0;
   while ((size_t{2} << log2) * stride * sizeof(float) <= kBlockBytes) ++log2;

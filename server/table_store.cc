@@ -109,12 +109,11 @@ absl::StatusOr<uint64_t> TableStore::InitRows(uint32_t table_id,
                                               const float* values) {
   ASSIGN_OR_RETURN(Table * table, GetTable(table_id));
   RETURN_IF_ERROR(CheckDenseKeys(*table, keys, n));
-  for (size_t i = 0; i < n * table->dim(); ++i) {
-    if (!std::isfinite(values[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table ", table->config().name(), ": InitRows value for key ",
-          keys[i / table->dim()], " is not finite"));
-    }
+  const size_t bad = FirstNonFinite(values, n * table->dim());
+  if (bad < n * table->dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", table->config().name(), ": InitRows value for key ",
+        keys[bad / table->dim()], " is not finite"));
   }
   return table->InitRows(keys, n, values);
 }
