@@ -107,5 +107,18 @@ TEST(TableStoreTest, DenseChunksAreRangeChecked) {
   EXPECT_EQ(*written, 1u);
 }
 
+TEST(TableStoreTest, NonFiniteInitRowsValueIsRejectedAndWritesNothing) {
+  auto store = MakeStore();
+  const uint64_t keys[2] = {7, 9};
+  const float values[4] = {1, 2, 3, std::numeric_limits<float>::infinity()};
+  auto written = store->InitRows(1, keys, 2, values);
+  ASSERT_EQ(written.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(written.status().message().find("InitRows value for key 9 is not finite"),
+            std::string::npos)
+      << written.status();
+  EXPECT_FALSE(store->FindTable(1)->Contains(7));
+  EXPECT_FALSE(store->FindTable(1)->Contains(9));
+}
+
 }  // namespace
 }  // namespace shardps
