@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/server_zipf.h"
 #include "common/codec.h"
+#include "common/init.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -65,6 +66,7 @@ double Seconds(Clock::time_point start) {
 // ---- gRPC client -------------------------------------------------------
 
 int RunGrpcClient() {
+  TuneMallocForLargeMessages();  // As ps_worker does.
   const int dim = absl::GetFlag(FLAGS_dim);
   const bool bf16 = absl::GetFlag(FLAGS_encoding) == "bf16";
   grpc::ChannelArguments args;

@@ -4,6 +4,23 @@
 
 namespace shardps {
 
+size_t FirstNonFinite(const float* v, size_t n) {
+  constexpr size_t kBlock = 64;
+  for (size_t start = 0; start < n; start += kBlock) {
+    const size_t end = start + kBlock < n ? start + kBlock : n;
+    uint32_t bad = 0;
+    for (size_t i = start; i < end; ++i) {
+      bad |= (FloatBits(v[i]) & 0x7f800000u) == 0x7f800000u;
+    }
+    if (bad != 0) {
+      for (size_t i = start; i < end; ++i) {
+        if ((FloatBits(v[i]) & 0x7f800000u) == 0x7f800000u) return i;
+      }
+    }
+  }
+  return n;
+}
+
 uint16_t FloatToHalf(float f) {
   uint32_t x = FloatBits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;

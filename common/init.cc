@@ -1,5 +1,7 @@
 #include "common/init.h"
 
+#include <malloc.h>
+
 #include <cstdlib>
 
 #include "absl/flags/flag.h"
@@ -32,6 +34,12 @@ std::vector<std::string> InitProcess(int argc, char** argv,
 std::string EnvOr(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);
   return (value != nullptr && *value != '\0') ? std::string(value) : fallback;
+}
+
+void TuneMallocForLargeMessages() {
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  mallopt(M_TOP_PAD, 64 << 20);
 }
 
 }  // namespace shardps

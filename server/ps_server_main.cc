@@ -8,7 +8,6 @@
 // (the launcher and tests parse it), and runs until SIGTERM or SIGINT. Without
 // a scheduler it serves the contiguous partition map of the config's
 // num_servers / num_partitions at version 1.
-#include <malloc.h>
 #include <signal.h>
 
 #include <cstdio>
@@ -49,15 +48,6 @@ ABSL_FLAG(std::string, port_file, "",
 
 namespace shardps {
 namespace {
-
-// gRPC's ~MB message buffers: keep them in the heap instead of mmap/munmap
-// per message, and do not hand freed memory back to the kernel at once
-// (issue 3 measured ~3x on the pull/push loop).
-void TuneMalloc() {
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 512 << 20);
-  mallopt(M_TOP_PAD, 64 << 20);
-}
 
 // Registers with the scheduler, adopts its partition map and heartbeats; the
 // heartbeat thread raises SIGTERM when the job ends (or the scheduler gives
@@ -233,7 +223,7 @@ int Run() {
 }  // namespace shardps
 
 int main(int argc, char** argv) {
-  shardps::TuneMalloc();
+  shardps::TuneMallocForLargeMessages();
   shardps::InitProcess(argc, argv,
                        "ps_server --config=job.pbtxt [--listen=host:port] "
                        "[--index=N] [--threads=N] [--port_file=path]");

@@ -264,6 +264,7 @@ int RunPs(JobConfig config) {
 int main(int argc, char** argv) {
   shardps::InitProcess(argc, argv,
                        "ps_worker --config job.pbtxt (--scheduler host:port | --local)");
+  shardps::TuneMallocForLargeMessages();
   if (absl::Status st = shardps::InitTlsFromFlags(); !st.ok()) {
     LOG(ERROR) << st;
     return 2;
