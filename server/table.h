@@ -14,7 +14,11 @@
 // Batches. Pull and Push group a batch's keys by stripe, take each stripe's
 // lock once, prefetch the index buckets of all its keys, look them up and
 // prefetch their rows, then copy or update the rows: the cache misses of a
-// stripe's keys overlap instead of following each other.
+// stripe's keys overlap instead of following each other. A batch of at least
+// kParallelMinKeys keys is split into 16 chunks of stripes that the calling
+// thread and the idle threads of a HelperPool (server/helper_pool.h) work
+// through together; stripes are disjoint, so the result is the same as a
+// serial pass.
 //
 // Semantics.
 //  - Sparse tables: a training pull or a push of a missing key creates the
@@ -64,9 +68,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "proto/config.pb.h"
+#include "server/helper_pool.h"
 #include "server/initializer.h"
 #include "server/optimizer.h"
 
@@ -95,11 +101,16 @@ struct PushCounts {
 class Table {
  public:
   static constexpr int kNumShards = 256;
+  // Pulls and pushes of at least this many keys use the helper pool.
+  static constexpr size_t kParallelMinKeys = 512;
 
   // `config` must have been finalized (common/config.h). For DENSE tables the
   // row width is `dense_chunk_size`. INVALID_ARGUMENT on a bad optimizer.
+  // Large batches are shared with `helpers` (nullptr: every batch runs on
+  // the calling thread alone); the pool must outlive the table.
   static absl::StatusOr<std::unique_ptr<Table>> Create(
-      const TableConfig& config, uint32_t dense_chunk_size);
+      const TableConfig& config, uint32_t dense_chunk_size,
+      HelperPool* helpers = &HelperPool::Shared());
 
   ~Table();
   Table(const Table&) = delete;
@@ -201,7 +212,7 @@ class Table {
   class BlockArena;
 
   Table(const TableConfig& config, uint32_t dim,
-        std::unique_ptr<Optimizer> optimizer);
+        std::unique_ptr<Optimizer> optimizer, HelperPool* helpers);
 
   uint32_t ShardIndex(uint64_t key) const;
   Shard& ShardOf(uint64_t key) const;
@@ -218,6 +229,10 @@ class Table {
   // (valid until the thread's next call).
   struct Batch;
   Batch& GroupByShard(const uint64_t* keys, size_t n) const;
+  // Calls fn(first, last) over ranges of stripes that together cover all of
+  // them: once with [0, kNumShards) for a batch of n < kParallelMinKeys keys,
+  // else once per chunk, concurrently on the helper pool.
+  void ForStripes(size_t n, absl::FunctionRef<void(int first, int last)> fn) const;
   // Issues prefetches for a row's weights (and, to `write` it, its state).
   void PrefetchRow(const float* row, bool write) const;
   float* RowAt(const Shard& shard, uint32_t slot) const;
@@ -234,6 +249,7 @@ class Table {
   const uint32_t min_count_;  // Admission; <= 1 = admit on first touch.
   const uint64_t num_chunks_;
   const uint32_t rows_per_block_log2_;
+  HelperPool* const helpers_;  // Not owned; may be null.
   std::unique_ptr<BlockArena> arena_;  // Slab blocks of every shard.
   std::unique_ptr<Shard[]> shards_;
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <random>
 #include <set>
 #include <thread>
 #include <vector>
@@ -84,6 +85,101 @@ TEST(TableTest, ConcurrentPushesEndAtTheExactSequentialSum) {
     table->Pull(&key, 1, false, row.data());
     for (int i = 0; i < kDim; ++i) ASSERT_EQ(row[i], expected) << k;
   }
+}
+
+// Batches of >= kParallelMinKeys keys are shared with the helper pool: with
+// 4 callers pushing large overlapping batches through a 2-helper pool, the
+// rows still end at the exact sequential sum (SGD, lr a power of two,
+// integer gradients).
+TEST(TableTest, LargeConcurrentPushesOnTheHelperPoolEndAtTheExactSum) {
+  constexpr int kThreads = 4, kPushes = 40, kKeys = 3000, kDim = 4;
+  static_assert(kKeys * 2 / 3 >= Table::kParallelMinKeys, "batches must be large");
+  HelperPool pool(2);
+  auto created = Table::Create(SgdTable(kDim, 0.5f), 4096, &pool);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Table& table = **created;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint64_t> keys;
+      std::vector<float> grads;
+      for (int p = 0; p < kPushes; ++p) {
+        keys.clear();
+        grads.clear();
+        for (int k = 0; k < kKeys; ++k) {
+          if ((k + p + t) % 3 == 0) continue;
+          keys.push_back(uint64_t{k} * 0x9e3779b97f4a7c15ull);
+          for (int i = 0; i < kDim; ++i) grads.push_back(float((k + t) % 5 + 1));
+        }
+        const PushCounts counts = table.Push(keys.data(), keys.size(), grads.data(), 1.0f);
+        ASSERT_EQ(counts.applied, keys.size());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::vector<uint64_t> keys;
+  for (int k = 0; k < kKeys; ++k) keys.push_back(uint64_t{k} * 0x9e3779b97f4a7c15ull);
+  std::vector<float> out(kKeys * kDim);
+  table.Pull(keys.data(), keys.size(), /*train=*/false, out.data());
+  for (int k = 0; k < kKeys; ++k) {
+    double expected = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      for (int p = 0; p < kPushes; ++p) {
+        if ((k + p + t) % 3 != 0) expected -= 0.5 * ((k + t) % 5 + 1);
+      }
+    }
+    for (int i = 0; i < kDim; ++i) ASSERT_EQ(out[k * kDim + i], expected) << k;
+  }
+}
+
+// The pooled path gives what the serial one gives: pulled values, push
+// counts, admission counts and every row's payload, bit for bit (Adagrad,
+// admission after 2 touches, pull batches with repeated keys).
+TEST(TableTest, HelperPoolGivesTheSameRowsAsASerialTable) {
+  constexpr int kDim = 8;
+  TableConfig config = SgdTable(kDim, 0.1f);
+  config.mutable_init()->set_kind(InitializerConfig::UNIFORM);
+  config.mutable_init()->set_scale(0.5f);
+  config.mutable_optimizer()->mutable_adagrad()->set_learning_rate(0.05f);
+  config.mutable_admission()->set_min_count(2);
+  HelperPool pool(2);
+  auto pooled = Table::Create(config, 4096, &pool);
+  auto serial = Table::Create(config, 4096, nullptr);
+  ASSERT_TRUE(pooled.ok() && serial.ok());
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<uint64_t> pull_keys(3000);
+    for (uint64_t& k : pull_keys) k = rng() % 5000;  // Repeats.
+    std::vector<float> a(pull_keys.size() * kDim), b(a.size());
+    (*pooled)->Pull(pull_keys.data(), pull_keys.size(), true, a.data());
+    (*serial)->Pull(pull_keys.data(), pull_keys.size(), true, b.data());
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << round;
+    std::set<uint64_t> unique;
+    while (unique.size() < 1500) unique.insert(rng() % 5000);
+    std::vector<uint64_t> push_keys(unique.begin(), unique.end());
+    std::vector<float> grads(push_keys.size() * kDim);
+    for (float& g : grads) g = float(rng() % 1000) / 500.0f - 1.0f;
+    const PushCounts pc = (*pooled)->Push(push_keys.data(), push_keys.size(), grads.data(), 1.0f);
+    const PushCounts sc = (*serial)->Push(push_keys.data(), push_keys.size(), grads.data(), 1.0f);
+    ASSERT_EQ(pc.applied, sc.applied) << round;
+    ASSERT_EQ(pc.pending, sc.pending) << round;
+    ASSERT_GT(pc.applied, 0u);
+  }
+  EXPECT_EQ((*pooled)->Counters().live_rows, (*serial)->Counters().live_rows);
+  EXPECT_EQ((*pooled)->Counters().pending_rows, (*serial)->Counters().pending_rows);
+  const size_t stride = (*serial)->row_stride();
+  std::map<uint64_t, std::vector<float>> rows;
+  (*serial)->ForEachRow([&](uint64_t key, const float* payload) {
+    rows[key].assign(payload, payload + stride);
+  });
+  size_t seen = 0;
+  (*pooled)->ForEachRow([&](uint64_t key, const float* payload) {
+    ++seen;
+    auto it = rows.find(key);
+    ASSERT_NE(it, rows.end()) << key;
+    ASSERT_EQ(0, std::memcmp(it->second.data(), payload, stride * sizeof(float))) << key;
+  });
+  EXPECT_EQ(seen, rows.size());
 }
 
 TEST(TableTest, FindDuplicateKeyFindsARepeatAnywhereInTheBatch) {

@@ -30,7 +30,7 @@ ASAN_TARGETS=(
 )
 TSAN_TARGETS=(
   //common:mutex_test
-  //server:table_test //server:table_store_test //server:optimizer_test
+  //server:table_test //server:table_store_test //server:optimizer_test //server:helper_pool_test
   //server:parameter_server_core_test
   //scheduler:clock_test //scheduler:membership_test
   //server/checkpoint/...
