@@ -18,6 +18,7 @@
 #include "absl/flags/flag.h"
 #include "common/config.h"
 #include "common/init.h"
+#include "server/helper_pool.h"
 #include "common/metrics.h"
 #include "common/tls.h"
 #include "glog/logging.h"
@@ -43,6 +44,9 @@ ABSL_FLAG(std::string, advertise, shardps::EnvOr("SHARDPS_ADVERTISE", ""),
 ABSL_FLAG(int, threads, 0,
           "Max gRPC server threads (0 = gRPC's default). In BSP, pulls wait "
           "for their clock on a thread: allow more threads than workers.");
+ABSL_FLAG(int, table_helpers, -1,
+          "Threads that help one large pull or push at a time with its "
+          "stripes (-1: cores - 1, at most 3; 0: none).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the chosen port is written to this file once listening.");
 
@@ -231,5 +235,6 @@ int main(int argc, char** argv) {
     LOG(ERROR) << st;
     return 2;
   }
+  shardps::HelperPool::SetSharedHelpers(absl::GetFlag(FLAGS_table_helpers));
   return shardps::Run();
 }
