@@ -61,12 +61,8 @@ float HalfToFloat(uint16_t h) {
   return BitsFloat(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
-void EncodeValues(const float* values, size_t n, Encoding encoding,
-                  std::string* out) {
-  if (n == 0) return;  // values may be null for an empty array.
-  const size_t start = out->size();
-  out->resize(start + n * BytesPerValue(encoding));
-  char* dst = out->data() + start;
+void EncodeValuesTo(const float* values, size_t n, Encoding encoding, char* dst) {
+  if (n == 0) return;  // values and dst may be null for an empty array.
   switch (encoding) {
     case Encoding::kFp32:
       std::memcpy(dst, values, n * sizeof(float));
@@ -84,6 +80,14 @@ void EncodeValues(const float* values, size_t n, Encoding encoding,
       }
       return;
   }
+}
+
+void EncodeValues(const float* values, size_t n, Encoding encoding,
+                  std::string* out) {
+  if (n == 0) return;
+  const size_t start = out->size();
+  out->resize(start + n * BytesPerValue(encoding));
+  EncodeValuesTo(values, n, encoding, out->data() + start);
 }
 
 absl::Status DecodeValues(absl::string_view bytes, Encoding encoding, size_t n,

@@ -65,6 +65,8 @@ inline float Bf16ToFloat(uint16_t b) { return BitsFloat(uint32_t{b} << 16); }
 // Appends `n` values to `out` in `encoding`.
 void EncodeValues(const float* values, size_t n, Encoding encoding,
                   std::string* out);
+// Writes `n` values in `encoding` to dst (room for n * BytesPerValue bytes).
+void EncodeValuesTo(const float* values, size_t n, Encoding encoding, char* dst);
 
 // Decodes exactly `n` values from `bytes` into `out` (room for n floats).
 // INVALID_ARGUMENT if bytes.size() is not n * BytesPerValue(encoding).

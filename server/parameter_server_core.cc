@@ -196,8 +196,7 @@ absl::Status ParameterServerCore::WaitForClock(uint64_t clock,
 }
 
 absl::Status ParameterServerCore::Pull(const PullRequest& request,
-                                       absl::Time deadline,
-                                       PullResponse* response) {
+                                       absl::Time deadline, PullSink* sink) {
   ASSIGN_OR_RETURN(const Encoding encoding, ToEncoding(request.encoding()));
   uint64_t bytes = 0;
   for (const TableKeys& tk : request.tables()) {
@@ -236,23 +235,44 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
     Table* table = store_->FindTable(tk.table_id());
     const size_t n = tk.keys_size();
     const size_t values = n * table->dim();
-    TableValues* out = response->add_tables();
-    out->set_table_id(tk.table_id());
-    out->set_dim(table->dim());
+    char* room = sink->AddTable(tk.table_id(), table->dim(),
+                                values * BytesPerValue(encoding));
     float* dst;
-    if (encoding == Encoding::kFp32) {
-      out->mutable_values()->resize(values * sizeof(float));
-      dst = reinterpret_cast<float*>(&(*out->mutable_values())[0]);
+    if (encoding == Encoding::kFp32 &&
+        reinterpret_cast<uintptr_t>(room) % alignof(float) == 0) {
+      dst = reinterpret_cast<float*>(room);
     } else {
       scratch.resize(values);
       dst = scratch.data();
     }
     RETURN_IF_ERROR(store_->Pull(tk.table_id(), tk.keys().data(), n, train, dst));
-    if (encoding != Encoding::kFp32 && values > 0) {
-      EncodeValues(dst, values, encoding, out->mutable_values());
+    if (dst != reinterpret_cast<float*>(room) && values > 0) {
+      EncodeValuesTo(dst, values, encoding, room);
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::Pull(const PullRequest& request,
+                                       absl::Time deadline,
+                                       PullResponse* response) {
+  // Room in the response's bytes fields.
+  class ResponseSink final : public PullSink {
+   public:
+    explicit ResponseSink(PullResponse* response) : response_(response) {}
+    char* AddTable(uint32_t table_id, uint32_t dim, size_t bytes) override {
+      TableValues* out = response_->add_tables();
+      out->set_table_id(table_id);
+      out->set_dim(dim);
+      out->mutable_values()->resize(bytes);
+      return bytes == 0 ? nullptr : &(*out->mutable_values())[0];
+    }
+
+   private:
+    PullResponse* const response_;
+  };
+  ResponseSink sink(response);
+  return Pull(request, deadline, &sink);
 }
 
 absl::Status ParameterServerCore::DecodePush(

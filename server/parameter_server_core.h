@@ -107,6 +107,18 @@ struct CoreOptions {
   PartitionMap map;
 };
 
+// Where a pull's values go. The core calls AddTable once per table of the
+// request, in request order, after every check has passed, and writes the
+// table's values into the returned room (`bytes` bytes, the values in the
+// request's encoding). The room must stay valid until Pull returns. The gRPC
+// service hands out room inside its response buffer, so the values are
+// written once, where they are sent from.
+class PullSink {
+ public:
+  virtual ~PullSink() = default;
+  virtual char* AddTable(uint32_t table_id, uint32_t dim, size_t bytes) = 0;
+};
+
 class ParameterServerCore {
  public:
   // INVALID_ARGUMENT if a table cannot be built, the index is not below the
@@ -122,6 +134,10 @@ class ParameterServerCore {
   // config's server_deadline_ms).
   absl::Status Pull(const PullRequest& request, absl::Time deadline,
                     PullResponse* response);
+  // The same, with the values written where `sink` says. On an error, the
+  // sink may have been given some tables.
+  absl::Status Pull(const PullRequest& request, absl::Time deadline,
+                    PullSink* sink);
   // Whether Pull(request) may block waiting for its BSP clock (callers that
   // must not block, like gRPC's callback threads, run such pulls elsewhere).
   // False is final: applied clocks only grow.

@@ -243,6 +243,64 @@ TEST_F(PsServerTest, PullPushRoundTripAndHealth) {
             std::string("\x08\x01", 2));
 }
 
+TEST_F(PsServerTest, MultiTablePullsInEveryEncodingMatchTheRows) {
+  const std::vector<uint64_t> keys = {5, 6, 7};
+  PushResponse resp;
+  ASSERT_TRUE(Push(MakePush(1, keys, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}), &resp).ok());
+  ASSERT_TRUE(Push(MakePush(2, keys, {3, 3, 3, 3, 1, 1, 1, 1, 2, 2, 2, 2}), &resp).ok());
+  const std::vector<float> rows1 = Read(1, keys), rows2 = Read(2, keys);
+  for (ValueEncoding encoding : {FP32, BF16, FP16}) {
+    PullRequest pull;
+    pull.set_map_version(1);
+    pull.set_encoding(encoding);
+    // Table 2 first, an empty table entry, then table 1: order is kept.
+    TableKeys* a = pull.add_tables();
+    a->set_table_id(2);
+    for (uint64_t k : keys) a->add_keys(k);
+    pull.add_tables()->set_table_id(1);
+    TableKeys* b = pull.add_tables();
+    b->set_table_id(1);
+    for (uint64_t k : keys) b->add_keys(k);
+    PullResponse presp;
+    grpc::ClientContext ctx;
+    const grpc::Status st = stub_->Pull(&ctx, pull, &presp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(presp.tables_size(), 3);
+    EXPECT_EQ(presp.tables(0).table_id(), 2u);
+    EXPECT_EQ(presp.tables(1).table_id(), 1u);
+    EXPECT_EQ(presp.tables(1).values(), "");
+    EXPECT_EQ(presp.tables(2).table_id(), 1u);
+    const Encoding e = encoding == FP32 ? Encoding::kFp32
+                       : encoding == BF16 ? Encoding::kBf16 : Encoding::kFp16;
+    std::string want1, want2;
+    EncodeValues(rows1.data(), rows1.size(), e, &want1);
+    EncodeValues(rows2.data(), rows2.size(), e, &want2);
+    EXPECT_EQ(presp.tables(0).values(), want2) << encoding;
+    EXPECT_EQ(presp.tables(2).values(), want1) << encoding;
+    EXPECT_EQ(presp.tables(2).dim(), 4u);
+  }
+}
+
+TEST_F(PsServerTest, AMalformedPullRequestIsInvalidArgument) {
+  const char garbage[] = "\xff\xff\xff\xff";
+  grpc::Slice slice(garbage, 4);
+  grpc::ByteBuffer request(&slice, 1), reply;
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext ctx;
+  grpc::CompletionQueue cq;
+  auto call = generic.PrepareUnaryCall(&ctx, "/shardps.ParameterServer/Pull", request, &cq);
+  call->StartCall();
+  grpc::Status status;
+  call->Finish(&reply, &status, reinterpret_cast<void*>(1));
+  void* tag;
+  bool ok;
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("malformed PullRequest"), std::string::npos)
+      << status.error_message();
+  EXPECT_EQ(Read(1, {5}), std::vector<float>(4, 0.0f));  // The server still serves.
+}
+
 TEST_F(PsServerTest, EveryBadRequestGetsItsStatusAndChangesNothing) {
   const std::vector<uint64_t> keys = {11, 12};
   PushResponse resp;

@@ -1,10 +1,12 @@
 #include "server/ps_service.h"
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 
 #include "absl/time/time.h"
+#include "grpc/slice.h"
 #include "common/metrics.h"
 
 namespace shardps {
@@ -59,23 +61,95 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
+namespace {
+
+char* PutVarint(uint64_t v, char* p) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+
+}  // namespace
+
+char* PullResponseSlices::AddTable(uint32_t table_id, uint32_t dim, size_t bytes) {
+  // TableValues fields: 1 table_id (varint), 2 dim (varint), 3 values
+  // (length-delimited); proto3 leaves zero values out. The message is field 1
+  // of PullResponse (length-delimited).
+  char inner[32];
+  char* p = inner;
+  if (table_id != 0) {
+    *p++ = 0x08;
+    p = PutVarint(table_id, p);
+  }
+  if (dim != 0) {
+    *p++ = 0x10;
+    p = PutVarint(dim, p);
+  }
+  if (bytes != 0) {
+    *p++ = 0x1a;
+    p = PutVarint(bytes, p);
+  }
+  const size_t inner_size = static_cast<size_t>(p - inner);
+  char header[48];
+  char* h = header;
+  *h++ = 0x0a;
+  h = PutVarint(inner_size + bytes, h);
+  std::memcpy(h, inner, inner_size);
+  h += inner_size;
+  const size_t header_size = static_cast<size_t>(h - header);
+  slices_.emplace_back(header, header_size);
+  bytes_ += header_size + bytes;
+  if (bytes == 0) return nullptr;
+  // Always a heap slice: a small grpc_slice_malloc keeps its bytes inside
+  // the slice struct itself, which moves.
+  grpc_slice values = grpc_slice_malloc_large(bytes);
+  char* room = reinterpret_cast<char*>(GRPC_SLICE_START_PTR(values));
+  slices_.emplace_back(values, grpc::Slice::STEAL_REF);
+  return room;
+}
+
+void PullResponseSlices::Release(grpc::ByteBuffer* out) {
+  grpc::ByteBuffer buffer(slices_.data(), slices_.size());
+  out->Swap(&buffer);
+  slices_.clear();
+  bytes_ = 0;
+}
+
 grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
-                                          const PullRequest* request,
-                                          PullResponse* response) {
+                                          const grpc::ByteBuffer* request_bytes,
+                                          grpc::ByteBuffer* response) {
   const auto start = std::chrono::steady_clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto serve = [this, context, request, response, reactor, start] {
+  PullRequest request;
+  {
+    grpc::ByteBuffer copy(*request_bytes);  // Deserialize consumes its buffer.
+    if (!grpc::SerializationTraits<PullRequest>::Deserialize(&copy, &request).ok()) {
+      const grpc::Status st(grpc::StatusCode::INVALID_ARGUMENT,
+                            "malformed PullRequest (not a PullRequest message)");
+      Metrics().pull.Record(start, st, 0);
+      reactor->Finish(st);
+      return reactor;
+    }
+  }
+  auto serve = [this, context, response, reactor, start](const PullRequest& request) {
+    PullResponseSlices slices;
     grpc::Status st = ToGrpcStatus(
-        core_->Pull(*request, absl::FromChrono(context->deadline()), response));
-    Metrics().pull.Record(start, st, st.ok() ? response->ByteSizeLong() : 0);
+        core_->Pull(request, absl::FromChrono(context->deadline()), &slices));
+    Metrics().pull.Record(start, st, st.ok() ? slices.bytes() : 0);
+    if (st.ok()) slices.Release(response);
     reactor->Finish(st);
   };
-  if (core_->PullMayWait(*request)) {
-    // The call (context, request, response) lives until Finish; the core
-    // wakes the wait at its deadline or on Shutdown.
-    std::thread(std::move(serve)).detach();
+  if (core_->PullMayWait(request)) {
+    // The call (context, response) lives until Finish; the core wakes the
+    // wait at its deadline or on Shutdown.
+    std::thread([serve = std::move(serve), request = std::move(request)] {
+      serve(request);
+    }).detach();
   } else {
-    serve();
+    serve(request);
   }
   return reactor;
 }

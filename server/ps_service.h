@@ -9,10 +9,17 @@
 // so it waits on a thread of its own instead. The control RPCs stay
 // synchronous.
 //
+// Pull is a raw method: the service parses the PullRequest itself and builds
+// the response's wire bytes as gRPC slices (PullResponseSlices), so the
+// table writes each value once, into the buffer gRPC sends from. Clients see
+// an ordinary PullResponse.
+//
 // Thread-safety: thread-safe (the core is). The core must outlive the
 // service.
 #ifndef SHARDPS_SERVER_PS_SERVICE_H_
 #define SHARDPS_SERVER_PS_SERVICE_H_
+
+#include <vector>
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
@@ -24,7 +31,22 @@ namespace shardps {
 // The one place an absl::Status becomes a grpc::Status (same code, message).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-using PsServiceBase = ParameterServer::WithCallbackMethod_Pull<
+// A PullResponse in protobuf wire format, built as slices: per table, a small
+// header (the TableValues field's tag and length, table_id, dim, the values'
+// tag and length) and an uninitialized slice the core writes the values into.
+class PullResponseSlices final : public PullSink {
+ public:
+  char* AddTable(uint32_t table_id, uint32_t dim, size_t bytes) override;
+  size_t bytes() const { return bytes_; }  // Wire bytes so far.
+  // Moves the slices into `out` (this is then empty).
+  void Release(grpc::ByteBuffer* out);
+
+ private:
+  std::vector<grpc::Slice> slices_;
+  size_t bytes_ = 0;
+};
+
+using PsServiceBase = ParameterServer::WithRawCallbackMethod_Pull<
     ParameterServer::WithCallbackMethod_Push<ParameterServer::Service>>;
 
 class PsService final : public PsServiceBase {
@@ -34,8 +56,8 @@ class PsService final : public PsServiceBase {
   PsService& operator=(const PsService&) = delete;
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
-                                 const PullRequest* request,
-                                 PullResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const PushRequest* request,
                                  PushResponse* response) override;
