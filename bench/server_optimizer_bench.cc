@@ -14,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/server_zipf.h"
+#include "server/helper_pool.h"
 #include "server/optimizer.h"
 #include "server/table_store.h"
 
@@ -21,6 +22,9 @@ ABSL_FLAG(uint64_t, rows, 1000000, "Ids in the Zipf key space.");
 ABSL_FLAG(int, steps, 2000, "Timed steps per case.");
 ABSL_FLAG(int, draws, 4096, "Ids drawn per step (deduplicated).");
 ABSL_FLAG(int, reps, 3, "Timed runs per case; the median is printed.");
+ABSL_FLAG(int, table_helpers, -1,
+          "Stripe helper threads of the tables (as ps_server --table_helpers; "
+          "-1: cores - 1, at most 3; 0: none).");
 ABSL_FLAG(uint64_t, memory_rows, 10000000,
           "Rows for the memory figure (dim 16, Adagrad); 0 = skip.");
 
@@ -149,6 +153,7 @@ void RunMemory(uint64_t rows) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  shardps::HelperPool::SetSharedHelpers(absl::GetFlag(FLAGS_table_helpers));
   const uint64_t rows = absl::GetFlag(FLAGS_rows);
   const shardps::Batches b = shardps::MakeBatches(
       absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_draws), rows);

@@ -1,6 +1,12 @@
 #include "server/helper_pool.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
+
+#include "absl/time/clock.h"
 
 namespace shardps {
 namespace {
@@ -12,7 +18,12 @@ int& SharedHelpersSetting() {
 
 }  // namespace
 
-HelperPool::HelperPool(int helpers) {
+HelperPool::HelperPool(int helpers, bool only_when_idle) {
+  cores_ = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (only_when_idle && helpers > 0) {
+    stat_fd_ = open("/proc/stat", O_RDONLY | O_CLOEXEC);
+    if (stat_fd_ >= 0) RefreshIdle();  // The baseline reading.
+  }
   for (int i = 0; i < helpers; ++i) threads_.emplace_back([this] { HelperLoop(); });
 }
 
@@ -23,6 +34,43 @@ HelperPool::~HelperPool() {
   }
   posted_cv_.SignalAll();
   for (std::thread& t : threads_) t.join();
+  if (stat_fd_ >= 0) close(stat_fd_);
+}
+
+void HelperPool::RefreshIdle() {
+  const int64_t now = absl::GetCurrentTimeNanos();
+  if (now - last_refresh_ns_.load(std::memory_order_relaxed) < 100'000'000) return;
+  if (!refresh_mu_.TryLock()) return;
+  last_refresh_ns_.store(now, std::memory_order_relaxed);
+  // "cpu  user nice system idle iowait irq softirq steal ...", in jiffies.
+  char buf[256];
+  const ssize_t n = pread(stat_fd_, buf, sizeof buf - 1, 0);
+  if (n > 4 && std::strncmp(buf, "cpu ", 4) == 0) {
+    buf[n] = '\0';
+    uint64_t field[8] = {};
+    const char* p = buf + 4;
+    for (int f = 0; f < 8; ++f) {
+      while (*p == ' ') ++p;
+      for (; *p >= '0' && *p <= '9'; ++p) field[f] = field[f] * 10 + (*p - '0');
+    }
+    uint64_t total = 0;
+    for (uint64_t v : field) total += v;
+    const uint64_t idle = field[3] + field[4];  // idle + iowait.
+    if (last_total_ != 0 && total > last_total_) {
+      idle_millicores_.store(
+          static_cast<int>(1000 * cores_ * (idle - last_idle_) / (total - last_total_)),
+          std::memory_order_relaxed);
+    }
+    last_total_ = total;
+    last_idle_ = idle;
+  }
+  refresh_mu_.Unlock();
+}
+
+bool HelperPool::IdleCoreLikely() {
+  if (stat_fd_ < 0) return true;
+  RefreshIdle();
+  return idle_millicores_.load(std::memory_order_relaxed) >= 600;
 }
 
 void HelperPool::RunChunks(Job& job) {
@@ -49,7 +97,7 @@ void HelperPool::HelperLoop() {
 }
 
 void HelperPool::ParallelFor(int chunks, absl::FunctionRef<void(int)> fn) {
-  if (threads_.empty() || chunks <= 1 || !busy_.TryLock()) {
+  if (threads_.empty() || chunks <= 1 || !IdleCoreLikely() || !busy_.TryLock()) {
     for (int c = 0; c < chunks; ++c) fn(c);
     return;
   }

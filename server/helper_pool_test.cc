@@ -1,5 +1,8 @@
 #include "server/helper_pool.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -25,14 +28,14 @@ void ExpectEachChunkOnce(HelperPool& pool, int chunks) {
 }
 
 TEST(HelperPoolTest, EveryChunkRunsExactlyOnce) {
-  HelperPool pool(2);
+  HelperPool pool(2, /*only_when_idle=*/false);
   for (int round = 0; round < 300; ++round) {
     ExpectEachChunkOnce(pool, round % 40);
   }
 }
 
 TEST(HelperPoolTest, ConcurrentCallersEachGetEveryChunkOnce) {
-  HelperPool pool(2);
+  HelperPool pool(2, /*only_when_idle=*/false);
   std::vector<std::thread> callers;
   for (int t = 0; t < 4; ++t) {
     callers.emplace_back([&pool] {
@@ -46,7 +49,7 @@ TEST(HelperPoolTest, AHelperTakesChunksWhileTheCallerIsBusy) {
   // Whichever chunk starts first blocks until the other one has started: the
   // other can then only run on a second thread, so the call ends with two
   // threads seen (or, were no helper to join, times out with one).
-  HelperPool pool(1);
+  HelperPool pool(1, /*only_when_idle=*/false);
   for (int round = 0; round < 20; ++round) {
     Mutex mu;
     CondVar started;
@@ -68,8 +71,38 @@ TEST(HelperPoolTest, AHelperTakesChunksWhileTheCallerIsBusy) {
   }
 }
 
+TEST(HelperPoolTest, WithEveryCoreBusyTheCallerWorksAlone) {
+  if (access("/proc/stat", R_OK) != 0) GTEST_SKIP() << "no /proc/stat";
+  // One spinning thread per core leaves no idle time: once the pool has
+  // seen that (its estimate covers >= 100 ms), it must not wake its helpers.
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  for (int i = 0; i < cores; ++i) {
+    spinners.emplace_back([&stop] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  }
+  HelperPool pool(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::set<std::thread::id> threads;
+  Mutex mu;
+  for (int round = 0; round < 20; ++round) {
+    pool.ParallelFor(16, [&](int) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      MutexLock lock(&mu);
+      threads.insert(std::this_thread::get_id());
+    });
+  }
+  stop = true;
+  for (std::thread& t : spinners) t.join();
+  MutexLock lock(&mu);
+  EXPECT_EQ(threads, std::set<std::thread::id>{std::this_thread::get_id()});
+}
+
 TEST(HelperPoolTest, NoHelpersRunsEverythingOnTheCaller) {
-  HelperPool pool(0);
+  HelperPool pool(0, /*only_when_idle=*/false);
   EXPECT_EQ(pool.helpers(), 0);
   std::set<std::thread::id> threads;
   std::vector<int> order;
@@ -83,7 +116,7 @@ TEST(HelperPoolTest, NoHelpersRunsEverythingOnTheCaller) {
 
 TEST(HelperPoolTest, DestroyingAnIdlePoolJoinsItsHelpers) {
   for (int i = 0; i < 20; ++i) {
-    auto pool = std::make_unique<HelperPool>(3);
+    auto pool = std::make_unique<HelperPool>(3, /*only_when_idle=*/false);
     ExpectEachChunkOnce(*pool, 5);
     pool.reset();
   }

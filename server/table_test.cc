@@ -94,7 +94,7 @@ TEST(TableTest, ConcurrentPushesEndAtTheExactSequentialSum) {
 TEST(TableTest, LargeConcurrentPushesOnTheHelperPoolEndAtTheExactSum) {
   constexpr int kThreads = 4, kPushes = 40, kKeys = 3000, kDim = 4;
   static_assert(kKeys * 2 / 3 >= Table::kParallelMinKeys, "batches must be large");
-  HelperPool pool(2);
+  HelperPool pool(2, /*only_when_idle=*/false);
   auto created = Table::Create(SgdTable(kDim, 0.5f), 4096, &pool);
   ASSERT_TRUE(created.ok()) << created.status();
   Table& table = **created;
@@ -142,7 +142,7 @@ TEST(TableTest, HelperPoolGivesTheSameRowsAsASerialTable) {
   config.mutable_init()->set_scale(0.5f);
   config.mutable_optimizer()->mutable_adagrad()->set_learning_rate(0.05f);
   config.mutable_admission()->set_min_count(2);
-  HelperPool pool(2);
+  HelperPool pool(2, /*only_when_idle=*/false);
   auto pooled = Table::Create(config, 4096, &pool);
   auto serial = Table::Create(config, 4096, nullptr);
   ASSERT_TRUE(pooled.ok() && serial.ok());
