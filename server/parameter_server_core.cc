@@ -237,17 +237,15 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
     const size_t values = n * table->dim();
     char* room = sink->AddTable(tk.table_id(), table->dim(),
                                 values * BytesPerValue(encoding));
-    float* dst;
     if (encoding == Encoding::kFp32 &&
-        reinterpret_cast<uintptr_t>(room) % alignof(float) == 0) {
-      dst = reinterpret_cast<float*>(room);
-    } else {
+        reinterpret_cast<uintptr_t>(room) % alignof(float) != 0) {
       scratch.resize(values);
-      dst = scratch.data();
-    }
-    RETURN_IF_ERROR(store_->Pull(tk.table_id(), tk.keys().data(), n, train, dst));
-    if (dst != reinterpret_cast<float*>(room) && values > 0) {
-      EncodeValuesTo(dst, values, encoding, room);
+      RETURN_IF_ERROR(store_->Pull(tk.table_id(), tk.keys().data(), n, train,
+                                   scratch.data()));
+      if (values > 0) std::memcpy(room, scratch.data(), values * sizeof(float));
+    } else {
+      RETURN_IF_ERROR(store_->PullEncoded(tk.table_id(), tk.keys().data(), n,
+                                          train, encoding, room));
     }
   }
   return absl::OkStatus();

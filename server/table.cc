@@ -289,7 +289,13 @@ void Table::ForStripes(size_t n, absl::FunctionRef<void(int begin, int end)> fn)
 }
 
 void Table::Pull(const uint64_t* keys, size_t n, bool train, float* out) {
+  PullEncoded(keys, n, train, Encoding::kFp32, reinterpret_cast<char*>(out));
+}
+
+void Table::PullEncoded(const uint64_t* keys, size_t n, bool train,
+                        Encoding encoding, char* out) {
   pulls_.fetch_add(1, std::memory_order_relaxed);
+  const size_t row_bytes = dim_ * BytesPerValue(encoding);
   const uint32_t now_seconds = train ? NowSeconds() : 0;
   Batch& b = GroupByShard(keys, n);
   ForStripes(n, [&](int first, int last) {
@@ -315,11 +321,20 @@ void Table::Pull(const uint64_t* keys, size_t n, bool train, float* out) {
       }
       for (uint32_t j = begin; j < end; ++j) {
         const uint32_t i = b.order[j];
-        float* dst = out + size_t{i} * dim_;
-        if (b.rows[j] != nullptr) {
-          std::memcpy(dst, b.rows[j], dim_ * sizeof(float));
+        char* dst = out + i * row_bytes;
+        if (encoding == Encoding::kFp32) {
+          if (b.rows[j] != nullptr) {
+            std::memcpy(dst, b.rows[j], row_bytes);
+          } else {
+            initializer_.Fill(keys[i], reinterpret_cast<float*>(dst));
+          }
+        } else if (b.rows[j] != nullptr) {
+          EncodeValuesTo(b.rows[j], dim_, encoding, dst);
         } else {
-          initializer_.Fill(keys[i], dst);
+          thread_local std::vector<float> initial;
+          initial.resize(dim_);
+          initializer_.Fill(keys[i], initial.data());
+          EncodeValuesTo(initial.data(), dim_, encoding, dst);
         }
       }
     }

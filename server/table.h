@@ -70,6 +70,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "common/codec.h"
 #include "common/mutex.h"
 #include "proto/config.pb.h"
 #include "server/helper_pool.h"
@@ -129,6 +130,11 @@ class Table {
   // Reads n rows into out[n * dim]. Keys may repeat. `train` creates rows
   // and counts admission (see above); otherwise nothing changes.
   void Pull(const uint64_t* keys, size_t n, bool train, float* out);
+  // The same, with the values written in `encoding` (out: n * dim values of
+  // BytesPerValue bytes; float-aligned for kFp32). A bf16 pull converts each
+  // row once, on its way out, with no fp32 copy in between.
+  void PullEncoded(const uint64_t* keys, size_t n, bool train,
+                   Encoding encoding, char* out);
   // One optimizer step per key with grads[i*dim, (i+1)*dim). Keys unique.
   // Under SKIP_AND_COUNT, rows with a non-finite gradient are skipped and
   // counted; under REJECT the caller has checked every gradient.

@@ -68,6 +68,15 @@ absl::Status TableStore::Pull(uint32_t table_id, const uint64_t* keys,
   return absl::OkStatus();
 }
 
+absl::Status TableStore::PullEncoded(uint32_t table_id, const uint64_t* keys,
+                                     size_t n, bool train, Encoding encoding,
+                                     char* out) {
+  ASSIGN_OR_RETURN(Table * table, GetTable(table_id));
+  RETURN_IF_ERROR(CheckDenseKeys(*table, keys, n));
+  table->PullEncoded(keys, n, train, encoding, out);
+  return absl::OkStatus();
+}
+
 absl::Status TableStore::ValidatePush(const Table& table, const uint64_t* keys,
                                       size_t n, const float* grads,
                                       float lr_scale) const {

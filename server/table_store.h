@@ -52,6 +52,9 @@ class TableStore {
   // admission; an evaluation pull changes nothing.
   absl::Status Pull(uint32_t table_id, const uint64_t* keys, size_t n,
                     bool train, float* out);
+  // The same, in `encoding` (Table::PullEncoded).
+  absl::Status PullEncoded(uint32_t table_id, const uint64_t* keys, size_t n,
+                           bool train, Encoding encoding, char* out);
 
   // One optimizer step per key; keys unique; grads[n * dim].
   absl::StatusOr<PushCounts> Push(uint32_t table_id, const uint64_t* keys,

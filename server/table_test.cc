@@ -182,6 +182,35 @@ TEST(TableTest, HelperPoolGivesTheSameRowsAsASerialTable) {
   EXPECT_EQ(seen, rows.size());
 }
 
+// PullEncoded gives the bytes of an fp32 pull encoded afterwards: for rows
+// that exist and for unseen keys (their initial value), serial and pooled.
+TEST(TableTest, EncodedPullsEqualEncodingAnFp32Pull) {
+  constexpr int kDim = 12;
+  TableConfig config = SgdTable(kDim, 0.25f);
+  config.mutable_init()->set_kind(InitializerConfig::NORMAL);
+  config.mutable_init()->set_scale(0.3f);
+  HelperPool pool(2, /*only_when_idle=*/false);
+  auto table = std::move(*Table::Create(config, 4096, &pool));
+  std::vector<uint64_t> keys(1200);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 7919 + 3;
+  std::vector<float> grads(600 * kDim);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = float(i % 13) - 6.0f;
+  table->Push(keys.data(), 600, grads.data(), 1.0f);  // Half the keys exist.
+  for (size_t n : {size_t{5}, keys.size()}) {  // Serial and pooled batches.
+    std::vector<float> fp32(n * kDim);
+    table->Pull(keys.data(), n, /*train=*/false, fp32.data());
+    for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kFp16}) {
+      std::string want;
+      EncodeValues(fp32.data(), fp32.size(), e, &want);
+      std::vector<float> room(n * kDim);  // Float-aligned bytes.
+      char* out = reinterpret_cast<char*>(room.data());
+      table->PullEncoded(keys.data(), n, /*train=*/false, e, out);
+      ASSERT_EQ(std::string(out, want.size()), want)
+          << "n " << n << " encoding " << static_cast<int>(e);
+    }
+  }
+}
+
 TEST(TableTest, FindDuplicateKeyFindsARepeatAnywhereInTheBatch) {
   auto table = MakeTable(SgdTable(4, 1.0f));
   // 100 keys: a few a stripe (compared pairwise); 50000 keys: about 200 a
