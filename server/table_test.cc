@@ -3,6 +3,7 @@
 // tracking for delta checkpoints.
 #include "server/table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -35,101 +36,78 @@ std::unique_ptr<Table> MakeTable(const TableConfig& t) {
   return std::move(*table);
 }
 
-TEST(TableTest, ConcurrentPushesEndAtTheExactSequentialSum) {
-  constexpr int kThreads = 8, kPushes = 300, kKeys = 64, kDim = 8;
-  auto table = MakeTable(SgdTable(kDim, 0.5f));  // A power of two: exact.
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
+// `threads` threads each push `pushes` batches of overlapping keys (thread t
+// skips key k in push p when (k + p + t) % 3 == 0) into an SGD table with
+// lr 0.5 (a power of two) and integer gradients, so the result is exact:
+// every row must end at the sequential sum. Meanwhile a reader pulls all
+// keys; each row's gradients are uniform across the row, so a row read
+// atomically has all elements equal.
+void ExpectConcurrentPushesSumExactly(Table& table, int threads, int pushes,
+                                      int num_keys, int dim) {
+  auto key_of = [](int k) { return uint64_t{1000} + uint64_t(k) * 7919; };
+  std::vector<std::thread> pushers;
+  for (int t = 0; t < threads; ++t) {
+    pushers.emplace_back([&, t] {
       std::vector<uint64_t> keys;
       std::vector<float> grads;
-      for (int p = 0; p < kPushes; ++p) {
+      for (int p = 0; p < pushes; ++p) {
         keys.clear();
         grads.clear();
-        // Overlapping keys: every thread touches key k when (k + p + t) % 3.
-        for (int k = 0; k < kKeys; ++k) {
+        for (int k = 0; k < num_keys; ++k) {
           if ((k + p + t) % 3 == 0) continue;
-          keys.push_back(1000 + k * 7919);
-          for (int i = 0; i < kDim; ++i) grads.push_back(float((k + t) % 5 + 1));
-        }
-        table->Push(keys.data(), keys.size(), grads.data(), 1.0f);
-      }
-    });
-  }
-  // Pulls during the pushes: each row's gradients are uniform across the
-  // row, so a row read atomically has all elements equal.
-  std::thread reader([&] {
-    std::vector<uint64_t> keys;
-    for (int k = 0; k < kKeys; ++k) keys.push_back(1000 + k * 7919);
-    std::vector<float> out(kKeys * kDim);
-    for (int round = 0; round < 200; ++round) {
-      table->Pull(keys.data(), keys.size(), /*train=*/true, out.data());
-      for (int k = 0; k < kKeys; ++k) {
-        for (int i = 1; i < kDim; ++i) {
-          ASSERT_EQ(out[k * kDim + i], out[k * kDim]) << "torn row " << k;
-        }
-      }
-    }
-  });
-  for (auto& th : threads) th.join();
-  reader.join();
-  for (int k = 0; k < kKeys; ++k) {
-    double expected = 0;
-    for (int t = 0; t < kThreads; ++t) {
-      for (int p = 0; p < kPushes; ++p) {
-        if ((k + p + t) % 3 != 0) expected -= 0.5 * ((k + t) % 5 + 1);
-      }
-    }
-    const uint64_t key = 1000 + k * 7919;
-    std::vector<float> row(kDim);
-    table->Pull(&key, 1, false, row.data());
-    for (int i = 0; i < kDim; ++i) ASSERT_EQ(row[i], expected) << k;
-  }
-}
-
-// Batches of >= kParallelMinKeys keys are shared with the helper pool: with
-// 4 callers pushing large overlapping batches through a 2-helper pool, the
-// rows still end at the exact sequential sum (SGD, lr a power of two,
-// integer gradients).
-TEST(TableTest, LargeConcurrentPushesOnTheHelperPoolEndAtTheExactSum) {
-  constexpr int kThreads = 4, kPushes = 40, kKeys = 3000, kDim = 4;
-  static_assert(kKeys * 2 / 3 >= Table::kParallelMinKeys, "batches must be large");
-  HelperPool pool(2, /*only_when_idle=*/false);
-  auto created = Table::Create(SgdTable(kDim, 0.5f), 4096, &pool);
-  ASSERT_TRUE(created.ok()) << created.status();
-  Table& table = **created;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      std::vector<uint64_t> keys;
-      std::vector<float> grads;
-      for (int p = 0; p < kPushes; ++p) {
-        keys.clear();
-        grads.clear();
-        for (int k = 0; k < kKeys; ++k) {
-          if ((k + p + t) % 3 == 0) continue;
-          keys.push_back(uint64_t{k} * 0x9e3779b97f4a7c15ull);
-          for (int i = 0; i < kDim; ++i) grads.push_back(float((k + t) % 5 + 1));
+          keys.push_back(key_of(k));
+          for (int i = 0; i < dim; ++i) grads.push_back(float((k + t) % 5 + 1));
         }
         const PushCounts counts = table.Push(keys.data(), keys.size(), grads.data(), 1.0f);
         ASSERT_EQ(counts.applied, keys.size());
       }
     });
   }
-  for (auto& th : threads) th.join();
-  std::vector<uint64_t> keys;
-  for (int k = 0; k < kKeys; ++k) keys.push_back(uint64_t{k} * 0x9e3779b97f4a7c15ull);
-  std::vector<float> out(kKeys * kDim);
-  table.Pull(keys.data(), keys.size(), /*train=*/false, out.data());
-  for (int k = 0; k < kKeys; ++k) {
+  std::vector<uint64_t> all;
+  for (int k = 0; k < num_keys; ++k) all.push_back(key_of(k));
+  std::thread reader([&] {
+    std::vector<float> out(all.size() * dim);
+    const int rounds = std::max(10, 12800 / num_keys);  // 200 for 64 keys.
+    for (int round = 0; round < rounds; ++round) {
+      table.Pull(all.data(), all.size(), /*train=*/true, out.data());
+      for (int k = 0; k < num_keys; ++k) {
+        for (int i = 1; i < dim; ++i) {
+          ASSERT_EQ(out[k * dim + i], out[k * dim]) << "torn row " << k;
+        }
+      }
+    }
+  });
+  for (auto& th : pushers) th.join();
+  reader.join();
+  std::vector<float> out(all.size() * dim);
+  table.Pull(all.data(), all.size(), /*train=*/false, out.data());
+  for (int k = 0; k < num_keys; ++k) {
     double expected = 0;
-    for (int t = 0; t < kThreads; ++t) {
-      for (int p = 0; p < kPushes; ++p) {
+    for (int t = 0; t < threads; ++t) {
+      for (int p = 0; p < pushes; ++p) {
         if ((k + p + t) % 3 != 0) expected -= 0.5 * ((k + t) % 5 + 1);
       }
     }
-    for (int i = 0; i < kDim; ++i) ASSERT_EQ(out[k * kDim + i], expected) << k;
+    for (int i = 0; i < dim; ++i) ASSERT_EQ(out[k * dim + i], expected) << k;
   }
+}
+
+TEST(TableTest, ConcurrentPushesEndAtTheExactSequentialSum) {
+  auto table = MakeTable(SgdTable(8, 0.5f));
+  ExpectConcurrentPushesSumExactly(*table, /*threads=*/8, /*pushes=*/300,
+                                   /*num_keys=*/64, /*dim=*/8);
+}
+
+// Batches of >= kParallelMinKeys keys are shared with the helper pool; the
+// same holds with 4 callers pushing large batches through a 2-helper pool.
+TEST(TableTest, LargeConcurrentPushesOnTheHelperPoolEndAtTheExactSum) {
+  constexpr int kKeys = 3000;
+  static_assert(kKeys * 2 / 3 >= Table::kParallelMinKeys, "batches must be large");
+  HelperPool pool(2, /*only_when_idle=*/false);
+  auto created = Table::Create(SgdTable(4, 0.5f), 4096, &pool);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ExpectConcurrentPushesSumExactly(**created, /*threads=*/4, /*pushes=*/40,
+                                   /*num_keys=*/kKeys, /*dim=*/4);
 }
 
 // The pooled path gives what the serial one gives: pulled values, push
