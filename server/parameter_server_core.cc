@@ -280,6 +280,7 @@ absl::Status ParameterServerCore::DecodePush(
   for (int t = 0; t < request.tables_size(); ++t) {
     const TableGradients& tg = request.tables(t);
     DecodedTable& d = (*tables)[t];
+    d.grads = nullptr;  // Until decoded (the vector may be reused).
     d.table = store_->FindTable(tg.table_id());
     if (d.table == nullptr) {
       return absl::InvalidArgumentError(
@@ -313,7 +314,9 @@ absl::Status ParameterServerCore::DecodePush(
 absl::Status ParameterServerCore::Push(const PushRequest& request,
                                        PushResponse* response) {
   const float lr_scale = request.has_lr_scale() ? request.lr_scale() : 1.0f;
-  std::vector<DecodedTable> tables;
+  // Per thread, so that a bf16 push decodes into warm, already sized
+  // storage (a fresh vector was an allocation and a zero fill per push).
+  thread_local std::vector<DecodedTable> tables;
   RETURN_IF_ERROR(DecodePush(request, &tables));
   const std::shared_ptr<const PartitionMap> map = CurrentMap();
   RETURN_IF_ERROR(CheckMapVersion(request.map_version(), *map));
