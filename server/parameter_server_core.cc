@@ -230,23 +230,14 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
                                    tk.keys().data(), tk.keys_size(), *map));
   }
   const bool train = request.purpose() == TRAIN;
-  thread_local std::vector<float> scratch;
   for (const TableKeys& tk : request.tables()) {
     Table* table = store_->FindTable(tk.table_id());
     const size_t n = tk.keys_size();
     const size_t values = n * table->dim();
     char* room = sink->AddTable(tk.table_id(), table->dim(),
                                 values * BytesPerValue(encoding));
-    if (encoding == Encoding::kFp32 &&
-        reinterpret_cast<uintptr_t>(room) % alignof(float) != 0) {
-      scratch.resize(values);
-      RETURN_IF_ERROR(store_->Pull(tk.table_id(), tk.keys().data(), n, train,
-                                   scratch.data()));
-      if (values > 0) std::memcpy(room, scratch.data(), values * sizeof(float));
-    } else {
-      RETURN_IF_ERROR(store_->PullEncoded(tk.table_id(), tk.keys().data(), n,
-                                          train, encoding, room));
-    }
+    RETURN_IF_ERROR(store_->PullEncoded(tk.table_id(), tk.keys().data(), n,
+                                        train, encoding, room));
   }
   return absl::OkStatus();
 }

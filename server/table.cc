@@ -321,21 +321,14 @@ void Table::PullEncoded(const uint64_t* keys, size_t n, bool train,
       }
       for (uint32_t j = begin; j < end; ++j) {
         const uint32_t i = b.order[j];
-        char* dst = out + i * row_bytes;
-        if (encoding == Encoding::kFp32) {
-          if (b.rows[j] != nullptr) {
-            std::memcpy(dst, b.rows[j], row_bytes);
-          } else {
-            initializer_.Fill(keys[i], reinterpret_cast<float*>(dst));
-          }
-        } else if (b.rows[j] != nullptr) {
-          EncodeValuesTo(b.rows[j], dim_, encoding, dst);
-        } else {
+        const float* src = b.rows[j];
+        if (src == nullptr) {  // No row (yet): the initial value.
           thread_local std::vector<float> initial;
           initial.resize(dim_);
           initializer_.Fill(keys[i], initial.data());
-          EncodeValuesTo(initial.data(), dim_, encoding, dst);
+          src = initial.data();
         }
+        EncodeValuesTo(src, dim_, encoding, out + i * row_bytes);
       }
     }
   });

@@ -131,8 +131,8 @@ class Table {
   // and counts admission (see above); otherwise nothing changes.
   void Pull(const uint64_t* keys, size_t n, bool train, float* out);
   // The same, with the values written in `encoding` (out: n * dim values of
-  // BytesPerValue bytes; float-aligned for kFp32). A bf16 pull converts each
-  // row once, on its way out, with no fp32 copy in between.
+  // BytesPerValue bytes, any alignment). A bf16 pull converts each row once,
+  // on its way out, with no fp32 copy in between.
   void PullEncoded(const uint64_t* keys, size_t n, bool train,
                    Encoding encoding, char* out);
   // One optimizer step per key with grads[i*dim, (i+1)*dim). Keys unique.

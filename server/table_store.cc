@@ -62,10 +62,8 @@ absl::Status TableStore::CheckDenseKeys(const Table& table,
 
 absl::Status TableStore::Pull(uint32_t table_id, const uint64_t* keys,
                               size_t n, bool train, float* out) {
-  ASSIGN_OR_RETURN(Table * table, GetTable(table_id));
-  RETURN_IF_ERROR(CheckDenseKeys(*table, keys, n));
-  table->Pull(keys, n, train, out);
-  return absl::OkStatus();
+  return PullEncoded(table_id, keys, n, train, Encoding::kFp32,
+                     reinterpret_cast<char*>(out));
 }
 
 absl::Status TableStore::PullEncoded(uint32_t table_id, const uint64_t* keys,
