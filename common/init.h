@@ -3,7 +3,9 @@
 // added by the launcher).
 //
 // Call InitProcess first thing in main(). It parses absl flags (exiting with a
-// usage message on a bad flag) and returns the positional arguments.
+// usage message on a bad flag), sets up glog, turns off absl::Mutex's
+// deadlock detector (on in Debian's build; gRPC pays it per lock) and
+// returns the positional arguments.
 #ifndef SHARDPS_COMMON_INIT_H_
 #define SHARDPS_COMMON_INIT_H_
 
