@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "bench/server_zipf.h"
 #include "common/codec.h"
@@ -427,7 +426,8 @@ int RunMain() {
 }  // namespace shardps
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  // As the binaries do (flags, glog, absl::Mutex deadlock detector off).
+  shardps::InitProcess(argc, argv, "server_rpc_bench [--steps=N] [--reps=N]");
   signal(SIGPIPE, SIG_IGN);
   const std::string role = absl::GetFlag(FLAGS_role);
   if (role == "client") return shardps::RunGrpcClient();
