@@ -1,5 +1,7 @@
 #include "server/ps_server.h"
 
+#include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,7 +10,6 @@
 #include "common/tls.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
 
 namespace shardps {
 namespace {
@@ -34,7 +35,8 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   ASSIGN_OR_RETURN(s->core_, ParameterServerCore::Create(core_options));
   s->service_ = std::make_unique<PsService>(s->core_.get());
 
-  grpc::EnableDefaultHealthCheckService(true);
+  // Our own health service, not gRPC's (health_service.h says why).
+  s->health_ = std::make_unique<HealthService>();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const int max_bytes = static_cast<int>(std::min<uint64_t>(
@@ -50,11 +52,19 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
                    ServerCredentialsFromFlags());
   builder.AddListeningPort(options.listen, credentials, &s->port_);
   builder.RegisterService(s->service_.get());
+  builder.RegisterService(s->health_.get());
+  const int data_threads =
+      options.data_threads > 0
+          ? options.data_threads
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs;
+  for (int i = 0; i < data_threads; ++i) cqs.push_back(builder.AddCompletionQueue());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen));
   }
+  s->service_->ServeDataPath(std::move(cqs));
   const size_t colon = options.listen.rfind(':');
   s->address_ = absl::StrCat(options.listen.substr(0, colon), ":", s->port_);
   if (HasEviction(options.config)) {
@@ -92,10 +102,12 @@ void PsServer::Shutdown() {
     changed_.SignalAll();
   }
   // Start may have failed before the core or the gRPC server existed.
+  if (health_ != nullptr) health_->SetNotServing();
   if (core_ != nullptr) core_->Shutdown();  // Waiting BSP pulls return first.
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   }
+  if (service_ != nullptr) service_->StopDataPath();
   if (evict_thread_.joinable()) evict_thread_.join();
   MutexLock lock(&mu_);
   stopped_ = true;

@@ -19,6 +19,7 @@
 #include "common/partition.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/config.pb.h"
+#include "server/health_service.h"
 #include "server/parameter_server_core.h"
 #include "server/ps_service.h"
 
@@ -29,6 +30,7 @@ struct PsServerOptions {
   uint32_t server_index = 0;
   std::string listen = "127.0.0.1:0";  // Port 0 picks a free port.
   int threads = 0;           // Max gRPC threads; 0 = gRPC's default.
+  int data_threads = 0;      // Threads serving Pull/Push; 0 = one per core.
   PartitionMap map;          // Empty = contiguous map at version 1.
   absl::Duration evict_every = absl::Seconds(10);
 };
@@ -61,6 +63,7 @@ class PsServer {
 
   std::unique_ptr<ParameterServerCore> core_;
   std::unique_ptr<PsService> service_;
+  std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   int port_ = 0;

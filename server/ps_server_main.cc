@@ -42,8 +42,11 @@ ABSL_FLAG(std::string, advertise, shardps::EnvOr("SHARDPS_ADVERTISE", ""),
           "listening address; set it when listening on 0.0.0.0). Env: "
           "SHARDPS_ADVERTISE.");
 ABSL_FLAG(int, threads, 0,
-          "Max gRPC server threads (0 = gRPC's default). In BSP, pulls wait "
-          "for their clock on a thread: allow more threads than workers.");
+          "Max threads of gRPC's synchronous server, which serves the control "
+          "RPCs (0 = gRPC's default). Pull and Push: --data_threads.");
+ABSL_FLAG(int, data_threads, 0,
+          "Threads serving Pull and Push, each on its own completion queue "
+          "(0: one per core).");
 ABSL_FLAG(int, table_helpers, -1,
           "Threads that help one large pull or push at a time with its "
           "stripes (-1: cores - 1, at most 3; 0: none).");
@@ -184,6 +187,7 @@ int Run() {
   options.server_index = absl::GetFlag(FLAGS_index);
   options.listen = absl::GetFlag(FLAGS_listen);
   options.threads = absl::GetFlag(FLAGS_threads);
+  options.data_threads = absl::GetFlag(FLAGS_data_threads);
   auto server = PsServer::Start(options);
   if (!server.ok()) {
     LOG(ERROR) << server.status();

@@ -118,52 +118,155 @@ void PullResponseSlices::Release(grpc::ByteBuffer* out) {
   bytes_ = 0;
 }
 
-grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* context,
-                                          const grpc::ByteBuffer* request_bytes,
-                                          grpc::ByteBuffer* response) {
-  const auto start = std::chrono::steady_clock::now();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  PullRequest request;
-  {
-    grpc::ByteBuffer copy(*request_bytes);  // Deserialize consumes its buffer.
-    if (!grpc::SerializationTraits<PullRequest>::Deserialize(&copy, &request).ok()) {
-      const grpc::Status st(grpc::StatusCode::INVALID_ARGUMENT,
-                            "malformed PullRequest (not a PullRequest message)");
-      Metrics().pull.Record(start, st, 0);
-      reactor->Finish(st);
-      return reactor;
+namespace {
+
+// One data-path call on a completion queue; its address is the queue's tag.
+// Proceed runs on the queue's thread: first when a request has arrived (ok =
+// false: the server is shutting down), then when its Finish has been sent.
+class DataCall {
+ public:
+  virtual ~DataCall() = default;
+  virtual void Proceed(bool ok) = 0;
+};
+
+class PullCall final : public DataCall {
+ public:
+  PullCall(PsService* service, grpc::ServerCompletionQueue* cq)
+      : service_(service), cq_(cq), responder_(&context_) {
+    service_->RequestPull(&context_, &request_bytes_, &responder_, cq_, cq_, this);
+  }
+
+  void Proceed(bool ok) override {
+    if (!ok || finishing_) {
+      delete this;
+      return;
+    }
+    finishing_ = true;
+    new PullCall(service_, cq_);  // Ready for the next request.
+    start_ = std::chrono::steady_clock::now();
+    if (!grpc::SerializationTraits<PullRequest>::Deserialize(&request_bytes_, &request_)
+             .ok()) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "malformed PullRequest (not a PullRequest message)"),
+             nullptr);
+      return;
+    }
+    if (service_->core()->PullMayWait(request_)) {
+      // The call lives until its Finish is sent; the core wakes the wait at
+      // its deadline or on Shutdown, and StopDataPath waits for EndWait.
+      service_->BeginWait();
+      std::thread([this] {
+        PsService* service = service_;  // `this` may be gone after Serve.
+        Serve();
+        service->EndWait();
+      }).detach();
+    } else {
+      Serve();
     }
   }
-  auto serve = [this, context, response, reactor, start](const PullRequest& request) {
+
+ private:
+  void Serve() {
     PullResponseSlices slices;
-    grpc::Status st = ToGrpcStatus(
-        core_->Pull(request, absl::FromChrono(context->deadline()), &slices));
-    Metrics().pull.Record(start, st, st.ok() ? slices.bytes() : 0);
-    if (st.ok()) slices.Release(response);
-    reactor->Finish(st);
-  };
-  if (core_->PullMayWait(request)) {
-    // The call (context, response) lives until Finish; the core wakes the
-    // wait at its deadline or on Shutdown.
-    std::thread([serve = std::move(serve), request = std::move(request)] {
-      serve(request);
-    }).detach();
-  } else {
-    serve(request);
+    const grpc::Status st = ToGrpcStatus(service_->core()->Pull(
+        request_, absl::FromChrono(context_.deadline()), &slices));
+    Finish(st, &slices);
   }
-  return reactor;
+
+  void Finish(const grpc::Status& st, PullResponseSlices* slices) {
+    Metrics().pull.Record(start_, st, st.ok() ? slices->bytes() : 0);
+    if (st.ok()) {
+      grpc::ByteBuffer response;
+      slices->Release(&response);
+      responder_.Finish(response, st, this);
+    } else {
+      responder_.FinishWithError(st, this);
+    }
+  }
+
+  PsService* const service_;
+  grpc::ServerCompletionQueue* const cq_;
+  grpc::ServerContext context_;
+  grpc::ByteBuffer request_bytes_;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
+  PullRequest request_;
+  std::chrono::steady_clock::time_point start_;
+  bool finishing_ = false;
+};
+
+class PushCall final : public DataCall {
+ public:
+  PushCall(PsService* service, grpc::ServerCompletionQueue* cq)
+      : service_(service), cq_(cq), responder_(&context_) {
+    service_->RequestPush(&context_, &request_, &responder_, cq_, cq_, this);
+  }
+
+  void Proceed(bool ok) override {
+    if (!ok || finishing_) {
+      delete this;
+      return;
+    }
+    finishing_ = true;
+    new PushCall(service_, cq_);
+    const auto start = std::chrono::steady_clock::now();
+    PushResponse response;
+    const grpc::Status st = ToGrpcStatus(service_->core()->Push(request_, &response));
+    Metrics().push.Record(start, st, request_.ByteSizeLong());
+    if (st.ok()) {
+      Metrics().rows_applied.Increment(static_cast<double>(response.rows_applied()));
+      responder_.Finish(response, st, this);
+    } else {
+      responder_.FinishWithError(st, this);
+    }
+  }
+
+ private:
+  PsService* const service_;
+  grpc::ServerCompletionQueue* const cq_;
+  grpc::ServerContext context_;
+  PushRequest request_;
+  grpc::ServerAsyncResponseWriter<PushResponse> responder_;
+  bool finishing_ = false;
+};
+
+}  // namespace
+
+PsService::~PsService() { StopDataPath(); }
+
+void PsService::ServeDataPath(
+    std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs) {
+  cqs_ = std::move(cqs);
+  for (auto& cq : cqs_) {
+    grpc::ServerCompletionQueue* q = cq.get();
+    new PullCall(this, q);
+    new PushCall(this, q);
+    threads_.emplace_back([q] {
+      void* tag;
+      bool ok;
+      while (q->Next(&tag, &ok)) static_cast<DataCall*>(tag)->Proceed(ok);
+    });
+  }
 }
 
-grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
-                                          const PushRequest* request,
-                                          PushResponse* response) {
-  const auto start = std::chrono::steady_clock::now();
-  grpc::Status st = ToGrpcStatus(core_->Push(*request, response));
-  Metrics().push.Record(start, st, request->ByteSizeLong());
-  if (st.ok()) Metrics().rows_applied.Increment(static_cast<double>(response->rows_applied()));
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(st);
-  return reactor;
+void PsService::StopDataPath() {
+  {
+    MutexLock lock(&mu_);
+    while (waiting_ > 0) waits_done_.Wait(&mu_);
+  }
+  for (auto& cq : cqs_) cq->Shutdown();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  cqs_.clear();
+}
+
+void PsService::BeginWait() {
+  MutexLock lock(&mu_);
+  ++waiting_;
+}
+
+void PsService::EndWait() {
+  MutexLock lock(&mu_);
+  if (--waiting_ == 0) waits_done_.SignalAll();
 }
 
 grpc::Status PsService::InitRows(grpc::ServerContext* context,

@@ -3,8 +3,9 @@
 // the absl::Status to a grpc::Status once (ToGrpcStatus). The request's
 // deadline bounds a BSP pull's wait.
 //
-// Pull and Push, the data path, use gRPC's callback API: they run on the
-// thread that read the request, with no hand-off to a synchronous-server
+// Pull and Push, the data path, are asynchronous (completion-queue) methods
+// served by threads of our own (ServeDataPath): the thread whose poll read a
+// request runs it and writes the response, with no hand-off to another
 // thread. A BSP pull that has to wait for its clock would block that thread,
 // so it waits on a thread of its own instead. The control RPCs stay
 // synchronous.
@@ -19,11 +20,14 @@
 #ifndef SHARDPS_SERVER_PS_SERVICE_H_
 #define SHARDPS_SERVER_PS_SERVICE_H_
 
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps.grpc.pb.h"
+#include "common/mutex.h"
 #include "server/parameter_server_core.h"
 
 namespace shardps {
@@ -46,21 +50,23 @@ class PullResponseSlices final : public PullSink {
   size_t bytes_ = 0;
 };
 
-using PsServiceBase = ParameterServer::WithRawCallbackMethod_Pull<
-    ParameterServer::WithCallbackMethod_Push<ParameterServer::Service>>;
+using PsServiceBase = ParameterServer::WithRawMethod_Pull<
+    ParameterServer::WithAsyncMethod_Push<ParameterServer::Service>>;
 
 class PsService final : public PsServiceBase {
  public:
   explicit PsService(ParameterServerCore* core) : core_(core) {}
+  ~PsService();  // Calls StopDataPath.
   PsService(const PsService&) = delete;
   PsService& operator=(const PsService&) = delete;
 
-  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
-                                 const grpc::ByteBuffer* request,
-                                 grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
-                                 const PushRequest* request,
-                                 PushResponse* response) override;
+  // Serves Pull and Push on `cqs` (from ServerBuilder::AddCompletionQueue,
+  // the server built and started), one thread per queue. Call once.
+  void ServeDataPath(std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs);
+  // After grpc::Server::Shutdown has returned: waits for waiting BSP pulls
+  // to answer, shuts the queues down and joins their threads. Idempotent.
+  void StopDataPath();
+
   grpc::Status InitRows(grpc::ServerContext* context,
                         const InitRowsRequest* request,
                         InitRowsResponse* response) override;
@@ -77,8 +83,18 @@ class PsService final : public PsServiceBase {
                        const ControlRequest* request,
                        ControlResponse* response) override;
 
+  // For the data path's calls (ps_service.cc).
+  ParameterServerCore* core() const { return core_; }
+  void BeginWait();  // A pull waits for its clock on a thread of its own ...
+  void EndWait();    // ... and has called Finish.
+
  private:
   ParameterServerCore* const core_;  // Not owned.
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
+  std::vector<std::thread> threads_;
+  Mutex mu_;
+  CondVar waits_done_;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardps

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/tls.h"
-#include "deploy/k8s/health.grpc.pb.h"
+#include "proto/health.grpc.pb.h"
 
 namespace shardps {
 

@@ -1,0 +1,61 @@
+#include "server/health_service.h"
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace shardps {
+
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+namespace {
+
+grpc::Status UnknownService(const std::string& service) {
+  return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                      "unknown service \"" + service + "\" (only \"\", the whole server)");
+}
+
+}  // namespace
+
+grpc::Status HealthService::Check(grpc::ServerContext* context,
+                                  const HealthCheckRequest* request,
+                                  HealthCheckResponse* response) {
+  if (!request->service().empty()) return UnknownService(request->service());
+  MutexLock lock(&mu_);
+  response->set_status(serving_ ? HealthCheckResponse::SERVING
+                                : HealthCheckResponse::NOT_SERVING);
+  return grpc::Status::OK;
+}
+
+grpc::Status HealthService::Watch(grpc::ServerContext* context,
+                                  const HealthCheckRequest* request,
+                                  grpc::ServerWriter<HealthCheckResponse>* writer) {
+  HealthCheckResponse response;
+  if (!request->service().empty()) {
+    // As gRPC's service does: a status for the unknown name, then updates.
+    response.set_status(HealthCheckResponse::SERVICE_UNKNOWN);
+    writer->Write(response);
+    while (!context->IsCancelled()) absl::SleepFor(absl::Milliseconds(200));
+    return grpc::Status::CANCELLED;
+  }
+  MutexLock lock(&mu_);
+  response.set_status(serving_ ? HealthCheckResponse::SERVING
+                               : HealthCheckResponse::NOT_SERVING);
+  if (!writer->Write(response)) return grpc::Status::CANCELLED;
+  // Cancellation has no wake-up of its own here: look every 200 ms.
+  while (serving_ && !context->IsCancelled()) {
+    changed_.WaitUntil(&mu_, absl::Now() + absl::Milliseconds(200));
+  }
+  if (context->IsCancelled()) return grpc::Status::CANCELLED;
+  response.set_status(HealthCheckResponse::NOT_SERVING);
+  writer->Write(response);
+  return grpc::Status::OK;
+}
+
+void HealthService::SetNotServing() {
+  MutexLock lock(&mu_);
+  serving_ = false;
+  changed_.SignalAll();
+}
+
+}  // namespace shardps
