@@ -30,25 +30,34 @@ grpc::Status HealthService::Check(grpc::ServerContext* context,
 grpc::Status HealthService::Watch(grpc::ServerContext* context,
                                   const HealthCheckRequest* request,
                                   grpc::ServerWriter<HealthCheckResponse>* writer) {
-  HealthCheckResponse response;
-  if (!request->service().empty()) {
-    // As gRPC's service does: a status for the unknown name, then updates.
-    response.set_status(HealthCheckResponse::SERVICE_UNKNOWN);
-    writer->Write(response);
-    while (!context->IsCancelled()) absl::SleepFor(absl::Milliseconds(200));
-    return grpc::Status::CANCELLED;
+  // As gRPC's service does, an unknown name gets SERVICE_UNKNOWN (and never
+  // changes); the whole server gets its status and then the change. Writes
+  // happen outside the lock: a slow reader must not hold up Check.
+  const bool known = request->service().empty();
+  bool serving;
+  {
+    MutexLock lock(&mu_);
+    serving = serving_;
   }
-  MutexLock lock(&mu_);
-  response.set_status(serving_ ? HealthCheckResponse::SERVING
-                               : HealthCheckResponse::NOT_SERVING);
+  HealthCheckResponse response;
+  response.set_status(!known    ? HealthCheckResponse::SERVICE_UNKNOWN
+                      : serving ? HealthCheckResponse::SERVING
+                                : HealthCheckResponse::NOT_SERVING);
   if (!writer->Write(response)) return grpc::Status::CANCELLED;
-  // Cancellation has no wake-up of its own here: look every 200 ms.
-  while (serving_ && !context->IsCancelled()) {
-    changed_.WaitUntil(&mu_, absl::Now() + absl::Milliseconds(200));
+  {
+    // Cancellation has no wake-up of its own here: look every 200 ms. The
+    // watch ends when the server stops serving, so shutdown never waits on
+    // it.
+    MutexLock lock(&mu_);
+    while (serving_ && !context->IsCancelled()) {
+      changed_.WaitUntil(&mu_, absl::Now() + absl::Milliseconds(200));
+    }
   }
   if (context->IsCancelled()) return grpc::Status::CANCELLED;
-  response.set_status(HealthCheckResponse::NOT_SERVING);
-  writer->Write(response);
+  if (known && serving) {
+    response.set_status(HealthCheckResponse::NOT_SERVING);
+    writer->Write(response);
+  }
   return grpc::Status::OK;
 }
 

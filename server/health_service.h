@@ -7,8 +7,9 @@
 // under workload W that cost 10% of the rows/s (README, Benchmarks). This
 // service answers like the default one: the whole server (service "") is
 // SERVING until SetNotServing, any other service name is NOT_FOUND. Watch
-// sends the current status, then the change to NOT_SERVING, and ends when
-// the client cancels or the server shuts down.
+// sends the current status (SERVICE_UNKNOWN for another name), then for ""
+// the change to NOT_SERVING; it ends when the client cancels or at
+// SetNotServing, so a watch never holds up the server's shutdown.
 //
 // Thread-safety: thread-safe.
 #ifndef SHARDPS_SERVER_HEALTH_SERVICE_H_

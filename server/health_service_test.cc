@@ -71,6 +71,19 @@ TEST_F(HealthServiceTest, WatchSeesServingThenNotServing) {
   flip.join();
 }
 
+TEST_F(HealthServiceTest, WatchOfUnknownServiceEndsWhenNotServing) {
+  grpc::ClientContext context;
+  HealthCheckRequest request;
+  request.set_service("shardps.NoSuchService");
+  auto reader = stub_->Watch(&context, request);
+  HealthCheckResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(response.status(), HealthCheckResponse::SERVICE_UNKNOWN);
+  health_.SetNotServing();
+  EXPECT_FALSE(reader->Read(&response));
+  EXPECT_TRUE(reader->Finish().ok());
+}
+
 TEST_F(HealthServiceTest, WatchEndsWhenClientCancels) {
   grpc::ClientContext context;
   HealthCheckRequest request;
