@@ -19,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "common/partition.h"
 #include "common/status_macros.h"
+#include "common/zipf.h"
 #include "worker/data/metrics.h"
 
 namespace shardps {
@@ -78,50 +79,6 @@ double CatMissing(int f) { return 0.05 * ((5 * f) % 9); }
 double IntMissing(int j) { return 0.04 * ((3 * j) % 11); }
 double IntMu(int j) { return 0.5 + 0.3 * (j % 7); }
 double IntSigma(int j) { return 1.0 + 0.1 * (j % 4); }
-
-// Zipf(s) on 1..n by rejection-inversion (Hormann and Derflinger 1996, as in
-// Apache Commons' RejectionInversionZipfSampler): O(1) per draw, no table.
-class ZipfSampler {
- public:
-  ZipfSampler() = default;
-  ZipfSampler(int n, double s) : n_(n), s_(s) {
-    h_x1_ = HIntegral(1.5) - 1;
-    h_n_ = HIntegral(n + 0.5);
-    factor_ = 2 - HIntegralInverse(HIntegral(2.5) - H(2));
-  }
-  int Sample(uint64_t* state) const {
-    while (true) {
-      const double u = h_n_ + Uniform(state) * (h_x1_ - h_n_);
-      const double x = HIntegralInverse(u);
-      int k = static_cast<int>(x + 0.5);
-      if (k < 1) k = 1;
-      if (k > n_) k = n_;
-      if (k - x <= factor_ || u >= HIntegral(k + 0.5) - H(k)) return k;
-    }
-  }
-
- private:
-  static double Helper1(double x) {  // log1p(x) / x
-    return std::fabs(x) > 1e-8 ? std::log1p(x) / x : 1 - x / 2;
-  }
-  static double Helper2(double x) {  // expm1(x) / x
-    return std::fabs(x) > 1e-8 ? std::expm1(x) / x : 1 + x / 2;
-  }
-  double H(double x) const { return std::exp(-s_ * std::log(x)); }
-  double HIntegral(double x) const {
-    const double log_x = std::log(x);
-    return Helper2((1 - s_) * log_x) * log_x;
-  }
-  double HIntegralInverse(double x) const {
-    double t = x * (1 - s_);
-    if (t < -1) t = -1;
-    return std::exp(Helper1(t) * x);
-  }
-
-  int n_ = 1;
-  double s_ = 1;
-  double h_x1_ = 0, h_n_ = 0, factor_ = 0;
-};
 
 const ZipfSampler& Sampler(int f) {
   static const ZipfSampler* const samplers = [] {
@@ -200,7 +157,7 @@ void SyntheticModel::Sample(uint64_t* state, SyntheticExample* e) const {
     e->cat_missing[f] = Uniform(state) < CatMissing(f);
     e->cats[f] = e->cat_missing[f]
                      ? 0
-                     : RankToId(seed_, f, static_cast<uint32_t>(Sampler(f).Sample(state)));
+                     : RankToId(seed_, f, static_cast<uint32_t>(Sampler(f).Sample([state] { return Uniform(state); })));
   }
   e->logit = kBias + e->dense_logit + CategoricalLogit(*e);
   const double p = 1 / (1 + std::exp(-e->logit));
