@@ -9,8 +9,6 @@
 #ifndef SHARDPS_BENCH_SERVER_ZIPF_H_
 #define SHARDPS_BENCH_SERVER_ZIPF_H_
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>

@@ -1,31 +1,24 @@
 #include "bench/server_zipf.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "common/zipf.h"
 #include "gtest/gtest.h"
 
 namespace shardps {
 namespace bench {
 namespace {
 
-// Exact Zipf(s) probabilities over ranks [0, n).
-std::vector<double> Pmf(uint64_t n, double s) {
-  std::vector<double> p(n);
-  double sum = 0;
-  for (uint64_t r = 0; r < n; ++r) sum += p[r] = 1.0 / std::pow(double(r + 1), s);
-  for (double& x : p) x /= sum;
-  return p;
-}
-
 // Workload W: 4096 draws over 1e6 ids give about 2450 unique ids; the
 // average over batches must match the exact expectation sum_r 1 - (1-p_r)^4096.
 TEST(ZipfBatchesTest, UniqueIdsPerBatchMatchExpectation) {
   constexpr uint64_t kIds = 1000000;
   constexpr int kDraws = 4096;
-  const std::vector<double> p = Pmf(kIds, 1.0);
+  const std::vector<double> p = ZipfProbabilities(kIds, 1.0);
   double expected = 0;
   for (double x : p) expected += 1 - std::pow(1 - x, kDraws);
   ZipfBatches batches(kIds, 1.0, 3);

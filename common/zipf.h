@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace shardps {
 
@@ -61,6 +62,16 @@ class ZipfSampler {
   double s_ = 1;
   double h_x1_ = 0, h_n_ = 0, squeeze_ = 0;
 };
+
+// The exact probabilities of ranks 1..n (at index rank - 1), in O(n): what
+// tests and checks compare draws with.
+inline std::vector<double> ZipfProbabilities(uint64_t n, double s) {
+  std::vector<double> p(n);
+  double sum = 0;
+  for (uint64_t r = 0; r < n; ++r) sum += p[r] = std::pow(double(r + 1), -s);
+  for (double& x : p) x /= sum;
+  return p;
+}
 
 }  // namespace shardps
 

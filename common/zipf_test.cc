@@ -12,15 +12,6 @@
 namespace shardps {
 namespace {
 
-// Exact Zipf(s) probabilities of ranks 1..n, at index rank - 1.
-std::vector<double> Pmf(uint64_t n, double s) {
-  std::vector<double> p(n);
-  double sum = 0;
-  for (uint64_t r = 0; r < n; ++r) sum += p[r] = 1.0 / std::pow(double(r + 1), s);
-  for (double& x : p) x /= sum;
-  return p;
-}
-
 // Draw counts per bucket against the exact probabilities: each of the first
 // 20 ranks alone, then ranks grouped in doubling ranges. Every bucket's count
 // must be within 5 standard deviations of its binomial mean.
@@ -36,7 +27,7 @@ void ExpectMatchesPmf(uint64_t n, double s) {
     ASSERT_LT(r, n);
     ++count[r];
   }
-  const std::vector<double> p = Pmf(n, s);
+  const std::vector<double> p = ZipfProbabilities(n, s);
   uint64_t lo = 0;
   while (lo < n) {
     const uint64_t hi = lo < 20 ? lo + 1 : std::min<uint64_t>(n, lo * 2);

@@ -60,11 +60,13 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs;
   for (int i = 0; i < data_threads; ++i) cqs.push_back(builder.AddCompletionQueue());
   s->server_ = builder.BuildAndStart();
+  // A started server owns the queues from here on, also on the error below
+  // (Shutdown stops them); a server that did not start never used them.
+  if (s->server_ != nullptr) s->service_->ServeDataPath(std::move(cqs));
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen));
   }
-  s->service_->ServeDataPath(std::move(cqs));
   const size_t colon = options.listen.rfind(':');
   s->address_ = absl::StrCat(options.listen.substr(0, colon), ":", s->port_);
   if (HasEviction(options.config)) {

@@ -123,26 +123,47 @@ namespace {
 // One data-path call on a completion queue; its address is the queue's tag.
 // Proceed runs on the queue's thread: first when a request has arrived (ok =
 // false: the server is shutting down), then when its Finish has been sent.
+// On arrival the call asks for the next request (Rearm) before it serves
+// this one (Serve), which ends with a Finish on the responder.
 class DataCall {
  public:
+  DataCall(PsService* service, grpc::ServerCompletionQueue* cq)
+      : service_(service), cq_(cq) {}
   virtual ~DataCall() = default;
-  virtual void Proceed(bool ok) = 0;
-};
 
-class PullCall final : public DataCall {
- public:
-  PullCall(PsService* service, grpc::ServerCompletionQueue* cq)
-      : service_(service), cq_(cq), responder_(&context_) {
-    service_->RequestPull(&context_, &request_bytes_, &responder_, cq_, cq_, this);
-  }
-
-  void Proceed(bool ok) override {
+  void Proceed(bool ok) {
     if (!ok || finishing_) {
       delete this;
       return;
     }
     finishing_ = true;
-    new PullCall(service_, cq_);  // Ready for the next request.
+    Rearm();
+    Serve();
+  }
+
+ protected:
+  virtual void Rearm() = 0;
+  virtual void Serve() = 0;
+
+  PsService* const service_;
+  grpc::ServerCompletionQueue* const cq_;
+  grpc::ServerContext context_;
+
+ private:
+  bool finishing_ = false;
+};
+
+class PullCall final : public DataCall {
+ public:
+  PullCall(PsService* service, grpc::ServerCompletionQueue* cq)
+      : DataCall(service, cq), responder_(&context_) {
+    service_->RequestPull(&context_, &request_bytes_, &responder_, cq_, cq_, this);
+  }
+
+ private:
+  void Rearm() override { new PullCall(service_, cq_); }
+
+  void Serve() override {
     start_ = std::chrono::steady_clock::now();
     if (!grpc::SerializationTraits<PullRequest>::Deserialize(&request_bytes_, &request_)
              .ok()) {
@@ -156,17 +177,16 @@ class PullCall final : public DataCall {
       // its deadline or on Shutdown, and StopDataPath waits for EndWait.
       service_->BeginWait();
       std::thread([this] {
-        PsService* service = service_;  // `this` may be gone after Serve.
-        Serve();
+        PsService* service = service_;  // `this` may be gone after Pull.
+        Pull();
         service->EndWait();
       }).detach();
     } else {
-      Serve();
+      Pull();
     }
   }
 
- private:
-  void Serve() {
+  void Pull() {
     PullResponseSlices slices;
     const grpc::Status st = ToGrpcStatus(service_->core()->Pull(
         request_, absl::FromChrono(context_.deadline()), &slices));
@@ -184,30 +204,23 @@ class PullCall final : public DataCall {
     }
   }
 
-  PsService* const service_;
-  grpc::ServerCompletionQueue* const cq_;
-  grpc::ServerContext context_;
   grpc::ByteBuffer request_bytes_;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
   PullRequest request_;
   std::chrono::steady_clock::time_point start_;
-  bool finishing_ = false;
 };
 
 class PushCall final : public DataCall {
  public:
   PushCall(PsService* service, grpc::ServerCompletionQueue* cq)
-      : service_(service), cq_(cq), responder_(&context_) {
+      : DataCall(service, cq), responder_(&context_) {
     service_->RequestPush(&context_, &request_, &responder_, cq_, cq_, this);
   }
 
-  void Proceed(bool ok) override {
-    if (!ok || finishing_) {
-      delete this;
-      return;
-    }
-    finishing_ = true;
-    new PushCall(service_, cq_);
+ private:
+  void Rearm() override { new PushCall(service_, cq_); }
+
+  void Serve() override {
     const auto start = std::chrono::steady_clock::now();
     PushResponse response;
     const grpc::Status st = ToGrpcStatus(service_->core()->Push(request_, &response));
@@ -220,13 +233,8 @@ class PushCall final : public DataCall {
     }
   }
 
- private:
-  PsService* const service_;
-  grpc::ServerCompletionQueue* const cq_;
-  grpc::ServerContext context_;
   PushRequest request_;
   grpc::ServerAsyncResponseWriter<PushResponse> responder_;
-  bool finishing_ = false;
 };
 
 }  // namespace
