@@ -62,6 +62,17 @@ double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Where a client's timed steps go: drawing the batch, and each round trip
+// as the client sees it (request out to answer in). Printed as
+// "TIMES <draw> <pull> <push>", milliseconds per step.
+struct StepTimes {
+  double draw = 0, pull = 0, push = 0;
+  void Print(int steps) const {
+    std::printf("TIMES %.4f %.4f %.4f\n", draw * 1e3 / steps, pull * 1e3 / steps,
+                push * 1e3 / steps);
+  }
+};
+
 // ---- gRPC client -------------------------------------------------------
 
 int RunGrpcClient() {
@@ -85,6 +96,7 @@ int RunGrpcClient() {
   PullResponse pulled;
   PushResponse pushed;
   uint64_t rows = 0;
+  StepTimes times;
   Clock::time_point start;
   const int warmup = absl::GetFlag(FLAGS_warmup);
   const int total = warmup + absl::GetFlag(FLAGS_steps);
@@ -92,8 +104,12 @@ int RunGrpcClient() {
     if (step == warmup) {
       start = Clock::now();
       rows = 0;
+      times = StepTimes();
     }
+    Clock::time_point t = Clock::now();
     zipf.Next(kDraws, &ranks, &keys);
+    times.draw += Seconds(t);
+    t = Clock::now();  // The pull's round trip, request building included.
     pull.clear_tables();
     TableKeys* tk = pull.add_tables();
     tk->set_table_id(1);
@@ -101,10 +117,12 @@ int RunGrpcClient() {
     pulled.Clear();
     grpc::ClientContext pull_ctx;
     grpc::Status s = stub->Pull(&pull_ctx, pull, &pulled);
+    times.pull += Seconds(t);
     if (!s.ok()) {
       std::fprintf(stderr, "pull: %s\n", s.error_message().c_str());
       return 1;
     }
+    t = Clock::now();
     push.clear_tables();
     TableGradients* tg = push.add_tables();
     tg->set_table_id(1);
@@ -114,6 +132,7 @@ int RunGrpcClient() {
                  tg->mutable_gradients());
     grpc::ClientContext push_ctx;
     s = stub->Push(&push_ctx, push, &pushed);
+    times.push += Seconds(t);
     if (!s.ok()) {
       std::fprintf(stderr, "push: %s\n", s.error_message().c_str());
       return 1;
@@ -122,6 +141,7 @@ int RunGrpcClient() {
   }
   std::printf("ROWS %llu SECONDS %.6f\n", static_cast<unsigned long long>(rows),
               Seconds(start));
+  times.Print(absl::GetFlag(FLAGS_steps));
   return 0;
 }
 
@@ -215,6 +235,7 @@ int RunTcpClient() {
   std::vector<char> grads(kDraws * dim * bpv, 1);
   std::string msg, reply;
   uint64_t rows = 0;
+  StepTimes times;
   Clock::time_point start;
   const int warmup = absl::GetFlag(FLAGS_warmup);
   const int total = warmup + absl::GetFlag(FLAGS_steps);
@@ -222,19 +243,27 @@ int RunTcpClient() {
     if (step == warmup) {
       start = Clock::now();
       rows = 0;
+      times = StepTimes();
     }
+    Clock::time_point t = Clock::now();
     zipf.Next(kDraws, &ranks, &keys);
+    times.draw += Seconds(t);
+    t = Clock::now();
     msg.assign(1, 'P');
     msg.append(reinterpret_cast<const char*>(keys.data()), keys.size() * 8);
     if (!SendMsg(fd, msg) || !RecvMsg(fd, &reply)) return 1;
+    times.pull += Seconds(t);
+    t = Clock::now();
     msg.assign(1, 'G');
     msg.append(reinterpret_cast<const char*>(keys.data()), keys.size() * 8);
     msg.append(grads.data(), keys.size() * dim * bpv);
     if (!SendMsg(fd, msg) || !RecvMsg(fd, &reply)) return 1;
+    times.push += Seconds(t);
     rows += keys.size();
   }
   std::printf("ROWS %llu SECONDS %.6f\n", static_cast<unsigned long long>(rows),
               Seconds(start));
+  times.Print(absl::GetFlag(FLAGS_steps));
   close(fd);
   return 0;
 }
@@ -264,17 +293,62 @@ Child Spawn(const std::vector<std::string>& args) {
   return c;
 }
 
-// The first line of `c` starting with `prefix`, minus the prefix.
-std::string ReadLine(const Child& c, const std::string& prefix) {
+// Reads `c`'s lines until one starts with each of `prefixes` (in any
+// order); returns the rest of each such line ("" for one never seen).
+std::vector<std::string> ReadLines(const Child& c,
+                                   const std::vector<std::string>& prefixes) {
+  std::vector<std::string> found(prefixes.size());
+  size_t missing = prefixes.size();
   char line[512];
-  while (std::fgets(line, sizeof line, c.out) != nullptr) {
+  while (missing > 0 && std::fgets(line, sizeof line, c.out) != nullptr) {
     std::string s(line);
-    if (s.rfind(prefix, 0) == 0) {
-      s = s.substr(prefix.size());
-      return s.substr(0, s.find_last_not_of("\r\n") + 1);
+    s = s.substr(0, s.find_last_not_of("\r\n") + 1);
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+      if (found[i].empty() && s.rfind(prefixes[i], 0) == 0) {
+        found[i] = s.substr(prefixes[i].size());
+        --missing;
+      }
     }
   }
-  return "";
+  return found;
+}
+
+std::string ReadLine(const Child& c, const std::string& prefix) {
+  return ReadLines(c, {prefix})[0];
+}
+
+// GET http://<address>/metrics (HTTP/1.0: the server closes when done).
+std::string ScrapeMetrics(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return "";
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(std::stoi(address.substr(colon + 1)));
+  std::string text;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+    if (WriteAll(fd, request.data(), request.size())) {
+      char buf[16384];
+      ssize_t r;
+      while ((r = read(fd, buf, sizeof buf)) > 0) text.append(buf, r);
+    }
+  }
+  close(fd);
+  return text;
+}
+
+// Mean seconds per call of the server's `rpc` (its request_seconds
+// histogram's sum over count), or 0 if absent.
+double ServerSecondsPerCall(const std::string& metrics, const std::string& rpc) {
+  auto value = [&](const std::string& series) {
+    const std::string key = series + "{rpc=\"" + rpc + "\"} ";
+    const size_t at = metrics.find(key);
+    return at == std::string::npos ? 0.0 : std::atof(metrics.c_str() + at + key.size());
+  };
+  const double count = value("shardps_server_request_seconds_count");
+  return count > 0 ? value("shardps_server_request_seconds_sum") / count : 0.0;
 }
 
 int Finish(Child& c, bool terminate) {
@@ -291,9 +365,19 @@ std::string SelfPath() {
   return std::string(buf, n > 0 ? n : 0);
 }
 
-// Runs `clients` client processes against `address`; summed rows/s.
-double RunClients(const std::string& role, const std::string& address,
-                  int clients, int dim, const std::string& encoding) {
+// One run: rows/s summed over clients; where a step's time went, averaged
+// over clients; for gRPC, the server's own time per pull and per push
+// (its handlers, from its metrics; warmup calls included).
+struct Run {
+  double rate = 0;
+  StepTimes client;         // ms per step.
+  double server_pull = 0;  // ms per call.
+  double server_push = 0;
+};
+
+// Runs `clients` client processes against `address`.
+Run RunClients(const std::string& role, const std::string& address,
+               int clients, int dim, const std::string& encoding) {
   std::vector<Child> children;
   for (int i = 0; i < clients; ++i) {
     children.push_back(Spawn(
@@ -303,17 +387,23 @@ double RunClients(const std::string& role, const std::string& address,
          absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
          absl::StrCat("--seed=", 100 + i)}));
   }
-  double total = 0;
+  Run run;
   for (Child& c : children) {
     unsigned long long rows = 0;
     double seconds = 0;
-    const std::string line = ReadLine(c, "ROWS ");
-    if (std::sscanf(line.c_str(), "%llu SECONDS %lf", &rows, &seconds) == 2) {
-      total += rows / seconds;
+    StepTimes t;
+    const std::vector<std::string> lines = ReadLines(c, {"ROWS ", "TIMES "});
+    if (std::sscanf(lines[0].c_str(), "%llu SECONDS %lf", &rows, &seconds) == 2) {
+      run.rate += rows / seconds;
+    }
+    if (std::sscanf(lines[1].c_str(), "%lf %lf %lf", &t.draw, &t.pull, &t.push) == 3) {
+      run.client.draw += t.draw / clients;
+      run.client.pull += t.pull / clients;
+      run.client.push += t.push / clients;
     }
     Finish(c, false);
   }
-  return total;
+  return run;
 }
 
 double Median(std::vector<double> v) {
@@ -321,8 +411,8 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// One run of `clients` clients against a fresh `ps_server` (rows/s).
-double GrpcRun(const std::string& ps_server, int dim, const std::string& encoding,
+// One run of `clients` clients against a fresh `ps_server`.
+Run GrpcRun(const std::string& ps_server, int dim, const std::string& encoding,
                int clients) {
   const std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   const std::string config = absl::StrCat(tmp, "/server_rpc_bench_", getpid(), ".pbtxt");
@@ -333,25 +423,30 @@ double GrpcRun(const std::string& ps_server, int dim, const std::string& encodin
       << "cluster { num_servers: 1 num_workers: " << clients
       << " num_partitions: 4096 mode: ASP }\n"
       << "data { synthetic_dir: \"unused\" }\n";
-  Child server = Spawn({ps_server, "--config=" + config});
-  const std::string address = ReadLine(server, "PS_SERVER_LISTENING ");
-  if (address.empty()) {
+  Child server = Spawn({ps_server, "--config=" + config,
+                        "--metrics_listen=127.0.0.1:0"});
+  const std::vector<std::string> lines =
+      ReadLines(server, {"PS_SERVER_LISTENING ", "PS_METRICS_LISTENING "});
+  if (lines[0].empty()) {
     std::fprintf(stderr, "%s did not start\n", ps_server.c_str());
     std::exit(1);
   }
-  const double rate = RunClients("client", address, clients, dim, encoding);
+  Run run = RunClients("client", lines[0], clients, dim, encoding);
+  const std::string metrics = ScrapeMetrics(lines[1]);
+  run.server_pull = ServerSecondsPerCall(metrics, "pull") * 1e3;
+  run.server_push = ServerSecondsPerCall(metrics, "push") * 1e3;
   Finish(server, true);
   std::remove(config.c_str());
-  return rate;
+  return run;
 }
 
-double TcpRun(int dim, const std::string& encoding) {
+Run TcpRun(int dim, const std::string& encoding) {
   Child server = Spawn({SelfPath(), "--role=tcp_server",
                         absl::StrCat("--dim=", dim), "--encoding=" + encoding});
   const std::string address = ReadLine(server, "TCP_LISTENING ");
-  const double rate = RunClients("tcp_client", address, 1, dim, encoding);
+  const Run run = RunClients("tcp_client", address, 1, dim, encoding);
   Finish(server, false);
-  return rate;
+  return run;
 }
 
 // This machine's speed drifts by 2x over minutes (a shared VM), so every
@@ -377,19 +472,26 @@ int RunMain() {
   const size_t n = cases.size() * client_counts.size();
   std::vector<std::vector<double>> rate(n), ratio(n), before_rate(n), speedup(n);
   std::vector<std::vector<double>> tcp(cases.size());
+  // Per case, per rep: the raw loop's and the 1-client gRPC run's steps.
+  std::vector<std::vector<Run>> tcp_runs(cases.size()), grpc_runs(cases.size());
   std::vector<double> bf16_fp32;
   for (int rep = 0; rep < reps; ++rep) {
     double fp32_64 = 0, bf16_64 = 0;
     for (size_t c = 0; c < cases.size(); ++c) {
-      const double t = TcpRun(cases[c].dim, cases[c].encoding);
+      const Run tcp_run = TcpRun(cases[c].dim, cases[c].encoding);
+      const double t = tcp_run.rate;
       tcp[c].push_back(t);
+      tcp_runs[c].push_back(tcp_run);
       for (size_t k = 0; k < client_counts.size(); ++k) {
         const size_t i = c * client_counts.size() + k;
-        const double r = GrpcRun(after, cases[c].dim, cases[c].encoding, client_counts[k]);
+        const Run run = GrpcRun(after, cases[c].dim, cases[c].encoding, client_counts[k]);
+        const double r = run.rate;
+        if (client_counts[k] == 1) grpc_runs[c].push_back(run);
         rate[i].push_back(r);
         ratio[i].push_back(r / t);
         if (!before.empty()) {
-          const double rb = GrpcRun(before, cases[c].dim, cases[c].encoding, client_counts[k]);
+          const double rb =
+              GrpcRun(before, cases[c].dim, cases[c].encoding, client_counts[k]).rate;
           before_rate[i].push_back(rb);
           speedup[i].push_back(r / rb);
         }
@@ -417,6 +519,32 @@ int RunMain() {
   }
   if (!bf16_fp32.empty()) {
     std::printf("bf16/fp32 (dim 64, 1 client): %.2f\n", Median(bf16_fp32));
+  }
+  // With one client a step is serial: draw, pull round trip, push round
+  // trip. A round trip minus the server's handler time is transport (gRPC,
+  // HTTP/2, kernel, wake-ups, both sides' copies); the raw loop's round trip
+  // is nearly all transport (its server only copies).
+  std::printf("where a 1-client step goes, ms (medians over reps; server = "
+              "ps_server's handler time per call):\n");
+  for (size_t c = 0; c < cases.size(); ++c) {
+    auto med = [](const std::vector<Run>& runs, auto field) {
+      std::vector<double> v;
+      for (const Run& r : runs) v.push_back(field(r));
+      return v.empty() ? 0.0 : Median(v);
+    };
+    const auto& t = tcp_runs[c];
+    const auto& g = grpc_runs[c];
+    std::printf("  dim %2d %s: raw loop: draw %.3f, pull %.3f, push %.3f | gRPC: "
+                "draw %.3f, pull %.3f (server %.3f), push %.3f (server %.3f)\n",
+                cases[c].dim, cases[c].encoding,
+                med(t, [](const Run& r) { return r.client.draw; }),
+                med(t, [](const Run& r) { return r.client.pull; }),
+                med(t, [](const Run& r) { return r.client.push; }),
+                med(g, [](const Run& r) { return r.client.draw; }),
+                med(g, [](const Run& r) { return r.client.pull; }),
+                med(g, [](const Run& r) { return r.server_pull; }),
+                med(g, [](const Run& r) { return r.client.push; }),
+                med(g, [](const Run& r) { return r.server_push; }));
   }
   std::fflush(stdout);
   return 0;
