@@ -373,10 +373,6 @@ TEST_F(PsServerTest, EveryBadRequestGetsItsStatusAndChangesNothing) {
 
 TEST_F(PsServerTest, ExitsCleanlyOnSigterm) { EXPECT_EQ(server_.Stop(), 0); }
 
-// BSP through the real server: a pull for clock 1 waits (on a thread of its
-// own, not gRPC's) until both ranks pushed clock 0, then sees the rank-ordered
-// mean; a pull whose clock never closes ends at its deadline; a waiting pull
-// is answered when the server is stopped, and the server exits cleanly.
 TEST(PsServerStartTest, ATakenPortIsAnErrorExitNotACrash) {
   // Hold a port the way an unrelated process would (no SO_REUSEPORT).
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -395,6 +391,10 @@ TEST(PsServerStartTest, ATakenPortIsAnErrorExitNotACrash) {
   close(fd);
 }
 
+// BSP through the real server: a pull for clock 1 waits (on a thread of its
+// own, not gRPC's) until both ranks pushed clock 0, then sees the rank-ordered
+// mean; a pull whose clock never closes ends at its deadline; a waiting pull
+// is answered when the server is stopped, and the server exits cleanly.
 TEST(PsServerBspTest, WaitingPullsAreAnsweredOnCloseDeadlineAndShutdown) {
   ServerProcess server(absl::StrReplaceAll(
       kConfig, {{"num_workers: 1", "num_workers: 2"}, {"mode: ASP", "mode: BSP"}}));
