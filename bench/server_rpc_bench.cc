@@ -293,20 +293,20 @@ Child Spawn(const std::vector<std::string>& args) {
   return c;
 }
 
-// Reads `c`'s lines until one starts with each of `prefixes` (in any
-// order); returns the rest of each such line ("" for one never seen).
+// Reads `c`'s lines up to the first that starts with the last of
+// `prefixes`, or to EOF; returns the rest of the first line seen with each
+// prefix ("" for none). Earlier prefixes are for lines printed before the
+// last one (a line printed after it would block until the child exits).
 std::vector<std::string> ReadLines(const Child& c,
                                    const std::vector<std::string>& prefixes) {
   std::vector<std::string> found(prefixes.size());
-  size_t missing = prefixes.size();
   char line[512];
-  while (missing > 0 && std::fgets(line, sizeof line, c.out) != nullptr) {
+  while (found.back().empty() && std::fgets(line, sizeof line, c.out) != nullptr) {
     std::string s(line);
     s = s.substr(0, s.find_last_not_of("\r\n") + 1);
     for (size_t i = 0; i < prefixes.size(); ++i) {
       if (found[i].empty() && s.rfind(prefixes[i], 0) == 0) {
         found[i] = s.substr(prefixes[i].size());
-        --missing;
       }
     }
   }
@@ -425,14 +425,15 @@ Run GrpcRun(const std::string& ps_server, int dim, const std::string& encoding,
       << "data { synthetic_dir: \"unused\" }\n";
   Child server = Spawn({ps_server, "--config=" + config,
                         "--metrics_listen=127.0.0.1:0"});
+  // ps_server prints where its metrics listen before where it serves.
   const std::vector<std::string> lines =
-      ReadLines(server, {"PS_SERVER_LISTENING ", "PS_METRICS_LISTENING "});
-  if (lines[0].empty()) {
+      ReadLines(server, {"PS_METRICS_LISTENING ", "PS_SERVER_LISTENING "});
+  if (lines[1].empty()) {
     std::fprintf(stderr, "%s did not start\n", ps_server.c_str());
     std::exit(1);
   }
-  Run run = RunClients("client", lines[0], clients, dim, encoding);
-  const std::string metrics = ScrapeMetrics(lines[1]);
+  Run run = RunClients("client", lines[1], clients, dim, encoding);
+  const std::string metrics = ScrapeMetrics(lines[0]);
   run.server_pull = ServerSecondsPerCall(metrics, "pull") * 1e3;
   run.server_push = ServerSecondsPerCall(metrics, "push") * 1e3;
   Finish(server, true);
