@@ -167,6 +167,21 @@ bool ReadAll(int fd, void* data, size_t n) {
   }
   return true;
 }
+// A blocking TCP connection to 127.0.0.1:<port of "host:port">, or -1.
+int ConnectLoopback(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return -1;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(std::atoi(address.c_str() + colon + 1));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
 bool SendMsg(int fd, const std::string& msg) {
   const uint64_t n = msg.size();
   return WriteAll(fd, &n, 8) && WriteAll(fd, msg.data(), n);
@@ -221,13 +236,8 @@ int RunTcpServer() {
 int RunTcpClient() {
   const int dim = absl::GetFlag(FLAGS_dim);
   const size_t bpv = absl::GetFlag(FLAGS_encoding) == "bf16" ? 2 : 4;
-  const std::string address = absl::GetFlag(FLAGS_address);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(std::stoi(address.substr(address.rfind(':') + 1)));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return 1;
+  const int fd = ConnectLoopback(absl::GetFlag(FLAGS_address));
+  if (fd < 0) return 1;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   bench::ZipfBatches zipf(kIds, 1.0, absl::GetFlag(FLAGS_seed));
@@ -319,21 +329,14 @@ std::string ReadLine(const Child& c, const std::string& prefix) {
 
 // GET http://<address>/metrics (HTTP/1.0: the server closes when done).
 std::string ScrapeMetrics(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return "";
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(std::stoi(address.substr(colon + 1)));
+  const int fd = ConnectLoopback(address);
+  if (fd < 0) return "";
   std::string text;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
-    if (WriteAll(fd, request.data(), request.size())) {
-      char buf[16384];
-      ssize_t r;
-      while ((r = read(fd, buf, sizeof buf)) > 0) text.append(buf, r);
-    }
+  const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+  if (WriteAll(fd, request.data(), request.size())) {
+    char buf[16384];
+    ssize_t r;
+    while ((r = read(fd, buf, sizeof buf)) > 0) text.append(buf, r);
   }
   close(fd);
   return text;
@@ -411,6 +414,14 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The median over `runs` of field(run), or 0 for no runs.
+template <typename Field>
+double MedianOf(const std::vector<Run>& runs, Field field) {
+  std::vector<double> v;
+  for (const Run& r : runs) v.push_back(field(r));
+  return v.empty() ? 0.0 : Median(v);
+}
+
 // One run of `clients` clients against a fresh `ps_server`.
 Run GrpcRun(const std::string& ps_server, int dim, const std::string& encoding,
                int clients) {
@@ -472,17 +483,14 @@ int RunMain() {
   // [case][clients] per rep.
   const size_t n = cases.size() * client_counts.size();
   std::vector<std::vector<double>> rate(n), ratio(n), before_rate(n), speedup(n);
-  std::vector<std::vector<double>> tcp(cases.size());
-  // Per case, per rep: the raw loop's and the 1-client gRPC run's steps.
+  // Per case, per rep: the raw loop's run and the 1-client gRPC run.
   std::vector<std::vector<Run>> tcp_runs(cases.size()), grpc_runs(cases.size());
   std::vector<double> bf16_fp32;
   for (int rep = 0; rep < reps; ++rep) {
     double fp32_64 = 0, bf16_64 = 0;
     for (size_t c = 0; c < cases.size(); ++c) {
-      const Run tcp_run = TcpRun(cases[c].dim, cases[c].encoding);
-      const double t = tcp_run.rate;
-      tcp[c].push_back(t);
-      tcp_runs[c].push_back(tcp_run);
+      tcp_runs[c].push_back(TcpRun(cases[c].dim, cases[c].encoding));
+      const double t = tcp_runs[c].back().rate;
       for (size_t k = 0; k < client_counts.size(); ++k) {
         const size_t i = c * client_counts.size() + k;
         const Run run = GrpcRun(after, cases[c].dim, cases[c].encoding, client_counts[k]);
@@ -510,7 +518,9 @@ int RunMain() {
       std::printf("dim %2d %s %d client(s): %6.3f M rows/s; raw TCP loop %6.3f M "
                   "rows/s; ratio %.2f",
                   cases[c].dim, cases[c].encoding, client_counts[k],
-                  Median(rate[i]) / 1e6, Median(tcp[c]) / 1e6, Median(ratio[i]));
+                  Median(rate[i]) / 1e6,
+                  MedianOf(tcp_runs[c], [](const Run& r) { return r.rate; }) / 1e6,
+                  Median(ratio[i]));
       if (!before.empty()) {
         std::printf("; before %6.3f M rows/s, after/before %.2f",
                     Median(before_rate[i]) / 1e6, Median(speedup[i]));
@@ -526,26 +536,21 @@ int RunMain() {
   // HTTP/2, kernel, wake-ups, both sides' copies); the raw loop's round trip
   // is nearly all transport (its server only copies).
   std::printf("where a 1-client step goes, ms (medians over reps; server = "
-              "ps_server's handler time per call):\n");
+              "ps_server's handler time per call, warmup calls included):\n");
   for (size_t c = 0; c < cases.size(); ++c) {
-    auto med = [](const std::vector<Run>& runs, auto field) {
-      std::vector<double> v;
-      for (const Run& r : runs) v.push_back(field(r));
-      return v.empty() ? 0.0 : Median(v);
-    };
     const auto& t = tcp_runs[c];
     const auto& g = grpc_runs[c];
     std::printf("  dim %2d %s: raw loop: draw %.3f, pull %.3f, push %.3f | gRPC: "
                 "draw %.3f, pull %.3f (server %.3f), push %.3f (server %.3f)\n",
                 cases[c].dim, cases[c].encoding,
-                med(t, [](const Run& r) { return r.client.draw; }),
-                med(t, [](const Run& r) { return r.client.pull; }),
-                med(t, [](const Run& r) { return r.client.push; }),
-                med(g, [](const Run& r) { return r.client.draw; }),
-                med(g, [](const Run& r) { return r.client.pull; }),
-                med(g, [](const Run& r) { return r.server_pull; }),
-                med(g, [](const Run& r) { return r.client.push; }),
-                med(g, [](const Run& r) { return r.server_push; }));
+                MedianOf(t, [](const Run& r) { return r.client.draw; }),
+                MedianOf(t, [](const Run& r) { return r.client.pull; }),
+                MedianOf(t, [](const Run& r) { return r.client.push; }),
+                MedianOf(g, [](const Run& r) { return r.client.draw; }),
+                MedianOf(g, [](const Run& r) { return r.client.pull; }),
+                MedianOf(g, [](const Run& r) { return r.server_pull; }),
+                MedianOf(g, [](const Run& r) { return r.client.push; }),
+                MedianOf(g, [](const Run& r) { return r.server_push; }));
   }
   std::fflush(stdout);
   return 0;
