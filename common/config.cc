@@ -163,6 +163,8 @@ void FillDefaults(JobConfig* c) {
   if (k->heartbeat_ms() == 0) k->set_heartbeat_ms(1000);
   if (k->dead_after_ms() == 0) k->set_dead_after_ms(10000);
   if (k->server_deadline_ms() == 0) k->set_server_deadline_ms(60000);
+  if (k->worker_deadline_ms() == 0) k->set_worker_deadline_ms(60000);
+  if (k->start_deadline_ms() == 0) k->set_start_deadline_ms(600000);
   if (k->max_message_bytes() == 0) k->set_max_message_bytes(64ull << 20);
   if (k->dense_chunk_size() == 0) k->set_dense_chunk_size(4096);
   DataConfig* d = c->mutable_data();

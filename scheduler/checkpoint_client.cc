@@ -5,6 +5,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -25,13 +26,22 @@ std::unique_ptr<ParameterServer::Stub> Stub(const std::string& address) {
       grpc::CreateChannel(address, ChannelCredentialsFromFlagsOrDie()));
 }
 
-// Runs `call(server index, address)` on every server in parallel; the first
-// error wins.
-absl::Status ForEachServer(const PartitionMapProto& map,
-                           const std::function<absl::Status(int, const std::string&)>& call) {
+absl::Status NameServer(const absl::Status& s, uint32_t index, const std::string& address) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat("server ", index, " (", address, "): ", s.message()));
+}
+
+// Runs `call(server index, address)` on the servers `which` (all if unset)
+// of `map` in parallel; the first error wins.
+absl::Status ForEachServer(const PartitionMapProto& map, std::optional<uint32_t> which,
+                           const std::function<absl::Status(uint32_t, const std::string&)>& call) {
   std::vector<std::future<absl::Status>> results;
-  for (int i = 0; i < map.server_addresses_size(); ++i) {
+  for (uint32_t i = 0; i < static_cast<uint32_t>(map.server_addresses_size()); ++i) {
+    if (which && *which != i) continue;
     results.push_back(std::async(std::launch::async, call, i, map.server_addresses(i)));
+  }
+  if (results.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("no server ", which.value_or(0)));
   }
   absl::Status first;
   for (auto& r : results) {
@@ -41,70 +51,51 @@ absl::Status ForEachServer(const PartitionMapProto& map,
   return first;
 }
 
-// What the checkpointer remembers between checkpoints: the chain of the last
-// complete one (empty until the first; then the next one is FULL).
-struct ChainState {
-  std::vector<std::string> chain;
-};
+class GrpcServerOps final : public ServerOps {
+ public:
+  explicit GrpcServerOps(JobConfig config) : config_(std::move(config)) {}
 
-// Asks every server to write its files at `clock` (a delta on `base_clock`
-// if `delta`); fills `responses`. The first server error, naming it.
-absl::Status WriteServerFiles(const PartitionMapProto& map, const std::string& root,
-                              uint64_t clock, bool delta, uint64_t base_clock,
-                              std::vector<CheckpointResponse>* responses) {
-  responses->assign(map.server_addresses_size(), CheckpointResponse());
-  return ForEachServer(map, [&](int i, const std::string& address) {
-    CheckpointRequest request;
-    request.set_dir(root);
-    request.set_clock(clock);
-    request.set_delta(delta);
-    request.set_base_clock(base_clock);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
-    absl::Status s = FromGrpcStatus(Stub(address)->Checkpoint(&ctx, request, &(*responses)[i]));
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("server ", i, " (", address, "): ", s.message()));
-    }
-    return s;
-  });
-}
-
-}  // namespace
-
-JobCoordinator::Checkpointer MakeCheckpointer(const JobConfig& config, MapGetter get_map) {
-  auto state = std::make_shared<ChainState>();
-  return [config, get_map, state](
-             uint64_t clock, const std::map<uint32_t, std::string>& positions) -> absl::Status {
-    std::optional<PartitionMapProto> map = get_map();
-    if (!map) return absl::FailedPreconditionError("checkpoint: no partition map yet");
-    const std::string root = config.checkpoint().dir();
+  absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation,
+                       uint64_t clock) override {
     // A delta on the previous complete checkpoint, unless this is the first
     // one or the chain already has kMaxDeltasPerFull deltas.
-    bool delta = config.checkpoint().delta() && !state->chain.empty() &&
-                 state->chain.size() <= checkpoint::kMaxDeltasPerFull;
-    const std::string base_id = delta ? state->chain.back() : "";
-    const uint64_t base_clock = delta ? *checkpoint::ParseCheckpointId(base_id) : 0;
-    std::vector<CheckpointResponse> responses;
-    absl::Status st = WriteServerFiles(*map, root, clock, delta, base_clock, &responses);
-    if (delta && absl::IsFailedPrecondition(st)) {
+    cut_delta_ = config_.checkpoint().delta() && !chain_.empty() &&
+                 chain_.size() <= checkpoint::kMaxDeltasPerFull;
+    absl::Status st = Copy(map, generation, clock, cut_delta_);
+    if (cut_delta_ && absl::IsFailedPrecondition(st) &&
+        st.message().find("stale generation") == absl::string_view::npos) {
       // A server without the base (e.g. restarted): everyone writes in full.
       LOG(WARNING) << "delta checkpoint at clock " << clock << " refused (" << st.message()
                    << "); writing a full one";
-      delta = false;
-      st = WriteServerFiles(*map, root, clock, false, 0, &responses);
+      cut_delta_ = false;
+      st = Copy(map, generation, clock, false);
     }
+    return st;
+  }
+
+  absl::Status FinishCut(const PartitionMapProto& map, uint64_t generation, uint64_t clock,
+                         const Positions& positions) override {
+    std::vector<CheckpointResponse> responses(map.server_addresses_size());
+    absl::Status st = ForEachServer(map, std::nullopt, [&](uint32_t i, const std::string& address) {
+      CheckpointRequest request = Request(generation, clock, cut_delta_);
+      request.set_phase(CheckpointRequest::COLLECT);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
+      return NameServer(FromGrpcStatus(Stub(address)->Checkpoint(&ctx, request, &responses[i])),
+                        i, address);
+    });
     if (!st.ok()) return st;
     checkpoint::CheckpointManifest manifest;
     manifest.set_format_version(checkpoint::kManifestFormatVersion);
     manifest.set_checkpoint_id(checkpoint::CheckpointId(clock));
     manifest.set_clock(clock);
-    manifest.set_job_name(config.name());
-    manifest.set_config_fingerprint(ConfigFingerprint(config));
-    manifest.set_num_partitions(config.cluster().num_partitions());
-    if (delta) {
+    manifest.set_job_name(config_.name());
+    manifest.set_config_fingerprint(ConfigFingerprint(config_));
+    manifest.set_num_partitions(config_.cluster().num_partitions());
+    if (cut_delta_) {
       manifest.set_kind(checkpoint::CheckpointManifest::DELTA);
-      manifest.set_base_id(base_id);
-      for (const std::string& id : state->chain) manifest.add_chain(id);
+      manifest.set_base_id(chain_.back());
+      for (const std::string& id : chain_) manifest.add_chain(id);
     } else {
       manifest.set_kind(checkpoint::CheckpointManifest::FULL);
     }
@@ -118,87 +109,125 @@ JobCoordinator::Checkpointer MakeCheckpointer(const JobConfig& config, MapGetter
       p->set_rank(rank);
       p->set_position(position);
     }
-    const std::string dir = checkpoint::CheckpointPath(root, clock);
-    st = checkpoint::WriteManifest(dir, manifest);
+    const std::string root = config_.checkpoint().dir();
+    st = checkpoint::WriteManifest(checkpoint::CheckpointPath(root, clock), manifest);
     if (!st.ok()) return st;
-    state->chain.assign(manifest.chain().begin(), manifest.chain().end());
+    chain_.assign(manifest.chain().begin(), manifest.chain().end());
     checkpoint::GcOptions gc;
-    gc.keep = config.checkpoint().keep();
+    gc.keep = config_.checkpoint().keep();
+    gc.verify_file_crcs = false;  // Sizes: the servers check CRCs when they read.
     auto collected = checkpoint::GarbageCollect(root, gc);
     if (!collected.ok()) LOG(WARNING) << "checkpoint GC: " << collected.status();
     return absl::OkStatus();
-  };
-}
-
-namespace {
-
-// One server's Restore RPC; errors name the server.
-absl::StatusOr<RestoreResponse> RestoreOn(uint32_t index, const std::string& address,
-                                          const RestoreRequest& request) {
-  RestoreResponse response;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
-  const absl::Status s = FromGrpcStatus(Stub(address)->Restore(&ctx, request, &response));
-  if (!s.ok()) {
-    return absl::Status(s.code(),
-                        absl::StrCat("server ", index, " (", address, "): ", s.message()));
   }
-  return response;
-}
+
+  absl::StatusOr<std::vector<RestorePoint>> RestorePoints() override {
+    std::vector<RestorePoint> points;
+    const std::string& root = config_.checkpoint().dir();
+    if (root.empty()) return points;
+    auto entries = checkpoint::ListCheckpoints(root);
+    if (absl::IsNotFound(entries.status())) return points;
+    if (!entries.ok()) return entries.status();
+    checkpoint::LoadManifestOptions options;
+    options.verify_file_crcs = false;
+    for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
+      auto resolved = checkpoint::LoadCheckpoint(root, it->clock, options);
+      if (!resolved.ok()) {
+        if (points.empty()) {
+          LOG(WARNING) << it->dir << " is not a complete checkpoint: "
+                       << resolved.status().message();
+        }
+        continue;
+      }
+      const checkpoint::CheckpointManifest& m = resolved->manifest;
+      // Job name and partition count must match; each server checks every
+      // table's schema per file. (The config fingerprint is not compared: it
+      // includes the server count, and a checkpoint may be restored onto
+      // another one.)
+      if (m.job_name() != config_.name() ||
+          m.num_partitions() != config_.cluster().num_partitions()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            resolved->dir, ": checkpoint of job \"", m.job_name(), "\" with ",
+            m.num_partitions(), " partitions; this job is \"", config_.name(), "\" with ",
+            config_.cluster().num_partitions(), " (use another checkpoint.dir)"));
+      }
+      RestorePoint p;
+      p.initial = false;
+      p.clock = m.clock();
+      p.dir = resolved->dir;
+      for (const auto& wp : m.worker_positions()) p.positions[wp.rank()] = wp.position();
+      p.chain.assign(m.chain().begin(), m.chain().end());
+      points.push_back(std::move(p));
+    }
+    return points;
+  }
+
+  absl::StatusOr<RestoreStats> Restore(const PartitionMapProto& map,
+                                       std::optional<uint32_t> index, const RestorePoint& point,
+                                       uint64_t generation) override {
+    RestoreRequest request;
+    request.set_generation(generation);
+    if (point.initial) {
+      request.set_initial(true);
+    } else {
+      request.set_manifest(point.dir);
+    }
+    std::vector<RestoreResponse> responses(map.server_addresses_size());
+    const absl::Status st = ForEachServer(map, index, [&](uint32_t i, const std::string& address) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
+      return NameServer(FromGrpcStatus(Stub(address)->Restore(&ctx, request, &responses[i])), i,
+                        address);
+    });
+    if (!st.ok()) return st;
+    RestoreStats stats;
+    for (const RestoreResponse& r : responses) {
+      stats.rows += r.rows();
+      stats.bytes += r.bytes_read();
+      stats.files += r.files_read();
+    }
+    // The next delta continues the restored checkpoint's chain (every
+    // server remembers it as a base); a single server restored the latest
+    // checkpoint, which is the chain's end already.
+    if (!index) chain_ = point.chain;
+    return stats;
+  }
+
+ private:
+  CheckpointRequest Request(uint64_t generation, uint64_t clock, bool delta) const {
+    CheckpointRequest request;
+    request.set_dir(config_.checkpoint().dir());
+    request.set_clock(clock);
+    request.set_generation(generation);
+    request.set_delta(delta);
+    if (delta) request.set_base_clock(*checkpoint::ParseCheckpointId(chain_.back()));
+    return request;
+  }
+
+  absl::Status Copy(const PartitionMapProto& map, uint64_t generation, uint64_t clock,
+                    bool delta) {
+    return ForEachServer(map, std::nullopt, [&](uint32_t i, const std::string& address) {
+      CheckpointRequest request = Request(generation, clock, delta);
+      request.set_phase(CheckpointRequest::COPY);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(10)));
+      CheckpointResponse response;
+      return NameServer(FromGrpcStatus(Stub(address)->Checkpoint(&ctx, request, &response)), i,
+                        address);
+    });
+  }
+
+  const JobConfig config_;
+  // The chain of the last complete checkpoint written or restored (empty:
+  // the next one is FULL).
+  std::vector<std::string> chain_;
+  bool cut_delta_ = false;  // The cut being written is a delta.
+};
 
 }  // namespace
 
-std::function<absl::Status()> MakeRestorer(const JobConfig& config, MapGetter get_map,
-                                           const std::string& checkpoint_dir) {
-  return [get_map, checkpoint_dir]() -> absl::Status {
-    std::optional<PartitionMapProto> map = get_map();
-    if (!map) return absl::FailedPreconditionError("restore: no partition map yet");
-    RestoreRequest request;
-    request.set_manifest(checkpoint_dir);
-    return ForEachServer(*map, [&](int i, const std::string& address) -> absl::Status {
-      auto response = RestoreOn(i, address, request);
-      if (!response.ok()) return response.status();
-      LOG(INFO) << "server " << i << " restored " << response->rows() << " rows from "
-                << response->files_read() << " files of " << checkpoint_dir;
-      return absl::OkStatus();
-    });
-  };
-}
-
-ServerRestorer MakeServerRestorer(const JobConfig& config) {
-  RestoreRequest request;
-  request.set_root(config.checkpoint().dir());  // The latest complete checkpoint.
-  return [request](uint32_t index, const std::string& address) -> absl::Status {
-    auto response = RestoreOn(index, address, request);
-    if (!response.ok()) return response.status();
-    LOG(INFO) << "partial recovery: server " << index << " restored " << response->rows()
-              << " rows of its partitions from " << response->checkpoint_dir() << " (clock "
-              << response->clock() << "); the other servers and the workers went on";
-    return absl::OkStatus();
-  };
-}
-
-absl::StatusOr<JobCoordinator::Resume> FindResume(const JobConfig& config, MapGetter map) {
-  auto latest = checkpoint::LatestComplete(config.checkpoint().dir());
-  if (!latest.ok()) return latest.status();
-  // Job name and partition count must match; the servers check every
-  // table's schema per file. (The config fingerprint is not compared: it
-  // includes the server count, and a checkpoint may be restored onto another.)
-  if (latest->manifest.job_name() != config.name() ||
-      latest->manifest.num_partitions() != config.cluster().num_partitions()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        latest->dir, ": checkpoint of job \"", latest->manifest.job_name(), "\" with ",
-        latest->manifest.num_partitions(), " partitions; this job is \"", config.name(),
-        "\" with ", config.cluster().num_partitions()));
-  }
-  JobCoordinator::Resume resume;
-  resume.clock = latest->manifest.clock();
-  for (const auto& p : latest->manifest.worker_positions()) {
-    resume.positions[p.rank()] = p.position();
-  }
-  resume.restore = MakeRestorer(config, std::move(map), latest->dir);
-  LOG(INFO) << "resuming from " << latest->dir << " at clock " << resume.clock;
-  return resume;
+std::unique_ptr<ServerOps> MakeGrpcServerOps(const JobConfig& config) {
+  return std::make_unique<GrpcServerOps>(config);
 }
 
 }  // namespace shardps

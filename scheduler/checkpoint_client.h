@@ -1,55 +1,38 @@
-// The scheduler's side of checkpoints, over gRPC:
+// The scheduler's ServerOps (server_ops.h) over gRPC: checkpoints and
+// restores on the parameter servers (ParameterServer.Checkpoint / Restore),
+// the MANIFEST written last, keep-N garbage collection, and the list of
+// complete checkpoints a job can roll back to.
 //
-//  - MakeCheckpointer: a JobCoordinator::Checkpointer that asks every server
-//    of the current map to write its partitions at the cut clock
-//    (ParameterServer.Checkpoint), then writes the MANIFEST (files of every
-//    server, each worker's data position) last, then garbage-collects to
-//    checkpoint.keep complete checkpoints. A server failure fails the
-//    checkpoint (no manifest: the directory stays incomplete and is ignored).
-//    With checkpoint.delta, a checkpoint after the first complete one is a
-//    DELTA on the previous complete one (its manifest's chain extends that
-//    one's), until a chain holds kMaxDeltasPerFull deltas: then a FULL one
-//    starts the next chain. If a server cannot write a delta (it lacks the
-//    base, e.g. after a restart) every server writes a full one instead. The
-//    first checkpoint of a checkpointer (a new or resumed scheduler) is FULL.
-//  - MakeRestorer: asks every server to restore a complete checkpoint
-//    (ParameterServer.Restore); each server verifies every file it needs
-//    before changing anything.
-//  - FindResume: the latest complete checkpoint of a job, as a Resume
-//    (clock, worker positions), checked against the job's config.
+//  - CopyCut / FinishCut: phase COPY on every server of the map (the
+//    workers are held meanwhile), then COLLECT on every server and the
+//    MANIFEST (files of every server, each worker's data position), then GC
+//    to checkpoint.keep complete checkpoints. A server failure fails the
+//    checkpoint (no manifest: the directory stays incomplete and is
+//    ignored). With checkpoint.delta, a checkpoint after the first complete
+//    one is a DELTA on the previous complete one (its manifest's chain
+//    extends that one's), until a chain holds kMaxDeltasPerFull deltas: then
+//    a FULL one starts the next chain. If a server cannot write a delta (it
+//    lacks the base, e.g. after a restart) every server writes a full one
+//    instead. The first checkpoint after a restore continues the restored
+//    checkpoint's chain; the first of a new scheduler is FULL.
+//  - RestorePoints: the complete checkpoints of checkpoint.dir, newest first
+//    (sizes checked here; each server checks the CRCs of what it reads),
+//    refused with FAILED_PRECONDITION if they belong to another job.
+//  - Restore: ParameterServer.Restore on every server in parallel, or on
+//    one; each verifies every file it needs before changing anything.
 //
-// The returned functions are thread-compatible (the coordinator calls them
-// from its checkpoint thread).
+// Called from the coordinator's control thread only (thread-compatible).
 #ifndef SHARDPS_SCHEDULER_CHECKPOINT_CLIENT_H_
 #define SHARDPS_SCHEDULER_CHECKPOINT_CLIENT_H_
 
-#include <functional>
-#include <optional>
-#include <string>
+#include <memory>
 
-#include "absl/status/statusor.h"
 #include "proto/config.pb.h"
-#include "proto/scheduler.pb.h"
-#include "scheduler/job.h"
+#include "scheduler/server_ops.h"
 
 namespace shardps {
 
-using MapGetter = std::function<std::optional<PartitionMapProto>()>;
-
-JobCoordinator::Checkpointer MakeCheckpointer(const JobConfig& config, MapGetter map);
-
-std::function<absl::Status()> MakeRestorer(const JobConfig& config, MapGetter map,
-                                           const std::string& checkpoint_dir);
-
-// Partial recovery (checkpoint.recovery: PARTIAL): restores the latest
-// complete checkpoint on one server (index, address) only: its partitions
-// roll back, every other server and the workers go on.
-using ServerRestorer = std::function<absl::Status(uint32_t index, const std::string& address)>;
-ServerRestorer MakeServerRestorer(const JobConfig& config);
-
-// NOT_FOUND if checkpoint.dir holds no complete checkpoint;
-// FAILED_PRECONDITION if it belongs to another job or config.
-absl::StatusOr<JobCoordinator::Resume> FindResume(const JobConfig& config, MapGetter map);
+std::unique_ptr<ServerOps> MakeGrpcServerOps(const JobConfig& config);
 
 }  // namespace shardps
 

@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
@@ -25,22 +27,38 @@ std::shared_ptr<grpc::Channel> SchedulerChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, ChannelCredentialsFromFlagsOrDie(), args);
 }
 
+uint64_t NewIncarnation() {
+  std::random_device device;
+  std::mt19937_64 rng((uint64_t{device()} << 32) ^ device() ^
+                      static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
+  uint64_t v = 0;
+  while (v == 0) v = rng();
+  return v;
+}
+
 }  // namespace
 
 SchedulerClient::SchedulerClient(const std::string& address)
-    : stub_(Scheduler::NewStub(SchedulerChannel(address))) {}
+    : stub_(Scheduler::NewStub(SchedulerChannel(address))), incarnation_(NewIncarnation()) {}
 
 void SchedulerClient::EnableRejoin(RegisterRequest base,
-                                   std::function<uint64_t()> map_version) {
+                                   std::function<uint64_t()> map_version,
+                                   std::function<uint64_t()> generation) {
   MutexLock lock(&mu_);
   rejoin_base_ = std::move(base);
   map_version_ = std::move(map_version);
+  generation_source_ = std::move(generation);
 }
 
-void SchedulerClient::NoteResume(uint64_t clock, const std::string& position) {
+void SchedulerClient::NoteStart(uint64_t generation, uint64_t clock,
+                                const std::string& position) {
+  generation_ = generation;
   MutexLock lock(&mu_);
   acked_clock_ = clock;
   acked_position_ = position;
+  granted_.reset();
+  finished_ = false;
+  last_report_.reset();
 }
 
 absl::Status SchedulerClient::Retrying(const char* what,
@@ -56,28 +74,34 @@ absl::Status SchedulerClient::Retrying(const char* what,
   }
 }
 
-void SchedulerClient::RejoinNow() {
+absl::Status SchedulerClient::RejoinNow() {
   RegisterRequest request;
   {
     MutexLock lock(&mu_);
-    if (!rejoin_base_) return;
+    if (!rejoin_base_) return absl::OkStatus();
     request = *rejoin_base_;
+    request.set_incarnation(incarnation_);
     Rejoin* r = request.mutable_rejoin();
     r->set_clock(acked_clock_);
     r->set_position(acked_position_);
     if (granted_) r->set_granted_step(*granted_);
     r->set_map_version(std::max(map_version_seen_, map_version_ ? map_version_() : 0));
+    r->set_generation(generation_source_ ? generation_source_() : generation_.load());
+    r->set_finished(finished_);
+    if (last_report_) *r->mutable_last_report() = *last_report_;
   }
   grpc::ClientContext ctx;
   SetDeadline(&ctx, absl::Seconds(5));
   RegisterResponse response;
   const absl::Status st = FromGrpcStatus(stub_->Register(&ctx, request, &response));
   if (st.ok()) {
-    LOG(INFO) << "rejoined the restarted scheduler at clock " << request.rejoin().clock()
-              << " (map version " << request.rejoin().map_version() << ")";
+    LOG(INFO) << "rejoined the scheduler at clock " << request.rejoin().clock()
+              << " (generation " << request.rejoin().generation() << ", map version "
+              << request.rejoin().map_version() << ")";
   } else {
-    LOG(WARNING) << "rejoining the restarted scheduler: " << st;
+    LOG(WARNING) << "rejoining the scheduler: " << st;
   }
+  return st;
 }
 
 SchedulerClient::~SchedulerClient() {
@@ -86,7 +110,9 @@ SchedulerClient::~SchedulerClient() {
 }
 
 absl::StatusOr<RegisterResponse> SchedulerClient::Register(
-    const RegisterRequest& request, absl::Duration timeout) {
+    const RegisterRequest& original, absl::Duration timeout) {
+  RegisterRequest request = original;
+  if (request.incarnation() == 0) request.set_incarnation(incarnation_);
   const absl::Time deadline = absl::Now() + timeout;
   absl::Duration backoff = absl::Milliseconds(50);
   while (true) {
@@ -108,10 +134,10 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(
   }
 }
 
-void SchedulerClient::StartHeartbeats(Role role, uint32_t index, uint64_t job_id,
-                                      absl::Duration period,
-                                      absl::Duration give_up_after,
-                                      std::function<void(const std::string&)> on_stop) {
+void SchedulerClient::StartHeartbeats(
+    Role role, uint32_t index, uint64_t job_id, absl::Duration period,
+    absl::Duration give_up_after,
+    std::function<void(bool job_ended, const std::string& reason)> on_stop) {
   heartbeat_ = std::thread([=] {
     absl::Time last_ok = absl::Now();
     while (!stop_) {
@@ -119,25 +145,45 @@ void SchedulerClient::StartHeartbeats(Role role, uint32_t index, uint64_t job_id
       request.set_role(role);
       request.set_index(index);
       request.set_job_id(job_id);
+      request.set_incarnation(incarnation_);
       grpc::ClientContext ctx;
       SetDeadline(&ctx, period * 2);
       HeartbeatResponse response;
       const absl::Status st = FromGrpcStatus(stub_->Heartbeat(&ctx, request, &response));
       if (st.ok() && response.stop()) {
-        on_stop("the scheduler says the job ended");
+        job_ended_ = true;
+        on_stop(true, response.failure().empty()
+                          ? "the scheduler says the job is done"
+                          : absl::StrCat("the scheduler says the job failed: ",
+                                         response.failure()));
         return;
       }
-      if (st.ok() && response.rejoin()) RejoinNow();
-      if (absl::IsFailedPrecondition(st) || absl::IsNotFound(st)) {
-        on_stop(absl::StrCat("the scheduler no longer knows this process: ",
-                             st.message()));
+      if (st.ok()) {
+        uint64_t seen = scheduler_generation_.load();
+        while (response.generation() > seen &&
+               !scheduler_generation_.compare_exchange_weak(seen, response.generation())) {
+        }
+      }
+      // NOT_FOUND: a scheduler of an older version that does not know us.
+      if ((st.ok() && response.rejoin()) || absl::IsNotFound(st)) {
+        const absl::Status rejoined = RejoinNow();
+        if (absl::IsFailedPrecondition(rejoined) || absl::IsAlreadyExists(rejoined) ||
+            absl::IsInvalidArgument(rejoined)) {
+          on_stop(false, absl::StrCat("the scheduler refused this process back: ",
+                                      rejoined.message()));
+          return;
+        }
+      }
+      if (absl::IsFailedPrecondition(st)) {
+        on_stop(false, absl::StrCat("the scheduler no longer knows this process: ",
+                                    st.message()));
         return;
       }
       if (st.ok()) {
         last_ok = absl::Now();
       } else if (absl::Now() - last_ok > give_up_after) {
-        on_stop(absl::StrCat("the scheduler was unreachable for ",
-                             absl::FormatDuration(give_up_after), ": ", st.message()));
+        on_stop(false, absl::StrCat("the scheduler was unreachable for ",
+                                    absl::FormatDuration(give_up_after), ": ", st.message()));
         return;
       }
       for (absl::Duration slept; slept < period && !stop_;
@@ -165,11 +211,54 @@ absl::StatusOr<PartitionMapProto> SchedulerClient::GetPartitionMap(
   return map;
 }
 
+absl::StatusOr<WaitStartResponse> SchedulerClient::WaitStart(
+    uint32_t rank, std::optional<uint64_t> after_generation, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Time next_log = absl::Now() + absl::Seconds(60);
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    WaitStartResponse response;
+    if (job_ended_) {
+      response.set_job_ended(true);
+      return response;
+    }
+    WaitStartRequest request;
+    request.set_rank(rank);
+    if (after_generation) request.set_after_generation(*after_generation);
+    const absl::Duration slice = std::min(absl::Seconds(10), deadline - absl::Now());
+    request.set_timeout_ms(static_cast<uint32_t>(
+        std::max<int64_t>(1, absl::ToInt64Milliseconds(slice))));
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, slice + absl::Seconds(5));
+    const absl::Status st = FromGrpcStatus(stub_->WaitStart(&ctx, request, &response));
+    if (st.ok()) {
+      MutexLock lock(&mu_);
+      map_version_seen_ = std::max(map_version_seen_, response.map().version());
+      return response;
+    }
+    if (!absl::IsDeadlineExceeded(st) && !absl::IsUnavailable(st)) return st;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no start point from the scheduler within ", absl::FormatDuration(timeout), ": ",
+          st.message()));
+    }
+    if (absl::Now() >= next_log) {
+      LOG(INFO) << "still waiting for the scheduler: " << st.message();
+      next_log = absl::Now() + absl::Seconds(60);
+    }
+    if (absl::IsUnavailable(st)) {
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(1));
+    }
+  }
+}
+
 absl::Status SchedulerClient::WaitClock(uint32_t rank, uint64_t step,
                                         absl::Duration timeout) {
   WaitClockRequest request;
   request.set_rank(rank);
   request.set_step(step);
+  request.set_generation(generation_);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   auto call = [&] {
     grpc::ClientContext ctx;
@@ -193,6 +282,7 @@ absl::Status SchedulerClient::Tick(uint32_t rank, uint64_t clock,
   request.set_rank(rank);
   request.set_clock(clock);
   request.set_position(position);
+  request.set_generation(generation_);
   const absl::Status st = Retrying("ticking the clock", [&] {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(30));
@@ -214,6 +304,7 @@ absl::Status SchedulerClient::Barrier(const std::string& name, uint32_t rank,
   request.set_role(WORKER);
   request.set_index(rank);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  request.set_generation(generation_);
   return Retrying("waiting at a barrier", [&] {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, timeout + absl::Seconds(5));
@@ -222,13 +313,21 @@ absl::Status SchedulerClient::Barrier(const std::string& name, uint32_t rank,
   });
 }
 
-absl::Status SchedulerClient::ReportMetrics(const MetricsReport& report) {
-  return Retrying("reporting metrics", [&] {
+absl::Status SchedulerClient::ReportMetrics(const MetricsReport& original) {
+  MetricsReport report = original;
+  if (report.generation() == 0) report.set_generation(generation_);
+  const absl::Status st = Retrying("reporting metrics", [&] {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(10));
     MetricsAck ack;
     return FromGrpcStatus(stub_->ReportMetrics(&ctx, report, &ack));
   });
+  if (st.ok()) {
+    MutexLock lock(&mu_);
+    if (report.done()) finished_ = true;
+    last_report_ = report;
+  }
+  return st;
 }
 
 absl::StatusOr<JobStatusResponse> SchedulerClient::JobStatus() {

@@ -1,18 +1,24 @@
 // SchedulerClient: what servers and workers call on the scheduler.
 //
 // Calls are blocking with deadlines. UNAVAILABLE (scheduler not up yet, or
-// restarting) is retried with backoff inside Register, and in every other
-// call for up to `unreachable_budget` (then returned). The heartbeat thread
-// calls `on_stop` once, with a reason, when the scheduler says the job
-// ended, when it declared this process dead, or when it has been
-// unreachable for `give_up_after`.
+// restarting) is retried with backoff inside Register and WaitStart, and in
+// every other call for up to `unreachable_budget` (then returned). The
+// heartbeat thread calls `on_stop` once, with a reason, when the scheduler
+// says the job ended, when another process took this one's slot, or when
+// it has been unreachable for `give_up_after`.
 //
-// Scheduler restarts (ps_scheduler --recover): with EnableRejoin, when a
-// heartbeat answer says the scheduler does not know this process, the
+// One client is one process: it draws a random incarnation at construction
+// and sends it with every registration and heartbeat (membership.h). The
+// calls that must belong to the job's current generation (WaitClock, Tick,
+// Barrier, ReportMetrics) carry set_generation()'s value.
+//
+// Rejoining: with EnableRejoin, when a heartbeat answer says the scheduler
+// does not know this process (it restarted) or declared it dead, the
 // heartbeat thread registers again with RegisterRequest.rejoin carrying the
 // last acknowledged tick (clock and data position), the largest step
-// WaitClock granted, and the largest map version seen; the other calls
-// retry their UNAVAILABLE meanwhile.
+// WaitClock granted, the largest map version seen, the generation, and
+// whether it finished (with its last report); the other calls retry their
+// UNAVAILABLE meanwhile.
 //
 // Thread-safe: one client may be used from several threads.
 #ifndef SHARDPS_SCHEDULER_CLIENT_H_
@@ -45,11 +51,21 @@ class SchedulerClient {
   absl::StatusOr<RegisterResponse> Register(const RegisterRequest& request,
                                             absl::Duration timeout);
 
-  // Starts heartbeats every `period`. `on_stop(reason)` is called at most
-  // once, from the heartbeat thread.
+  // Starts heartbeats every `period`. `on_stop(job_ended, reason)` is
+  // called at most once, from the heartbeat thread; job_ended: the scheduler
+  // says the job is over (reason says how), else this process must stop.
   void StartHeartbeats(Role role, uint32_t index, uint64_t job_id,
                        absl::Duration period, absl::Duration give_up_after,
-                       std::function<void(const std::string&)> on_stop);
+                       std::function<void(bool job_ended, const std::string& reason)> on_stop);
+
+  // Where worker `rank` (re)starts: blocks until the scheduler has a start
+  // point newer than `after_generation` (any, if unset) or the job ended
+  // (job_ended set: also when the heartbeats saw the end first). Waits in
+  // slices, retrying UNAVAILABLE, for at most `timeout`; DEADLINE_EXCEEDED
+  // then names what the scheduler waits for.
+  absl::StatusOr<WaitStartResponse> WaitStart(uint32_t rank,
+                                              std::optional<uint64_t> after_generation,
+                                              absl::Duration timeout);
 
   absl::StatusOr<PartitionMapProto> GetPartitionMap(uint64_t min_version,
                                                     absl::Duration timeout);
@@ -67,10 +83,21 @@ class SchedulerClient {
   // Call before StartHeartbeats. `base`: the process's registration
   // (role, address, fingerprint) with requested_index set to its index.
   // `map_version`: the map version the process holds (servers; may be null).
-  void EnableRejoin(RegisterRequest base, std::function<uint64_t()> map_version);
-  // A worker that resumed at `clock` from `position` (its state to rejoin
-  // with until its first tick).
-  void NoteResume(uint64_t clock, const std::string& position);
+  // `generation`: the job generation the process is in (servers: the one
+  // its tables were restored into; null: set_generation's value).
+  void EnableRejoin(RegisterRequest base, std::function<uint64_t()> map_version,
+                    std::function<uint64_t()> generation = nullptr);
+  // A worker that (re)started at `clock` from `position` in `generation`
+  // (its state to rejoin with until its first tick; clock calls carry the
+  // generation from now on).
+  void NoteStart(uint64_t generation, uint64_t clock, const std::string& position);
+  void set_generation(uint64_t generation) { generation_ = generation; }
+  uint64_t generation() const { return generation_; }
+  // The newest generation heartbeat answers reported (0 before any).
+  uint64_t scheduler_generation() const { return scheduler_generation_; }
+  // Whether the heartbeats saw the job end, and why it failed if it did.
+  bool job_ended() const { return job_ended_; }
+  uint64_t incarnation() const { return incarnation_; }
   // How long calls retry UNAVAILABLE (default 60 s).
   void set_unreachable_budget(absl::Duration d) { unreachable_budget_ = d; }
 
@@ -78,18 +105,26 @@ class SchedulerClient {
   // Runs `call` until it returns something other than UNAVAILABLE or the
   // budget is spent.
   absl::Status Retrying(const char* what, const std::function<absl::Status()>& call);
-  void RejoinNow();
+  // Registers again with the state to rejoin with; the scheduler's refusal.
+  absl::Status RejoinNow();
 
   std::unique_ptr<Scheduler::Stub> stub_;
+  const uint64_t incarnation_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> scheduler_generation_{0};
+  std::atomic<bool> job_ended_{false};
   absl::Duration unreachable_budget_ = absl::Seconds(60);
   // What a rejoin reports.
   mutable Mutex mu_;
   std::optional<RegisterRequest> rejoin_base_ ABSL_GUARDED_BY(mu_);
   std::function<uint64_t()> map_version_ ABSL_GUARDED_BY(mu_);
+  std::function<uint64_t()> generation_source_ ABSL_GUARDED_BY(mu_);
   uint64_t acked_clock_ ABSL_GUARDED_BY(mu_) = 0;
   std::string acked_position_ ABSL_GUARDED_BY(mu_);
   std::optional<uint64_t> granted_ ABSL_GUARDED_BY(mu_);
   uint64_t map_version_seen_ ABSL_GUARDED_BY(mu_) = 0;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<MetricsReport> last_report_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
   std::thread heartbeat_;
 };

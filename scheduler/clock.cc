@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/generation.h"
 
 namespace shardps {
 
@@ -42,7 +43,8 @@ void ClockService::RecordSpreadLocked() {
 
 absl::StatusOr<uint64_t> ClockService::WaitToStart(uint32_t rank,
                                                    uint64_t step,
-                                                   absl::Time deadline) {
+                                                   absl::Time deadline,
+                                                   uint64_t generation) {
   MutexLock lock(&mu_);
   if (rank >= clock_.size()) {
     return absl::InvalidArgumentError(
@@ -51,6 +53,9 @@ absl::StatusOr<uint64_t> ClockService::WaitToStart(uint32_t rank,
   }
   while (true) {
     if (!abort_reason_.empty()) return absl::AbortedError(abort_reason_);
+    if (generation != generation_) {
+      return CheckGeneration("the scheduler's clock", generation, generation_);
+    }
     if (state_[rank] != WorkerState::kLive) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", rank, " is no longer live"));
@@ -67,11 +72,15 @@ absl::StatusOr<uint64_t> ClockService::WaitToStart(uint32_t rank,
   }
 }
 
-absl::StatusOr<uint64_t> ClockService::Tick(uint32_t rank, uint64_t clock) {
+absl::StatusOr<uint64_t> ClockService::Tick(uint32_t rank, uint64_t clock,
+                                            uint64_t generation) {
   MutexLock lock(&mu_);
   if (rank >= clock_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker rank ", rank, " out of range"));
+  }
+  if (generation != generation_) {
+    return CheckGeneration("the scheduler's clock", generation, generation_);
   }
   if (clock != clock_[rank] && clock != clock_[rank] + 1) {
     return absl::InvalidArgumentError(
@@ -87,6 +96,30 @@ absl::StatusOr<uint64_t> ClockService::Tick(uint32_t rank, uint64_t clock) {
   // on every tick costs a thundering herd of futile wake-ups.
   if (after != before) changed_.SignalAll();
   return after.value_or(clock);
+}
+
+void ClockService::Rewind(uint64_t generation, uint64_t clock,
+                          const std::vector<bool>& live) {
+  MutexLock lock(&mu_);
+  generation_ = generation;
+  for (size_t r = 0; r < clock_.size(); ++r) {
+    clock_[r] = clock;
+    state_[r] = r < live.size() && live[r] ? WorkerState::kLive : WorkerState::kDead;
+  }
+  hold_.reset();
+  max_granted_ = clock;
+  changed_.SignalAll();
+}
+
+void ClockService::SetGeneration(uint64_t generation) {
+  MutexLock lock(&mu_);
+  generation_ = generation;
+  changed_.SignalAll();
+}
+
+uint64_t ClockService::generation() const {
+  MutexLock lock(&mu_);
+  return generation_;
 }
 
 void ClockService::MarkDead(uint32_t rank) {

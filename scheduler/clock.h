@@ -11,6 +11,12 @@
 // A checkpoint barrier can *hold* the clocks at C: no worker may start step
 // C (or later) until Release(), whatever the mode.
 //
+// Job generations (common/generation.h): waits and ticks name the worker's
+// generation; one other than the service's is refused (a stale one with
+// FAILED_PRECONDITION "stale generation: ..."). Rewind() moves the service
+// into a new generation with every clock set back, and wakes every wait of
+// the old one, which is then refused.
+//
 // Thread-safe. WaitToStart blocks (condition variable, no polling) until
 // allowed, the deadline, or Abort().
 #ifndef SHARDPS_SCHEDULER_CLOCK_H_
@@ -45,12 +51,21 @@ class ClockService {
   // rank; FAILED_PRECONDITION if the worker is dead or finished; ABORTED
   // after Abort() (with its reason).
   absl::StatusOr<uint64_t> WaitToStart(uint32_t rank, uint64_t step,
-                                       absl::Time deadline);
+                                       absl::Time deadline, uint64_t generation = 0);
 
   // Worker `rank` has completed `clock` steps. Clocks only move forward by
   // one: a repeated tick is accepted (idempotent retry), a jump or a step back
   // is INVALID_ARGUMENT. Returns the new minimum.
-  absl::StatusOr<uint64_t> Tick(uint32_t rank, uint64_t clock);
+  absl::StatusOr<uint64_t> Tick(uint32_t rank, uint64_t clock, uint64_t generation = 0);
+
+  // Moves into `generation`: every worker's clock becomes `clock`; workers
+  // with live[r] are live, the others dead; the hold is released and the
+  // largest granted step becomes `clock` (nothing at or after it started).
+  void Rewind(uint64_t generation, uint64_t clock, const std::vector<bool>& live);
+  uint64_t generation() const;
+  // Moves into `generation` keeping every clock (a restarted scheduler
+  // taking over the job's state as it is).
+  void SetGeneration(uint64_t generation);
 
   // Membership changes. A dead worker may come back (Revive) at a clock,
   // e.g. its last recorded one after a restart.
@@ -112,6 +127,7 @@ class ClockService {
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   uint64_t max_spread_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t max_granted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardps

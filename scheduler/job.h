@@ -1,31 +1,64 @@
 // The job coordinator: the scheduler's gRPC-free core. It ties membership,
-// the clock service, barriers, metrics and the job's lifecycle together; the
-// gRPC service (scheduler_service.h) is a thin shell over it.
+// the clock service, barriers, metrics, checkpoints and recovery together;
+// the gRPC service (scheduler_service.h) is a thin shell over it, and
+// ServerOps (server_ops.h) carries out what it decides on the servers.
 //
-// Lifecycle: "waiting" until every server and worker has registered once,
-// then "running"; "done" when every worker has sent its final report or died
-// (at least one finished); "failed: <why>" when a server stays dead past
-// cluster.server_deadline_ms. Heartbeat answers carry stop = true once the
-// job ended, so servers and workers exit.
+// Lifecycle. The job *forms* once every server has registered (and, when
+// processes of an earlier scheduler rejoined, every worker has rejoined or
+// expired): the coordinator then gives the job its start point and job
+// generation (common/generation.h):
+//  - processes rejoined with one consistent state, none lost: the job goes
+//    on from there (a restarted scheduler takes over; nothing rolls back);
+//  - otherwise the servers are restored (ServerOps::Restore) to the latest
+//    complete checkpoint of checkpoint.dir (a job started again resumes from
+//    it), or reset to their initial values, in a new generation, and every
+//    worker starts from that checkpoint's clock and its recorded data
+//    position.
+// Workers learn their start from WaitStart. The state is "waiting" until
+// every server and worker has registered once, then "running"; "done" when
+// every worker has sent its final report or died (at least one finished)
+// and the final checkpoint is written; "failed: <why>" when a server stays
+// dead past cluster.server_deadline_ms, a server is missing at
+// cluster.start_deadline_ms, every worker is dead for
+// cluster.worker_deadline_ms, or a restore fails. Heartbeat answers carry
+// stop = true once the job ended, so servers and workers exit.
 //
-// Failure detection: Sweep() (called periodically by Start()'s thread)
-// declares silent members dead. A dead worker leaves the clock minimum; the
-// servers are told the new set of active workers (BSP closes clocks over
-// it) through the notifier. A dead server pauses every worker's next start
-// until it registers again or the deadline passes.
+// Recovery (the coordinator owns it; supervisors only restart what died,
+// with the same flags). A server declared dead (Sweep) or replaced by a new
+// process (a registration of another incarnation) pauses the clocks at once.
+// Once every server is registered again (within server_deadline_ms of its
+// death), with checkpoint.recovery EXACT (the default) every server restores
+// the latest complete checkpoint (or its initial values) in place, in a new
+// generation, and every worker not dead rewinds to the checkpoint's clock and
+// data position; requests of the old generation are refused everywhere, so
+// none of them is applied after the rollback. A server declared dead that
+// comes back with its state (the same incarnation: it was stalled) needs no
+// rollback. With PARTIAL (SSP/ASP), only the new server restores its
+// partitions, in the current generation, before the clocks resume. Each
+// recovery is reported (RecoveryReport) with its phases.
 //
-// Thread-safe. Blocking calls (GetPartitionMap, WaitClock, Barrier, WaitDone)
-// take deadlines.
+// Checkpoints (checkpoint.every_steps / every_seconds / on demand): the
+// clocks are held at a cut C; once every live worker has ticked C, every
+// server copies its partitions (ServerOps::CopyCut), the workers are
+// released, and the files and MANIFEST are written behind them
+// (FinishCut). When every worker has finished training, a final cut is
+// taken before the job ends.
+//
+// Thread-safe. Blocking calls (GetPartitionMap, WaitStart, WaitClock,
+// Barrier, WaitDone) take deadlines. Start() runs two threads: failure
+// detection (Sweep) and control (formation, cuts, recoveries).
 #ifndef SHARDPS_SCHEDULER_JOB_H_
 #define SHARDPS_SCHEDULER_JOB_H_
 
 #include <atomic>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,6 +69,7 @@
 #include "proto/scheduler.pb.h"
 #include "scheduler/clock.h"
 #include "scheduler/membership.h"
+#include "scheduler/server_ops.h"
 
 namespace shardps {
 
@@ -46,64 +80,38 @@ class JobCoordinator {
   using ServerNotifier = std::function<void(const PartitionMapProto& map,
                                             const std::vector<uint32_t>& active)>;
 
-  // Writes a checkpoint at `clock` (every worker is held there; all pushes of
-  // steps < clock are acknowledged), recording `positions` (rank -> data
-  // position after step clock-1). Called from the checkpoint thread.
-  using Checkpointer = std::function<absl::Status(
-      uint64_t clock, const std::map<uint32_t, std::string>& positions)>;
-
-  // A job resumed from a checkpoint: every worker restarts at `clock` from
-  // its recorded position; `restore` is called once every server has
-  // registered, before any worker may start.
-  struct Resume {
-    uint64_t clock = 0;
-    std::map<uint32_t, std::string> positions;
-    std::function<absl::Status()> restore;
-  };
-
-  JobCoordinator(JobConfig config, ServerNotifier notifier);
+  // `ops` is not owned and must outlive the coordinator.
+  JobCoordinator(JobConfig config, ServerNotifier notifier, ServerOps* ops);
   ~JobCoordinator();
   JobCoordinator(const JobCoordinator&) = delete;
   JobCoordinator& operator=(const JobCoordinator&) = delete;
 
-  // Starts the failure-detection thread (and the checkpoint thread if a
-  // checkpointer is set and checkpoint.every_steps / every_seconds > 0).
+  // Starts the failure-detection and control threads.
   void Start();
 
-  // Call before Start().
-  void SetCheckpointer(Checkpointer checkpointer);
-  void SetResume(Resume resume);
-  // A restarted scheduler taking over a running job (ps_scheduler
-  // --recover): the live servers and workers rejoin (RegisterRequest.rejoin)
-  // with their clocks, data positions and map versions; nothing is rolled
-  // back. Until a worker has rejoined, its clock calls get UNAVAILABLE (it
-  // retries); the job fails if someone has not rejoined within
-  // cluster.server_deadline_ms. `last_checkpoint` is the clock of the last
-  // complete checkpoint (0 if none): the next cut comes after it.
-  void SetRecover(uint64_t last_checkpoint);
-  // checkpoint.recovery PARTIAL (SSP/ASP): a server that registers again
-  // after dying gets `restore(index, address)` (its partitions from the last
-  // complete checkpoint) before the clocks resume. Inexact: the other
-  // servers' partitions and the workers do not roll back. Call before Start().
-  using ServerRestorer = std::function<absl::Status(uint32_t index, const std::string& address)>;
-  void SetPartialRecovery(ServerRestorer restore);
   // Asks for a checkpoint as soon as possible: at the first clock no worker
   // has started (which may move an every_steps hold earlier).
   void RequestCheckpoint();
   // RequestCheckpoint, then blocks until a checkpoint placed after the
-  // request is written. Returns its clock, the checkpointer's error,
+  // request is written. Returns its clock, the write's error,
   // FAILED_PRECONDITION if checkpoints are off or the job ended first, or
   // DEADLINE_EXCEEDED (the checkpoint still happens later).
   absl::StatusOr<uint64_t> CheckpointNow(absl::Time deadline);
-  // Clocks of the checkpoints written so far.
+  // Clocks of the checkpoints written by this coordinator.
   std::vector<uint64_t> Checkpoints() const;
   // The partition map once every server has registered.
   std::optional<PartitionMapProto> Map() const { return members_.Map(); }
+  // The job generation (0 until the job formed).
+  uint64_t generation() const;
 
   absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
   absl::Status Heartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
   absl::Status GetPartitionMap(const GetPartitionMapRequest& request,
                                PartitionMapProto* response);
+  // Where worker `rank` starts (see WaitStartRequest). FAILED_PRECONDITION
+  // for a rank that did not register with this scheduler; ABORTED once the
+  // job failed.
+  absl::Status WaitStart(const WaitStartRequest& request, WaitStartResponse* response);
   absl::Status WaitClock(const WaitClockRequest& request, WaitClockResponse* response);
   absl::Status Tick(const TickRequest& request, TickResponse* response);
   // Blocks until every worker has entered barrier `name`, finished (reported
@@ -122,25 +130,75 @@ class JobCoordinator {
   ClockService& clock() { return clock_; }
 
  private:
-  void CheckpointLoop();
-  // Holds the clock at the first every_steps multiple nobody has started.
-  void HoldFirstCut();
-  bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Recover mode: UNAVAILABLE until worker `rank` has rejoined.
-  absl::Status CheckRejoined(uint32_t rank) const;
-  void ApplyRejoin(const RegisterRequest& request, uint32_t index);
   enum class State { kWaiting, kRunning, kDone, kFailed };
+  using MemberKey = std::pair<Role, uint32_t>;
 
+  // A failure the control thread has to recover from.
+  struct PendingRecovery {
+    std::string cause;
+    absl::Time failed_at;    // The failed process's last heartbeat.
+    absl::Time detected_at;
+    std::set<uint32_t> silent;  // Declared dead; may come back with state.
+    std::set<uint32_t> lost;    // Replaced by a new process: state gone.
+  };
+
+  // ---- job.cc: requests and membership ----
+  void ApplyRejoinLocked(const RegisterRequest& request, uint32_t index)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a failure of server `index`; `lost`: its state is gone.
+  void ServerFailedLocked(uint32_t index, const std::string& cause, absl::Time failed_at,
+                          absl::Time now, bool lost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NotifyServers();
   void UpdateStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllRegisteredOnce() const;
   std::string SummaryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What WaitStart waits for, for its timeout message.
+  std::string StartWaitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks worker `rank` as restarted in the current generation (the rewind
+  // phase of a recovery ends when every live worker is).
+  void WorkerStartedLocked(uint32_t rank, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Ended() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state_ == State::kDone || state_ == State::kFailed;
+  }
+
+  // ---- job_control.cc: the control thread ----
+  void ControlLoop();
+  // Waits for the servers (and with a takeover the workers), then gives the
+  // job its start point. False if the job failed or stopped.
+  bool Form();
+  // Why the rejoined state cannot be taken over as it is ("" if it can).
+  std::string TakeoverProblemLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until every server is registered and alive. False if the job
+  // ended meanwhile.
+  bool WaitForServers();
+  // Restores every server to the newest usable restore point in a new
+  // generation and rewinds the workers there; fills `report`'s phases from
+  // `detected_at` on and records it (a rollback to the initial values only
+  // if `record_initial`). False if the job failed.
+  bool RollBack(RecoveryReport* report, absl::Time detected_at, bool record_initial);
+  // Runs the pending recovery.
+  void Recover();
+  // Moves the clocks and positions to `point` in `generation`.
+  void Rewind(const RestorePoint& point, uint64_t generation, RecoveryReport* report,
+              bool record);
+  // Adds `report` (complete or not) to the job's recoveries.
+  void RecordLocked(const RecoveryReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the checkpoint at `clock` (every worker held there or finished);
+  // releases the hold after the copy (`next`: the next hold, 0 = none).
+  // `serving`: the on-demand requests it answers.
+  void Cut(uint64_t clock, uint64_t next, uint64_t serving);
+  // Holds the clock at the first every_steps multiple after `after` nobody
+  // has started.
+  void HoldFirstCut(uint64_t after);
 
   // Constant after construction.
   const JobConfig config_;
   const uint64_t fingerprint_;
   const ServerNotifier notifier_;
+  ServerOps* const ops_;
   const absl::Time start_time_;
+  const bool checkpoints_on_;  // checkpoint.dir is set.
 
   Membership members_;
   ClockService clock_;
@@ -149,29 +207,47 @@ class JobCoordinator {
   CondVar changed_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kWaiting;
   std::string failure_ ABSL_GUARDED_BY(mu_);
+  bool formed_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // Before forming: processes of an earlier scheduler rejoined (takeover_)
+  // with this state, and these registered without state.
+  bool takeover_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<MemberKey, Rejoin> rejoins_ ABSL_GUARDED_BY(mu_);
+  std::set<MemberKey> fresh_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, MetricsReport> reports_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> final_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<bool>> barriers_ ABSL_GUARDED_BY(mu_);
-  // Latest (clock, data position) each worker reported with a tick.
+  // Latest (clock, data position) of each worker: its ticks, or a restore
+  // point's.
   std::map<uint32_t, std::pair<uint64_t, std::string>> positions_ ABSL_GUARDED_BY(mu_);
-  Checkpointer checkpointer_;
-  std::optional<Resume> resume_;
-  std::optional<uint64_t> recover_;
-  ServerRestorer partial_restore_;
-  Mutex partial_mu_;  // Taken before mu_, never after.
-  std::thread partial_thread_ ABSL_GUARDED_BY(partial_mu_);  // A partial restore.  // SetRecover: the last checkpoint's clock.
-  bool restored_ ABSL_GUARDED_BY(mu_) = false;  // Resume: servers restored.
-  // On-demand checkpoints: requests made, and the last request a completed
+  std::optional<absl::Time> workers_gone_since_ ABSL_GUARDED_BY(mu_);
+
+  // Recovery.
+  std::optional<PendingRecovery> pending_ ABSL_GUARDED_BY(mu_);
+  std::string recovering_ ABSL_GUARDED_BY(mu_);  // What a running recovery does.
+  bool restoring_ ABSL_GUARDED_BY(mu_) = false;  // Its restore has begun.
+  std::vector<RecoveryReport> recoveries_ ABSL_GUARDED_BY(mu_);
+  // Live workers not yet restarted in the generation the last recovery
+  // made; that recovery's report is completed when none is left.
+  std::set<uint32_t> awaiting_rewind_ ABSL_GUARDED_BY(mu_);
+  absl::Time rewind_started_ ABSL_GUARDED_BY(mu_);
+
+  // Checkpoints. On-demand requests made, and the last request a completed
   // cut served (cuts are placed after the requests they serve).
   uint64_t requested_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t completed_seq_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status last_cut_status_ ABSL_GUARDED_BY(mu_);
   uint64_t last_cut_clock_ ABSL_GUARDED_BY(mu_) = 0;
-  bool cut_loop_over_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t last_complete_ ABSL_GUARDED_BY(mu_) = 0;  // Clock of the last complete checkpoint.
+  bool final_cut_done_ ABSL_GUARDED_BY(mu_) = false;  // In this generation.
+  bool control_over_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<uint64_t> checkpoints_ ABSL_GUARDED_BY(mu_);
-  std::thread checkpointer_thread_;
+  double last_hold_sec_ ABSL_GUARDED_BY(mu_) = 0;
+  double last_write_sec_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_cut_time_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<bool> stop_{false};
+  std::thread control_;
   std::thread sweeper_;
 };
 

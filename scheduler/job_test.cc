@@ -1,15 +1,95 @@
 #include "scheduler/job.h"
 
+#include <atomic>
 #include <thread>
 
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/generation.h"
 #include "gtest/gtest.h"
 
 namespace shardps {
 namespace {
 
-JobConfig Config(uint64_t every_steps) {
+// Records what the coordinator asks of the servers; answers as told.
+class FakeServerOps final : public ServerOps {
+ public:
+  struct Cut {
+    uint64_t clock = 0, generation = 0, max_granted = 0;
+    Positions positions;
+  };
+  struct Restored {
+    std::optional<uint32_t> index;
+    RestorePoint point;
+    uint64_t generation = 0;
+  };
+
+  explicit FakeServerOps(const JobCoordinator* job = nullptr) : job_(job) {}
+  void set_job(const JobCoordinator* job) { job_ = job; }
+
+  absl::Status CopyCut(const PartitionMapProto&, uint64_t generation, uint64_t clock) override {
+    MutexLock lock(&mu_);
+    copying_ = {clock, generation,
+                job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0, {}};
+    return absl::OkStatus();
+  }
+  absl::Status FinishCut(const PartitionMapProto&, uint64_t, uint64_t clock,
+                         const Positions& positions) override {
+    MutexLock lock(&mu_);
+    if (!write_error_.ok()) return write_error_;
+    copying_.positions = positions;
+    cuts_.push_back(copying_);
+    RestorePoint p;
+    p.initial = false;
+    p.clock = clock;
+    p.dir = "ckpt-" + std::to_string(clock);
+    p.positions = positions;
+    points_.insert(points_.begin(), p);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<RestorePoint>> RestorePoints() override {
+    MutexLock lock(&mu_);
+    return points_;
+  }
+  absl::StatusOr<RestoreStats> Restore(const PartitionMapProto&, std::optional<uint32_t> index,
+                                       const RestorePoint& point,
+                                       uint64_t generation) override {
+    MutexLock lock(&mu_);
+    restores_.push_back({index, point, generation});
+    RestoreStats stats;
+    stats.rows = point.initial ? 0 : 100;
+    return stats;
+  }
+
+  void AddPoint(RestorePoint p) {
+    MutexLock lock(&mu_);
+    points_.insert(points_.begin(), std::move(p));
+  }
+  void FailWrites(absl::Status st) {
+    MutexLock lock(&mu_);
+    write_error_ = std::move(st);
+  }
+  std::vector<Cut> cuts() const {
+    MutexLock lock(&mu_);
+    return cuts_;
+  }
+  std::vector<Restored> restores() const {
+    MutexLock lock(&mu_);
+    return restores_;
+  }
+
+ private:
+  const JobCoordinator* job_;
+  mutable Mutex mu_;
+  Cut copying_ ABSL_GUARDED_BY(mu_);
+  std::vector<Cut> cuts_ ABSL_GUARDED_BY(mu_);
+  std::vector<Restored> restores_ ABSL_GUARDED_BY(mu_);
+  std::vector<RestorePoint> points_ ABSL_GUARDED_BY(mu_);
+  absl::Status write_error_ ABSL_GUARDED_BY(mu_);
+};
+
+JobConfig Config(uint64_t every_steps, ConsistencyMode mode = ASP,
+                 const std::string& dir = "/unused") {
   JobConfig c;
   auto* t = c.add_tables();
   t->set_id(1);
@@ -19,15 +99,95 @@ JobConfig Config(uint64_t every_steps) {
   c.mutable_data()->add_train_files("x");
   c.mutable_cluster()->set_num_servers(1);
   c.mutable_cluster()->set_num_workers(2);
-  c.mutable_cluster()->set_mode(ASP);
-  c.mutable_checkpoint()->set_dir("/unused");
+  c.mutable_cluster()->set_mode(mode);
+  if (mode == SSP) c.mutable_cluster()->set_staleness(1);
+  // Short heartbeats: a new process takes a silent slot after 100 ms.
+  c.mutable_cluster()->set_heartbeat_ms(50);
+  c.mutable_cluster()->set_dead_after_ms(60000);
+  c.mutable_checkpoint()->set_dir(dir);
   c.mutable_checkpoint()->set_every_steps(every_steps);
   EXPECT_TRUE(FinalizeJobConfig(&c).ok());
   return c;
 }
 
+RegisterRequest Req(const JobConfig& c, Role role, int index, uint64_t incarnation) {
+  RegisterRequest r;
+  r.set_config_fingerprint(ConfigFingerprint(c));
+  r.set_role(role);
+  if (role == SERVER) r.set_address("127.0.0.1:" + std::to_string(1000 + incarnation));
+  if (index >= 0) r.set_requested_index(index);
+  r.set_incarnation(incarnation);
+  return r;
+}
+
+void RegisterAll(JobCoordinator* job, const JobConfig& c) {
+  RegisterResponse resp;
+  ASSERT_TRUE(job->Register(Req(c, SERVER, 0, 1), &resp).ok());
+  ASSERT_TRUE(job->Register(Req(c, WORKER, 0, 2), &resp).ok());
+  ASSERT_TRUE(job->Register(Req(c, WORKER, 1, 3), &resp).ok());
+}
+
+absl::StatusOr<WaitStartResponse> StartOf(JobCoordinator* job, uint32_t rank,
+                                          std::optional<uint64_t> after = std::nullopt,
+                                          uint32_t timeout_ms = 20000) {
+  WaitStartRequest request;
+  request.set_rank(rank);
+  if (after) request.set_after_generation(*after);
+  request.set_timeout_ms(timeout_ms);
+  WaitStartResponse response;
+  absl::Status st = job->WaitStart(request, &response);
+  if (!st.ok()) return st;
+  return response;
+}
+
+// Step t of worker `rank` in `generation`: wait for the clock, tick.
+absl::Status Step(JobCoordinator* job, uint32_t rank, uint64_t generation, uint64_t t,
+                  uint32_t timeout_ms = 20000) {
+  WaitClockRequest w;
+  w.set_rank(rank);
+  w.set_step(t);
+  w.set_timeout_ms(timeout_ms);
+  w.set_generation(generation);
+  WaitClockResponse wr;
+  absl::Status st = job->WaitClock(w, &wr);
+  if (!st.ok()) return st;
+  TickRequest tick;
+  tick.set_rank(rank);
+  tick.set_clock(t + 1);
+  tick.set_generation(generation);
+  tick.set_position("w" + std::to_string(rank) + "@" + std::to_string(t + 1));
+  TickResponse tr;
+  return job->Tick(tick, &tr);
+}
+
+absl::Status Finish(JobCoordinator* job, uint32_t rank, uint64_t generation) {
+  MetricsReport done;
+  done.set_rank(rank);
+  done.set_done(true);
+  done.set_final(true);
+  done.set_generation(generation);
+  return job->ReportMetrics(done);
+}
+
+// Runs two workers for `steps` steps, `delay` per step, then reports done.
+std::vector<std::thread> RunWorkers(JobCoordinator* job, uint64_t steps, absl::Duration delay) {
+  std::vector<std::thread> workers;
+  for (uint32_t r = 0; r < 2; ++r) {
+    workers.emplace_back([job, r, steps, delay] {
+      auto start = StartOf(job, r);
+      ASSERT_TRUE(start.ok()) << start.status();
+      for (uint64_t t = start->clock(); t < steps; ++t) {
+        ASSERT_TRUE(Step(job, r, start->generation(), t).ok()) << t;
+        absl::SleepFor(delay * (r + 1));
+      }
+      ASSERT_TRUE(Finish(job, r, start->generation()).ok());
+    });
+  }
+  return workers;
+}
+
 // Waits until `n` checkpoints were written (the final one comes from the
-// checkpoint thread after the workers finished).
+// control thread after the workers finished).
 void WaitCheckpoints(const JobCoordinator& job, size_t n) {
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (job.Checkpoints().size() < n && absl::Now() < deadline) {
@@ -35,105 +195,88 @@ void WaitCheckpoints(const JobCoordinator& job, size_t n) {
   }
 }
 
-void RegisterAll(JobCoordinator* job, const JobConfig& c) {
-  RegisterRequest r;
-  r.set_config_fingerprint(ConfigFingerprint(c));
-  RegisterResponse resp;
-  r.set_role(SERVER);
-  r.set_address("127.0.0.1:1");
-  ASSERT_TRUE(job->Register(r, &resp).ok());
-  r.set_role(WORKER);
-  r.clear_address();
-  ASSERT_TRUE(job->Register(r, &resp).ok());
-  ASSERT_TRUE(job->Register(r, &resp).ok());
+// A fresh job forms once its server registered: the server is reset to its
+// initial values in a new, time-based generation before any worker may
+// start, and workers start at clock 0.
+TEST(JobFormTest, FreshJobResetsTheServersIntoANewGenerationFirst) {
+  const JobConfig c = Config(0);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  job.Start();
+  RegisterAll(&job, c);
+  auto start = StartOf(&job, 0);
+  ASSERT_TRUE(start.ok()) << start.status();
+  EXPECT_EQ(start->clock(), 0u);
+  EXPECT_EQ(start->position(), "");
+  EXPECT_GT(start->generation(), 1700000000000u);  // Unix milliseconds.
+  EXPECT_EQ(start->generation(), job.generation());
+  ASSERT_EQ(ops.restores().size(), 1u);
+  EXPECT_TRUE(ops.restores()[0].point.initial);
+  EXPECT_FALSE(ops.restores()[0].index.has_value());
+  EXPECT_EQ(ops.restores()[0].generation, start->generation());
+  // A request of another generation is refused, naming it.
+  EXPECT_TRUE(IsStaleGeneration(Step(&job, 0, start->generation() - 1, 0)));
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  EXPECT_EQ(status.state(), "running");
+  EXPECT_EQ(status.recoveries_size(), 0);  // A plain start is not a recovery.
+}
+
+// A job started again over a complete checkpoint resumes from it: every
+// server restores it, and each worker starts at its clock from the data
+// position it recorded.
+TEST(JobFormTest, JobStartedAgainResumesFromTheLatestCheckpoint) {
+  const JobConfig c = Config(0);
+  FakeServerOps ops;
+  RestorePoint point;
+  point.initial = false;
+  point.clock = 12;
+  point.dir = "ckpt-12";
+  point.positions = {{0, "p0"}, {1, "p1"}};
+  ops.AddPoint(point);
+  JobCoordinator job(c, nullptr, &ops);
+  job.Start();
+  RegisterAll(&job, c);
+  auto start = StartOf(&job, 1);
+  ASSERT_TRUE(start.ok()) << start.status();
+  EXPECT_EQ(start->clock(), 12u);
+  EXPECT_EQ(start->position(), "p1");
+  ASSERT_EQ(ops.restores().size(), 1u);
+  EXPECT_EQ(ops.restores()[0].point.dir, "ckpt-12");
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  ASSERT_EQ(status.recoveries_size(), 1);
+  EXPECT_EQ(status.recoveries(0).kind(), "resume");
+  EXPECT_EQ(status.recoveries(0).clock(), 12u);
 }
 
 // Two ASP workers run 10 steps; checkpoints every 4 steps must cut at
-// clocks 4 and 8, with nobody past the cut, recording each worker's position;
-// the end (10) is the final checkpoint.
+// clocks 4 and 8, with nobody past the cut, recording each worker's
+// position; the end (10) is the final checkpoint.
 TEST(JobCheckpointTest, HoldsEveryModeAtTheCutAndRecordsPositions) {
   const JobConfig c = Config(4);
-  JobCoordinator job(c, nullptr);
-  struct Cut {
-    uint64_t clock, max_granted;
-    std::map<uint32_t, std::string> positions;
-  };
-  std::vector<Cut> cuts;
-  job.SetCheckpointer([&](uint64_t clock, const std::map<uint32_t, std::string>& pos) {
-    cuts.push_back({clock, job.clock().MaxGranted(), pos});
-    return absl::OkStatus();
-  });
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
   RegisterAll(&job, c);
   job.Start();
-  std::vector<std::thread> workers;
-  for (uint32_t r = 0; r < 2; ++r) {
-    workers.emplace_back([&job, r] {
-      for (uint64_t t = 0; t < 10; ++t) {
-        WaitClockRequest w;
-        w.set_rank(r);
-        w.set_step(t);
-        w.set_timeout_ms(20000);
-        WaitClockResponse wr;
-        ASSERT_TRUE(job.WaitClock(w, &wr).ok()) << t;
-        if (r == 1) absl::SleepFor(absl::Milliseconds(3));  // a slower worker
-        TickRequest tick;
-        tick.set_rank(r);
-        tick.set_clock(t + 1);
-        tick.set_position("w" + std::to_string(r) + "@" + std::to_string(t + 1));
-        TickResponse tr;
-        ASSERT_TRUE(job.Tick(tick, &tr).ok());
-      }
-      MetricsReport done;
-      done.set_rank(r);
-      done.set_done(true);
-      done.set_final(true);
-      ASSERT_TRUE(job.ReportMetrics(done).ok());
-    });
-  }
+  std::vector<std::thread> workers = RunWorkers(&job, 10, absl::Milliseconds(2));
   for (auto& w : workers) w.join();
   WaitCheckpoints(job, 3);
+  std::vector<FakeServerOps::Cut> cuts = ops.cuts();
   ASSERT_EQ(cuts.size(), 3u);
   EXPECT_EQ(cuts[0].clock, 4u);
   EXPECT_EQ(cuts[1].clock, 8u);
   EXPECT_EQ(cuts[2].clock, 10u);
   cuts.pop_back();  // The final cut: every worker finished.
-  for (const Cut& cut : cuts) {
+  for (const auto& cut : cuts) {
     EXPECT_LT(cut.max_granted, cut.clock) << "a worker started a step past the cut";
+    EXPECT_EQ(cut.generation, job.generation());
     EXPECT_EQ(cut.positions.at(0), "w0@" + std::to_string(cut.clock));
     EXPECT_EQ(cut.positions.at(1), "w1@" + std::to_string(cut.clock));
   }
   EXPECT_EQ(job.Checkpoints(), (std::vector<uint64_t>{4, 8, 10}));
-}
-
-// Runs two ASP workers for `steps` steps, `delay` per step, then reports done.
-std::vector<std::thread> RunWorkers(JobCoordinator* job, uint64_t steps,
-                                    absl::Duration delay) {
-  std::vector<std::thread> workers;
-  for (uint32_t r = 0; r < 2; ++r) {
-    workers.emplace_back([job, r, steps, delay] {
-      for (uint64_t t = 0; t < steps; ++t) {
-        WaitClockRequest w;
-        w.set_rank(r);
-        w.set_step(t);
-        w.set_timeout_ms(20000);
-        WaitClockResponse wr;
-        ASSERT_TRUE(job->WaitClock(w, &wr).ok()) << t;
-        absl::SleepFor(delay);
-        TickRequest tick;
-        tick.set_rank(r);
-        tick.set_clock(t + 1);
-        tick.set_position("w" + std::to_string(r) + "@" + std::to_string(t + 1));
-        TickResponse tr;
-        ASSERT_TRUE(job->Tick(tick, &tr).ok());
-      }
-      MetricsReport done;
-      done.set_rank(r);
-      done.set_done(true);
-      done.set_final(true);
-      ASSERT_TRUE(job->ReportMetrics(done).ok());
-    });
-  }
-  return workers;
+  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(10)).ok());
 }
 
 // An on-demand checkpoint in the middle of a run with every_steps = 1000:
@@ -141,17 +284,12 @@ std::vector<std::thread> RunWorkers(JobCoordinator* job, uint64_t steps,
 // the periodic schedule goes on afterwards.
 TEST(JobCheckpointTest, CheckpointNowCutsAtTheNextUnstartedClock) {
   const JobConfig c = Config(1000);
-  JobCoordinator job(c, nullptr);
-  std::vector<std::pair<uint64_t, uint64_t>> cuts;  // (clock, max granted)
-  job.SetCheckpointer([&](uint64_t clock, const std::map<uint32_t, std::string>& pos) {
-    cuts.push_back({clock, job.clock().MaxGranted()});
-    EXPECT_EQ(pos.at(0), "w0@" + std::to_string(clock));
-    EXPECT_EQ(pos.at(1), "w1@" + std::to_string(clock));
-    return absl::OkStatus();
-  });
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
   RegisterAll(&job, c);
   job.Start();
-  std::vector<std::thread> workers = RunWorkers(&job, 200, absl::Milliseconds(2));
+  std::vector<std::thread> workers = RunWorkers(&job, 200, absl::Milliseconds(1));
   absl::SleepFor(absl::Milliseconds(100));
   const uint64_t asked_at = job.clock().MaxGranted();
   auto clock = job.CheckpointNow(absl::Now() + absl::Seconds(20));
@@ -160,18 +298,21 @@ TEST(JobCheckpointTest, CheckpointNowCutsAtTheNextUnstartedClock) {
   EXPECT_LT(*clock, 200u);
   for (auto& w : workers) w.join();
   WaitCheckpoints(job, 2);
+  const std::vector<FakeServerOps::Cut> cuts = ops.cuts();
   ASSERT_EQ(cuts.size(), 2u);  // 1000 is never reached; 200 is the final cut.
-  EXPECT_EQ(cuts[0].first, *clock);
-  EXPECT_EQ(cuts[1].first, 200u);
-  EXPECT_LT(cuts[0].second, cuts[0].first) << "a worker started a step past the cut";
+  EXPECT_EQ(cuts[0].clock, *clock);
+  EXPECT_EQ(cuts[1].clock, 200u);
+  EXPECT_LT(cuts[0].max_granted, cuts[0].clock) << "a worker started a step past the cut";
+  ASSERT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(10)).ok());
   // After the job ended there is nothing left to cut.
   auto after = job.CheckpointNow(absl::Now() + absl::Seconds(5));
   EXPECT_EQ(after.status().code(), absl::StatusCode::kFailedPrecondition) << after.status();
 }
 
 TEST(JobCheckpointTest, CheckpointNowWithoutCheckpointDirIsRefused) {
-  const JobConfig c = Config(0);
-  JobCoordinator job(c, nullptr);
+  const JobConfig c = Config(0, ASP, "");
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
   RegisterAll(&job, c);
   job.Start();
   auto clock = job.CheckpointNow(absl::Now() + absl::Seconds(1));
@@ -179,13 +320,12 @@ TEST(JobCheckpointTest, CheckpointNowWithoutCheckpointDirIsRefused) {
   EXPECT_NE(clock.status().message().find("checkpoint.dir"), std::string::npos);
 }
 
-// A checkpointer error reaches the caller; the job goes on.
+// A write error reaches the caller; the job goes on.
 TEST(JobCheckpointTest, CheckpointNowReportsTheWriteError) {
   const JobConfig c = Config(0);
-  JobCoordinator job(c, nullptr);
-  job.SetCheckpointer([](uint64_t, const std::map<uint32_t, std::string>&) {
-    return absl::InternalError("disk full");
-  });
+  FakeServerOps ops;
+  ops.FailWrites(absl::InternalError("disk full"));
+  JobCoordinator job(c, nullptr, &ops);
   RegisterAll(&job, c);
   job.Start();
   std::vector<std::thread> workers = RunWorkers(&job, 100, absl::Milliseconds(2));
@@ -195,105 +335,311 @@ TEST(JobCheckpointTest, CheckpointNowReportsTheWriteError) {
   for (auto& w : workers) w.join();  // Released after the failed cut.
 }
 
-TEST(JobCheckpointTest, ResumeRestoresServersBeforeWorkersGetTheMap) {
-  const JobConfig c = Config(0);
-  JobCoordinator job(c, nullptr);
-  std::atomic<int> restores{0};
-  JobCoordinator::Resume resume;
-  resume.clock = 12;
-  resume.positions = {{0, "p0"}, {1, "p1"}};
-  resume.restore = [&] {
-    absl::SleepFor(absl::Milliseconds(50));
-    restores++;
-    return absl::OkStatus();
-  };
-  job.SetResume(resume);
+// A server replaced by a new process (its state is gone) mid-job: the
+// clocks pause, every server restores the last checkpoint in a new
+// generation, the old generation's clock waits and ticks are refused, and
+// each worker restarts at the checkpoint's clock from its recorded position.
+// The recovery report has its phases once both workers restarted.
+TEST(JobRecoveryTest, ReplacedServerRollsTheJobBackToTheLastCheckpoint) {
+  const JobConfig c = Config(5, SSP);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
+  RegisterAll(&job, c);
   job.Start();
-  RegisterRequest r;
-  r.set_config_fingerprint(ConfigFingerprint(c));
-  r.set_role(SERVER);
-  r.set_address("127.0.0.1:1");
+  auto s0 = StartOf(&job, 0);
+  auto s1 = StartOf(&job, 1);
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  const uint64_t g0 = s0->generation();
+  for (uint64_t t = 0; t < 7; ++t) {
+    ASSERT_TRUE(Step(&job, 0, g0, t).ok()) << t;
+    ASSERT_TRUE(Step(&job, 1, g0, t).ok()) << t;
+  }
+  WaitCheckpoints(job, 1);
+  ASSERT_EQ(job.Checkpoints(), std::vector<uint64_t>{5});
+  // Worker 0 waits for step 7; the server is replaced meanwhile (its last
+  // heartbeat is older than two periods).
+  std::atomic<bool> refused{false};
+  std::thread waiter([&] {
+    WaitClockRequest w;
+    w.set_rank(0);
+    w.set_step(9);  // SSP(1): needs worker 1 at 8, which never comes.
+    w.set_timeout_ms(20000);
+    w.set_generation(g0);
+    WaitClockResponse wr;
+    refused = IsStaleGeneration(job.WaitClock(w, &wr));
+  });
+  absl::SleepFor(absl::Milliseconds(150));
   RegisterResponse resp;
-  ASSERT_TRUE(job.Register(r, &resp).ok());
-  r.set_role(WORKER);
-  r.clear_address();
-  r.set_requested_index(1);
-  ASSERT_TRUE(job.Register(r, &resp).ok());
-  EXPECT_EQ(resp.resume_clock(), 12u);
-  EXPECT_EQ(resp.resume_position(), "p1");
-  GetPartitionMapRequest get;
-  get.set_timeout_ms(10000);
-  PartitionMapProto map;
-  ASSERT_TRUE(job.GetPartitionMap(get, &map).ok());
-  EXPECT_EQ(restores.load(), 1);  // The map came only after the restore.
+  ASSERT_TRUE(job.Register(Req(c, SERVER, 0, 99), &resp).ok());
+  waiter.join();
+  EXPECT_TRUE(refused) << "a clock wait of the old generation was not refused";
+  auto r0 = StartOf(&job, 0, g0);
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  EXPECT_GT(r0->generation(), g0);
+  EXPECT_EQ(r0->clock(), 5u);
+  EXPECT_EQ(r0->position(), "w0@5");
+  const std::vector<FakeServerOps::Restored> restores = ops.restores();
+  ASSERT_EQ(restores.size(), 2u);  // Formation, then the rollback.
+  EXPECT_FALSE(restores[1].index.has_value()) << "every server restores";
+  EXPECT_EQ(restores[1].point.clock, 5u);
+  EXPECT_EQ(restores[1].generation, r0->generation());
+  // The old generation's tick is refused and changes nothing.
+  TickRequest stale;
+  stale.set_rank(1);
+  stale.set_clock(8);
+  stale.set_generation(g0);
+  TickResponse tr;
+  EXPECT_TRUE(IsStaleGeneration(job.Tick(stale, &tr)));
+  EXPECT_EQ(job.clock().Clocks(), (std::vector<uint64_t>{5, 5}));
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  ASSERT_EQ(status.recoveries_size(), 1);
+  EXPECT_EQ(status.recoveries(0).kind(), "rollback");
+  EXPECT_FALSE(status.recoveries(0).complete()) << "worker 1 has not restarted yet";
+  auto r1 = StartOf(&job, 1, g0);
+  ASSERT_TRUE(r1.ok());
+  EXPECT_EQ(r1->position(), "w1@5");
+  status.Clear();
+  job.JobStatus(&status);
+  const RecoveryReport& report = status.recoveries(0);
+  EXPECT_TRUE(report.complete());
+  EXPECT_EQ(report.clock(), 5u);
+  EXPECT_GE(report.detect_sec(), 0.1);  // The old server's silence.
+  EXPECT_NEAR(report.total_sec(), report.detect_sec() + report.wait_sec() +
+                                      report.restore_sec() + report.rewind_sec(), 1e-6);
+  EXPECT_NE(report.cause().find("server 0 restarted"), std::string::npos) << report.cause();
+  // The job goes on in the new generation.
+  EXPECT_TRUE(Step(&job, 0, r0->generation(), 5).ok());
 }
 
-RegisterRequest Rejoining(const JobConfig& c, Role role, uint32_t index, uint64_t clock,
-                          uint64_t map_version) {
-  RegisterRequest r;
-  r.set_config_fingerprint(ConfigFingerprint(c));
-  r.set_role(role);
-  if (role == SERVER) r.set_address("127.0.0.1:1");
-  r.set_requested_index(index);
-  r.mutable_rejoin()->set_clock(clock);
-  r.mutable_rejoin()->set_position("p" + std::to_string(clock));
-  r.mutable_rejoin()->set_map_version(map_version);
-  return r;
+// A server declared dead that comes back with its state (the same
+// incarnation: it was stalled, not gone) needs no rollback.
+TEST(JobRecoveryTest, StalledServerThatComesBackIsNotRolledBack) {
+  JobConfig c = Config(0, ASP);
+  c.mutable_cluster()->set_dead_after_ms(300);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  RegisterAll(&job, c);
+  std::atomic<bool> beat{true}, server_beats{true};
+  std::thread beater([&] {  // The workers heartbeat; the server stalls.
+    while (beat) {
+      for (uint32_t r = 0; r < 2; ++r) {
+        HeartbeatRequest hb;
+        hb.set_role(WORKER);
+        hb.set_index(r);
+        hb.set_incarnation(2 + r);
+        HeartbeatResponse resp;
+        (void)job.Heartbeat(hb, &resp);
+      }
+      if (server_beats) {
+        HeartbeatRequest hb;
+        hb.set_role(SERVER);
+        hb.set_incarnation(1);
+        HeartbeatResponse resp;
+        (void)job.Heartbeat(hb, &resp);
+      }
+      absl::SleepFor(absl::Milliseconds(30));
+    }
+  });
+  job.Start();
+  auto s0 = StartOf(&job, 0);
+  ASSERT_TRUE(s0.ok());
+  ASSERT_TRUE(Step(&job, 0, s0->generation(), 0).ok());
+  server_beats = false;
+  absl::SleepFor(absl::Milliseconds(600));  // Declared dead.
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  EXPECT_EQ(status.state(), "recovering");
+  EXPECT_EQ(Step(&job, 0, s0->generation(), 1, 100).code(),
+            absl::StatusCode::kDeadlineExceeded);  // Paused.
+  // Its next heartbeat is told to rejoin; it does, with its state.
+  HeartbeatRequest hb;
+  hb.set_role(SERVER);
+  hb.set_incarnation(1);
+  HeartbeatResponse hr;
+  ASSERT_TRUE(job.Heartbeat(hb, &hr).ok());
+  EXPECT_TRUE(hr.rejoin());
+  RegisterRequest back = Req(c, SERVER, 0, 1);
+  back.mutable_rejoin()->set_generation(s0->generation());
+  RegisterResponse resp;
+  ASSERT_TRUE(job.Register(back, &resp).ok());
+  server_beats = true;
+  EXPECT_TRUE(Step(&job, 0, s0->generation(), 1).ok()) << "the clocks did not resume";
+  status.Clear();
+  job.JobStatus(&status);
+  ASSERT_EQ(status.recoveries_size(), 1);
+  EXPECT_EQ(status.recoveries(0).kind(), "rejoin");
+  EXPECT_EQ(ops.restores().size(), 1u) << "only the formation restored";
+  EXPECT_EQ(job.generation(), s0->generation());
+  beat = false;
+  beater.join();
 }
 
-TEST(JobRecoverTest, RejoinIsRefusedWithoutRecoverModeOrAnIndex) {
-  const JobConfig c = Config(0);
-  JobCoordinator normal(c, nullptr);
+// checkpoint.recovery PARTIAL (SSP): only the replaced server restores the
+// latest checkpoint, in the current generation; the workers go on.
+TEST(JobRecoveryTest, PartialRecoveryRestoresOnlyTheReplacedServer) {
+  JobConfig c = Config(0, SSP);
+  c.mutable_checkpoint()->set_recovery(CheckpointConfig::PARTIAL);
+  FakeServerOps ops;
+  RestorePoint point;
+  point.initial = false;
+  point.clock = 3;
+  point.dir = "ckpt-3";
+  JobCoordinator job(c, nullptr, &ops);
+  RegisterAll(&job, c);
+  job.Start();
+  auto s0 = StartOf(&job, 0);
+  ASSERT_TRUE(s0.ok());
+  ops.AddPoint(point);
+  absl::SleepFor(absl::Milliseconds(150));
   RegisterResponse resp;
-  absl::Status st = normal.Register(Rejoining(c, WORKER, 0, 5, 1), &resp);
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-  EXPECT_NE(st.message().find("--recover"), std::string::npos) << st;
-
-  JobCoordinator recovering(c, nullptr);
-  recovering.SetRecover(0);
-  RegisterRequest no_index = Rejoining(c, WORKER, 0, 5, 1);
-  no_index.clear_requested_index();
-  st = recovering.Register(no_index, &resp);
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-  EXPECT_NE(st.message().find("requested_index"), std::string::npos) << st;
+  ASSERT_TRUE(job.Register(Req(c, SERVER, 0, 77), &resp).ok());
+  EXPECT_TRUE(Step(&job, 0, s0->generation(), 0).ok()) << "the clocks did not resume";
+  const std::vector<FakeServerOps::Restored> restores = ops.restores();
+  ASSERT_EQ(restores.size(), 2u);
+  EXPECT_EQ(restores[1].index, std::optional<uint32_t>(0));
+  EXPECT_EQ(restores[1].point.dir, "ckpt-3");
+  EXPECT_EQ(restores[1].generation, s0->generation());
+  EXPECT_EQ(job.generation(), s0->generation());
 }
 
 // A restarted scheduler learns the job from the processes that rejoin: it
-// asks unknown heartbeaters to rejoin, refuses clock calls (UNAVAILABLE,
-// retried) until they have, takes their clocks, and builds a map newer than
-// any version they hold.
-TEST(JobRecoverTest, LiveProcessesRejoinWithTheirClocksAndMapVersions) {
+// asks unknown heartbeaters to rejoin, takes their clocks, builds a map newer
+// than any version they hold, and goes on in their generation without
+// restoring anything.
+TEST(JobTakeoverTest, LiveProcessesRejoinWithTheirClocksAndMapVersions) {
   const JobConfig c = Config(0);
-  JobCoordinator job(c, nullptr);
-  job.SetRecover(0);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
   job.Start();
   HeartbeatRequest hb;
   hb.set_role(WORKER);
   hb.set_index(1);
+  hb.set_incarnation(3);
   HeartbeatResponse hr;
   ASSERT_TRUE(job.Heartbeat(hb, &hr).ok());
   EXPECT_TRUE(hr.rejoin());
-  WaitClockRequest w;
-  w.set_rank(1);
-  w.set_step(8);
-  WaitClockResponse wr;
-  EXPECT_EQ(job.WaitClock(w, &wr).code(), absl::StatusCode::kUnavailable);
-
-  RegisterResponse resp;
-  ASSERT_TRUE(job.Register(Rejoining(c, SERVER, 0, 0, 3), &resp).ok());
-  ASSERT_TRUE(job.Register(Rejoining(c, WORKER, 0, 7, 3), &resp).ok());
-  ASSERT_TRUE(job.Register(Rejoining(c, WORKER, 1, 8, 4), &resp).ok());
+  auto rejoin = [&](Role role, uint32_t index, uint64_t incarnation, uint64_t clock,
+                    uint64_t map_version) {
+    RegisterRequest r = Req(c, role, index, incarnation);
+    r.mutable_rejoin()->set_clock(clock);
+    r.mutable_rejoin()->set_position("p" + std::to_string(clock));
+    r.mutable_rejoin()->set_map_version(map_version);
+    r.mutable_rejoin()->set_generation(4242);
+    RegisterResponse resp;
+    return job.Register(r, &resp);
+  };
+  ASSERT_TRUE(rejoin(SERVER, 0, 1, 0, 3).ok());
+  ASSERT_TRUE(rejoin(WORKER, 0, 2, 7, 3).ok());
+  ASSERT_TRUE(rejoin(WORKER, 1, 3, 8, 4).ok());
+  auto start = StartOf(&job, 1);
+  ASSERT_TRUE(start.ok()) << start.status();
+  EXPECT_EQ(start->generation(), 4242u);
+  EXPECT_EQ(start->clock(), 8u);
+  EXPECT_EQ(start->position(), "p8");
   EXPECT_EQ(job.clock().Clocks(), (std::vector<uint64_t>{7, 8}));
   ASSERT_TRUE(job.Map().has_value());
   EXPECT_GT(job.Map()->version(), 4u);
+  EXPECT_EQ(ops.restores().size(), 0u) << "nothing was lost: nothing restored";
   JobStatusResponse status;
   job.JobStatus(&status);
   EXPECT_EQ(status.state(), "running");
-  w.set_timeout_ms(5000);
-  EXPECT_TRUE(job.WaitClock(w, &wr).ok());  // ASP: rank 1 goes on at step 8.
+  EXPECT_TRUE(Step(&job, 1, 4242, 8).ok());  // ASP: rank 1 goes on at step 8.
   HeartbeatResponse known;
   ASSERT_TRUE(job.Heartbeat(hb, &known).ok());
   EXPECT_FALSE(known.rejoin());
+  // A rejoin needs the index it held.
+  RegisterRequest no_index = Req(c, WORKER, -1, 5);
+  no_index.mutable_rejoin()->set_clock(1);
+  RegisterResponse resp;
+  EXPECT_EQ(job.Register(no_index, &resp).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The scheduler and the server died together: the workers rejoin with their
+// state, but the new server has none, so taking over needs a rollback.
+TEST(JobTakeoverTest, TakeoverWithALostServerRollsBack) {
+  const JobConfig c = Config(0);
+  FakeServerOps ops;
+  RestorePoint point;
+  point.initial = false;
+  point.clock = 4;
+  point.dir = "ckpt-4";
+  point.positions = {{0, "a"}, {1, "b"}};
+  ops.AddPoint(point);
+  JobCoordinator job(c, nullptr, &ops);
+  job.Start();
+  RegisterResponse resp;
+  for (uint32_t r = 0; r < 2; ++r) {
+    RegisterRequest w = Req(c, WORKER, r, 10 + r);
+    w.mutable_rejoin()->set_clock(9);
+    w.mutable_rejoin()->set_generation(4242);
+    ASSERT_TRUE(job.Register(w, &resp).ok());
+  }
+  ASSERT_TRUE(job.Register(Req(c, SERVER, 0, 1), &resp).ok());  // New, empty.
+  auto start = StartOf(&job, 0, 4242);
+  ASSERT_TRUE(start.ok()) << start.status();
+  EXPECT_GT(start->generation(), 4242u);
+  EXPECT_EQ(start->clock(), 4u);
+  EXPECT_EQ(start->position(), "a");
+  ASSERT_EQ(ops.restores().size(), 1u);
+  EXPECT_EQ(ops.restores()[0].point.dir, "ckpt-4");
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  ASSERT_EQ(status.recoveries_size(), 1);
+  EXPECT_EQ(status.recoveries(0).kind(), "rollback");
+  EXPECT_NE(status.recoveries(0).cause().find("server 0 registered without"),
+            std::string::npos)
+      << status.recoveries(0).cause();
+}
+
+// Every worker failed (here: reported an error it cannot recover from) and
+// none came back: the job fails, naming each and why.
+TEST(JobLifecycleTest, EveryWorkerDeadFailsTheJobWithTheirReasons) {
+  JobConfig c = Config(0, ASP, "");
+  c.mutable_cluster()->set_worker_deadline_ms(300);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  RegisterAll(&job, c);
+  job.Start();
+  ASSERT_TRUE(StartOf(&job, 0).ok());
+  for (uint32_t r = 0; r < 2; ++r) {
+    MetricsReport failed;
+    failed.set_rank(r);
+    failed.set_error("cannot open /data/part-" + std::to_string(r));
+    ASSERT_TRUE(job.ReportMetrics(failed).ok());
+  }
+  const absl::Status st = job.WaitDone(absl::Now() + absl::Seconds(20));
+  EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
+  EXPECT_NE(st.message().find("every worker died"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("cannot open /data/part-1"), std::string::npos) << st;
+  // A report from a rank that never registered is refused.
+  MetricsReport stranger;
+  stranger.set_rank(7);
+  EXPECT_EQ(job.ReportMetrics(stranger).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A live process holding an index refuses a second one; a new process takes
+// a slot whose holder has been silent for two heartbeat periods.
+TEST(JobLifecycleTest, NewProcessTakesASilentSlotOnly) {
+  const JobConfig c = Config(0);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  RegisterAll(&job, c);
+  RegisterResponse resp;
+  HeartbeatRequest hb;
+  hb.set_role(WORKER);
+  hb.set_index(1);
+  hb.set_incarnation(3);
+  HeartbeatResponse hr;
+  ASSERT_TRUE(job.Heartbeat(hb, &hr).ok());
+  EXPECT_EQ(job.Register(Req(c, WORKER, 1, 50), &resp).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(job.Register(Req(c, WORKER, 1, 3), &resp).ok()) << "the holder's retry";
+  absl::SleepFor(absl::Milliseconds(150));
+  EXPECT_TRUE(job.Register(Req(c, WORKER, 1, 50), &resp).ok());
+  // The old process is told it was replaced.
+  EXPECT_EQ(job.Heartbeat(hb, &hr).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

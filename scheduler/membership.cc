@@ -1,5 +1,7 @@
 #include "scheduler/membership.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/partition.h"
 
@@ -13,6 +15,7 @@ const char* RoleName(Role role) { return role == SERVER ? "server" : "worker"; }
 Membership::Membership(const JobConfig& config, uint64_t fingerprint)
     : fingerprint_(fingerprint),
       num_partitions_(config.cluster().num_partitions()),
+      silent_after_(absl::Milliseconds(2 * std::max<uint32_t>(config.cluster().heartbeat_ms(), 1))),
       servers_(config.cluster().num_servers()),
       workers_(config.cluster().num_workers()) {
   for (uint32_t i = 0; i < servers_.size(); ++i) {
@@ -29,8 +32,8 @@ std::vector<Member>* Membership::SlotsLocked(Role role) {
   return role == SERVER ? &servers_ : &workers_;
 }
 
-absl::StatusOr<Member> Membership::Register(const RegisterRequest& request,
-                                            absl::Time now) {
+absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request,
+                                                  absl::Time now) {
   if (request.role() != SERVER && request.role() != WORKER) {
     return absl::InvalidArgumentError("register: role must be SERVER or WORKER");
   }
@@ -56,12 +59,25 @@ absl::StatusOr<Member> Membership::Register(const RegisterRequest& request,
           slots.size()));
     }
     slot = &slots[request.requested_index()];
-    if (slot->state == ALIVE) {
+    const bool held = slot->state == ALIVE || slot->state == FINISHED;
+    const bool same = request.incarnation() != 0 && request.incarnation() == slot->incarnation;
+    if (held && same) {  // The holder again: a retry.
+      slot->last_heartbeat = now;
+      Registration r;
+      r.member = *slot;
+      r.previous_state = slot->state;
+      r.previous_heartbeat = now;
+      r.repeat = true;
+      return r;
+    }
+    if (held && now - slot->last_heartbeat <= silent_after_) {
       return absl::AlreadyExistsError(absl::StrCat(
           "register: ", RoleName(request.role()), " index ", slot->index,
           " is held by a live process", slot->address.empty() ? "" : " at ",
-          slot->address, "; a restarted process is accepted once the old one "
-          "is declared dead"));
+          slot->address, " (last heartbeat ",
+          absl::FormatDuration(now - slot->last_heartbeat),
+          " ago); a restarted process takes it once the old one has been silent for ",
+          absl::FormatDuration(silent_after_)));
     }
   } else {
     for (Member& m : slots) {
@@ -76,14 +92,39 @@ absl::StatusOr<Member> Membership::Register(const RegisterRequest& request,
           " slots are taken; pass the index of a dead one to replace it"));
     }
   }
+  Registration r;
+  r.previous_state = slot->state;
+  r.previous_heartbeat = slot->last_heartbeat;
+  r.new_process = request.incarnation() == 0 || request.incarnation() != slot->incarnation;
   const bool address_changed = slot->address != request.address();
   slot->address = request.address();
   slot->state = ALIVE;
   slot->last_heartbeat = now;
   slot->state_since = now;
-  slot->registrations++;
+  slot->incarnation = request.incarnation();
+  slot->reason.clear();
+  if (r.new_process) slot->registrations++;
   if (request.role() == SERVER && (address_changed || !map_)) RebuildMapLocked();
-  return *slot;
+  r.member = *slot;
+  return r;
+}
+
+void Membership::MarkDead(Role role, uint32_t index, const std::string& reason,
+                          absl::Time now) {
+  MutexLock lock(&mu_);
+  if (role != SERVER && role != WORKER) return;
+  std::vector<Member>& slots = *SlotsLocked(role);
+  if (index >= slots.size()) return;
+  slots[index].state = DEAD;
+  slots[index].state_since = now;
+  slots[index].reason = reason;
+}
+
+void Membership::Reopen(uint32_t rank, absl::Time now) {
+  MutexLock lock(&mu_);
+  if (rank >= workers_.size() || workers_[rank].state != FINISHED) return;
+  workers_[rank].state = ALIVE;
+  workers_[rank].state_since = now;
 }
 
 void Membership::RaiseMapVersionAbove(uint64_t version) {
@@ -100,6 +141,7 @@ std::vector<uint32_t> Membership::ExpireUnregistered(Role role, absl::Time now) 
     if (m.state != STATE_UNSPECIFIED) continue;
     m.state = DEAD;
     m.state_since = now;
+    m.reason = "never registered with this scheduler";
     expired.push_back(m.index);
   }
   return expired;
@@ -127,23 +169,25 @@ void Membership::RebuildMapLocked() {
   map_ = std::move(map);
 }
 
-absl::Status Membership::Heartbeat(Role role, uint32_t index, absl::Time now) {
+absl::StatusOr<HeartbeatVerdict> Membership::Heartbeat(Role role, uint32_t index,
+                                                       uint64_t incarnation, absl::Time now) {
   MutexLock lock(&mu_);
   if (role != SERVER && role != WORKER) {
     return absl::InvalidArgumentError("heartbeat: bad role");
   }
   std::vector<Member>& slots = *SlotsLocked(role);
-  if (index >= slots.size() || slots[index].state == STATE_UNSPECIFIED) {
-    return absl::NotFoundError(absl::StrCat("heartbeat: ", RoleName(role), " ",
-                                            index, " never registered"));
+  if (index >= slots.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat: ", RoleName(role), " index ", index, " out of range"));
   }
-  if (slots[index].state == DEAD) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "heartbeat: ", RoleName(role), " ", index,
-        " was declared dead; register again"));
+  Member& m = slots[index];
+  if (m.state == STATE_UNSPECIFIED) return HeartbeatVerdict::kRejoin;
+  if (incarnation != 0 && m.incarnation != 0 && incarnation != m.incarnation) {
+    return HeartbeatVerdict::kReplaced;
   }
-  slots[index].last_heartbeat = now;
-  return absl::OkStatus();
+  if (m.state == DEAD) return HeartbeatVerdict::kRejoin;
+  m.last_heartbeat = now;
+  return HeartbeatVerdict::kOk;
 }
 
 std::vector<Member> Membership::Sweep(absl::Time now,
@@ -152,9 +196,12 @@ std::vector<Member> Membership::Sweep(absl::Time now,
   std::vector<Member> died;
   for (std::vector<Member>* slots : {&servers_, &workers_}) {
     for (Member& m : *slots) {
-      if (m.state == ALIVE && now - m.last_heartbeat > dead_after) {
+      if ((m.state == ALIVE || m.state == FINISHED) && now - m.last_heartbeat > dead_after) {
         m.state = DEAD;
         m.state_since = now;
+        m.reason = absl::StrCat("missed heartbeats for ",
+                                absl::FormatDuration(now - m.last_heartbeat),
+                                " (killed, crashed or stalled)");
         died.push_back(m);
       }
     }

@@ -2,12 +2,20 @@
 // partition map built from the servers' addresses.
 //
 // Servers and workers register (role, address, optional requested index,
-// config fingerprint) and get an index: server index or worker rank. A
-// process that registers again with the index of a member already declared
-// dead takes that index back (a restart: same rank, same partitions; a
-// server's new address bumps the map version). Refusals:
+// config fingerprint, incarnation) and get an index: server index or worker
+// rank. Each process start has its own random incarnation:
+//  - a registration with the incarnation of the slot's holder is that
+//    process again (a retry, or a rejoin after it was declared dead): it
+//    keeps the slot;
+//  - another incarnation is a new process for that index (a restart: same
+//    rank, same partitions). It takes the slot if the slot is free, its
+//    holder was declared dead, or its holder has been silent for more than
+//    two heartbeat periods (a killed process restarted at once by its
+//    supervisor). A server's new address bumps the map version.
+// Refusals:
 //   FAILED_PRECONDITION  the process loaded another job config (fingerprint)
-//   ALREADY_EXISTS       the requested index is held by a live member
+//   ALREADY_EXISTS       the requested index is held by a live, heartbeating
+//                        process of another incarnation
 //   RESOURCE_EXHAUSTED   every slot of that role is taken
 //   INVALID_ARGUMENT     no role, a server without address, index out of range
 //
@@ -35,7 +43,30 @@ struct Member {
   MemberState state = STATE_UNSPECIFIED;  // UNSPECIFIED = never registered.
   absl::Time last_heartbeat;
   absl::Time state_since;
-  uint32_t registrations = 0;  // > 1 after restarts.
+  uint32_t registrations = 0;  // Processes that held the slot (> 1: restarts).
+  uint64_t incarnation = 0;    // Of the holder (0: not given).
+  std::string reason;          // Why it is DEAD.
+};
+
+// What a registration did to its slot.
+struct Registration {
+  Member member;                          // After it.
+  MemberState previous_state = STATE_UNSPECIFIED;  // Before it.
+  absl::Time previous_heartbeat;          // The previous holder's last one.
+  // The holder itself again (same incarnation), not declared dead: nothing
+  // changed but its heartbeat time.
+  bool repeat = false;
+  // A process other than the previous holder (another incarnation).
+  bool new_process = false;
+};
+
+// A heartbeat's verdict.
+enum class HeartbeatVerdict {
+  kOk,
+  // Unknown to this scheduler, or declared dead: register again (rejoin).
+  kRejoin,
+  // Another process (incarnation) holds the slot now: this one must stop.
+  kReplaced,
 };
 
 class Membership {
@@ -44,15 +75,16 @@ class Membership {
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
 
-  // Registers a process; returns its Member record (after registration).
-  absl::StatusOr<Member> Register(const RegisterRequest& request,
-                                  absl::Time now);
+  // Registers a process (see the top).
+  absl::StatusOr<Registration> Register(const RegisterRequest& request, absl::Time now);
 
-  // Records a heartbeat. NOT_FOUND if the member never registered,
-  // FAILED_PRECONDITION if it was declared dead (it must register again).
-  absl::Status Heartbeat(Role role, uint32_t index, absl::Time now);
+  // Records a heartbeat of `incarnation` (0: not checked). INVALID_ARGUMENT
+  // for a bad role or index.
+  absl::StatusOr<HeartbeatVerdict> Heartbeat(Role role, uint32_t index, uint64_t incarnation,
+                                             absl::Time now);
+  // Declares a member dead now, with `reason` (e.g. a worker's own error).
+  void MarkDead(Role role, uint32_t index, const std::string& reason, absl::Time now);
 
-  // Declares members silent for longer than `dead_after` dead; returns them.
   // Makes the map's version greater than `version` (a version some process
   // got from an earlier scheduler), rebuilding it if it is complete.
   void RaiseMapVersionAbove(uint64_t version);
@@ -60,10 +92,14 @@ class Membership {
   std::vector<uint32_t> ExpireUnregistered(Role role, absl::Time now);
   // True if `index` of `role` has registered (with this scheduler).
   bool Registered(Role role, uint32_t index) const;
+  // Declares members (alive or finished) silent for longer than
+  // `dead_after` dead; returns them.
   std::vector<Member> Sweep(absl::Time now, absl::Duration dead_after);
 
   // A worker finished its data.
   void MarkFinished(uint32_t rank, absl::Time now);
+  // A finished worker trains again (the job rolled back): ALIVE.
+  void Reopen(uint32_t rank, absl::Time now);
 
   // The partition map once every server has registered; nullopt before.
   std::optional<PartitionMapProto> Map() const;
@@ -82,6 +118,7 @@ class Membership {
   // Constant after construction.
   const uint64_t fingerprint_;
   const uint32_t num_partitions_;
+  const absl::Duration silent_after_;  // Two heartbeat periods.
 
   mutable Mutex mu_;
   std::vector<Member> servers_ ABSL_GUARDED_BY(mu_);

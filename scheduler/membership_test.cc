@@ -15,12 +15,13 @@ JobConfig Config() {
 }
 
 RegisterRequest Req(Role role, std::string address, int index = -1,
-                    uint64_t fingerprint = 42) {
+                    uint64_t fingerprint = 42, uint64_t incarnation = 0) {
   RegisterRequest r;
   r.set_role(role);
   r.set_address(address);
   if (index >= 0) r.set_requested_index(index);
   r.set_config_fingerprint(fingerprint);
+  r.set_incarnation(incarnation);
   return r;
 }
 
@@ -29,11 +30,11 @@ TEST(MembershipTest, AssignsIndicesAndBuildsTheMapWhenServersAreIn) {
   const absl::Time now = absl::Now();
   auto s0 = m.Register(Req(SERVER, "a:1"), now);
   ASSERT_TRUE(s0.ok());
-  EXPECT_EQ(s0->index, 0u);
+  EXPECT_EQ(s0->member.index, 0u);
   EXPECT_FALSE(m.Map().has_value());  // second server not there yet
   auto s1 = m.Register(Req(SERVER, "b:2"), now);
   ASSERT_TRUE(s1.ok());
-  EXPECT_EQ(s1->index, 1u);
+  EXPECT_EQ(s1->member.index, 1u);
   auto map = m.Map();
   ASSERT_TRUE(map.has_value());
   EXPECT_EQ(map->version(), 1u);
@@ -66,19 +67,47 @@ TEST(MembershipTest, DeadMemberIsReplacedByARestartWithTheSameIndex) {
   const absl::Time t0 = absl::Now();
   ASSERT_TRUE(m.Register(Req(SERVER, "a:1"), t0).ok());
   ASSERT_TRUE(m.Register(Req(SERVER, "b:2"), t0).ok());
-  ASSERT_TRUE(m.Heartbeat(SERVER, 0, t0 + absl::Seconds(5)).ok());
+  ASSERT_TRUE(m.Heartbeat(SERVER, 0, 0, t0 + absl::Seconds(5)).ok());
   auto died = m.Sweep(t0 + absl::Seconds(11), absl::Seconds(10));
   ASSERT_EQ(died.size(), 1u);  // server 1 went silent
   EXPECT_EQ(died[0].index, 1u);
+  EXPECT_NE(died[0].reason.find("missed heartbeats"), std::string::npos);
   EXPECT_EQ(m.DeadServers().size(), 1u);
-  EXPECT_EQ(m.Heartbeat(SERVER, 1, t0 + absl::Seconds(12)).code(),
-            absl::StatusCode::kFailedPrecondition);
+  // A heartbeat of a member declared dead: register again.
+  EXPECT_EQ(*m.Heartbeat(SERVER, 1, 0, t0 + absl::Seconds(12)), HeartbeatVerdict::kRejoin);
   auto back = m.Register(Req(SERVER, "b:9", 1), t0 + absl::Seconds(12));
   ASSERT_TRUE(back.ok());
-  EXPECT_EQ(back->registrations, 2u);
+  EXPECT_EQ(back->member.registrations, 2u);
+  EXPECT_EQ(back->previous_state, DEAD);
+  EXPECT_TRUE(back->new_process);
   EXPECT_EQ(m.Map()->version(), 2u);  // new address, new version
   EXPECT_EQ(m.Map()->server_addresses(1), "b:9");
   EXPECT_TRUE(m.DeadServers().empty());
+}
+
+// Incarnations: the holder's own retry keeps its slot; another process takes
+// it only from a silent holder, and the holder then learns it was replaced.
+TEST(MembershipTest, IncarnationsTellARetryFromARestart) {
+  JobConfig c = Config();
+  c.mutable_cluster()->set_heartbeat_ms(1000);
+  Membership m(c, 42);
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(m.Register(Req(WORKER, "", 0, 42, 7), t0).ok());
+  auto retry = m.Register(Req(WORKER, "", 0, 42, 7), t0 + absl::Milliseconds(500));
+  ASSERT_TRUE(retry.ok());
+  EXPECT_TRUE(retry->repeat);
+  EXPECT_EQ(retry->member.registrations, 1u);
+  EXPECT_EQ(m.Register(Req(WORKER, "", 0, 42, 8), t0 + absl::Milliseconds(1500)).status().code(),
+            absl::StatusCode::kAlreadyExists);  // The holder beat 1 s ago.
+  auto taken = m.Register(Req(WORKER, "", 0, 42, 8), t0 + absl::Milliseconds(2600));
+  ASSERT_TRUE(taken.ok());
+  EXPECT_TRUE(taken->new_process);
+  EXPECT_EQ(taken->previous_state, ALIVE);
+  EXPECT_EQ(taken->member.registrations, 2u);
+  EXPECT_EQ(*m.Heartbeat(WORKER, 0, 7, t0 + absl::Seconds(3)), HeartbeatVerdict::kReplaced);
+  EXPECT_EQ(*m.Heartbeat(WORKER, 0, 8, t0 + absl::Seconds(3)), HeartbeatVerdict::kOk);
+  EXPECT_EQ(*m.Heartbeat(WORKER, 1, 9, t0), HeartbeatVerdict::kRejoin);  // Unknown.
+  EXPECT_EQ(m.Heartbeat(WORKER, 5, 9, t0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(MembershipTest, JobEndsWhenEveryWorkerFinishedOrDied) {
@@ -89,6 +118,8 @@ TEST(MembershipTest, JobEndsWhenEveryWorkerFinishedOrDied) {
   EXPECT_FALSE(m.AllWorkersDoneOrDead());
   m.MarkFinished(0, t0);
   EXPECT_FALSE(m.AllWorkersDoneOrDead());
+  // A finished worker heartbeats until the job ends; worker 1 went silent.
+  ASSERT_TRUE(m.Heartbeat(WORKER, 0, 0, t0 + absl::Seconds(15)).ok());
   m.Sweep(t0 + absl::Seconds(20), absl::Seconds(10));
   EXPECT_TRUE(m.AllWorkersDoneOrDead());
   EXPECT_TRUE(m.AnyWorkerFinished());

@@ -1,16 +1,18 @@
 // ps_scheduler: one per job. Servers and workers register with it; it owns
-// the partition map and the clocks, detects failures and ends the job.
+// the partition map and the clocks, detects failures, runs recoveries and
+// ends the job.
 //
 //   ps_scheduler --config job.pbtxt [--listen 127.0.0.1:0] [--port_file F]
-//                [--resume | --recover]
 //
-// --resume starts the job again from its last complete checkpoint (every
-// process restarted). --recover replaces a scheduler that died while the
-// servers and workers kept running: start it on the same --listen address;
-// the live processes rejoin with their state and nothing is rolled back.
+// Restart it with the same flags whatever happened (a supervisor does): a
+// scheduler that finds live servers and workers of the job takes it over
+// (they rejoin with their state; nothing rolls back unless some state was
+// lost), and one that finds only fresh processes resumes the job from the
+// latest complete checkpoint in checkpoint.dir, if there is one.
 //
-// Prints "PS_SCHEDULER_LISTENING host:port" once serving. Exit status: 0 when
-// the job is done, 1 when it failed, 2 on bad flags or config.
+// Prints "PS_SCHEDULER_LISTENING host:port" once serving, and at the end
+// "PS_JOB_RESULT state=... recoveries=N recovery_sec=S ...". Exit status: 0
+// when the job is done, 1 when it failed, 2 on bad flags or config.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -39,14 +41,6 @@ ABSL_FLAG(std::string, config, shardps::EnvOr("SHARDPS_CONFIG", ""),
 ABSL_FLAG(std::string, listen, shardps::EnvOr("SHARDPS_LISTEN", "127.0.0.1:0"),
           "Address to serve on; port 0 picks a free port. Env: SHARDPS_LISTEN.");
 ABSL_FLAG(std::string, port_file, "", "Write the chosen port here once serving.");
-ABSL_FLAG(bool, resume, false,
-          "Resume the job from the latest complete checkpoint in checkpoint.dir "
-          "(servers restore their partitions, workers their data positions).");
-ABSL_FLAG(bool, recover, false,
-          "Take over a running job whose scheduler died: listen on the old "
-          "scheduler's address; live servers and workers rejoin with their clocks "
-          "and data positions (no rollback). Checkpoints continue after the last "
-          "complete one in checkpoint.dir.");
 ABSL_FLAG(std::string, status_listen, shardps::EnvOr("SHARDPS_STATUS_LISTEN", ""),
           "Serve the status page (/) and its JSON (/status.json) here; port 0 "
           "picks a free port and prints PS_STATUS_LISTENING host:port; empty = "
@@ -95,11 +89,13 @@ int main(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   shardps::ServerNotifierClient notifier;
+  const std::unique_ptr<shardps::ServerOps> ops = shardps::MakeGrpcServerOps(*config);
   shardps::JobCoordinator job(
-      *config, [&notifier](const shardps::PartitionMapProto& map,
-                           const std::vector<uint32_t>& active) {
+      *config,
+      [&notifier](const shardps::PartitionMapProto& map, const std::vector<uint32_t>& active) {
         notifier.Notify(map, active);
-      });
+      },
+      ops.get());
   shardps::SchedulerService service(&job);
   int port = 0;
   grpc::ServerBuilder builder;
@@ -144,43 +140,15 @@ int main(int argc, char** argv) {
   LOG(INFO) << "job \"" << config->name() << "\": waiting for "
             << config->cluster().num_servers() << " servers and "
             << config->cluster().num_workers() << " workers on " << address;
-  if (absl::GetFlag(FLAGS_resume) && absl::GetFlag(FLAGS_recover)) {
-    LOG(ERROR) << "--resume and --recover exclude each other";
+  // A checkpoint directory of another job is refused now, not after the
+  // servers registered.
+  if (auto points = ops->RestorePoints(); !points.ok()) {
+    LOG(ERROR) << points.status().message();
     return 2;
-  }
-  if (absl::GetFlag(FLAGS_recover)) {
-    uint64_t last = 0;
-    if (!config->checkpoint().dir().empty()) {
-      auto latest = shardps::FindResume(*config, [] { return std::nullopt; });
-      if (latest.ok()) {
-        last = latest->clock;
-      } else if (!absl::IsNotFound(latest.status())) {
-        LOG(ERROR) << "--recover: " << latest.status();
-        return 2;
-      }
-    }
-    LOG(INFO) << "--recover: waiting for the job's live servers and workers to rejoin"
-              << (last ? absl::StrCat(" (last checkpoint at clock ", last, ")") : "");
-    job.SetRecover(last);
-  }
-  if (!config->checkpoint().dir().empty()) {
-    auto get_map = [&job] { return job.Map(); };
-    job.SetCheckpointer(shardps::MakeCheckpointer(*config, get_map));
-    if (config->checkpoint().recovery() == shardps::CheckpointConfig::PARTIAL) {
-      job.SetPartialRecovery(shardps::MakeServerRestorer(*config));
-    }
-    if (absl::GetFlag(FLAGS_resume)) {
-      auto resume = shardps::FindResume(*config, get_map);
-      if (resume.ok()) {
-        job.SetResume(*std::move(resume));
-      } else if (absl::IsNotFound(resume.status())) {
-        LOG(WARNING) << "--resume: no complete checkpoint in " << config->checkpoint().dir()
-                     << " yet; starting from the beginning";
-      } else {
-        LOG(ERROR) << "--resume: " << resume.status();
-        return 2;
-      }
-    }
+  } else if (!points->empty()) {
+    LOG(INFO) << "checkpoint.dir holds a complete checkpoint at clock " << points->front().clock
+              << ": unless the job's processes are still running (they rejoin), it resumes "
+                 "from there";
   }
   job.Start();
   std::signal(SIGINT, OnSignal);
@@ -196,15 +164,31 @@ int main(int argc, char** argv) {
   shardps::JobStatusResponse status;
   job.JobStatus(&status);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Recoveries that rolled something back or restored a server (a job
+  // resumed at its start and a scheduler takeover are listed, not counted).
+  int recoveries = 0;
+  double recovery_sec = 0;
+  for (const shardps::RecoveryReport& r : status.recoveries()) {
+    LOG(INFO) << "recovery: " << r.kind() << " (" << r.cause() << "): generation "
+              << r.generation() << ", restarted at clock " << r.clock() << ", "
+              << r.total_sec() << " s (detect " << r.detect_sec() << " s, wait " << r.wait_sec()
+              << " s, restore " << r.restore_sec() << " s, rewind " << r.rewind_sec() << " s)";
+    if (r.kind() == "rollback" || r.kind() == "partial" || r.kind() == "rejoin") {
+      ++recoveries;
+      recovery_sec += r.total_sec();
+    }
+  }
   std::printf("PS_JOB_RESULT state=%s samples=%llu samples_per_sec=%.0f eval_auc=%.6f eval_logloss=%.6f "
-              "max_clock=%llu max_spread=%llu elapsed_sec=%.1f\n",
+              "max_clock=%llu max_spread=%llu elapsed_sec=%.1f recoveries=%d recovery_sec=%.2f "
+              "generation=%llu\n",
               status.state().c_str(),
               static_cast<unsigned long long>(status.total_samples()),
               status.elapsed_sec() > 0 ? status.total_samples() / status.elapsed_sec() : 0.0,
               status.eval_auc(), status.eval_loss(),
               static_cast<unsigned long long>(status.max_clock()),
               static_cast<unsigned long long>(status.max_spread()),
-              status.elapsed_sec());
+              status.elapsed_sec(), recoveries, recovery_sec,
+              static_cast<unsigned long long>(status.generation()));
   std::fflush(stdout);
   if (!result.ok()) {
     LOG(ERROR) << result.message() << "\n" << status.summary();

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/tls.h"
 #include "glog/logging.h"
@@ -18,6 +19,12 @@ grpc::Status SchedulerService::Heartbeat(grpc::ServerContext*,
                                          const HeartbeatRequest* request,
                                          HeartbeatResponse* response) {
   return ToGrpcStatus(job_->Heartbeat(*request, response));
+}
+
+grpc::Status SchedulerService::WaitStart(grpc::ServerContext*,
+                                         const WaitStartRequest* request,
+                                         WaitStartResponse* response) {
+  return ToGrpcStatus(job_->WaitStart(*request, response));
 }
 
 grpc::Status SchedulerService::GetPartitionMap(
@@ -103,17 +110,28 @@ void ServerNotifierClient::Loop() {
       pending_.reset();
       addresses = addresses_;
     }
-    for (const std::string& address : addresses) {
-      auto stub = ParameterServer::NewStub(
-          grpc::CreateChannel(address, ChannelCredentialsFromFlagsOrDie()));
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
-      ControlResponse response;
-      const grpc::Status st = stub->Control(&ctx, request, &response);
-      if (!st.ok()) {
-        LOG(WARNING) << "Control to server " << address << " failed: "
-                     << st.error_message();
+    // A server that misses the notification (restarting, not serving yet)
+    // gets it again, a few times, unless a newer one replaces it.
+    for (int attempt = 0; attempt < 10 && !addresses.empty(); ++attempt) {
+      std::vector<std::string> failed;
+      for (const std::string& address : addresses) {
+        auto stub = ParameterServer::NewStub(
+            grpc::CreateChannel(address, ChannelCredentialsFromFlagsOrDie()));
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+        ControlResponse response;
+        const grpc::Status st = stub->Control(&ctx, request, &response);
+        if (!st.ok()) {
+          LOG(WARNING) << "Control to server " << address << " failed: "
+                       << st.error_message();
+          failed.push_back(address);
+        }
       }
+      addresses = std::move(failed);
+      MutexLock lock(&mu_);
+      if (stop_ || pending_) break;
+      if (!addresses.empty()) wake_.WaitUntil(&mu_, absl::Now() + absl::Milliseconds(500));
+      if (stop_ || pending_) break;
     }
   }
 }

@@ -28,6 +28,8 @@ class SchedulerService final : public Scheduler::Service {
                         RegisterResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request,
                          HeartbeatResponse* response) override;
+  grpc::Status WaitStart(grpc::ServerContext*, const WaitStartRequest* request,
+                         WaitStartResponse* response) override;
   grpc::Status GetPartitionMap(grpc::ServerContext*,
                                const GetPartitionMapRequest* request,
                                PartitionMapProto* response) override;

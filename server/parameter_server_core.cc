@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/codec.h"
+#include "common/generation.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/checkpoint/checkpoint_dir.h"
@@ -113,6 +114,7 @@ ParameterServerCore::ParameterServerCore(const CoreOptions& options,
     : config_(options.config),
       server_index_(options.server_index),
       bsp_(options.config.cluster().mode() == BSP),
+      checkpoint_write_delay_(options.checkpoint_write_delay),
       store_(std::move(store)),
       map_(std::make_shared<const PartitionMap>(std::move(map))) {
   MutexLock lock(&bsp_mu_);
@@ -170,15 +172,25 @@ absl::Status ParameterServerCore::CheckOwnership(
   return absl::OkStatus();
 }
 
-absl::Status ParameterServerCore::WaitForClock(uint64_t clock,
+absl::Status ParameterServerCore::CheckJobGeneration(uint64_t generation) const {
+  const uint64_t current = generation_.load(std::memory_order_acquire);
+  if (generation == current) return absl::OkStatus();
+  return CheckGeneration(absl::StrCat("server ", server_index_), generation, current);
+}
+
+absl::Status ParameterServerCore::WaitForClock(uint64_t clock, uint64_t generation,
                                                absl::Time deadline) {
   deadline = std::min(deadline,
                       absl::Now() + absl::Milliseconds(
                                         config_.cluster().server_deadline_ms()));
   MutexLock lock(&bsp_mu_);
-  while (applied_clock_ < clock && !shutdown_) {
+  // A restore into another generation wakes the wait (the request is then
+  // refused by the caller's generation check).
+  while (applied_clock_ < clock && !shutdown_ &&
+         generation_.load(std::memory_order_relaxed) == generation) {
     if (!clock_applied_.WaitUntil(&bsp_mu_, deadline) &&
-        applied_clock_ < clock) {
+        applied_clock_ < clock &&
+        generation_.load(std::memory_order_relaxed) == generation) {
       std::vector<uint32_t> missing;
       auto it = pending_.find(applied_clock_);
       for (uint32_t r : active_) {
@@ -222,8 +234,11 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
   if (bsp_ && request.clock() > 0) {
     // A stale client learns it now rather than after the wait.
     RETURN_IF_ERROR(CheckMapVersion(request.map_version(), *CurrentMap()));
-    RETURN_IF_ERROR(WaitForClock(request.clock(), deadline));
+    RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
+    RETURN_IF_ERROR(WaitForClock(request.clock(), request.generation(), deadline));
   }
+  ReaderMutexLock state(&state_mu_);
+  RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
   const std::shared_ptr<const PartitionMap> map = CurrentMap();
   for (const TableKeys& tk : request.tables()) {
     RETURN_IF_ERROR(CheckOwnership(request.map_version(), tk.table_id(),
@@ -309,6 +324,8 @@ absl::Status ParameterServerCore::Push(const PushRequest& request,
   // storage (a fresh vector was an allocation and a zero fill per push).
   thread_local std::vector<DecodedTable> tables;
   RETURN_IF_ERROR(DecodePush(request, &tables));
+  ReaderMutexLock state(&state_mu_);
+  RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
   const std::shared_ptr<const PartitionMap> map = CurrentMap();
   RETURN_IF_ERROR(CheckMapVersion(request.map_version(), *map));
   for (const DecodedTable& d : tables) {
@@ -446,6 +463,7 @@ absl::Status ParameterServerCore::InitRows(const InitRowsRequest& request,
   std::vector<float> values(n * table->dim());
   RETURN_IF_ERROR(DecodeValues(request.values(), Encoding::kFp32,
                                values.size(), values.data()));
+  ReaderMutexLock state(&state_mu_);
   ASSIGN_OR_RETURN(const uint64_t written,
                    store_->InitRows(request.table_id(), request.keys().data(),
                                     n, values.data()));
@@ -458,6 +476,7 @@ absl::Status ParameterServerCore::TableInfo(const TableInfoRequest& request,
   response->set_server_index(server_index_);
   response->set_map_version(map_version());
   response->set_applied_clock(applied_clock());
+  response->set_generation(generation());
   for (Table* table : store_->tables()) {
     const TableCounters c = table->Counters();
     TableStats* s = response->add_tables();
@@ -513,6 +532,7 @@ absl::Status ParameterServerCore::Control(const ControlRequest& request,
 }
 
 uint64_t ParameterServerCore::Evict() {
+  ReaderMutexLock state(&state_mu_);
   return store_->Evict(max_clock_.load(std::memory_order_relaxed),
                        absl::ToUnixSeconds(absl::Now()));
 }
@@ -614,6 +634,7 @@ absl::Status ParameterServerCore::Checkpoint(const CheckpointRequest& request,
         "Checkpoint: the job config has no name");
   }
   MutexLock checkpoint_lock(&checkpoint_mu_);
+  RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
   if (request.phase() != CheckpointRequest::COLLECT) {
     RETURN_IF_ERROR(StartCheckpointWrite(request, response));
     if (request.phase() == CheckpointRequest::COPY) return absl::OkStatus();
@@ -674,7 +695,8 @@ absl::Status ParameterServerCore::StartCheckpointWrite(
   write_->dir = dir;
   write_->rows = snapshot->rows();
   CheckpointWrite* write = write_.get();
-  write_->thread = std::thread([write, snapshot, options] {
+  write_->thread = std::thread([write, snapshot, options, delay = checkpoint_write_delay_] {
+    if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
     absl::StatusOr<std::vector<checkpoint::WrittenFile>> files =
         WriteSnapshot(*snapshot, options);
     if (files.ok()) {
@@ -714,6 +736,28 @@ absl::Status ParameterServerCore::CollectCheckpointWrite(
 
 absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
                                           RestoreResponse* response) {
+  if (request.initial()) {
+    if (!request.manifest().empty() || !request.root().empty() || request.has_clock()) {
+      return absl::InvalidArgumentError(
+          "Restore: an initial restore names no checkpoint (manifest, root, clock unset)");
+    }
+    MutexLock checkpoint_lock(&checkpoint_mu_);
+    DropCheckpointWrite();
+    WriterMutexLock state(&state_mu_);
+    MutexLock lock(&bsp_mu_);
+    for (Table* table : store_->tables()) table->Clear();
+    bases_.clear();
+    pending_.clear();
+    applied_clock_ = 0;
+    max_clock_.store(0, std::memory_order_relaxed);
+    store_->ResetClock(0);
+    generation_.store(request.generation(), std::memory_order_release);
+    clock_applied_.SignalAll();
+    LOG(INFO) << "server " << server_index_ << " reset every row to its initial value "
+              << "(clock 0, job generation " << request.generation() << ")";
+    response->set_clock(0);
+    return absl::OkStatus();
+  }
   MutexLock checkpoint_lock(&checkpoint_mu_);
   DropCheckpointWrite();
   ASSIGN_OR_RETURN(const RestoreSource source, ResolveRestore(request));
@@ -734,8 +778,13 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
   const uint64_t clock = manifest.clock();
   uint64_t rows;
   size_t files_read = 0;
-  for (const LoadedFiles& link : chain) files_read += link.files.size();
+  uint64_t bytes_read = 0;
+  for (const LoadedFiles& link : chain) {
+    files_read += link.files.size();
+    bytes_read += link.bytes;
+  }
   {
+    WriterMutexLock state(&state_mu_);
     MutexLock lock(&bsp_mu_);
     rows = ApplyChain(chain, owned, store_.get());
     // The tables now equal the checkpoint: the only base for the next delta
@@ -745,17 +794,19 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
     pending_.clear();
     applied_clock_ = clock;
     max_clock_.store(clock, std::memory_order_relaxed);
-    store_->SetClock(clock);
+    store_->ResetClock(clock);
+    generation_.store(request.generation(), std::memory_order_release);
     clock_applied_.SignalAll();
   }
   LOG(INFO) << "server " << server_index_ << " restored " << rows
             << " rows from " << files_read << " files of " << dir
             << " (clock " << clock << ", a chain of " << chain.size()
-            << " checkpoints)";
+            << " checkpoints, job generation " << request.generation() << ")";
   response->set_rows(rows);
   response->set_clock(clock);
   response->set_checkpoint_dir(dir);
   response->set_files_read(files_read);
+  response->set_bytes_read(bytes_read);
   return absl::OkStatus();
 }
 

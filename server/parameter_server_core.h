@@ -18,11 +18,16 @@
 //                      refresh the map and retry.
 //   RESOURCE_EXHAUSTED a pull whose response would exceed max_message_bytes.
 //   FAILED_PRECONDITION BSP push from a rank that is not active; a Control
-//                      with an older map version or a wrong partition count.
+//                      with an older map version or a wrong partition count;
+//                      a pull, push or checkpoint of an older job generation
+//                      (message starting "stale generation: ",
+//                      common/generation.h: the sender must rewind).
 //   ALREADY_EXISTS     BSP: this rank already pushed this clock (a retry of a
 //                      push that was received; safe to treat as success).
 //   DEADLINE_EXCEEDED  BSP pull whose clock did not close before the deadline.
-//   UNAVAILABLE        the core is shutting down.
+//   UNAVAILABLE        the core is shutting down; a pull, push or checkpoint
+//                      of a newer job generation than this server's (it has
+//                      not been restored into it yet: retry).
 //
 // Checkpoints (server/snapshot.h has the file layout). Checkpoint copies the
 // rows of the partitions this server owns into memory (each table stripe
@@ -35,12 +40,22 @@
 // background thread, a later COLLECT waits for them (COPY_AND_WRITE does
 // both in one call). One background write at a time: a new COPY or a
 // Restore first waits for (and drops the result of) an uncollected one.
-// Restore verifies every file it needs first (memory: those files), then
-// clears the tables, writes the rows of the partitions it owns and sets the
-// BSP clock to the checkpoint's (buffered pushes dropped). A refused restore
-// changes nothing. The tables' eviction clock only moves forward, so restore
-// into a fresh server (as recovery does) for exact eviction stamps.
-// Admission counts of keys without a row are not saved.
+// Restore verifies every file it needs first (memory: those files), then,
+// with every pull and push held out, clears the tables, writes the rows of
+// the partitions it owns, sets the BSP and eviction clocks to the
+// checkpoint's (buffered pushes dropped) and moves the server into the
+// request's job generation. A refused restore changes nothing. An `initial`
+// restore empties the tables (every row reads its initial value again) at
+// clock 0. Admission counts of keys without a row are not saved.
+//
+// Job generations (common/generation.h). The server serves pulls, pushes and
+// checkpoints of its generation only (0 until a restore sets one). The check
+// and the request's effect happen under a shared lock that Restore takes
+// exclusively, so a request of the old generation in flight during a restore
+// is either finished before it or refused after it, never applied after it;
+// a BSP pull waiting for its clock is woken by the restore and refused.
+// InitRows is not checked: it only writes absent rows, with values every
+// generation agrees on.
 //
 // Delta checkpoints (request.delta, base_clock B): the copy holds only the
 // rows changed since this server's copy for checkpoint B of the same dir (or
@@ -105,6 +120,9 @@ struct CoreOptions {
   // The partition map; an empty map (no partitions) means the contiguous map
   // of config.cluster() num_partitions / num_servers at version 1.
   PartitionMap map;
+  // Testing: each background checkpoint write sleeps this long before it
+  // writes (fault tests kill a server during a write).
+  absl::Duration checkpoint_write_delay = absl::ZeroDuration();
 };
 
 // Where a pull's values go. The core calls AddTable once per table of the
@@ -166,6 +184,7 @@ class ParameterServerCore {
   uint32_t server_index() const { return server_index_; }
   uint64_t map_version() const;
   uint64_t applied_clock() const;
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
   TableStore* store() { return store_.get(); }
 
  private:
@@ -196,7 +215,9 @@ class ParameterServerCore {
   absl::Status BufferBspPush(const PushRequest& request, float lr_scale,
                              const std::vector<DecodedTable>& tables,
                              PushResponse* response);
-  absl::Status WaitForClock(uint64_t clock, absl::Time deadline);
+  absl::Status WaitForClock(uint64_t clock, uint64_t generation, absl::Time deadline);
+  // OK if `generation` is this server's (see the top).
+  absl::Status CheckJobGeneration(uint64_t generation) const;
   // Applies every complete clock in order.
   void CloseClocks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bsp_mu_);
   void ApplyClock(const std::map<uint32_t, BufferedPush>& pushes,
@@ -244,7 +265,15 @@ class ParameterServerCore {
   const JobConfig config_;
   const uint32_t server_index_;
   const bool bsp_;
+  const absl::Duration checkpoint_write_delay_;
   const std::unique_ptr<TableStore> store_;
+
+  // Shared by requests that read or change rows (their generation check and
+  // their effect), exclusive for Restore. Taken before bsp_mu_.
+  mutable SharedMutex state_mu_;
+  // The job generation served; written under state_mu_ (exclusive) and
+  // bsp_mu_, read anywhere.
+  std::atomic<uint64_t> generation_{0};
 
   mutable Mutex map_mu_;
   std::shared_ptr<const PartitionMap> map_ ABSL_GUARDED_BY(map_mu_);

@@ -33,6 +33,8 @@ struct PsServerOptions {
   int data_threads = 0;      // Threads serving Pull/Push; 0 = one per core.
   PartitionMap map;          // Empty = contiguous map at version 1.
   absl::Duration evict_every = absl::Seconds(10);
+  // Testing (fault tests): CoreOptions::checkpoint_write_delay.
+  absl::Duration checkpoint_write_delay = absl::ZeroDuration();
 };
 
 class PsServer {

@@ -8,9 +8,17 @@
 // (the launcher and tests parse it), and runs until SIGTERM or SIGINT. Without
 // a scheduler it serves the contiguous partition map of the config's
 // num_servers / num_partitions at version 1.
+//
+// With a scheduler, restart it with the same flags when it dies: it
+// registers as a new process for its index and the scheduler restores its
+// partitions (and rolls the job back, with recovery EXACT). Exit status: 0
+// when the job ended (or on SIGTERM), 1 on a serving error, 2 on bad flags
+// or when the scheduler refused it, 3 when the scheduler gave it up (another
+// process took its index, or it was unreachable for 3 x dead_after_ms).
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -50,6 +58,9 @@ ABSL_FLAG(int, data_threads, 0,
 ABSL_FLAG(int, table_helpers, -1,
           "Threads that help one large pull or push at a time with its "
           "stripes (-1: cores - 1, at most 3; 0: none).");
+ABSL_FLAG(int, testing_checkpoint_write_delay_ms, 0,
+          "Testing: each background checkpoint write sleeps this long first "
+          "(fault tests kill a server during a write).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the chosen port is written to this file once listening.");
 
@@ -81,14 +92,23 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> JoinScheduler(
   LOG(INFO) << "server " << reg->index() << " joined the job at "
             << absl::GetFlag(FLAGS_scheduler);
   request.set_requested_index(reg->index());
-  client->EnableRejoin(request, [core] { return core->map_version(); });
+  client->EnableRejoin(
+      request, [core] { return core->map_version(); }, [core] { return core->generation(); });
   client->StartHeartbeats(
       SERVER, reg->index(), reg->job_id(),
       absl::Milliseconds(config.cluster().heartbeat_ms()),
       absl::Milliseconds(config.cluster().dead_after_ms() * 3),
-      [](const std::string& why) {
-        LOG(INFO) << "stopping: " << why;
-        kill(getpid(), SIGTERM);
+      [](bool job_ended, const std::string& why) {
+        if (job_ended) {
+          LOG(INFO) << "stopping: " << why;
+          kill(getpid(), SIGTERM);  // Exit 0: the job is over.
+          return;
+        }
+        // Not the job's end: a supervisor must see a failure (and may start
+        // this server again; it then registers as a new process).
+        LOG(ERROR) << "stopping: " << why;
+        std::fflush(nullptr);
+        std::_Exit(3);
       });
   return client;
 }
@@ -188,6 +208,8 @@ int Run() {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.data_threads = absl::GetFlag(FLAGS_data_threads);
+  options.checkpoint_write_delay =
+      absl::Milliseconds(absl::GetFlag(FLAGS_testing_checkpoint_write_delay_ms));
   auto server = PsServer::Start(options);
   if (!server.ok()) {
     LOG(ERROR) << server.status();

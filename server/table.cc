@@ -440,6 +440,10 @@ void Table::SetClock(uint64_t clock) {
   }
 }
 
+void Table::ResetClock(uint64_t clock) {
+  clock_.store(clock, std::memory_order_relaxed);
+}
+
 uint64_t Table::Evict(uint64_t now_clock, int64_t now_seconds) {
   const uint64_t ttl_clocks = config_.eviction().ttl_clocks();
   const uint64_t ttl_seconds = config_.eviction().ttl_seconds();

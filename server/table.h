@@ -150,6 +150,8 @@ class Table {
   // Training touches from now on are stamped with `clock` (monotonic: a
   // smaller value is ignored).
   void SetClock(uint64_t clock);
+  // Sets the clock to exactly `clock`, also backwards (a restore).
+  void ResetClock(uint64_t clock);
   // Drops rows and pending counts idle for ttl_clocks (now_clock - last
   // clock >= ttl) or ttl_seconds. Returns the number of rows dropped.
   uint64_t Evict(uint64_t now_clock, int64_t now_seconds);

@@ -76,6 +76,9 @@ class TableStore {
 
   // Stamps later training touches with `clock` (for ttl_clocks).
   void SetClock(uint64_t clock);
+  // Sets the clock to exactly `clock`, also backwards (a restore rolled the
+  // job back). Call with training held.
+  void ResetClock(uint64_t clock);
   // Eviction sweep of every table; returns rows dropped.
   uint64_t Evict(uint64_t now_clock, int64_t now_seconds);
 

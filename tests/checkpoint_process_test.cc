@@ -144,6 +144,7 @@ class Cluster {
   }
 
   ParameterServer::Stub& stub(uint32_t i) { return *stubs_[i]; }
+  void set_generation(uint64_t g) { client_->set_generation(g); }
   const PartitionMapProto& map() const { return map_; }
   uint32_t size() const { return servers_.size(); }
 
@@ -333,20 +334,24 @@ TEST(CheckpointProcessTest, SchedulerCheckpointerWritesDeltaChainsAndResumes) {
   config.mutable_checkpoint()->set_dir(root);
   config.mutable_checkpoint()->set_delta(true);
   config.mutable_checkpoint()->set_keep(1);
+  // A cut as the coordinator makes it: copy on every server, then the files
+  // and the manifest.
+  auto cut = [](ServerOps& ops, const PartitionMapProto& map, uint64_t clock,
+                const Positions& positions) {
+    absl::Status st = ops.CopyCut(map, 0, clock);
+    if (st.ok()) st = ops.FinishCut(map, 0, clock, positions);
+    return st;
+  };
   std::vector<float> rows;
   {
     Cluster original(2, "sched-original");
-    auto checkpointer = MakeCheckpointer(
-        config, [&] { return std::optional<PartitionMapProto>(original.map()); });
+    const std::unique_ptr<ServerOps> ops = MakeGrpcServerOps(config);
     for (uint64_t c = 0; c < 3; ++c) original.Step(c);
-    absl::Status st = checkpointer(3, {{0, "at-3"}});
-    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_TRUE(cut(*ops, original.map(), 3, {{0, "at-3"}}).ok());
     for (uint64_t c = 3; c < 5; ++c) original.Step(c, 8);
-    st = checkpointer(5, {{0, "at-5"}});
-    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_TRUE(cut(*ops, original.map(), 5, {{0, "at-5"}}).ok());
     for (uint64_t c = 5; c < 7; ++c) original.Step(c, 8);
-    st = checkpointer(7, {{0, "at-7"}});
-    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_TRUE(cut(*ops, original.map(), 7, {{0, "at-7"}}).ok());
     rows = original.PullAll(7);
     original.KillAll();
   }
@@ -362,23 +367,113 @@ TEST(CheckpointProcessTest, SchedulerCheckpointerWritesDeltaChainsAndResumes) {
             << Bytes(latest->chain[1]) << " and " << Bytes(latest->manifest) << " bytes\n";
   {
     Cluster restored(2, "sched-restored");
-    auto get = [&] { return std::optional<PartitionMapProto>(restored.map()); };
-    auto resume = FindResume(config, get);
-    ASSERT_TRUE(resume.ok()) << resume.status();
-    EXPECT_EQ(resume->clock, 7u);
-    EXPECT_EQ(resume->positions[0], "at-7");
-    const absl::Status st = resume->restore();
-    ASSERT_TRUE(st.ok()) << st;
+    const std::unique_ptr<ServerOps> ops = MakeGrpcServerOps(config);
+    auto points = ops->RestorePoints();
+    ASSERT_TRUE(points.ok()) << points.status();
+    // Newest first; the links of its chain are complete checkpoints too.
+    ASSERT_EQ(points->size(), 3u);
+    EXPECT_EQ(points->front().clock, 7u);
+    EXPECT_EQ(points->back().clock, 3u);
+    EXPECT_EQ(points->front().positions.at(0), "at-7");
+    auto restored_stats = ops->Restore(restored.map(), std::nullopt, points->front(), 0);
+    ASSERT_TRUE(restored_stats.ok()) << restored_stats.status();
+    EXPECT_GE(restored_stats->rows, 800u);  // Every link's rows.
+    EXPECT_GT(restored_stats->bytes, 0u);
     EXPECT_EQ(restored.PullAll(7), rows);
-    // A new scheduler's first checkpoint is FULL.
+    // After a restore the next delta continues the restored chain (every
+    // server kept the restored checkpoint as its base).
     restored.Step(7, 8);
-    auto checkpointer = MakeCheckpointer(config, get);
-    ASSERT_TRUE(checkpointer(8, {}).ok());
+    ASSERT_TRUE(cut(*ops, restored.map(), 8, {}).ok());
     auto eighth = checkpoint::LoadCheckpoint(root, 8);
     ASSERT_TRUE(eighth.ok()) << eighth.status();
-    EXPECT_EQ(eighth->manifest.kind(), checkpoint::CheckpointManifest::FULL);
+    EXPECT_EQ(eighth->manifest.kind(), checkpoint::CheckpointManifest::DELTA);
+    EXPECT_EQ(eighth->chain.size(), 4u);
+    // A new scheduler's first checkpoint is FULL.
+    restored.Step(8, 8);
+    const std::unique_ptr<ServerOps> fresh = MakeGrpcServerOps(config);
+    ASSERT_TRUE(cut(*fresh, restored.map(), 9, {}).ok());
+    auto ninth = checkpoint::LoadCheckpoint(root, 9);
+    ASSERT_TRUE(ninth.ok()) << ninth.status();
+    EXPECT_EQ(ninth->manifest.kind(), checkpoint::CheckpointManifest::FULL);
     restored.KillAll();
   }
+  // Another job's checkpoint directory is refused, naming it.
+  JobConfig other = config;
+  other.set_name("another-job");
+  auto refused = MakeGrpcServerOps(other)->RestorePoints();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("ckpt-process-test"), std::string::npos);
+}
+
+// Raw data-path calls of one generation against server `i`.
+grpc::Status PushOne(Cluster& cluster, uint32_t i, uint64_t generation, uint64_t key) {
+  grpc::ClientContext context;
+  PushRequest request;
+  request.set_map_version(1);
+  request.set_clock(0);
+  request.set_generation(generation);
+  TableGradients* g = request.add_tables();
+  g->set_table_id(1);
+  g->add_keys(key);
+  const float grad[4] = {1, 1, 1, 1};
+  g->set_gradients(std::string(reinterpret_cast<const char*>(grad), sizeof grad));
+  PushResponse response;
+  return cluster.stub(i).Push(&context, request, &response);
+}
+
+// A restore moves every server into the request's generation: a push of the
+// old generation (in flight during a rollback) is refused as stale and
+// changes nothing, a push of a newer one is UNAVAILABLE (retried), and an
+// initial restore puts every row back to its initial value at clock 0.
+TEST(CheckpointProcessTest, RestoreMovesServersIntoItsGenerationAndRefusesOldRequests) {
+  const std::string root = ::testing::TempDir() + "/ckpt-generation";
+  ASSERT_TRUE(checkpoint::RemoveAll(root).ok());
+  Cluster cluster(1, "generation");
+  const std::vector<float> initial = cluster.PullAll(0);
+  for (uint64_t c = 0; c < 2; ++c) cluster.Step(c);
+  const std::string dir = Checkpoint(cluster, root, 2);
+  const std::vector<float> at_checkpoint = cluster.PullAll(2);
+  cluster.Step(2);
+  ASSERT_NE(cluster.PullAll(3), at_checkpoint);
+  {
+    grpc::ClientContext context;
+    RestoreRequest request;
+    request.set_manifest(dir);
+    request.set_generation(7);
+    RestoreResponse response;
+    const grpc::Status st = cluster.stub(0).Restore(&context, request, &response);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(response.clock(), 2u);
+    EXPECT_GT(response.bytes_read(), 0u);
+  }
+  const uint64_t key = Keys(1)[0];
+  const grpc::Status stale = PushOne(cluster, 0, 0, key);
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(stale.error_message().find("stale generation"), std::string::npos)
+      << stale.error_message();
+  EXPECT_EQ(PushOne(cluster, 0, 8, key).error_code(), grpc::StatusCode::UNAVAILABLE);
+  cluster.set_generation(7);
+  EXPECT_EQ(cluster.PullAll(2), at_checkpoint) << "a refused push changed a row";
+  {
+    TableInfoRequest request;
+    TableInfoResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(cluster.stub(0).TableInfo(&context, request, &response).ok());
+    EXPECT_EQ(response.generation(), 7u);
+    EXPECT_EQ(response.applied_clock(), 2u);
+  }
+  {
+    grpc::ClientContext context;
+    RestoreRequest request;
+    request.set_initial(true);
+    request.set_generation(9);
+    RestoreResponse response;
+    ASSERT_TRUE(cluster.stub(0).Restore(&context, request, &response).ok());
+    EXPECT_EQ(response.clock(), 0u);
+  }
+  cluster.set_generation(9);
+  EXPECT_EQ(cluster.PullAll(0), initial);
+  cluster.KillAll();
 }
 
 }  // namespace

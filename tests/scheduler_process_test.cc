@@ -1,5 +1,6 @@
-// Starts the real ps_scheduler and drives registration, maps, clocks and the
-// job's end over gRPC.
+// Starts the real ps_scheduler and two real ps_servers and drives the
+// workers' side by hand over gRPC: registration, maps, start points, clocks
+// and the job's end.
 #include <fstream>
 #include <thread>
 
@@ -52,9 +53,22 @@ class SchedulerProcessTest : public ::testing::Test {
     return r;
   }
 
+  // Starts ps_server `index` against the scheduler; returns its address.
+  std::string StartServer(int index) {
+    Subprocess& s = servers_[index];
+    EXPECT_TRUE(s.Start({RunfilePath("server/ps_server"), "--config=" + path_,
+                         "--scheduler=" + address_, "--index=" + std::to_string(index)},
+                        ::testing::TempDir() + "/sched-server-" + std::to_string(index) + ".log")
+                    .ok());
+    auto address = s.WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(30));
+    EXPECT_TRUE(address.ok()) << address.status();
+    return address.value_or("");
+  }
+
   std::string path_;
   uint64_t fingerprint_ = 0;
   Subprocess proc_;
+  Subprocess servers_[2];
   std::string address_;
   std::unique_ptr<SchedulerClient> client_;
 };
@@ -76,25 +90,25 @@ TEST_F(SchedulerProcessTest, RegistrationEdgeCasesAndTheJobsEnd) {
     if (!r.ok()) return client;
     if (out) *out = *r;
     client->StartHeartbeats(role, r->index(), r->job_id(), absl::Milliseconds(100),
-                            absl::Seconds(5), [](const std::string&) {});
+                            absl::Seconds(5), [](bool, const std::string&) {});
     return client;
   };
 
   // One server: the map is not ready; a late second server completes it.
-  auto s0 = member(SERVER, "127.0.0.1:1111", -1, nullptr);
+  StartServer(0);
   EXPECT_EQ(client_->GetPartitionMap(1, absl::Milliseconds(200)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  std::unique_ptr<SchedulerClient> s1;
+  std::string late_address;
   std::thread late([&] {
     absl::SleepFor(absl::Milliseconds(300));
-    s1 = member(SERVER, "127.0.0.1:2222", -1, nullptr);
+    late_address = StartServer(1);
   });
-  auto map = client_->GetPartitionMap(1, absl::Seconds(10));
+  auto map = client_->GetPartitionMap(1, absl::Seconds(20));
   late.join();
   ASSERT_TRUE(map.ok()) << map.status();
   EXPECT_EQ(map->version(), 1u);
   ASSERT_EQ(map->server_addresses_size(), 2);
-  EXPECT_EQ(map->server_addresses(1), "127.0.0.1:2222");
+  EXPECT_EQ(map->server_addresses(1), late_address);
 
   // Workers; a duplicate index is refused while the holder is alive.
   RegisterResponse r0, r1;
@@ -104,6 +118,22 @@ TEST_F(SchedulerProcessTest, RegistrationEdgeCasesAndTheJobsEnd) {
   EXPECT_EQ(r1.shard().num_workers(), 2u);
   EXPECT_EQ(client_->Register(Req(WORKER, "", 1), absl::Milliseconds(300)).status().code(),
             absl::StatusCode::kAlreadyExists);
+
+  // Where the workers start: clock 0 of the job's generation, with the map.
+  auto start = w1->WaitStart(1, std::nullopt, absl::Seconds(20));
+  ASSERT_TRUE(start.ok()) << start.status();
+  EXPECT_FALSE(start->job_ended());
+  EXPECT_EQ(start->clock(), 0u);
+  EXPECT_GT(start->generation(), 0u);
+  EXPECT_EQ(start->map().version(), map->version());
+  client_->set_generation(start->generation());
+  // A clock call of another generation is refused as stale.
+  {
+    SchedulerClient stale(address_);
+    stale.set_generation(start->generation() - 1);
+    EXPECT_EQ(stale.WaitClock(1, 0, absl::Milliseconds(100)).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
 
   // SSP(1): worker 1 may start step 1 but not step 2 while worker 0 is at 0.
   EXPECT_TRUE(client_->WaitClock(1, 1, absl::Milliseconds(100)).ok());
@@ -139,6 +169,12 @@ TEST_F(SchedulerProcessTest, RegistrationEdgeCasesAndTheJobsEnd) {
   EXPECT_EQ(*code, 0);
   EXPECT_NE(proc_.output().find("PS_JOB_RESULT state=done"), std::string::npos)
       << proc_.output();
+  // The servers saw the end in a heartbeat and exited 0.
+  for (Subprocess& s : servers_) {
+    auto server_code = s.Wait(absl::Seconds(30));
+    ASSERT_TRUE(server_code.ok()) << server_code.status();
+    EXPECT_EQ(*server_code, 0);
+  }
 }
 
 }  // namespace

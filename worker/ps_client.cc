@@ -3,10 +3,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/generation.h"
 #include "common/grpc_status.h"
 #include "common/tls.h"
 #include "glog/logging.h"
@@ -51,7 +53,10 @@ bool Retryable(const grpc::Status& s) {
 class PsClient::Impl {
  public:
   Impl(const Options& options, MapSource source)
-      : options_(options), source_(std::move(source)) {}
+      : options_(options), source_(std::move(source)), generation_(options.generation) {}
+
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+  void set_generation(uint64_t g) { generation_.store(g, std::memory_order_release); }
 
   absl::Status SetMap(const PartitionMapProto& proto) {
     std::vector<uint32_t> owners(proto.owner().begin(), proto.owner().end());
@@ -153,6 +158,7 @@ class PsClient::Impl {
  private:
   const Options options_;
   const MapSource source_;
+  std::atomic<uint64_t> generation_;
   mutable Mutex mu_;
   std::shared_ptr<const PartitionMap> map_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<ParameterServer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
@@ -166,7 +172,8 @@ class RpcOp final : public PsClient::Op {
   RpcOp(PsClient::Impl* impl, bool is_pull, std::vector<TableRef> tables,
         PullPurpose purpose, uint64_t clock, float lr_scale, bool to_every_server)
       : impl_(impl), is_pull_(is_pull), tables_(std::move(tables)), purpose_(purpose),
-        clock_(clock), lr_scale_(lr_scale), to_every_server_(to_every_server) {
+        clock_(clock), lr_scale_(lr_scale), to_every_server_(to_every_server),
+        generation_(impl->generation()) {
     std::vector<std::pair<uint32_t, std::vector<uint32_t>>> all;
     for (uint32_t t = 0; t < tables_.size(); ++t) {
       std::vector<uint32_t> positions(tables_[t].n);
@@ -196,6 +203,10 @@ class RpcOp final : public PsClient::Op {
       }
       if (!decode_error_.ok()) return decode_error_;
       if (last.ok()) return absl::OkStatus();
+      if (const auto& newest = impl_->options().newest_generation; newest) {
+        const uint64_t g = newest();
+        if (g > generation_) return StaleGenerationError("the scheduler", generation_, g);
+      }
       if (attempt >= impl_->options().max_attempts &&
           absl::Now() - started >= impl_->options().retry_budget) {
         return absl::Status(FromGrpcStatus(last).code(),
@@ -209,7 +220,12 @@ class RpcOp final : public PsClient::Op {
         const absl::Status st = impl_->Refresh(used_version_);
         if (!st.ok()) LOG(WARNING) << "refreshing the partition map: " << st;
       } else {
-        absl::SleepFor(backoff);
+        // In slices: a rollback announced meanwhile ends the wait.
+        const auto& newest = impl_->options().newest_generation;
+        for (absl::Duration slept; slept < backoff; slept += absl::Milliseconds(50)) {
+          if (newest && newest() > generation_) break;
+          absl::SleepFor(std::min(absl::Milliseconds(50), backoff - slept));
+        }
         backoff = std::min(backoff * 2, absl::Seconds(2));
       }
       LOG(INFO) << (is_pull_ ? "pull" : "push") << " attempt " << attempt
@@ -270,6 +286,7 @@ class RpcOp final : public PsClient::Op {
     r.set_encoding(ToProto(impl_->options().encoding));
     r.set_worker_rank(impl_->options().worker_rank);
     r.set_clock(clock_);
+    r.set_generation(generation_);
     for (const auto& [t, positions] : c->part.items) {
       TableKeys* tk = r.add_tables();
       tk->set_table_id(tables_[t].table_id);
@@ -286,6 +303,7 @@ class RpcOp final : public PsClient::Op {
     r.set_worker_rank(impl_->options().worker_rank);
     r.set_clock(clock_);
     r.set_lr_scale(lr_scale_);
+    r.set_generation(generation_);
     for (const auto& [t, positions] : c->part.items) {
       const TableRef& ref = tables_[t];
       TableGradients* tg = r.add_tables();
@@ -359,6 +377,7 @@ class RpcOp final : public PsClient::Op {
   const uint64_t clock_;
   const float lr_scale_;
   const bool to_every_server_;
+  const uint64_t generation_;  // Of every attempt of this op.
   std::vector<std::shared_ptr<ParameterServer::Stub>> stubs_;
   std::vector<std::unique_ptr<Call>> calls_;
   std::vector<uint32_t> empty_servers_;
@@ -383,6 +402,10 @@ PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PsClient::~PsClient() = default;
 
 uint64_t PsClient::map_version() const { return impl_->map_version(); }
+
+void PsClient::set_generation(uint64_t generation) { impl_->set_generation(generation); }
+
+absl::Status PsClient::UpdateMap(const PartitionMapProto& map) { return impl_->SetMap(map); }
 
 std::unique_ptr<PsClient::Op> PsClient::PullAsync(std::vector<TablePull> tables,
                                                   PullPurpose purpose, uint64_t clock) {

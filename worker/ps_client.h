@@ -17,8 +17,14 @@
 // not own a partition at our map version) makes the client fetch a newer map
 // from `map_source` and resend only that part, regrouped; so does a server
 // unreachable three times in a row (restarted at another address). Other errors
-// (INVALID_ARGUMENT...) are returned as they are. A push resent after
-// UNAVAILABLE may be applied twice if only the answer was lost.
+// (INVALID_ARGUMENT...) are returned as they are, a refusal for a stale job
+// generation (common/generation.h IsStaleGeneration) among them: the job
+// rolled back and the caller must restart from the scheduler's start point.
+// A push resent after UNAVAILABLE may be applied twice if only the answer was
+// lost.
+//
+// Every pull and push carries the job generation (set_generation); a server
+// not yet restored into it answers UNAVAILABLE, which is retried.
 //
 // Thread-safe: several ops may be in flight from several threads.
 #ifndef SHARDPS_WORKER_PS_CLIENT_H_
@@ -71,6 +77,12 @@ class PsClient {
     int max_attempts = 8;
     absl::Duration retry_budget = absl::Seconds(60);
     uint64_t max_message_bytes = 64ull << 20;
+    uint64_t generation = 0;  // The job generation requests carry at first.
+    // The newest job generation known (e.g. from the scheduler's heartbeat
+    // answers); may be null. An op whose parts keep failing gives up at
+    // once, as stale, when it is newer than the op's generation: the job
+    // rolled back and its retries are moot.
+    std::function<uint64_t()> newest_generation;
   };
 
   class Op {
@@ -100,6 +112,10 @@ class PsClient {
                         size_t n, const float* values);
 
   uint64_t map_version() const;
+  // The job generation of the pulls and pushes issued from now on.
+  void set_generation(uint64_t generation);
+  // Adopts `map` unless the client holds a newer one.
+  absl::Status UpdateMap(const PartitionMapProto& map);
 
   class Impl;  // Internal (ps_client.cc).
 

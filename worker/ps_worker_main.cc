@@ -9,17 +9,27 @@
 // the held-out files. Local mode: the same trainer with the tables in this
 // process, the single-machine baseline.
 //
+// In PS mode the worker stays up after its part until the job ends: if the
+// job rolls back (a server failed), it trains again from the scheduler's
+// start point. Restart it with the same flags when it dies: it takes its
+// rank back and resumes from its last acknowledged step.
+//
 // Prints one line "PS_WORKER_RESULT key=value ..." at the end. Exit status 0
-// on success, 1 on a training error, 2 on bad flags or config, 3 when the
-// scheduler stopped the job under it.
+// on success, 1 on a training error (reported to the scheduler first), 2 on
+// bad flags or config, 3 when the job failed or the scheduler gave this
+// worker up.
+#include <atomic>
 #include <cinttypes>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/generation.h"
 #include "common/init.h"
 #include "common/metrics.h"
 #include "common/status_macros.h"
@@ -143,118 +153,202 @@ int RunLocal(JobConfig config) {
   return 0;
 }
 
+// What one start of training in a generation produced.
+struct Outcome {
+  TrainSummary summary;
+  std::optional<EvalResult> eval;
+  std::string checksum;
+};
+
+// Trains from `start` to the end of this worker's data, reports done,
+// evaluates (rank 0, once every worker has trained) and sends the final
+// report. A refusal for a stale generation (the job rolled back) or any
+// other error is returned as it is.
+absl::StatusOr<Outcome> TrainGeneration(const JobConfig& config, uint32_t rank,
+                                        uint32_t num_workers,
+                                        const std::vector<std::string>& train,
+                                        const std::vector<std::string>& eval,
+                                        const WaitStartResponse& start,
+                                        SchedulerClient* scheduler, ParamStore* params) {
+  TrainerOptions o;
+  o.config = config;
+  o.rank = rank;
+  o.num_workers = num_workers;
+  o.train_files = train;
+  o.params = params;
+  o.scheduler = scheduler;
+  o.model_options.device = PickDevice(absl::GetFlag(FLAGS_device));
+  o.max_steps = absl::GetFlag(FLAGS_max_steps);
+  o.start_step = start.clock();
+  o.start_position = start.position();
+  o.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
+  o.loss_log = absl::GetFlag(FLAGS_loss_log);
+  o.track_keys = absl::GetFlag(FLAGS_checksum);
+  ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(std::move(o)));
+  RETURN_IF_ERROR(trainer->InitDenseWeights());
+  Outcome out;
+  ASSIGN_OR_RETURN(out.summary, trainer->Train());
+  MetricsReport done;
+  done.set_rank(rank);
+  done.set_step(out.summary.steps + start.clock());
+  done.set_samples(out.summary.samples);
+  done.set_train_loss(out.summary.last_loss);
+  done.set_done(true);
+  RETURN_IF_ERROR(scheduler->ReportMetrics(done));
+  // Evaluation and checksums read the final weights: wait until every worker
+  // has finished training (the job does not end before our final report).
+  const bool evaluate = rank == 0 && !eval.empty();
+  if (evaluate || absl::GetFlag(FLAGS_checksum)) {
+    RETURN_IF_ERROR(scheduler->Barrier("trained", rank, absl::Hours(24)));
+  }
+  if (absl::GetFlag(FLAGS_checksum)) {
+    ASSIGN_OR_RETURN(const uint64_t sum, trainer->WeightsChecksum());
+    out.checksum = absl::StrCat(" checksum=", absl::Hex(sum, absl::kZeroPad16));
+  }
+  if (evaluate) {
+    ASSIGN_OR_RETURN(out.eval, trainer->Evaluate(eval));
+    metrics::GetGauge("shardps_worker_eval_auc", "AUC on the held-out split.").Set(out.eval->auc);
+    metrics::GetGauge("shardps_worker_eval_logloss", "Logloss on the held-out split.")
+        .Set(out.eval->logloss);
+    done.set_eval_auc(out.eval->auc);
+    done.set_eval_loss(out.eval->logloss);
+    done.set_eval_examples(out.eval->examples);
+  }
+  done.set_final(true);
+  RETURN_IF_ERROR(scheduler->ReportMetrics(done));
+  return out;
+}
+
+// An error worth starting again from the scheduler's start point (a server
+// or the scheduler was briefly unreachable), rather than ending the worker.
+bool Transient(const absl::Status& st) {
+  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) || absl::IsAborted(st) ||
+         absl::IsCancelled(st);
+}
+
+std::atomic<bool> g_job_failed{false};
+
 int RunPs(JobConfig config) {
   std::vector<std::string> train, eval;
   if (absl::Status st = ResolveData(&config, &train, &eval); !st.ok()) {
     LOG(ERROR) << st.message();
     return 2;
   }
+  const ClusterConfig& k = config.cluster();
   SchedulerClient scheduler(absl::GetFlag(FLAGS_scheduler));
   RegisterRequest request;
   request.set_role(WORKER);
   if (absl::GetFlag(FLAGS_rank) >= 0) request.set_requested_index(absl::GetFlag(FLAGS_rank));
   request.set_config_fingerprint(ConfigFingerprint(config));
-  auto reg = scheduler.Register(request, absl::Seconds(120));
+  auto reg = scheduler.Register(request, absl::Milliseconds(k.start_deadline_ms()));
   if (!reg.ok()) {
     LOG(ERROR) << "registration refused: " << reg.status();
     return 2;
   }
   const uint32_t rank = reg->index();
-  LOG(INFO) << "worker rank " << rank << " of " << reg->shard().num_workers()
-            << (reg->resume_clock() ? absl::StrCat(", resuming at clock ", reg->resume_clock()) : "");
+  LOG(INFO) << "worker rank " << rank << " of " << reg->shard().num_workers();
   request.set_requested_index(rank);
   scheduler.EnableRejoin(request, nullptr);
-  scheduler.NoteResume(reg->resume_clock(), reg->resume_position());
   scheduler.StartHeartbeats(
-      WORKER, rank, reg->job_id(), absl::Milliseconds(config.cluster().heartbeat_ms()),
-      absl::Milliseconds(config.cluster().dead_after_ms() * 3), [](const std::string& why) {
-        if (why.find("job ended") != std::string::npos) return;
+      WORKER, rank, reg->job_id(), absl::Milliseconds(k.heartbeat_ms()),
+      absl::Milliseconds(k.dead_after_ms() * 3), [](bool job_ended, const std::string& why) {
+        if (job_ended) {  // The main thread sees it in WaitStart.
+          if (why.find("failed") != std::string::npos) g_job_failed = true;
+          return;
+        }
         LOG(ERROR) << "stopping: " << why;
         std::fflush(nullptr);
         std::_Exit(3);
       });
-  PartitionMapProto map = reg->map();
-  if (map.version() == 0) {
-    auto m = scheduler.GetPartitionMap(1, absl::Seconds(600));
-    if (!m.ok()) {
-      LOG(ERROR) << "no partition map: " << m.status();
+  // Long enough for every server to register and a recovery to finish.
+  const absl::Duration start_timeout =
+      absl::Milliseconds(uint64_t{k.start_deadline_ms()} + k.server_deadline_ms()) +
+      absl::Minutes(30);
+  std::unique_ptr<ParamStore> params;
+  PsClient* client = nullptr;
+  std::optional<uint64_t> after;  // Wait for a generation newer than this.
+  std::optional<Outcome> outcome;
+  int transient_failures = 0;
+  while (true) {
+    auto start = scheduler.WaitStart(rank, after, start_timeout);
+    if (!start.ok()) {
+      if (absl::IsAborted(start.status())) {
+        LOG(ERROR) << "the job failed: " << start.status().message();
+        g_job_failed = true;
+        break;
+      }
+      LOG(ERROR) << "no start point: " << start.status();
       return 1;
     }
-    map = *m;
-  }
-  PsClient::Options co;
-  co.worker_rank = rank;
-  co.encoding = WireEncoding(absl::GetFlag(FLAGS_wire));
-  co.max_message_bytes = config.cluster().max_message_bytes();
-  auto client = PsClient::Create(co, map, [&scheduler](uint64_t v) {
-    // Short: after ABORTED the scheduler has the newer map already; after
-    // UNAVAILABLE it may not (yet), and the client retries.
-    return scheduler.GetPartitionMap(v, absl::Seconds(5));
-  });
-  if (!client.ok()) {
-    LOG(ERROR) << client.status();
-    return 2;
-  }
-  auto params = MakeRemoteParamStore(*std::move(client), config.cluster().mode() == BSP);
-  TrainerOptions o;
-  o.config = config;
-  o.rank = rank;
-  o.num_workers = reg->shard().num_workers();
-  o.train_files = train;
-  o.params = params.get();
-  o.scheduler = &scheduler;
-  o.model_options.device = PickDevice(absl::GetFlag(FLAGS_device));
-  o.max_steps = absl::GetFlag(FLAGS_max_steps);
-  o.start_step = reg->resume_clock();
-  o.start_position = reg->resume_position();
-  o.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
-  o.loss_log = absl::GetFlag(FLAGS_loss_log);
-  o.track_keys = absl::GetFlag(FLAGS_checksum);
-  auto trainer = Trainer::Create(std::move(o));
-  if (!trainer.ok()) {
-    LOG(ERROR) << trainer.status();
-    return 2;
-  }
-  absl::Status st = (*trainer)->InitDenseWeights();
-  auto summary = st.ok() ? (*trainer)->Train() : absl::StatusOr<TrainSummary>(st);
-  if (!summary.ok()) {
-    LOG(ERROR) << "training failed: " << summary.status();
+    if (start->job_ended()) break;
+    const uint64_t generation = start->generation();
+    scheduler.NoteStart(generation, start->clock(), start->position());
+    if (params == nullptr) {
+      PsClient::Options co;
+      co.worker_rank = rank;
+      co.encoding = WireEncoding(absl::GetFlag(FLAGS_wire));
+      co.max_message_bytes = k.max_message_bytes();
+      co.generation = generation;
+      // A server being replaced and restored must not fail the worker.
+      co.retry_budget = absl::Milliseconds(k.server_deadline_ms()) + absl::Seconds(60);
+      co.newest_generation = [&scheduler] { return scheduler.scheduler_generation(); };
+      auto created = PsClient::Create(co, start->map(), [&scheduler](uint64_t v) {
+        // Short: after ABORTED the scheduler has the newer map already; after
+        // UNAVAILABLE it may not (yet: a server restarting at another
+        // address), and the client retries.
+        return scheduler.GetPartitionMap(v, absl::Seconds(1));
+      });
+      if (!created.ok()) {
+        LOG(ERROR) << created.status();
+        return 2;
+      }
+      client = created->get();
+      params = MakeRemoteParamStore(*std::move(created), k.mode() == BSP);
+    } else {
+      client->set_generation(generation);
+      if (absl::Status st = client->UpdateMap(start->map()); !st.ok()) {
+        LOG(ERROR) << st;
+        return 2;
+      }
+    }
+    LOG(INFO) << "worker " << rank << " starts at clock " << start->clock()
+              << " (job generation " << generation << ")";
+    auto result = TrainGeneration(config, rank, reg->shard().num_workers(), train, eval,
+                                  *start, &scheduler, params.get());
+    if (result.ok()) {
+      outcome = *std::move(result);
+      transient_failures = 0;
+      after = generation;  // Done: wait for the job's end, or a rollback.
+      continue;
+    }
+    const absl::Status& st = result.status();
+    if (IsStaleGeneration(st)) {
+      LOG(WARNING) << "the job rolled back (" << st.message()
+                   << "); restarting from the scheduler's start point";
+      after = generation;
+      continue;
+    }
+    if (Transient(st) && ++transient_failures <= 5) {
+      LOG(WARNING) << "training stopped (" << st << "); starting again from the last "
+                   << "acknowledged step (attempt " << transient_failures << " of 5)";
+      after.reset();
+      continue;
+    }
+    LOG(ERROR) << "training failed: " << st;
+    MetricsReport failed;
+    failed.set_rank(rank);
+    failed.set_error(std::string(st.message()));
+    (void)scheduler.ReportMetrics(failed);
     return 1;
   }
-  MetricsReport done;
-  done.set_rank(rank);
-  done.set_step(summary->steps + reg->resume_clock());
-  done.set_samples(summary->samples);
-  done.set_train_loss(summary->last_loss);
-  done.set_done(true);
-  (void)scheduler.ReportMetrics(done);
-  // Evaluation and checksums read the final weights: wait until every worker
-  // has finished training (the job does not end before our final report).
-  const bool evaluate = rank == 0 && !eval.empty();
-  if (evaluate || absl::GetFlag(FLAGS_checksum)) {
-    st = scheduler.Barrier("trained", rank, absl::Hours(24));
-    if (!st.ok()) LOG(WARNING) << "barrier: " << st;
+  if (outcome) {
+    PrintResult(rank, outcome->summary, outcome->eval ? &*outcome->eval : nullptr,
+                outcome->checksum);
   }
-  const std::string checksum = ChecksumField(trainer->get());
-  absl::StatusOr<EvalResult> result = EvalResult();
-  if (evaluate) {
-    result = (*trainer)->Evaluate(eval);
-    if (!result.ok()) {
-      LOG(ERROR) << "evaluation failed: " << result.status();
-      return 1;
-    }
+  if (g_job_failed) {
+    LOG(ERROR) << "the scheduler stopped the job";
+    return 3;
   }
-  if (evaluate) {
-    metrics::GetGauge("shardps_worker_eval_auc", "AUC on the held-out split.").Set(result->auc);
-    metrics::GetGauge("shardps_worker_eval_logloss", "Logloss on the held-out split.")
-        .Set(result->logloss);
-  }
-  done.set_final(true);
-  done.set_eval_auc(result->auc);
-  done.set_eval_loss(result->logloss);
-  done.set_eval_examples(result->examples);
-  (void)scheduler.ReportMetrics(done);
-  PrintResult(rank, *summary, evaluate ? &*result : nullptr, checksum);
   return 0;
 }
 

@@ -6,11 +6,13 @@ free ports, prefixes every log line with the process's role and index, shows
 one progress line, stops everything cleanly on Ctrl-C, and exits with the
 job's status (0 done, 1 failed, 130 interrupted).
 
-A process that crashes is restarted (bounded retries, like Kubernetes would)
-when the job has checkpoints on; otherwise the job is stopped with a report
-of what died. A scheduler that crashes is replaced by a new one on the same
-address with --recover: servers and workers keep running and rejoin it.
-With no config, the embedded default job runs: DLRM on
+The launcher is a supervisor, like a Kubernetes StatefulSet or a Slurm step
+loop: a process that dies (a non-zero exit or a signal) is started again with
+the same flags, up to --max_restarts times each; the scheduler owns recovery
+(a restarted server is restored and the job rolled back to its last
+checkpoint; a restarted scheduler takes the running job over; a restarted
+worker resumes from its last step). Exit 0 of a server or worker means the
+job ended for it. With no config, the embedded default job runs: DLRM on
 generated Criteo-format data (generated once, cached in data/synthetic),
 2 servers, 2 workers, SSP(2). Every setting can be overridden by flags.
 """
@@ -19,6 +21,7 @@ import argparse
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -114,11 +117,10 @@ def parse_args():
                    help="where generated data is cached")
     p.add_argument("--max_steps", type=int, default=0)
     p.add_argument("--epochs", type=int, default=0)
-    p.add_argument("--checkpoint_dir", default="")
+    p.add_argument("--checkpoint_dir", default="",
+                   help="checkpoints (a job started again over it resumes from the latest)")
     p.add_argument("--max_restarts", type=int, default=3,
-                   help="with checkpoints: job restarts from the last checkpoint")
-    p.add_argument("--resume", action="store_true",
-                   help="resume the job from its last complete checkpoint")
+                   help="times each process is started again after it died")
     p.add_argument("--bin_dir", default="")
     p.add_argument("--run_dir", default=os.path.join(ROOT, "runs", "latest"))
     p.add_argument("--quiet", action="store_true", help="only warnings, errors and results")
@@ -163,76 +165,75 @@ def read_best(data_dir):
     return best
 
 
-def run_once(args, job_config, num_servers, num_workers, resume, procs, stop_all, stopping,
-             say, log_lock, status_bin, start, max_steps_m, partial=False):
-    """Starts every process of the job once and waits for the scheduler.
+def free_port():
+    """A free TCP port on 127.0.0.1 (the scheduler keeps it across restarts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def supervise(args, job_config, num_servers, num_workers, procs, stop_all, stopping, say,
+              log_lock, status_bin, start, max_steps_m):
+    """Starts every process of the job and restarts what dies, with the same
+    flags, until the scheduler ends the job.
 
     Returns (scheduler Proc, failure reason or None)."""
-    sched_argv = [find_binary("ps_scheduler", args.bin_dir), "--config=" + job_config] + tls_flags(args)
-    sched_argv_base = list(sched_argv)
-    if resume:
-        sched_argv.append("--resume")
+    address = "127.0.0.1:%d" % free_port()
+    sched_argv = [find_binary("ps_scheduler", args.bin_dir), "--config=" + job_config,
+                  "--listen=" + address] + tls_flags(args)
     sched = Proc("scheduler", None, sched_argv, log_lock, args.quiet)
     procs.append(sched)
     if not sched.ready.wait(60) or not sched.listening:
         stop_all(signal.SIGKILL)
-        return sched, "the scheduler did not start"
-    address = sched.listening
+        return sched, "the scheduler did not start (see its log above)"
     say("scheduler at %s; starting %d servers and %d workers" % (address, num_servers, num_workers))
-    def server_proc(i):
-        return Proc("server", i, [find_binary("ps_server", args.bin_dir), "--config=" + job_config,
-                                  "--scheduler=" + address, "--index=%d" % i]
-                    + tls_flags(args) + args.server_flag, log_lock, args.quiet)
-
     for i in range(num_servers):
-        procs.append(server_proc(i))
+        procs.append(Proc("server", i, [find_binary("ps_server", args.bin_dir), "--config=" + job_config,
+                                        "--scheduler=" + address, "--index=%d" % i]
+                          + tls_flags(args) + args.server_flag, log_lock, args.quiet))
     for i in range(num_workers):
         procs.append(Proc("worker", i, [find_binary("ps_worker", args.bin_dir), "--config=" + job_config,
                                         "--scheduler=" + address, "--rank=%d" % i, "--wire=" + args.wire]
                           + tls_flags(args) + args.worker_flag, log_lock, args.quiet))
+    for p in procs:
+        say("started %s (pid %d)" % (p.name, p.popen.pid))
     last_progress = 0
-    failed = None
-    sched_restarts = 0
-    server_restarts = 0
     while True:
         time.sleep(0.2)
+        if stopping["why"]:
+            break
+        sched = procs[0]
         rc = sched.poll()
-        if rc is not None:
-            # 0 done, 1 failed, 2 bad flags: the job is over. Anything else
-            # (a crash, a kill) leaves servers and workers running: a new
-            # scheduler on the same address takes the job over (--recover).
-            if rc in (0, 1, 2) or stopping["why"] or sched_restarts >= args.max_restarts:
-                break
-            sched_restarts += 1
-            say("the scheduler died (status %d); a new one takes over the running job on %s "
-                "(--recover, %d of %d)" % (rc, address, sched_restarts, args.max_restarts))
-            sched = Proc("scheduler", None, sched_argv_base + ["--recover", "--listen=" + address],
-                         log_lock, args.quiet)
-            procs[0] = sched
-            if not sched.ready.wait(60) or not sched.listening:
-                break
-            continue
-        for p in procs[1:]:
+        # 0 done, 1 failed, 2 bad flags or config: the job is over. Anything
+        # else (a crash, a kill) leaves servers and workers running: the
+        # scheduler started again takes the job over.
+        if rc is not None and rc in (0, 1, 2):
+            break
+        for p in procs:
             rc = p.poll()
-            if rc is None or rc == 0 or stopping["why"] or failed:
+            if rc is None or (rc == 0 and p.role != "scheduler"):
                 continue
-            if (partial and p.role == "server" and server_restarts < args.max_restarts):
-                # checkpoint.recovery PARTIAL: only this server starts again;
-                # the scheduler has it restore its partitions.
-                server_restarts += 1
-                say("%s exited with status %d; restarting only it (partial recovery, %d of %d)" % (
-                    p.name, rc, server_restarts, args.max_restarts))
-                procs[procs.index(p)] = server_proc(p.index)
+            if p.restarts >= args.max_restarts:
+                if not getattr(p, "given_up", False):
+                    p.given_up = True
+                    say("%s exited with status %d and was restarted %d times already: not "
+                        "again (the scheduler decides what the job does without it)" % (
+                            p.name, rc, p.restarts))
+                if p.role == "scheduler":
+                    return p, "the scheduler kept dying (status %d)" % rc
                 continue
-            failed = "%s exited with status %d" % (p.name, rc)
-            say("stopping the job: " + failed)
-            stopping["why"] = failed
-            stop_all()
-        if time.time() - last_progress > 2 and not stopping["why"]:
+            p.restarts += 1
+            say("%s exited with status %d; starting it again with the same flags (%d of %d)" % (
+                p.name, rc, p.restarts, args.max_restarts))
+            p.thread.join(timeout=2)
+            p.start()
+            say("restarted %s (pid %d)" % (p.name, p.popen.pid))
+        if time.time() - last_progress > 2:
             last_progress = time.time()
             st = subprocess.run([status_bin, "--scheduler=" + address, "--json"] + tls_flags(args),
                                 capture_output=True, text=True)
             m = st.stdout
+            state = re.search(r'"state":"([^"]*)"', m)
             step = re.search(r'"maxClock":"?(\d+)', m)
             sps = re.search(r'"samplesPerSec":([\d.e+]+)', m)
             loss = re.search(r'"trainLoss":([\d.e+-]+)', m)
@@ -241,6 +242,8 @@ def run_once(args, job_config, num_servers, num_workers, resume, procs, stop_all
                 step.group(1) if step else 0, "%.0f" % float(sps.group(1)) if sps else "-",
                 "%.4f" % float(loss.group(1)) if loss else "-",
                 "%.4f" % float(auc.group(1)) if auc else "-", time.time() - start)
+            if state and state.group(1) not in ("running", "done"):
+                line += " [%s]" % state.group(1)
             if max_steps_m and step and int(step.group(1)) > 0:
                 total = int(max_steps_m.group(1))
                 eta = (time.time() - start) * (total - int(step.group(1))) / int(step.group(1))
@@ -258,8 +261,10 @@ def run_once(args, job_config, num_servers, num_workers, resume, procs, stop_all
     stop_all(signal.SIGKILL)
     for p in procs:
         p.thread.join(timeout=2)
-    if not failed and sched.poll() != 0 and stopping["why"] != "interrupted":
-        failed = "the scheduler exited with status %d" % sched.poll()
+    sched = procs[0]
+    failed = None
+    if stopping["why"] != "interrupted" and sched.poll() != 0:
+        failed = "the scheduler exited with status %s" % sched.poll()
     return sched, failed
 
 
@@ -287,8 +292,6 @@ def main():
     text = open(job_config).read()
     num_servers = int(re.search(r"num_servers: (\d+)", text).group(1))
     num_workers = int(re.search(r"num_workers: (\d+)", text).group(1))
-    checkpoints = bool(re.search(r'checkpoint \{[^}]*dir: "[^"]+"', text))
-    partial = checkpoints and bool(re.search(r"recovery: PARTIAL", text))
     max_steps_m = re.search(r"max_steps: (\d+)", text)
 
     best = {}
@@ -324,38 +327,24 @@ def main():
     signal.signal(signal.SIGTERM, on_sigint)
     status_bin = find_binary("ps_status", args.bin_dir)
     start = time.time()
-    resume = args.resume
-    for attempt in range(args.max_restarts + 1):
-        sched, failed = run_once(args, job_config, num_servers, num_workers, resume, procs,
-                                 stop_all, stopping, say, log_lock, status_bin, start, max_steps_m,
-                                 partial)
-        if not failed or not checkpoints or stopping["why"] == "interrupted":
-            break
-        if attempt == args.max_restarts:
-            say("giving up after %d restarts" % args.max_restarts)
-            break
-        # Exact recovery: the whole job rolls back to its last complete
-        # checkpoint (servers restore their partitions, workers rewind to
-        # their recorded data positions), as DESIGN.md prescribes.
-        say("%s; restarting the job from its last checkpoint (%d of %d)" % (
-            failed, attempt + 1, args.max_restarts))
-        stopping["why"] = None
-        procs.clear()
-        resume = True
+    sched, failed = supervise(args, job_config, num_servers, num_workers, procs, stop_all,
+                              stopping, say, log_lock, status_bin, start, max_steps_m)
     result = next((l for l in sched.result_lines if l.startswith("PS_JOB_RESULT")), "")
     print()
     say("job finished in %.0fs: %s" % (time.time() - start, result or "no result"))
     auc = re.search(r"eval_auc=([\d.]+)", result)
     ll = re.search(r"eval_logloss=([\d.]+)", result)
-    if auc and best:
+    recoveries = re.search(r"recoveries=(\d+) recovery_sec=([\d.]+)", result)
+    if recoveries and int(recoveries.group(1)) > 0:
+        say("the job recovered %s times, %s s in all (ps_status shows each recovery's phases)" % (
+            recoveries.group(1), recoveries.group(2)))
+    if auc and best and "state=done" in result:
         say("test AUC %s (best achievable %s), test logloss %s (best achievable %s)" % (
             auc.group(1), best.get("best_auc", "?"), ll.group(1) if ll else "?",
             best.get("best_logloss", "?")))
     if stopping["why"] == "interrupted":
         return 130
     if failed:
-        if not checkpoints:
-            failed += " (checkpoints are off, so the job is not restarted)"
         say("job failed: " + failed)
         return 1
     return 0

@@ -77,6 +77,7 @@ void Subprocess::Signal(int signal) {
 }
 
 absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
+  if (reaped_) return exit_code_;
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     int status = 0;
@@ -88,7 +89,8 @@ absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
       fcntl(stdout_fd_, F_SETFL, O_NONBLOCK);
       ssize_t n;
       while ((n = read(stdout_fd_, buf, sizeof buf)) > 0) output_.append(buf, n);
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return exit_code_;
     }
     if (absl::Now() > deadline) return absl::DeadlineExceededError("still running");
     // Keep the pipe drained so a chatty child never blocks on a full pipe.
@@ -99,6 +101,21 @@ absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
       if (n > 0) output_.append(buf, n);
     }
   }
+}
+
+std::optional<int> Subprocess::Poll() {
+  if (pid_ <= 0) return std::nullopt;
+  if (reaped_) return exit_code_;
+  char buf[4096];
+  fcntl(stdout_fd_, F_SETFL, O_NONBLOCK);
+  ssize_t n;
+  while ((n = read(stdout_fd_, buf, sizeof buf)) > 0) output_.append(buf, n);
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) != pid_) return std::nullopt;
+  reaped_ = true;
+  while ((n = read(stdout_fd_, buf, sizeof buf)) > 0) output_.append(buf, n);
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return exit_code_;
 }
 
 std::string RunfilePath(const std::string& relative) {

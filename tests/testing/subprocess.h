@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ class Subprocess {
   // Waits for exit up to `timeout`; returns the exit code (128 + signal for
   // a signal death), or DEADLINE_EXCEEDED.
   absl::StatusOr<int> Wait(absl::Duration timeout);
+  // Without blocking: reads what stdout holds, and returns the exit code if
+  // the child has exited (reaped), else nullopt.
+  std::optional<int> Poll();
   // Everything read from stdout so far.
   const std::string& output() const { return output_; }
   pid_t pid() const { return pid_; }
@@ -48,6 +52,7 @@ class Subprocess {
   std::string output_;
   size_t consumed_ = 0;
   bool reaped_ = false;
+  int exit_code_ = -1;
 };
 
 // Path of a binary in the test's runfiles, e.g. "server/ps_server".

@@ -1,0 +1,463 @@
+// JobCoordinator's control thread: it forms the job, takes the checkpoint
+// cuts and runs the recoveries (job.h has the contract). One thing at a
+// time: a recovery waits for a cut in progress to end, and no cut starts
+// while a recovery is pending.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/generation.h"
+#include "glog/logging.h"
+#include "scheduler/job.h"
+
+namespace shardps {
+namespace {
+
+absl::Duration Ms(uint64_t ms) { return absl::Milliseconds(ms); }
+double Secs(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+double UnixSec(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
+
+// A restore that failed because a server is gone or unreachable (wait for
+// the servers and restore again), rather than because of the checkpoint.
+bool ServerTrouble(const absl::Status& st) {
+  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) || absl::IsCancelled(st) ||
+         absl::IsAborted(st);
+}
+
+std::string PointName(const RestorePoint& p) {
+  return p.initial ? std::string("the initial values") : absl::StrCat("the checkpoint ", p.dir);
+}
+
+}  // namespace
+
+void JobCoordinator::ControlLoop() {
+  if (Form()) {
+    const CheckpointConfig& cc = config_.checkpoint();
+    uint64_t serving = 0;  // requested_seq_ when the current cut was placed.
+    while (!stop_) {
+      bool recover;
+      {
+        MutexLock lock(&mu_);
+        changed_.WaitUntil(&mu_, absl::Now() + absl::Milliseconds(10));
+        if (Ended()) break;
+        recover = pending_.has_value();
+        if (!recover && checkpoints_on_) {
+          const bool due = cc.every_seconds() > 0 &&
+                           absl::Now() - last_cut_time_ >= absl::Seconds(cc.every_seconds());
+          if (requested_seq_ > serving) {  // On demand: the first unstarted clock.
+            clock_.HoldFirstUnstarted(1);
+            serving = requested_seq_;
+          } else if (due && !clock_.HeldClock()) {
+            clock_.HoldFirstUnstarted(1);
+          }
+        }
+      }
+      if (recover) {
+        Recover();
+        continue;
+      }
+      if (!checkpoints_on_) continue;
+      if (!clock_.MinClock()) {
+        // Every worker is finished or dead. When all finished training
+        // (their last pushes acknowledged, servers still up for the
+        // evaluation), the end is a consistent cut too: the job's final
+        // checkpoint.
+        bool need;
+        uint64_t last;
+        {
+          MutexLock lock(&mu_);
+          need = !final_cut_done_;
+          last = last_complete_;
+        }
+        if (!need) continue;
+        const auto states = clock_.States();
+        const bool all_finished =
+            std::all_of(states.begin(), states.end(),
+                        [](auto s) { return s == ClockService::WorkerState::kFinished; });
+        if (all_finished && clock_.MaxClock() > last) {
+          Cut(clock_.MaxClock(), 0, serving);
+        } else {
+          clock_.Release();
+        }
+        MutexLock lock(&mu_);
+        final_cut_done_ = true;
+        UpdateStateLocked();
+        changed_.SignalAll();
+        continue;
+      }
+      const std::optional<uint64_t> held = clock_.HeldClock();
+      if (!held || !clock_.AllReachedHold()) continue;
+      const uint64_t k = cc.every_steps();
+      Cut(*held, k > 0 ? (*held / k + 1) * k : 0, serving);
+    }
+  }
+  MutexLock lock(&mu_);
+  control_over_ = true;
+  UpdateStateLocked();
+  changed_.SignalAll();
+}
+
+void JobCoordinator::Cut(uint64_t clock, uint64_t next, uint64_t serving) {
+  Positions positions;
+  uint64_t generation;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [rank, p] : positions_) positions[rank] = p.second;
+    generation = generation_;
+  }
+  const std::optional<PartitionMapProto> map = members_.Map();
+  const absl::Time start = absl::Now();
+  absl::Status st = map ? ops_->CopyCut(*map, generation, clock)
+                        : absl::FailedPreconditionError("checkpoint: no partition map");
+  const absl::Time copied = absl::Now();
+  // The workers go on while the files are written.
+  if (next > 0) {
+    clock_.Hold(next);
+  } else {
+    clock_.Release();
+  }
+  if (st.ok()) st = ops_->FinishCut(*map, generation, clock, positions);
+  const absl::Time written = absl::Now();
+  MutexLock lock(&mu_);
+  if (st.ok()) {
+    last_hold_sec_ = Secs(copied - start);
+    last_write_sec_ = Secs(written - copied);
+    LOG(INFO) << "checkpoint at clock " << clock << ": workers held "
+              << absl::FormatDuration(copied - start) << " for the copy, files written in "
+              << absl::FormatDuration(written - copied) << " behind them";
+    checkpoints_.push_back(clock);
+    last_complete_ = clock;
+  } else {
+    LOG(ERROR) << "checkpoint at clock " << clock << " failed: " << st;
+  }
+  last_cut_status_ = st;
+  last_cut_clock_ = clock;
+  last_cut_time_ = written;
+  completed_seq_ = serving;
+  changed_.SignalAll();
+}
+
+void JobCoordinator::HoldFirstCut(uint64_t after) {
+  const uint64_t k = config_.checkpoint().every_steps();
+  if (!checkpoints_on_ || k == 0) return;
+  clock_.HoldFirstUnstarted(k, after + 1);
+}
+
+std::string JobCoordinator::TakeoverProblemLocked() const {
+  for (const MemberKey& key : fresh_) {
+    return absl::StrCat(key.first == SERVER ? "server " : "worker ", key.second,
+                        " registered without the state it had (a new process)");
+  }
+  std::set<uint64_t> generations;
+  for (const auto& [key, r] : rejoins_) generations.insert(r.generation());
+  if (generations.size() > 1) {
+    return absl::StrCat("the processes that rejoined are in different job generations [",
+                        absl::StrJoin(generations, ","), "] (a rollback was under way)");
+  }
+  if (generations.empty() || *generations.begin() == 0) {
+    return "the job had not started when the scheduler stopped";
+  }
+  return "";
+}
+
+bool JobCoordinator::Form() {
+  const ClusterConfig& k = config_.cluster();
+  // Live processes of an earlier scheduler rejoin at their next heartbeat:
+  // give them that long before deciding the job is new.
+  const absl::Duration settle =
+      std::min(Ms(k.dead_after_ms()), Ms(2 * uint64_t{k.heartbeat_ms()} + 500));
+  std::string problem;
+  {
+    MutexLock lock(&mu_);
+    while (true) {
+      if (stop_ || Ended()) return false;
+      const absl::Time now = absl::Now();
+      bool servers = true, workers = true;
+      for (const Member& m : members_.Members()) {
+        if (m.role == SERVER && m.state != ALIVE) servers = false;
+        if (m.role == WORKER && m.state == STATE_UNSPECIFIED) workers = false;
+      }
+      if (servers && now - start_time_ >= settle && (!takeover_ || workers)) break;
+      recovering_.clear();
+      changed_.WaitUntil(&mu_, now + absl::Milliseconds(50));
+    }
+    if (takeover_) problem = TakeoverProblemLocked();
+  }
+  if (takeover_ && problem.empty()) {
+    // Every process came back with one state: the job goes on from it.
+    auto points = ops_->RestorePoints();
+    MutexLock lock(&mu_);
+    generation_ = rejoins_.begin()->second.generation();
+    clock_.SetGeneration(generation_);
+    last_complete_ = points.ok() && !points->empty() ? points->front().clock : 0;
+    formed_ = true;
+    RecoveryReport report;
+    report.set_kind("takeover");
+    report.set_cause("the scheduler restarted; every server and worker rejoined with its state");
+    report.set_generation(generation_);
+    report.set_clock(clock_.MinClock().value_or(clock_.MaxClock()));
+    report.set_started_unix_sec(UnixSec(start_time_));
+    report.set_wait_sec(Secs(absl::Now() - start_time_));
+    report.set_total_sec(report.wait_sec());
+    report.set_complete(true);
+    RecordLocked(report);
+    HoldFirstCut(last_complete_);
+    clock_.ResetMaxSpread();  // Spreads seen while processes rejoined are not real.
+    clock_.SetPaused(false);
+    UpdateStateLocked();
+    changed_.SignalAll();
+  } else {
+    if (takeover_) LOG(WARNING) << "taking the job over needs a rollback: " << problem;
+    RecoveryReport report;
+    report.set_kind(takeover_ ? "rollback" : "resume");
+    report.set_cause(takeover_ ? absl::StrCat("the scheduler restarted and ", problem)
+                               : "the job started");
+    report.set_started_unix_sec(UnixSec(start_time_));
+    if (!RollBack(&report, start_time_, /*record_initial=*/takeover_)) return false;
+  }
+  NotifyServers();
+  return true;
+}
+
+bool JobCoordinator::WaitForServers() {
+  MutexLock lock(&mu_);
+  while (true) {
+    if (stop_ || Ended()) return false;
+    std::vector<uint32_t> missing;
+    for (const Member& m : members_.Members()) {
+      if (m.role == SERVER && m.state != ALIVE) missing.push_back(m.index);
+    }
+    if (missing.empty()) return true;
+    recovering_ = absl::StrCat("waiting for servers [", absl::StrJoin(missing, ","),
+                               "] to register again (at most server_deadline_ms, ",
+                               config_.cluster().server_deadline_ms(), " ms)");
+    changed_.WaitUntil(&mu_, absl::Now() + absl::Milliseconds(50));
+  }
+}
+
+bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at,
+                              bool record_initial) {
+  absl::Duration backoff = absl::Milliseconds(200);
+  while (true) {
+    if (!WaitForServers()) return false;
+    const absl::Time back = absl::Now();
+    uint64_t generation;
+    {
+      MutexLock lock(&mu_);
+      pending_.reset();  // This rollback covers every failure so far.
+      restoring_ = true;
+      recovering_ = "restoring every server";
+      uint64_t seen = generation_;
+      for (const auto& [key, r] : rejoins_) seen = std::max(seen, r.generation());
+      generation = NextGeneration(seen);
+    }
+    auto points = ops_->RestorePoints();
+    if (!points.ok()) {
+      MutexLock lock(&mu_);
+      FailLocked(absl::StrCat("cannot read the job's checkpoints: ", points.status().message()));
+      return false;
+    }
+    std::vector<RestorePoint> candidates = *std::move(points);
+    if (candidates.empty()) candidates.emplace_back();  // The initial values.
+    const std::optional<PartitionMapProto> map = members_.Map();
+    absl::Status last;
+    std::optional<size_t> chosen;
+    RestoreStats stats;
+    for (size_t i = 0; i < candidates.size() && map; ++i) {
+      auto st = ops_->Restore(*map, std::nullopt, candidates[i], generation);
+      if (st.ok()) {
+        chosen = i;
+        stats = *st;
+        break;
+      }
+      last = st.status();
+      if (ServerTrouble(last)) break;
+      LOG(ERROR) << "cannot restore " << PointName(candidates[i]) << ": " << last
+                 << (i + 1 < candidates.size() ? "; trying the checkpoint before it" : "");
+    }
+    if (!chosen && (!map || ServerTrouble(last))) {
+      LOG(WARNING) << "restore interrupted (" << last
+                   << "); waiting for every server and restoring again";
+      {
+        MutexLock lock(&mu_);
+        restoring_ = false;
+      }
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(2));
+      continue;
+    }
+    if (!chosen) {
+      MutexLock lock(&mu_);
+      FailLocked(absl::StrCat("no usable checkpoint to roll back to: ", last.message()));
+      return false;
+    }
+    const RestorePoint& point = candidates[*chosen];
+    report->set_detect_sec(report->detect_sec());
+    report->set_wait_sec(Secs(back - detected_at));
+    report->set_restore_sec(Secs(absl::Now() - back));
+    report->set_rows(stats.rows);
+    report->set_bytes(stats.bytes);
+    LOG(INFO) << "every server restored " << PointName(point) << " (" << stats.rows
+              << " rows, " << stats.bytes << " bytes) in "
+              << absl::FormatDuration(absl::Now() - back) << "; job generation " << generation
+              << ", workers restart at clock " << point.clock;
+    Rewind(point, generation, report, record_initial || !point.initial);
+    NotifyServers();
+    return true;
+  }
+}
+
+void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
+                            RecoveryReport* report, bool record) {
+  MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  generation_ = generation;
+  positions_.clear();
+  for (const auto& [rank, position] : point.positions) {
+    positions_[rank] = {point.clock, position};
+  }
+  std::vector<bool> live(final_.size(), false);
+  awaiting_rewind_.clear();
+  for (const Member& m : members_.Members()) {
+    if (m.role != WORKER) continue;
+    live[m.index] = m.state != DEAD;
+    if (m.state == FINISHED) members_.Reopen(m.index, now);
+    if (m.state == ALIVE || m.state == FINISHED) awaiting_rewind_.insert(m.index);
+  }
+  std::fill(final_.begin(), final_.end(), false);
+  reports_.clear();
+  barriers_.clear();
+  clock_.Rewind(generation, point.clock, live);
+  last_complete_ = point.initial ? 0 : point.clock;
+  final_cut_done_ = false;
+  HoldFirstCut(point.clock);
+  clock_.ResetMaxSpread();
+  formed_ = true;
+  recovering_.clear();
+  restoring_ = false;
+  rewind_started_ = now;
+  report->set_generation(generation);
+  report->set_initial(point.initial);
+  report->set_clock(point.clock);
+  if (record) {
+    RecordLocked(*report);
+    if (awaiting_rewind_.empty()) {  // Nobody to wait for.
+      recoveries_.back().set_total_sec(report->detect_sec() + report->wait_sec() +
+                                       report->restore_sec());
+      recoveries_.back().set_complete(true);
+    }
+  } else {
+    awaiting_rewind_.clear();
+  }
+  clock_.SetPaused(false);
+  UpdateStateLocked();
+  changed_.SignalAll();
+}
+
+void JobCoordinator::RecordLocked(const RecoveryReport& report) {
+  recoveries_.push_back(report);
+  LOG(INFO) << "recovery (" << report.kind() << "): " << report.cause();
+}
+
+void JobCoordinator::Recover() {
+  PendingRecovery p;
+  {
+    MutexLock lock(&mu_);
+    if (!pending_) return;
+    p = *pending_;
+    recovering_ = "waiting for the failed servers";
+  }
+  RecoveryReport report;
+  report.set_cause(p.cause);
+  report.set_started_unix_sec(UnixSec(p.failed_at));
+  report.set_detect_sec(Secs(p.detected_at - p.failed_at));
+  if (!WaitForServers()) return;
+  {
+    MutexLock lock(&mu_);
+    if (pending_ && pending_->lost.empty() && pending_->silent.empty()) {
+      // Every server declared dead came back with its state (it was stalled,
+      // not gone): nothing to restore.
+      report.set_kind("rejoin");
+      report.set_generation(generation_);
+      report.set_clock(clock_.MinClock().value_or(clock_.MaxClock()));
+      report.set_wait_sec(Secs(absl::Now() - p.detected_at));
+      report.set_total_sec(report.detect_sec() + report.wait_sec());
+      report.set_complete(true);
+      RecordLocked(report);
+      pending_.reset();
+      recovering_.clear();
+      clock_.SetPaused(false);
+      UpdateStateLocked();
+      changed_.SignalAll();
+      return;
+    }
+  }
+  const bool partial = config_.checkpoint().recovery() == CheckpointConfig::PARTIAL &&
+                       config_.cluster().mode() != BSP;
+  if (partial) {
+    auto points = ops_->RestorePoints();
+    if (points.ok() && !points->empty()) {
+      std::set<uint32_t> lost;
+      uint64_t generation;
+      {
+        MutexLock lock(&mu_);
+        lost = pending_ ? pending_->lost : p.lost;
+        generation = generation_;
+        pending_.reset();
+        restoring_ = true;
+        recovering_ = "restoring the replaced servers (partial recovery)";
+      }
+      const absl::Time back = absl::Now();
+      const std::optional<PartitionMapProto> map = members_.Map();
+      RestoreStats total;
+      absl::Status st;
+      for (uint32_t index : lost) {
+        auto r = ops_->Restore(*map, index, points->front(), generation);
+        if (!r.ok()) {
+          st = r.status();
+          break;
+        }
+        total.rows += r->rows;
+        total.bytes += r->bytes;
+      }
+      MutexLock lock(&mu_);
+      restoring_ = false;
+      if (!st.ok()) {
+        if (!ServerTrouble(st)) {
+          FailLocked(absl::StrCat("partial recovery failed: ", st.message()));
+          return;
+        }
+        // A server went away again: recover anew.
+        LOG(WARNING) << "partial recovery interrupted: " << st;
+        for (uint32_t index : lost) ServerFailedLocked(index, p.cause, p.failed_at, p.detected_at, true);
+        return;
+      }
+      LOG(INFO) << "partial recovery: servers [" << absl::StrJoin(lost, ",") << "] restored "
+                << total.rows << " rows of their partitions from " << points->front().dir
+                << "; the other servers and the workers went on";
+      report.set_kind("partial");
+      report.set_generation(generation_);
+      report.set_clock(points->front().clock);
+      report.set_wait_sec(Secs(back - p.detected_at));
+      report.set_restore_sec(Secs(absl::Now() - back));
+      report.set_total_sec(report.detect_sec() + report.wait_sec() + report.restore_sec());
+      report.set_rows(total.rows);
+      report.set_bytes(total.bytes);
+      report.set_complete(true);
+      RecordLocked(report);
+      recovering_.clear();
+      clock_.SetPaused(false);
+      UpdateStateLocked();
+      changed_.SignalAll();
+      return;
+    }
+    LOG(WARNING) << "partial recovery without a complete checkpoint: the whole job rolls "
+                    "back instead (a server's partitions are never served empty)";
+  }
+  report.set_kind("rollback");
+  RollBack(&report, p.detected_at, /*record_initial=*/true);
+}
+
+}  // namespace shardps

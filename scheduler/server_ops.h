@@ -1,0 +1,81 @@
+// ServerOps: what the job coordinator asks the parameter servers to do with
+// their state: write a checkpoint at a cut (in two phases) and restore one.
+// The coordinator (job.h) decides when; an implementation does it, over gRPC
+// in the binary (checkpoint_client.h MakeGrpcServerOps) and in memory in
+// tests. Every call names the job generation (common/generation.h) the
+// servers must be in; a restore moves them into a new one.
+//
+// Implementations may block for as long as the disk takes; each call has a
+// deadline of its own. Errors name the server (index and address) or the
+// file. Called from the coordinator's control thread only, one call at a
+// time.
+#ifndef SHARDPS_SCHEDULER_SERVER_OPS_H_
+#define SHARDPS_SCHEDULER_SERVER_OPS_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/scheduler.pb.h"
+
+namespace shardps {
+
+// Worker rank -> data position after step clock-1 (worker/data
+// EncodePosition).
+using Positions = std::map<uint32_t, std::string>;
+
+// A state the job can roll back to: a complete checkpoint, or (initial) the
+// beginning, where every row is its initial value again (rows are a function
+// of their table's seed and key, so this is exact too).
+struct RestorePoint {
+  bool initial = true;
+  uint64_t clock = 0;   // 0 when initial.
+  std::string dir;      // The checkpoint's directory (ckpt-<clock>).
+  Positions positions;  // Recorded in its manifest.
+  // The checkpoint ids restoring it applies (its manifest's chain): a delta
+  // written after a restore extends it.
+  std::vector<std::string> chain;
+};
+
+struct RestoreStats {
+  uint64_t rows = 0;
+  uint64_t bytes = 0;  // Checkpoint file bytes read (0 for initial).
+  uint64_t files = 0;
+};
+
+class ServerOps {
+ public:
+  virtual ~ServerOps() = default;
+
+  // Phase one of a cut at `clock`: every server of `map` copies its
+  // partitions into memory and answers; the files are written in the
+  // background. Every worker is held at `clock` meanwhile.
+  virtual absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation,
+                               uint64_t clock) = 0;
+  // Phase two: waits for every server's files, writes the MANIFEST (with
+  // `positions`) last, then garbage-collects old checkpoints. The workers
+  // run meanwhile. A failure leaves the checkpoint incomplete (ignored).
+  virtual absl::Status FinishCut(const PartitionMapProto& map, uint64_t generation,
+                                 uint64_t clock, const Positions& positions) = 0;
+
+  // The complete checkpoints of this job, newest first; empty if there are
+  // none (or checkpoints are off). FAILED_PRECONDITION if the directory
+  // holds checkpoints of another job.
+  virtual absl::StatusOr<std::vector<RestorePoint>> RestorePoints() = 0;
+
+  // Restores `point` on every server of `map` (`index` unset) or on server
+  // `index` only, and moves it into `generation`. Each server verifies every
+  // file it needs before changing anything; a server's error names it.
+  virtual absl::StatusOr<RestoreStats> Restore(const PartitionMapProto& map,
+                                               std::optional<uint32_t> index,
+                                               const RestorePoint& point,
+                                               uint64_t generation) = 0;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_SCHEDULER_SERVER_OPS_H_

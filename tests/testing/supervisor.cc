@@ -1,0 +1,111 @@
+#include "tests/testing/supervisor.h"
+
+#include <signal.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace shardps::testing {
+
+Supervisor::Supervisor(Options options) : options_(options) {
+  monitor_ = std::thread([this] { Monitor(); });
+}
+
+Supervisor::~Supervisor() {
+  StopAll();
+  stop_ = true;
+  monitor_.join();
+}
+
+absl::Status Supervisor::StartLocked(Entry* e) {
+  e->process = std::make_unique<Subprocess>();
+  return e->process->Start(e->spec.argv, e->spec.log_path);
+}
+
+absl::StatusOr<int> Supervisor::Add(Spec spec) {
+  MutexLock lock(&mu_);
+  auto e = std::make_unique<Entry>();
+  e->spec = std::move(spec);
+  absl::Status st = StartLocked(e.get());
+  if (!st.ok()) return st;
+  entries_.push_back(std::move(e));
+  return static_cast<int>(entries_.size() - 1);
+}
+
+void Supervisor::Signal(int id, int sig) {
+  MutexLock lock(&mu_);
+  Entry& e = *entries_[id];
+  if (e.process && !e.process->Poll()) e.process->Signal(sig);
+}
+
+pid_t Supervisor::Pid(int id) const {
+  MutexLock lock(&mu_);
+  const Entry& e = *entries_[id];
+  return e.process ? e.process->pid() : -1;
+}
+
+int Supervisor::Restarts(int id) const {
+  MutexLock lock(&mu_);
+  return entries_[id]->restarts;
+}
+
+std::string Supervisor::Output(int id) const {
+  MutexLock lock(&mu_);
+  const Entry& e = *entries_[id];
+  return e.output + (e.process ? e.process->output() : "");
+}
+
+absl::StatusOr<int> Supervisor::WaitFinal(int id, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  MutexLock lock(&mu_);
+  while (!entries_[id]->final) {
+    if (!changed_.WaitUntil(&mu_, deadline) && !entries_[id]->final) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(entries_[id]->spec.name, " still runs (or waits for a restart)"));
+    }
+  }
+  return entries_[id]->last_code;
+}
+
+void Supervisor::StopAll() {
+  MutexLock lock(&mu_);
+  stopped_ = true;
+  for (auto& e : entries_) {
+    if (!e->process) continue;
+    if (!e->process->Poll()) e->process->Signal(SIGKILL);
+    (void)e->process->Wait(absl::Seconds(10));
+    e->final = true;
+  }
+  changed_.SignalAll();
+}
+
+void Supervisor::Monitor() {
+  while (!stop_) {
+    absl::SleepFor(absl::Milliseconds(20));
+    MutexLock lock(&mu_);
+    if (stopped_) continue;
+    const absl::Time now = absl::Now();
+    for (auto& e : entries_) {
+      if (e->final) continue;
+      if (e->process) {
+        const std::optional<int> code = e->process->Poll();
+        if (!code) continue;
+        e->last_code = *code;
+        e->output += e->process->output();
+        e->process.reset();
+        if (e->spec.final_codes.count(*code) || e->restarts >= options_.max_restarts) {
+          e->final = true;
+          changed_.SignalAll();
+          continue;
+        }
+        e->restart_at = now + options_.restart_delay;
+      } else if (now >= e->restart_at) {
+        ++e->restarts;
+        if (!StartLocked(e.get()).ok()) e->final = true;
+        changed_.SignalAll();
+      }
+    }
+  }
+}
+
+}  // namespace shardps::testing
