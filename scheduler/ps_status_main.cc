@@ -6,6 +6,7 @@
 // --checkpoint asks the scheduler for a checkpoint now (the consistent cut at
 // the first clock no worker has started) and waits until it is written.
 #include <cstdio>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "common/init.h"
@@ -68,10 +69,29 @@ int main(int argc, char** argv) {
               (unsigned long long)status->max_spread(), status->samples_per_sec(),
               status->train_loss(), status->eval_auc());
   for (const auto& m : status->members()) {
-    std::printf("  %-6s %2u  %-9s %-21s clock %-8llu heartbeat %.1fs ago\n",
+    std::printf("  %-6s %2u  %-9s %-21s clock %-8llu heartbeat %.1fs ago%s%s\n",
                 m.role() == shardps::SERVER ? "server" : "worker", m.index(),
                 StateName(m.state()), m.address().c_str(),
-                (unsigned long long)m.clock(), m.last_heartbeat_age_sec());
+                (unsigned long long)m.clock(), m.last_heartbeat_age_sec(),
+                m.restarts() ? (", restarted " + std::to_string(m.restarts()) + "x").c_str() : "",
+                m.reason().empty() ? "" : (" (" + m.reason() + ")").c_str());
+  }
+  if (status->last_checkpoint_hold_sec() > 0) {
+    std::printf("last checkpoint: workers held %.3f s (copy), files written in %.3f s behind "
+                "them\n",
+                status->last_checkpoint_hold_sec(), status->last_checkpoint_write_sec());
+  }
+  for (const auto& r : status->recoveries()) {
+    std::printf("recovery: %s (%s): restarted at clock %llu%s, generation %llu; ",
+                r.kind().c_str(), r.cause().c_str(), (unsigned long long)r.clock(),
+                r.initial() ? " (initial values)" : "", (unsigned long long)r.generation());
+    if (r.complete()) {
+      std::printf("%.2f s = detect %.2f + wait %.2f + restore %.2f + rewind %.2f\n",
+                  r.total_sec(), r.detect_sec(), r.wait_sec(), r.restore_sec(),
+                  r.rewind_sec());
+    } else {
+      std::printf("in progress\n");
+    }
   }
   return 0;
 }

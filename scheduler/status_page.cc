@@ -211,6 +211,39 @@ std::string StatusJson(const JobStatusResponse& status,
     if (i > 0) out += ",";
     AppendString(&out, checkpoints[i]);
   }
+  out += "],";
+  absl::StrAppend(&out, "\"generation\":", status.generation(), ",");
+  Key(&out, "checkpoint_hold_sec");
+  AppendNumber(&out, status.last_checkpoint_hold_sec());
+  out += ",";
+  Key(&out, "checkpoint_write_sec");
+  AppendNumber(&out, status.last_checkpoint_write_sec());
+  out += ",";
+  Key(&out, "recoveries");
+  out += "[";
+  for (int i = 0; i < status.recoveries_size(); ++i) {
+    const RecoveryReport& r = status.recoveries(i);
+    if (i > 0) out += ",";
+    out += "{";
+    Key(&out, "kind");
+    AppendString(&out, r.kind());
+    out += ",";
+    Key(&out, "cause");
+    AppendString(&out, r.cause());
+    absl::StrAppend(&out, ",\"clock\":", r.clock(), ",\"initial\":",
+                    r.initial() ? "true" : "false", ",\"complete\":",
+                    r.complete() ? "true" : "false", ",\"rows\":", r.rows(), ",");
+    const std::pair<const char*, double> phases[] = {
+        {"started_unix_sec", r.started_unix_sec()}, {"detect_sec", r.detect_sec()},
+        {"wait_sec", r.wait_sec()}, {"restore_sec", r.restore_sec()},
+        {"rewind_sec", r.rewind_sec()}, {"total_sec", r.total_sec()}};
+    for (size_t k = 0; k < std::size(phases); ++k) {
+      if (k > 0) out += ",";
+      Key(&out, phases[k].first);
+      AppendNumber(&out, phases[k].second);
+    }
+    out += "}";
+  }
   out += "]}";
   return out;
 }
@@ -246,7 +279,7 @@ void ExportJobMetrics(const JobStatusResponse& status) {
   GetGauge("shardps_scheduler_max_spread", "Largest max - min clock seen.")
       .Set(static_cast<double>(status.max_spread()));
   const std::string state = status.state().substr(0, status.state().find(':'));
-  for (const char* s : {"waiting", "running", "done", "failed"}) {
+  for (const char* s : {"waiting", "running", "recovering", "done", "failed"}) {
     GetGauge("shardps_scheduler_job_state", "1 for the job's state.", {{"state", s}})
         .Set(state == s ? 1 : 0);
   }
@@ -258,6 +291,37 @@ void ExportJobMetrics(const JobStatusResponse& status) {
       .Set(status.train_loss());
   GetGauge("shardps_scheduler_eval_auc", "Eval AUC of the finished job (0 before).")
       .Set(status.eval_auc());
+  GetGauge("shardps_scheduler_job_generation", "The job generation (changes at each rollback).")
+      .Set(static_cast<double>(status.generation()));
+  GetGauge("shardps_scheduler_checkpoint_hold_seconds",
+           "Last checkpoint: workers held while the servers copied their rows.")
+      .Set(status.last_checkpoint_hold_sec());
+  GetGauge("shardps_scheduler_checkpoint_write_seconds",
+           "Last checkpoint: the files' write behind the running workers.")
+      .Set(status.last_checkpoint_write_sec());
+  std::map<std::string, int> by_kind;
+  const RecoveryReport* last = nullptr;
+  for (const RecoveryReport& r : status.recoveries()) {
+    ++by_kind[r.kind()];
+    if (r.complete()) last = &r;
+  }
+  for (const char* kind : {"rollback", "partial", "rejoin", "resume", "takeover"}) {
+    GetGauge("shardps_scheduler_recoveries", "Recoveries so far, by kind.", {{"kind", kind}})
+        .Set(by_kind[kind]);
+  }
+  if (last != nullptr) {
+    const std::pair<const char*, double> phases[] = {
+        {"detect", last->detect_sec()}, {"wait", last->wait_sec()},
+        {"restore", last->restore_sec()}, {"rewind", last->rewind_sec()},
+        {"total", last->total_sec()}};
+    for (const auto& [phase, seconds] : phases) {
+      GetGauge("shardps_scheduler_last_recovery_seconds",
+               "The last complete recovery, by phase: detect (last heartbeat to detection), "
+               "wait (for every server), restore, rewind (to every worker restarted), total.",
+               {{"phase", phase}})
+          .Set(seconds);
+    }
+  }
 }
 
 StatusPage::StatusPage(Options options)

@@ -16,7 +16,7 @@ inline constexpr char kStatusHtml[] = R"html(<!DOCTYPE html>
  header{background:#1d2b45;color:#fff;padding:14px 24px;display:flex;align-items:center;gap:16px}
  header h1{font-size:19px;margin:0;font-weight:600}
  .badge{padding:3px 10px;border-radius:12px;font-size:12px;font-weight:600;text-transform:uppercase;background:#667}
- .badge.running{background:#2d8a4e}.badge.waiting{background:#b7791f}.badge.done{background:#2b6cb0}.badge.failed{background:#c53030}
+ .badge.running{background:#2d8a4e}.badge.recovering{background:#c05621}.badge.waiting{background:#b7791f}.badge.done{background:#2b6cb0}.badge.failed{background:#c53030}
  #elapsed{margin-left:auto;opacity:.8}
  main{padding:16px 24px}
  .cards{display:grid;grid-template-columns:repeat(6,1fr);gap:12px;margin-bottom:16px}
@@ -47,6 +47,8 @@ inline constexpr char kStatusHtml[] = R"html(<!DOCTYPE html>
 <h3>Members</h3>
 <table id="members"><thead><tr><th>Role</th><th>Index</th><th>Address</th><th>State</th><th>Clock</th><th>Lag</th><th>Last heartbeat</th></tr></thead><tbody></tbody></table>
 <h3>Checkpoints</h3><div id="checkpoints">none</div>
+<h3>Recoveries</h3>
+<table id="recoveries"><thead><tr><th>Kind</th><th>Cause</th><th>Restarted at clock</th><th>Detect</th><th>Wait</th><th>Restore</th><th>Rewind</th><th>Total</th></tr></thead><tbody></tbody></table>
 </main>
 <script>
 const NS = "http://www.w3.org/2000/svg";
@@ -139,7 +141,21 @@ function render(s) {
   chart("chart-clock", h.t, [{ys: h.max_clock, color: "#d53f8c", name: "max"},
                              {ys: h.min_clock, color: "#805ad5", name: "min"}]);
   document.getElementById("checkpoints").textContent =
-    s.checkpoints.length ? s.checkpoints.join(", ") : "none";
+    (s.checkpoints.length ? s.checkpoints.join(", ") : "none") +
+    (s.checkpoint_hold_sec ? " \u00b7 last: workers held " + fmt(s.checkpoint_hold_sec, 3) +
+     " s, written in " + fmt(s.checkpoint_write_sec, 3) + " s behind them" : "");
+  const rec = document.querySelector("#recoveries tbody");
+  rec.replaceChildren();
+  for (const r of (s.recoveries || [])) {
+    const tr = document.createElement("tr");
+    const secs = v => fmt(v, 2) + " s";
+    [r.kind, r.cause, r.initial ? "0 (initial values)" : r.clock, secs(r.detect_sec),
+     secs(r.wait_sec), secs(r.restore_sec), secs(r.rewind_sec),
+     r.complete ? secs(r.total_sec) : "in progress"].forEach(c => {
+      const td = document.createElement("td"); td.textContent = c; tr.appendChild(td);
+    });
+    rec.appendChild(tr);
+  }
 }
 async function refresh() {
   try {

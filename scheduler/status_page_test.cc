@@ -123,8 +123,38 @@ TEST(StatusJsonTest, HoldsMembersClocksHistoryAndCheckpoints) {
   EXPECT_THAT(json, HasSubstr(R"("t":[1,2],"samples_per_sec":[100,200],)"
                               R"("train_loss":[null,0.25],"eval_auc":[null,null],)"
                               R"("min_clock":[0,0],"max_clock":[0,4]})"));
-  EXPECT_THAT(json, HasSubstr(R"("checkpoints":["ckpt-10","ckpt-20"]})"));
+  EXPECT_THAT(json, HasSubstr(R"("checkpoints":["ckpt-10","ckpt-20"],)"));
+  EXPECT_THAT(json, HasSubstr(R"("recoveries":[]})"));
   EXPECT_THAT(json, Not(HasSubstr("nan")));
+}
+
+// One recovery: the page lists it with its phases.
+JobStatusResponse WithRecovery() {
+  JobStatusResponse s = TwoByTwo(40, 41);
+  s.set_generation(1795614881682);
+  s.set_last_checkpoint_hold_sec(0.25);
+  s.set_last_checkpoint_write_sec(1.5);
+  RecoveryReport* r = s.add_recoveries();
+  r->set_kind("rollback");
+  r->set_cause("server 1 restarted");
+  r->set_clock(40);
+  r->set_detect_sec(1.25);
+  r->set_wait_sec(0.5);
+  r->set_restore_sec(2);
+  r->set_rewind_sec(0.75);
+  r->set_total_sec(4.5);
+  r->set_complete(true);
+  return s;
+}
+
+TEST(StatusJsonTest, ListsRecoveriesWithTheirPhases) {
+  const std::string json = StatusJson(WithRecovery(), {}, {});
+  EXPECT_THAT(json, HasSubstr(R"("generation":1795614881682,)"));
+  EXPECT_THAT(json, HasSubstr(R"("checkpoint_hold_sec":0.25,"checkpoint_write_sec":1.5,)"));
+  EXPECT_THAT(json, HasSubstr(R"({"kind":"rollback","cause":"server 1 restarted","clock":40,)"
+                              R"("initial":false,"complete":true,"rows":0,)"));
+  EXPECT_THAT(json, HasSubstr(R"("detect_sec":1.25,"wait_sec":0.5,"restore_sec":2,)"
+                              R"("rewind_sec":0.75,"total_sec":4.5})"));
 }
 
 TEST(StatusJsonTest, EscapesControlCharacters) {
@@ -145,6 +175,12 @@ TEST(ExportJobMetricsTest, SetsClockStateAndJobSeries) {
       "shardps_scheduler_member_state{index=\"1\",role=\"worker\",state=\"alive\"} 0"));
   EXPECT_THAT(text, HasSubstr("shardps_scheduler_job_state{state=\"running\"} 1"));
   EXPECT_THAT(text, HasSubstr("shardps_scheduler_job_state{state=\"done\"} 0"));
+  ExportJobMetrics(WithRecovery());
+  const std::string after = metrics::Scrape();
+  EXPECT_THAT(after, HasSubstr("shardps_scheduler_recoveries{kind=\"rollback\"} 1"));
+  EXPECT_THAT(after, HasSubstr("shardps_scheduler_last_recovery_seconds{phase=\"restore\"} 2"));
+  EXPECT_THAT(after, HasSubstr("shardps_scheduler_last_recovery_seconds{phase=\"total\"} 4.5"));
+  EXPECT_THAT(after, HasSubstr("shardps_scheduler_checkpoint_hold_seconds 0.25"));
 }
 
 TEST(StatusPageTest, RefusesBadOptions) {

@@ -9,8 +9,12 @@
 #include <string>
 #include <vector>
 
+#include <atomic>
+#include <thread>
+
 #include "absl/time/clock.h"
 #include "common/codec.h"
+#include "common/generation.h"
 #include "gtest/gtest.h"
 
 namespace shardps {
@@ -186,6 +190,83 @@ TEST(CoreTest, BspPullWaitsForThePreviousClock) {
   EXPECT_TRUE(core->Pull(r, absl::InfiniteFuture(), &presp).ok());
   EXPECT_EQ(core->Push(MakePush(1, 1, 1, key, {1, 1, 1, 1}), &resp).code(),
             absl::StatusCode::kFailedPrecondition);  // Rank 1 not active.
+}
+
+// Job generations: a restore moves the core into the request's generation;
+// a push of the old one is refused as stale and changes nothing, one of a
+// newer one is UNAVAILABLE; an initial restore resets every row at clock 0.
+TEST(CoreTest, RestoreSetsTheGenerationAndStaleRequestsChangeNothing) {
+  auto core = MakeCore(ASP);
+  const std::vector<uint64_t> keys = OwnedKeys(1, 0, 3);
+  const std::string initial = PullBytes(*core, 1, keys);
+  PushResponse resp;
+  ASSERT_TRUE(core->Push(MakePush(0, 0, 1, keys, std::vector<float>(12, 1)), &resp).ok());
+  RestoreRequest reset;
+  reset.set_initial(true);
+  reset.set_generation(7);
+  RestoreResponse rresp;
+  ASSERT_TRUE(core->Restore(reset, &rresp).ok());
+  EXPECT_EQ(core->generation(), 7u);
+  PullRequest pull;
+  pull.set_map_version(1);
+  pull.set_purpose(EVAL);
+  pull.set_generation(7);
+  TableKeys* tk = pull.add_tables();
+  tk->set_table_id(1);
+  for (uint64_t k : keys) tk->add_keys(k);
+  PullResponse presp;
+  ASSERT_TRUE(core->Pull(pull, absl::InfiniteFuture(), &presp).ok());
+  EXPECT_EQ(presp.tables(0).values(), initial) << "the initial restore kept a row";
+  // Generation 0 is now stale: refused, nothing changes.
+  PushRequest stale = MakePush(0, 0, 1, keys, std::vector<float>(12, 1));
+  const absl::Status s = core->Push(stale, &resp);
+  EXPECT_TRUE(IsStaleGeneration(s)) << s;
+  PushRequest newer = stale;
+  newer.set_generation(8);
+  EXPECT_EQ(core->Push(newer, &resp).code(), absl::StatusCode::kUnavailable);
+  presp.Clear();
+  ASSERT_TRUE(core->Pull(pull, absl::InfiniteFuture(), &presp).ok());
+  EXPECT_EQ(presp.tables(0).values(), initial);
+  pull.set_generation(0);
+  EXPECT_TRUE(IsStaleGeneration(core->Pull(pull, absl::InfiniteFuture(), &presp)));
+  // A restore request naming a checkpoint and `initial` at once is refused.
+  reset.set_root("/ckpt");
+  EXPECT_EQ(core->Restore(reset, &rresp).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A BSP pull waiting for its clock when a restore moves the server to a new
+// generation is woken and refused (it must not be served from the restored
+// rows), and the buffered pushes of the old generation are gone.
+TEST(CoreTest, RestoreWakesAWaitingBspPullAndRefusesIt) {
+  auto core = MakeCore(BSP);
+  const std::vector<uint64_t> key = OwnedKeys(1, 0, 1);
+  PushResponse resp;
+  ASSERT_TRUE(core->Push(MakePush(0, 0, 1, key, {1, 1, 1, 1}), &resp).ok());
+  std::atomic<bool> done{false};
+  absl::Status waited;
+  std::thread waiter([&] {
+    PullRequest r;
+    r.set_map_version(1);
+    r.set_clock(1);  // Waits for clock 0, which ranks 1 and 2 never close.
+    r.add_tables()->set_table_id(1);
+    PullResponse presp;
+    waited = core->Pull(r, absl::Now() + absl::Seconds(30), &presp);
+    done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(done) << "the pull did not wait";
+  RestoreRequest reset;
+  reset.set_initial(true);
+  reset.set_generation(5);
+  RestoreResponse rresp;
+  ASSERT_TRUE(core->Restore(reset, &rresp).ok());
+  waiter.join();
+  EXPECT_TRUE(IsStaleGeneration(waited)) << waited;
+  // Rank 0's buffered push of clock 0 was dropped: it may push clock 0 again.
+  PushRequest again = MakePush(0, 0, 1, key, {1, 1, 1, 1});
+  again.set_generation(5);
+  EXPECT_TRUE(core->Push(again, &resp).ok());
+  EXPECT_EQ(core->applied_clock(), 0u);
 }
 
 TEST(CoreTest, StaleMapVersionIsAbortedAndChangesNothing) {

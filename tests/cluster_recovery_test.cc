@@ -275,7 +275,7 @@ Outcome RunChaos(const std::string& name, const std::string& mode, int kills,
   for (int k = 0; k < kills; ++k) {
     if (!WaitForCheckpointAfter(job, last)) break;
     last = Checkpoints(job.ckpt()).complete;
-    const auto [before, settled] = Generation(job.address());
+    const uint64_t before = Generation(job.address()).first;
     if (k == during_write) {
       if (!WaitForCheckpointWrite(job)) break;
     } else {
@@ -284,16 +284,17 @@ Outcome RunChaos(const std::string& name, const std::string& mode, int kills,
     if (job.Ended()) break;
     job.sup().Signal(job.server(k % 2), SIGKILL);
     ++done;
+    // Wait for this kill's recovery to end (so each kill is a recovery of
+    // its own, after a checkpoint written since the last one).
+    uint64_t after = before;
+    bool complete = false;
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while ((after == before || !complete) && absl::Now() < deadline && !job.Ended()) {
+      absl::SleepFor(absl::Milliseconds(50));
+      std::tie(after, complete) = Generation(job.address());
+    }
+    EXPECT_GT(after, before) << "no rollback after kill " << k + 1 << "\n" << job.Logs();
     if (k == 0) {
-      // After the rollback, a live server refuses the old generation.
-      uint64_t after = before;
-      bool complete = false;
-      const absl::Time deadline = absl::Now() + absl::Seconds(60);
-      while ((after == before || !complete) && absl::Now() < deadline && !job.Ended()) {
-        absl::SleepFor(absl::Milliseconds(50));
-        std::tie(after, complete) = Generation(job.address());
-      }
-      EXPECT_GT(after, before) << "no rollback after the kill\n" << job.Logs();
       // Server 1 lived through it: a push still of the old generation (as
       // one in flight at the kill) is refused and changes nothing.
       const grpc::Status st = PushWithGeneration(job.server_address(1), before);

@@ -10,7 +10,8 @@
 # TSan: only cores whose threads do not pass through gRPC or LibTorch (TSan
 # cannot see the synchronization inside uninstrumented libraries and reports
 # false races there): tables, optimizers, the server core, the clock and
-# membership services, the checkpoint code, the data reader, the mutex.
+# membership services, the job coordinator (with fake servers), the
+# checkpoint code, the data reader, the mutex.
 # Each config has its own output directory (--platform_suffix in .bazelrc),
 # so switching between them does not rebuild the normal build.
 # Environment: BAZEL_STARTUP (e.g. --output_base=...), BAZEL_OPTS (e.g.
@@ -32,7 +33,7 @@ TSAN_TARGETS=(
   //common:mutex_test
   //server:table_test //server:table_store_test //server:optimizer_test //server:helper_pool_test
   //server:parameter_server_core_test
-  //scheduler:clock_test //scheduler:membership_test
+  //scheduler:clock_test //scheduler:membership_test //scheduler:job_test
   //server/checkpoint/...
   //worker/data/...
 )
