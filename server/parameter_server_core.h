@@ -101,6 +101,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -110,6 +111,7 @@
 #include "common/partition.h"
 #include "proto/config.pb.h"
 #include "proto/ps.pb.h"
+#include "server/checkpoint/checkpoint_file.h"
 #include "server/table_store.h"
 
 namespace shardps {
@@ -226,7 +228,16 @@ class ParameterServerCore {
   std::vector<bool> OwnedPartitions(const PartitionMap& map) const;
 
   // A checkpoint's files being written from its copy.
-  struct CheckpointWrite;
+  struct CheckpointWrite {
+    std::string root;
+    uint64_t clock = 0;
+    std::string dir;
+    uint64_t rows = 0;
+    std::thread thread;
+    // Set by `thread`; read after joining it.
+    absl::Status status;
+    std::vector<checkpoint::WrittenFile> files;
+  };
   // Copies the rows and starts the background write (phase COPY).
   absl::Status StartCheckpointWrite(const CheckpointRequest& request,
                                     CheckpointResponse* response)

@@ -7,6 +7,7 @@
 
 #include "absl/time/time.h"
 #include "grpc/slice.h"
+#include "common/grpc_status.h"
 #include "common/metrics.h"
 
 namespace shardps {
@@ -54,12 +55,6 @@ const RpcMetrics& Metrics() {
 }
 
 }  // namespace
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
 
 namespace {
 

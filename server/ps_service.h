@@ -1,6 +1,6 @@
 // The ParameterServer gRPC service: a thin, stateless shell over a
 // ParameterServerCore. Each RPC hands the request to the core and converts
-// the absl::Status to a grpc::Status once (ToGrpcStatus). The request's
+// the absl::Status to a grpc::Status once (common/grpc_status.h). The request's
 // deadline bounds a BSP pull's wait.
 //
 // Pull and Push, the data path, are asynchronous (completion-queue) methods
@@ -31,9 +31,6 @@
 #include "server/parameter_server_core.h"
 
 namespace shardps {
-
-// The one place an absl::Status becomes a grpc::Status (same code, message).
-grpc::Status ToGrpcStatus(const absl::Status& status);
 
 // A PullResponse in protobuf wire format, built as slices: per table, a small
 // header (the TableValues field's tag and length, table_id, dim, the values'

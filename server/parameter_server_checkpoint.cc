@@ -1,0 +1,318 @@
+// ParameterServerCore's checkpoints and restores (parameter_server_core.h
+// has the contract; server/snapshot.h the file layout): the copy of a cut,
+// its background write, delta bases, and Restore into a job generation.
+#include <algorithm>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "server/checkpoint/checkpoint_dir.h"
+#include "server/checkpoint/manifest.h"
+#include "server/parameter_server_core.h"
+#include "server/snapshot.h"
+
+namespace shardps {
+
+namespace {
+
+// A root path without trailing '/', so requests name the same root alike.
+std::string CanonicalRoot(std::string root) {
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  return root;
+}
+
+struct RestoreSource {
+  std::string root;
+  checkpoint::ResolvedCheckpoint checkpoint;
+};
+
+// The checkpoint a RestoreRequest names, with its delta chain resolved, every
+// link's manifest loaded and checked (files present with their sizes;
+// LoadOwnedChain checks the CRCs of the files this server reads).
+absl::StatusOr<RestoreSource> ResolveRestore(const RestoreRequest& request) {
+  checkpoint::LoadManifestOptions options;
+  options.verify_file_crcs = false;
+  RestoreSource source;
+  if (!request.manifest().empty()) {
+    if (!request.root().empty() || request.has_clock()) {
+      return absl::InvalidArgumentError(
+          "Restore: set either manifest or root (and clock), not both");
+    }
+    std::string dir = CanonicalRoot(request.manifest());
+    const std::string suffix = std::string("/") + checkpoint::kManifestFileName;
+    if (absl::EndsWith(dir, suffix)) dir.resize(dir.size() - suffix.size());
+    dir = CanonicalRoot(dir);
+    ASSIGN_OR_RETURN(const checkpoint::CheckpointManifest manifest,
+                     checkpoint::LoadManifest(dir, options));
+    // The chain's links are the checkpoint's siblings.
+    const size_t slash = dir.rfind('/');
+    source.root = slash == std::string::npos ? "." : dir.substr(0, slash);
+    if (source.root.empty()) source.root = "/";
+    ASSIGN_OR_RETURN(source.checkpoint,
+                     checkpoint::LoadCheckpoint(source.root, manifest.clock(),
+                                                options));
+  } else {
+    if (request.root().empty()) {
+      return absl::InvalidArgumentError(
+          "Restore: the request names no checkpoint (set manifest or root)");
+    }
+    source.root = CanonicalRoot(request.root());
+    if (request.has_clock()) {
+      ASSIGN_OR_RETURN(source.checkpoint,
+                       checkpoint::LoadCheckpoint(source.root, request.clock(),
+                                                  options));
+    } else {
+      ASSIGN_OR_RETURN(source.checkpoint,
+                       checkpoint::LatestComplete(source.root, options));
+    }
+  }
+  return source;
+}
+
+}  // namespace
+
+std::vector<bool> ParameterServerCore::OwnedPartitions(
+    const PartitionMap& map) const {
+  std::vector<bool> owned(map.num_partitions());
+  for (uint32_t p = 0; p < map.num_partitions(); ++p) {
+    owned[p] = map.OwnerOfPartition(p) == server_index_;
+  }
+  return owned;
+}
+
+absl::Status ParameterServerCore::Checkpoint(const CheckpointRequest& request,
+                                             CheckpointResponse* response) {
+  if (request.dir().empty()) {
+    return absl::InvalidArgumentError("Checkpoint: no checkpoint dir");
+  }
+  if (request.delta() && request.base_clock() >= request.clock()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Checkpoint: a delta at clock ", request.clock(), " on base clock ",
+        request.base_clock(), " (the base must be older)"));
+  }
+  if (!CheckpointRequest::Phase_IsValid(request.phase())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Checkpoint: unknown phase ", static_cast<int>(request.phase())));
+  }
+  if (config_.name().empty()) {
+    return absl::FailedPreconditionError(
+        "Checkpoint: the job config has no name");
+  }
+  MutexLock checkpoint_lock(&checkpoint_mu_);
+  RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
+  if (request.phase() != CheckpointRequest::COLLECT) {
+    RETURN_IF_ERROR(StartCheckpointWrite(request, response));
+    if (request.phase() == CheckpointRequest::COPY) return absl::OkStatus();
+  }
+  return CollectCheckpointWrite(request, response);
+}
+
+void ParameterServerCore::DropCheckpointWrite() {
+  if (write_ == nullptr) return;
+  write_->thread.join();
+  LOG(WARNING) << "server " << server_index_ << ": checkpoint "
+               << write_->dir << " was written but never collected ("
+               << write_->status << ")";
+  write_.reset();
+}
+
+absl::Status ParameterServerCore::StartCheckpointWrite(
+    const CheckpointRequest& request, CheckpointResponse* response) {
+  DropCheckpointWrite();
+  const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
+  std::optional<uint32_t> since;
+  if (request.delta()) {
+    ASSIGN_OR_RETURN(since, DeltaBase(request, owned));
+  }
+  ASSIGN_OR_RETURN(const std::string dir, checkpoint::CreateCheckpointDir(
+                                              request.dir(), request.clock()));
+  std::shared_ptr<const StoreSnapshot> snapshot;
+  uint32_t generation = 0;
+  if (bsp_) {
+    // Under the clock lock: no clock can be applied half-way through the copy.
+    MutexLock lock(&bsp_mu_);
+    if (applied_clock_ != request.clock()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Checkpoint at clock ", request.clock(), ": server ", server_index_,
+          " has applied clocks < ", applied_clock_,
+          " (BSP checkpoints need exactly the clocks < ", request.clock(),
+          " applied)"));
+    }
+    generation = store_->AdvanceGeneration();
+    snapshot = StoreSnapshot::Take(*store_, owned, since);
+  } else {
+    generation = store_->AdvanceGeneration();
+    snapshot = StoreSnapshot::Take(*store_, owned, since);
+  }
+  // Rows changed from now on are newer than `generation`: a delta on this
+  // checkpoint holds them (once the scheduler has made it complete).
+  RememberBase({CanonicalRoot(request.dir()), request.clock(), generation,
+                owned});
+  SnapshotWriteOptions options;
+  options.dir = dir;
+  options.job_name = config_.name();
+  options.clock = request.clock();
+  options.base_clock = request.base_clock();
+  options.tables = TableSchemas(*store_);
+  write_ = std::make_unique<CheckpointWrite>();
+  write_->root = request.dir();
+  write_->clock = request.clock();
+  write_->dir = dir;
+  write_->rows = snapshot->rows();
+  CheckpointWrite* write = write_.get();
+  write_->thread = std::thread([write, snapshot, options, delay = checkpoint_write_delay_] {
+    if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+    absl::StatusOr<std::vector<checkpoint::WrittenFile>> files =
+        WriteSnapshot(*snapshot, options);
+    if (files.ok()) {
+      write->files = std::move(*files);
+    } else {
+      write->status = files.status();
+    }
+  });
+  response->set_checkpoint_dir(dir);
+  response->set_rows(write_->rows);
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::CollectCheckpointWrite(
+    const CheckpointRequest& request, CheckpointResponse* response) {
+  if (write_ == nullptr || write_->root != request.dir() ||
+      write_->clock != request.clock()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Checkpoint COLLECT: server ", server_index_,
+        " has no checkpoint write of clock ", request.clock(), " in ",
+        request.dir(), " to collect"));
+  }
+  write_->thread.join();
+  const std::unique_ptr<CheckpointWrite> write = std::move(write_);
+  RETURN_IF_ERROR(write->status);
+  response->set_checkpoint_dir(write->dir);
+  response->set_rows(write->rows);
+  uint64_t bytes = 0;
+  for (const checkpoint::WrittenFile& file : write->files) {
+    *response->add_written() = checkpoint::ToManifestEntry(file);
+    response->add_files(response->written(response->written_size() - 1).name());
+    bytes += file.size;
+  }
+  response->set_bytes(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
+                                          RestoreResponse* response) {
+  if (request.initial()) {
+    if (!request.manifest().empty() || !request.root().empty() || request.has_clock()) {
+      return absl::InvalidArgumentError(
+          "Restore: an initial restore names no checkpoint (manifest, root, clock unset)");
+    }
+    MutexLock checkpoint_lock(&checkpoint_mu_);
+    DropCheckpointWrite();
+    WriterMutexLock state(&state_mu_);
+    MutexLock lock(&bsp_mu_);
+    for (Table* table : store_->tables()) table->Clear();
+    bases_.clear();
+    pending_.clear();
+    applied_clock_ = 0;
+    max_clock_.store(0, std::memory_order_relaxed);
+    store_->ResetClock(0);
+    generation_.store(request.generation(), std::memory_order_release);
+    clock_applied_.SignalAll();
+    LOG(INFO) << "server " << server_index_ << " reset every row to its initial value "
+              << "(clock 0, job generation " << request.generation() << ")";
+    response->set_clock(0);
+    return absl::OkStatus();
+  }
+  MutexLock checkpoint_lock(&checkpoint_mu_);
+  DropCheckpointWrite();
+  ASSIGN_OR_RETURN(const RestoreSource source, ResolveRestore(request));
+  const checkpoint::CheckpointManifest& manifest = source.checkpoint.manifest;
+  const std::string& dir = source.checkpoint.dir;
+  if (manifest.job_name() != config_.name()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, ": checkpoint of job \"", manifest.job_name(),
+        "\", this job is \"", config_.name(), "\""));
+  }
+  // The manifest's config fingerprint is not compared: it covers the number
+  // of servers, and a checkpoint may be restored onto another server count.
+  // Each file's table schemas are checked instead.
+  const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
+  ASSIGN_OR_RETURN(const std::vector<LoadedFiles> chain,
+                   LoadOwnedChain(source.checkpoint, owned,
+                                  TableSchemas(*store_)));
+  const uint64_t clock = manifest.clock();
+  uint64_t rows;
+  size_t files_read = 0;
+  uint64_t bytes_read = 0;
+  for (const LoadedFiles& link : chain) {
+    files_read += link.files.size();
+    bytes_read += link.bytes;
+  }
+  {
+    WriterMutexLock state(&state_mu_);
+    MutexLock lock(&bsp_mu_);
+    rows = ApplyChain(chain, owned, store_.get());
+    // The tables now equal the checkpoint: the only base for the next delta
+    // (deltas on earlier bases would miss the deletions Clear() forgot).
+    bases_.clear();
+    RememberBase({source.root, clock, store_->AdvanceGeneration(), owned});
+    pending_.clear();
+    applied_clock_ = clock;
+    max_clock_.store(clock, std::memory_order_relaxed);
+    store_->ResetClock(clock);
+    generation_.store(request.generation(), std::memory_order_release);
+    clock_applied_.SignalAll();
+  }
+  LOG(INFO) << "server " << server_index_ << " restored " << rows
+            << " rows from " << files_read << " files of " << dir
+            << " (clock " << clock << ", a chain of " << chain.size()
+            << " checkpoints, job generation " << request.generation() << ")";
+  response->set_rows(rows);
+  response->set_clock(clock);
+  response->set_checkpoint_dir(dir);
+  response->set_files_read(files_read);
+  response->set_bytes_read(bytes_read);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> ParameterServerCore::DeltaBase(
+    const CheckpointRequest& request, const std::vector<bool>& owned) const {
+  const std::string root = CanonicalRoot(request.dir());
+  for (const CheckpointBase& base : bases_) {
+    if (base.root != root || base.clock != request.base_clock()) continue;
+    if (base.owned != owned) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "delta checkpoint at clock ", request.clock(), ": server ",
+          server_index_, " owned other partitions at its base ",
+          checkpoint::CheckpointId(request.base_clock()),
+          "; take a full checkpoint"));
+    }
+    return base.generation;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "delta checkpoint at clock ", request.clock(), ": server ",
+      server_index_, " has no record of its base ",
+      checkpoint::CheckpointId(request.base_clock()), " in ", root,
+      " (not copied or restored by this process); take a full checkpoint"));
+}
+
+void ParameterServerCore::RememberBase(CheckpointBase base) {
+  bases_.erase(std::remove_if(bases_.begin(), bases_.end(),
+                              [&](const CheckpointBase& b) {
+                                return b.root == base.root &&
+                                       b.clock == base.clock;
+                              }),
+               bases_.end());
+  bases_.push_back(std::move(base));
+  if (bases_.size() > kRememberedBases) bases_.erase(bases_.begin());
+  uint32_t oldest = bases_.front().generation;
+  for (const CheckpointBase& b : bases_) oldest = std::min(oldest, b.generation);
+  store_->TrimDeletions(oldest);
+}
+
+}  // namespace shardps
