@@ -29,6 +29,7 @@ MODELS = {
     ("v1", "Namespace"): "V1Namespace",
     ("v1", "Service"): "V1Service",
     ("v1", "ConfigMap"): "V1ConfigMap",
+    ("v1", "PersistentVolumeClaim"): "V1PersistentVolumeClaim",
     ("apps/v1", "Deployment"): "V1Deployment",
     ("apps/v1", "StatefulSet"): "V1StatefulSet",
     ("batch/v1", "Job"): "V1Job",
@@ -159,8 +160,8 @@ class ManifestsTest(unittest.TestCase):
         for overlay, objects in self.rendered.items():
             kinds = sorted(o["kind"] for o in objects)
             self.assertEqual(kinds, ["ConfigMap", "Deployment", "Job", "Namespace",
-                                     "PodDisruptionBudget", "Service", "Service",
-                                     "StatefulSet"], overlay)
+                                     "PersistentVolumeClaim", "PodDisruptionBudget",
+                                     "Service", "Service", "StatefulSet"], overlay)
             for obj in objects:
                 self.assertEqual(validate_object(obj), [], overlay)
 
@@ -199,17 +200,60 @@ class ManifestsTest(unittest.TestCase):
             self.assertEqual(sts["spec"]["replicas"], int(self.shape["num_servers"]))
             svc = self.find(overlay, "Service", sts["spec"]["serviceName"])
             self.assertEqual(svc["spec"]["clusterIP"], "None")
-            claims = [c["metadata"]["name"] for c in sts["spec"]["volumeClaimTemplates"]]
             server = sts["spec"]["template"]["spec"]["containers"][0]
-            mounts = {m["name"]: m["mountPath"] for m in server["volumeMounts"]}
-            self.assertIn("checkpoints", claims)
-            self.assertEqual(mounts["checkpoints"], self.shape["dir"])
             env = env_of(server)
             self.assertEqual(env["SHARDPS_ADVERTISE"]["value"],
                              "$(POD_NAME).%s:7000" % svc["metadata"]["name"])
             pdb = self.find(overlay, "PodDisruptionBudget", "ps-server")
             self.assertEqual(pdb["spec"]["selector"]["matchLabels"],
                              sts["spec"]["selector"]["matchLabels"])
+
+    def checkpoint_mounts(self, obj):
+        """{container name: mountPath} of every container of `obj` that mounts
+        the shardps-checkpoints claim."""
+        spec = pod_spec(obj)
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        out = {}
+        for c in containers(obj):
+            for m in c.get("volumeMounts", []):
+                claim = volumes.get(m["name"], {}).get("persistentVolumeClaim", {})
+                if claim.get("claimName") == "shardps-checkpoints":
+                    self.assertFalse(m.get("readOnly", False), (obj["kind"], c["name"]))
+                    self.assertFalse(claim.get("readOnly", False), obj["kind"])
+                    out[c["name"]] = m["mountPath"]
+        return out
+
+    def test_checkpoints_on_one_shared_read_write_many_claim(self):
+        # Every server reads every server's checkpoint files (a restore onto
+        # any number of servers) and the scheduler writes the MANIFEST and
+        # resumes from the directory: one RWX volume, mounted by all of them
+        # at the config's checkpoint.dir.
+        ckpt_dir = self.shape["dir"]
+        self.assertTrue(ckpt_dir and ckpt_dir.startswith("/var/lib/shardps/checkpoints"),
+                        "base/job.pbtxt needs checkpoint.dir under /var/lib/shardps/checkpoints")
+        for overlay in OVERLAYS:
+            pvc = self.find(overlay, "PersistentVolumeClaim", "shardps-checkpoints")
+            self.assertEqual(pvc["spec"]["accessModes"], ["ReadWriteMany"], overlay)
+            self.assertIn("storage", pvc["spec"]["resources"]["requests"])
+            # No provider's class in the base: the cluster's default, or an
+            # overlay's patch, names an RWX-capable one.
+            self.assertNotIn("storageClassName", pvc["spec"], overlay)
+            sched = self.find(overlay, "Deployment", "ps-scheduler")
+            self.assertEqual(self.checkpoint_mounts(sched), {"scheduler": ckpt_dir}, overlay)
+            sts = self.find(overlay, "StatefulSet", "ps-server")
+            self.assertEqual(self.checkpoint_mounts(sts), {"server": ckpt_dir}, overlay)
+            self.assertFalse(sts["spec"].get("volumeClaimTemplates"),
+                             "%s: per-server volumes hide each shard's files from the others"
+                             % overlay)
+            for obj in self.rendered[overlay]:
+                spec = pod_spec(obj)
+                if spec is None:
+                    continue
+                # fsGroup makes the volume writable by the pods' user.
+                self.assertEqual(spec["securityContext"]["fsGroup"],
+                                 spec["securityContext"]["runAsGroup"], obj["kind"])
+                if obj["kind"] == "Job":  # Workers read no checkpoints.
+                    self.assertEqual(self.checkpoint_mounts(obj), {}, overlay)
 
     def test_gpu_only_in_the_gpu_overlay(self):
         self.assertNotIn("nvidia.com/gpu", yaml.safe_dump_all(self.rendered["cpu"]))
@@ -261,6 +305,9 @@ class ManifestsTest(unittest.TestCase):
                 for v in spec.get("volumes", []):
                     if "configMap" in v:
                         self.assertIn(("ConfigMap", v["configMap"]["name"]), names)
+                    if "persistentVolumeClaim" in v:
+                        self.assertIn(("PersistentVolumeClaim",
+                                       v["persistentVolumeClaim"]["claimName"]), names)
                 for c in containers(obj):
                     sched = env_of(c).get("SHARDPS_SCHEDULER")
                     if sched:

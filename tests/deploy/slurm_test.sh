@@ -2,9 +2,15 @@
 # Runs deploy/slurm/shardps.sbatch for real on a one-node Slurm cluster that
 # this test sets up and tears down: munged, slurmctld and slurmd (Debian's
 # munge and slurm-wlm) with a slurm.conf for 127.0.0.1 in a temporary
-# directory. The job is small (1 server, 1 worker, a few thousand generated
-# lines); the test passes when Slurm reports it COMPLETED and its output says
-# "shardps: job done" and the scheduler's PS_JOB_RESULT says state=done.
+# directory, and submits three small jobs (1 server, 1 worker, a few thousand
+# generated lines):
+#   1. a plain job: Slurm reports it COMPLETED, its output says "shardps: job
+#      done" and the scheduler's PS_JOB_RESULT says state=done;
+#   2. a server SIGKILLed mid-job (after its first checkpoint): its task
+#      restarts it with the same flags, the scheduler rolls the job back, and
+#      the job still ends COMPLETED with state=done and recoveries >= 1;
+#   3. a server that cannot listen: its task restarts it SHARDPS_MAX_RESTARTS
+#      (3) times, then the job ends FAILED ("shardps: servers failed").
 #
 # Needs root (the daemons run as root, as slurmd must to start jobs) and the
 # packages slurm-wlm and munge. Run by //tests/deploy:slurm_test from the
@@ -30,7 +36,7 @@ teardown() {
   local rc=$?
   set +e
   if [ "$rc" -ne 0 ]; then
-    for f in "$T"/job.out "$T"/slurmctld.log "$T"/slurmd.log "$T"/munged.log; do
+    for f in "$T"/*.out "$T"/slurmctld.log "$T"/slurmd.log "$T"/munged.log; do
       [ -f "$f" ] && { echo "----- $f (tail)"; tail -n 40 "$f"; }
     done
   fi
@@ -133,9 +139,11 @@ sed -e 's/synthetic_train_lines: [0-9]*/synthetic_train_lines: 4000/' \
 common/ps_config_check "$T/small.pbtxt" --servers=1 --workers=1 \
   --synthetic_dir="$T/data/synthetic" --max_steps=20 --write="$T/job.pbtxt"
 
-submit() {  # submit <output file> <server port>
+# submit <output file> <server port> [config]: the job's id. Settings the
+# caller puts in the environment (SHARDPS_WORKER_FLAGS=...) reach the job too.
+submit() {
   (cd "$T" && sbatch --parsable --output="$1" \
-    --export="ALL,SHARDPS_CONFIG=$T/job.pbtxt,SHARDPS_BIN=$ROOT,SHARDPS_HOST=127.0.0.1,SHARDPS_TASK=$ROOT/deploy/slurm/shardps-task,SHARDPS_SCHEDULER_PORT=$(free_port),SHARDPS_SERVER_PORT=$2,SHARDPS_DEVICE=cpu" \
+    --export="ALL,SHARDPS_CONFIG=${3:-$T/job.pbtxt},SHARDPS_BIN=$ROOT,SHARDPS_HOST=127.0.0.1,SHARDPS_TASK=$ROOT/deploy/slurm/shardps-task,SHARDPS_SCHEDULER_PORT=$(free_port),SHARDPS_SERVER_PORT=$2,SHARDPS_DEVICE=cpu" \
     "$ROOT/deploy/slurm/shardps.sbatch")
 }
 job_state() { scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
@@ -160,6 +168,57 @@ cat "$T/job.out"
 grep -q "^shardps: job done" "$T/job.out" || fail "job output does not say 'shardps: job done'"
 grep -Eq "PS_JOB_RESULT state=done" "$T/job.out" || fail "no PS_JOB_RESULT state=done"
 grep -Eq "PS_WORKER_RESULT rank=0" "$T/job.out" || fail "no PS_WORKER_RESULT from worker 0"
+grep -q "starting it again" "$T/job.out" && fail "a process of the plain job was restarted"
+job=""
+
+# --- a server killed mid-job: restarted by its task, the job rolled back -------
+# Longer and slower than the first job (120 steps of >= 100 ms, a checkpoint
+# every 10 steps) so that it is still training when the test kills its
+# server. Checkpoints on local disk: every process runs on this node.
+{
+  cat "$T/small.pbtxt"
+  printf 'checkpoint {\n  dir: "%s"\n  every_steps: 10\n}\n' "$T/ckpt"
+} >"$T/fault.pbtxt"
+common/ps_config_check "$T/fault.pbtxt" --servers=1 --workers=1 \
+  --synthetic_dir="$T/data/synthetic" --epochs=20 --max_steps=120 --write="$T/job_fault.pbtxt"
+job=$(SHARDPS_WORKER_FLAGS="--step_delay_ms=100" submit "$T/job_fault.out" "$(free_port)" \
+  "$T/job_fault.pbtxt")
+echo "submitted job $job (its server will be killed)"
+# Kill once the first checkpoint is complete (its MANIFEST is written last),
+# so the job has something to roll back to.
+for ((i = 0; ; i++)); do
+  compgen -G "$T/ckpt/ckpt-*/MANIFEST" >/dev/null && break
+  state=$(job_state)
+  case "$state" in
+    PENDING|CONFIGURING|RUNNING|"") ;;
+    *) fail "job $job ended $state before its first checkpoint was written" ;;
+  esac
+  [ "$i" -lt 900 ] || fail "job $job wrote no complete checkpoint to $T/ckpt in 180s"
+  sleep 0.2
+done
+# The ps_server binary, not the shardps-task wrapper around it (whose command
+# line is only "bash .../shardps-task server").
+server_pids=$(pgrep -f -- "/ps_server --config=$T/job_fault.pbtxt .*--index=0( |\$)" || true)
+[ "$(wc -w <<<"$server_pids")" -eq 1 ] ||
+  fail "expected one ps_server --index=0 of job $job, found pids '$server_pids'"
+[ "$(cat "/proc/$server_pids/comm" 2>/dev/null)" = ps_server ] ||
+  fail "pid $server_pids is not ps_server: $(tr '\0' ' ' <"/proc/$server_pids/cmdline" 2>/dev/null)"
+kill -KILL "$server_pids"
+echo "killed ps_server --index=0 (pid $server_pids) after" "$T"/ckpt/ckpt-*/MANIFEST
+wait_job
+cat "$T/job_fault.out"
+[ "$state" = "COMPLETED" ] || fail "job $job with a killed server ended $state, not COMPLETED"
+grep -q "^shardps: job done" "$T/job_fault.out" ||
+  fail "the output of job $job (killed server) does not say 'shardps: job done'"
+grep -Eq "shardps-task: server 0 exited with signal KILL .*starting it again with the same flags" \
+  "$T/job_fault.out" || fail "the output of job $job does not show the task restarting server 0"
+result=$(grep -o "PS_JOB_RESULT .*" "$T/job_fault.out" | tail -n 1)
+[ -n "$result" ] || fail "job $job printed no PS_JOB_RESULT"
+grep -q "state=done" <<<"$result" || fail "job $job did not end done: $result"
+recoveries=$(sed -n 's/.* recoveries=\([0-9]*\) .*/\1/p' <<<"$result")
+[ "${recoveries:-0}" -ge 1 ] || fail "job $job reports no recovery after its server was killed: $result"
+grep -q "max_clock=120 " <<<"$result" || fail "job $job did not train its 120 steps: $result"
+echo "the job recovered: $result"
 job=""
 
 # --- a job whose server cannot listen fails instead of hanging ------------------
@@ -180,5 +239,10 @@ grep -q "cannot listen on 127.0.0.1:$held" "$T/job_taken.out" ||
   fail "the server did not say it cannot listen"
 grep -q "^shardps: servers failed" "$T/job_taken.out" ||
   fail "the batch script did not say the servers failed"
+# shardps-task tried again SHARDPS_MAX_RESTARTS (default 3) times, no more.
+[ "$(grep -c "shardps-task: server 0 exited with status 1; starting it again" \
+  "$T/job_taken.out")" -eq 3 ] || fail "the task did not restart the server exactly 3 times"
+grep -q "shardps-task: server 0 exited with status 1 and was restarted 3 times already; giving up" \
+  "$T/job_taken.out" || fail "the task did not say it gave the server up"
 job=""
 echo "PASS in $(($(date +%s) - start))s"
