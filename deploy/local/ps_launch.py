@@ -232,6 +232,8 @@ def supervise(args, job_config, num_servers, num_workers, procs, stop_all, stopp
             last_progress = time.time()
             st = subprocess.run([status_bin, "--scheduler=" + address, "--json"] + tls_flags(args),
                                 capture_output=True, text=True)
+            if st.returncode != 0:  # The scheduler is restarting, or ending the job.
+                continue
             m = st.stdout
             state = re.search(r'"state":"([^"]*)"', m)
             step = re.search(r'"maxClock":"?(\d+)', m)
