@@ -5,7 +5,11 @@ the same thread counts. Prints both figures and the ratio (target >= 0.8).
 
   bazel build //worker:ps_worker //server:ps_server //scheduler:all \\
       //worker/data:ps_datagen //common:ps_config_check
-  python3 bench/ps_vs_local.py [--lines 200000] [--repeat 3]
+  python3 bench/ps_vs_local.py [--lines 200000] [--repeat 3] [--config opt]
+
+The binaries are those of the Bazel configuration named by --config
+(fastbuild, Bazel's default, or opt), found with `bazel info`, so the last
+build's configuration (the bazel-bin link) does not matter.
 """
 import argparse
 import os
@@ -16,7 +20,16 @@ import sys
 import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-BIN = os.path.join(ROOT, "bazel-bin")
+BIN = None  # Set by main().
+
+
+def bazel_bin(mode):
+    """The output directory of compilation mode `mode`."""
+    out = subprocess.run(["bazel", "info", "--compilation_mode=" + mode, "bazel-bin"], cwd=ROOT,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("bazel info failed:\n" + out.stderr)
+    return out.stdout.strip()
 
 
 def samples_per_sec(output):
@@ -30,7 +43,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--lines", type=int, default=200000)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--config", default="fastbuild", choices=["fastbuild", "opt"],
+                   help="the Bazel compilation mode whose binaries to run")
     args = p.parse_args()
+    global BIN
+    BIN = bazel_bin(args.config)
     tmp = tempfile.mkdtemp(prefix="ps_vs_local.")
     data = os.path.join(tmp, "data")
     subprocess.run([os.path.join(BIN, "worker/data/ps_datagen"), "--out_dir=" + data,

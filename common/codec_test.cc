@@ -80,7 +80,9 @@ TEST(Bf16Test, ReferenceValuesAndRounding) {
   EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(BitsFloat(0x7f800001u)))));
   for (uint32_t b = 0; b < 0x10000; ++b) {
     const float f = Bf16ToFloat(static_cast<uint16_t>(b));
-    if (!std::isnan(f)) ASSERT_EQ(FloatToBf16(f), b);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(FloatToBf16(f), b);
+    }
   }
 }
 

@@ -106,7 +106,9 @@ class ServerProcess {
     stdout_ = f;  // Kept open so the server never writes to a closed pipe.
   }
   ~ServerProcess() {
-    if (pid_ > 0) EXPECT_EQ(Stop(), 0);  // Unless a test stopped it.
+    if (pid_ > 0) {  // Unless a test stopped it.
+      EXPECT_EQ(Stop(), 0);
+    }
   }
 
   // SIGTERM, then the exit status (0 = clean).

@@ -101,7 +101,8 @@ char* PullResponseSlices::AddTable(uint32_t table_id, uint32_t dim, size_t bytes
   // Always a heap slice: a small grpc_slice_malloc keeps its bytes inside
   // the slice struct itself, which moves.
   grpc_slice values = grpc_slice_malloc_large(bytes);
-  char* room = reinterpret_cast<char*>(GRPC_SLICE_START_PTR(values));
+  // Refcounted (large) slices keep their bytes on the heap.
+  char* room = reinterpret_cast<char*>(values.data.refcounted.bytes);
   slices_.emplace_back(values, grpc::Slice::STEAL_REF);
   return room;
 }

@@ -22,7 +22,9 @@ void ExpectSame(const RowIndex& index, const absl::flat_hash_map<uint64_t, uint3
     EXPECT_EQ(b->generation, slot ^ 0x5a5a);
   }
   for (uint64_t key : absent) {
-    if (!want.contains(key)) EXPECT_FALSE(index.Contains(key)) << key;
+    if (!want.contains(key)) {
+      EXPECT_FALSE(index.Contains(key)) << key;
+    }
   }
   size_t seen = 0;
   index.ForEach([&](const RowIndex::Bucket& b) {

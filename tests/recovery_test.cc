@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -49,13 +50,17 @@ cluster {
 checkpoint { dir: "@CKPT@" every_steps: 40 keep: 2 }
 )pb";
 
-int CompleteCheckpoints(const std::string& root) {
-  int n = 0;
+// The clock of the newest complete checkpoint (0 if none).
+uint64_t NewestCheckpoint(const std::string& root) {
+  uint64_t newest = 0;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-    if (std::filesystem::exists(e.path() / "MANIFEST")) ++n;
+    const std::string name = e.path().filename().string();
+    if (name.rfind("ckpt-", 0) == 0 && std::filesystem::exists(e.path() / "MANIFEST")) {
+      newest = std::max<uint64_t>(newest, std::stoull(name.substr(5)));
+    }
   }
-  return n;
+  return newest;
 }
 
 std::string WriteConfig(const std::string& name, const std::string& mode,
@@ -89,9 +94,10 @@ Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
     LocalCluster cluster({config, dir, 2, 2, {"--max_steps=500"}, {}, {}});
     EXPECT_TRUE(cluster.Start().ok());
     if (out.kills < kills) {
-      const int before = CompleteCheckpoints(ckpt);
+      // A checkpoint newer than the one this attempt resumed from.
+      const uint64_t before = NewestCheckpoint(ckpt);
       const absl::Time deadline = absl::Now() + absl::Seconds(120);
-      while (CompleteCheckpoints(ckpt) <= before && absl::Now() < deadline &&
+      while (NewestCheckpoint(ckpt) <= before && absl::Now() < deadline &&
              !cluster.scheduler().Wait(absl::Milliseconds(20)).ok()) {
       }
       absl::SleepFor(absl::Milliseconds(rng() % 600));
@@ -122,7 +128,7 @@ Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
 // then a random while. False if the job ended first.
 bool WaitMidJob(LocalCluster& cluster, const std::string& ckpt, std::mt19937& rng) {
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
-  while (CompleteCheckpoints(ckpt) == 0 && absl::Now() < deadline &&
+  while (NewestCheckpoint(ckpt) == 0 && absl::Now() < deadline &&
          !cluster.scheduler().Wait(absl::Milliseconds(20)).ok()) {
   }
   absl::SleepFor(absl::Milliseconds(300 + rng() % 600));

@@ -183,7 +183,7 @@ class RpcOp final : public PsClient::Op {
     Issue(all, to_every_server_);
   }
 
-  ~RpcOp() override { (void)WaitForCalls(); }
+  ~RpcOp() override { WaitForCalls(); }
 
   absl::Status Wait() override {
     absl::Duration backoff = absl::Milliseconds(20);
@@ -364,10 +364,9 @@ class RpcOp final : public PsClient::Op {
     return absl::OkStatus();
   }
 
-  absl::Status WaitForCalls() {
+  void WaitForCalls() {
     MutexLock lock(&mu_);
     while (remaining_ > 0) done_.Wait(&mu_);
-    return absl::OkStatus();
   }
 
   PsClient::Impl* const impl_;

@@ -31,8 +31,26 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.realpath(__file__)),
 DEFAULT_CONFIG = os.path.join(ROOT, "configs", "default.pbtxt")
 
 
+_BAZEL_BIN = []
+
+
+def bazel_bin():
+    """Bazel's output directory of the default configuration (`bazel info`),
+    which, unlike the bazel-bin link, does not follow the last build's
+    configuration; None without Bazel or outside the workspace."""
+    if not _BAZEL_BIN:
+        try:
+            out = subprocess.run(["bazel", "info", "bazel-bin"], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=120)
+            _BAZEL_BIN.append(out.stdout.strip() if out.returncode == 0 else None)
+        except (OSError, subprocess.TimeoutExpired):
+            _BAZEL_BIN.append(None)
+    return _BAZEL_BIN[0]
+
+
 def find_binary(name, bin_dir):
-    """Path of one of our binaries: --bin_dir, bazel-bin, or PATH."""
+    """Path of one of our binaries: --bin_dir, Bazel's default output
+    directory, the bazel-bin link, or PATH."""
     rel = {
         "ps_scheduler": "scheduler/ps_scheduler",
         "ps_status": "scheduler/ps_status",
@@ -41,7 +59,7 @@ def find_binary(name, bin_dir):
         "ps_datagen": "worker/data/ps_datagen",
         "ps_config_check": "common/ps_config_check",
     }[name]
-    for base in [bin_dir, os.path.join(ROOT, "bazel-bin")]:
+    for base in [bin_dir, bin_dir or bazel_bin(), os.path.join(ROOT, "bazel-bin")]:
         if base:
             for cand in (os.path.join(base, rel), os.path.join(base, name)):
                 if os.access(cand, os.X_OK):

@@ -1,7 +1,7 @@
 // ps_score: scores Criteo-format files with a model restored from a complete
 // checkpoint, offline (no scheduler, no servers).
 //
-//   ps_score --config job.pbtxt --checkpoint_dir /ckpt [--clock N] \
+//   ps_score --config job.pbtxt --checkpoint_dir /ckpt [--clock N]
 //            --data eval.tsv[,more.tsv.gz] --predictions out.txt
 //
 // Restores the checkpoint (the latest complete one, or the one at --clock)
