@@ -15,8 +15,8 @@
 #include "common/tls.h"
 #include "glog/logging.h"
 #include "proto/ps.grpc.pb.h"
-#include "server/checkpoint/checkpoint_dir.h"
-#include "server/checkpoint/manifest.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/manifest.h"
 
 namespace shardps {
 namespace {

@@ -21,7 +21,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "server/checkpoint/file_io.h"
+#include "common/checkpoint/file_io.h"
 #include "server/snapshot.h"
 #include "server/table_store.h"
 

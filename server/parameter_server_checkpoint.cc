@@ -11,8 +11,8 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "server/checkpoint/checkpoint_dir.h"
-#include "server/checkpoint/manifest.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/manifest.h"
 #include "server/parameter_server_core.h"
 #include "server/snapshot.h"
 

@@ -16,8 +16,8 @@
 #include "common/generation.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "server/checkpoint/checkpoint_dir.h"
-#include "server/checkpoint/manifest.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/manifest.h"
 #include "server/snapshot.h"
 
 namespace shardps {

@@ -111,7 +111,7 @@
 #include "common/partition.h"
 #include "proto/config.pb.h"
 #include "proto/ps.pb.h"
-#include "server/checkpoint/checkpoint_file.h"
+#include "common/checkpoint/checkpoint_file.h"
 #include "server/table_store.h"
 
 namespace shardps {

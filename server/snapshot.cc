@@ -12,9 +12,9 @@
 #include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
-#include "server/checkpoint/crc32c.h"
-#include "server/checkpoint/file_io.h"
-#include "server/checkpoint/manifest.h"
+#include "common/checkpoint/crc32c.h"
+#include "common/checkpoint/file_io.h"
+#include "common/checkpoint/manifest.h"
 
 namespace shardps {
 

@@ -1,6 +1,6 @@
 // The server's side of checkpoints (DESIGN.md, "Checkpoints and recovery"):
 // copying a server's rows out of its tables, writing them as partition-group
-// files (server/checkpoint/checkpoint_file.h), and reading them back.
+// files (common/checkpoint/checkpoint_file.h), and reading them back.
 //
 // ## Files
 //
@@ -51,9 +51,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/config.pb.h"
-#include "server/checkpoint/checkpoint.pb.h"
-#include "server/checkpoint/checkpoint_dir.h"
-#include "server/checkpoint/checkpoint_file.h"
+#include "common/checkpoint/checkpoint.pb.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/checkpoint_file.h"
 #include "server/table_store.h"
 
 namespace shardps {

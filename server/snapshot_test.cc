@@ -16,9 +16,9 @@
 #include "common/codec.h"
 #include "common/partition.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint/checkpoint_dir.h"
-#include "server/checkpoint/file_io.h"
-#include "server/checkpoint/manifest.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/file_io.h"
+#include "common/checkpoint/manifest.h"
 #include "server/parameter_server_core.h"
 
 namespace shardps {

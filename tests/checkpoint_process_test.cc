@@ -21,9 +21,9 @@
 #include "google/protobuf/text_format.h"
 #include "proto/ps.grpc.pb.h"
 #include "scheduler/checkpoint_client.h"
-#include "server/checkpoint/checkpoint_dir.h"
-#include "server/checkpoint/file_io.h"
-#include "server/checkpoint/manifest.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/file_io.h"
+#include "common/checkpoint/manifest.h"
 #include "tests/testing/subprocess.h"
 #include "worker/ps_client.h"
 

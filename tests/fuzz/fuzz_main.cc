@@ -6,7 +6,7 @@
 //
 // Runs the target on every FILE (and every file of every DIR; with none, on
 // the built-in seeds), then on N random mutations of them (default 10000,
-// server/checkpoint/fuzz/fuzz_mutator.h). Exits 0 if nothing crashed.
+// common/checkpoint/fuzz/fuzz_mutator.h). Exits 0 if nothing crashed.
 // --write_seeds writes the built-in seeds to DIR as a libFuzzer corpus.
 #include <cstdio>
 #include <filesystem>
@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "server/checkpoint/fuzz/fuzz_mutator.h"
+#include "common/checkpoint/fuzz/fuzz_mutator.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace shardps {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/checkpoint/fuzz/fuzz_mutator.h"
+#include "common/checkpoint/fuzz/fuzz_mutator.h"
 #include "tests/fuzz/fuzz_target.h"
 
 #ifndef FUZZ_TEST_RUNS

@@ -33,7 +33,7 @@ bazel_() { bazel "${startup[@]}" "$1" "${bopts[@]}" "${@:2}"; }
 query_() { bazel "${startup[@]}" query "$@"; }
 
 package_of() {
-  if [[ $1 == checkpoint_file_fuzz ]]; then echo //server/checkpoint/fuzz
+  if [[ $1 == checkpoint_file_fuzz ]]; then echo //common/checkpoint/fuzz
   else echo //tests/fuzz; fi
 }
 

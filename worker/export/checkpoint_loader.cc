@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/status_macros.h"
-#include "server/checkpoint/checkpoint_dir.h"
-#include "server/checkpoint/manifest.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/manifest.h"
 #include "server/snapshot.h"
 #include "server/table_store.h"
 

@@ -2,7 +2,7 @@
 // export (ps_score, ps_export).
 //
 // The checkpoint is the one the servers wrote (server/snapshot.h,
-// server/checkpoint/): the latest complete one under a root, or the one at a
+// common/checkpoint/): the latest complete one under a root, or the one at a
 // given clock. It is read with the servers' own restore code, as a single
 // server that owns every partition would: LatestComplete / LoadCheckpoint
 // (manifest, file sizes), then LoadOwnedFiles (every file's size and CRC32C
@@ -36,7 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/config.pb.h"
-#include "server/checkpoint/checkpoint.pb.h"
+#include "common/checkpoint/checkpoint.pb.h"
 
 namespace shardps {
 

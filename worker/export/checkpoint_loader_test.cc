@@ -14,9 +14,9 @@
 #include "absl/strings/str_replace.h"
 #include "common/config.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint/checkpoint_dir.h"
-#include "server/checkpoint/file_io.h"
-#include "server/checkpoint/manifest.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/file_io.h"
+#include "common/checkpoint/manifest.h"
 #include "server/snapshot.h"
 #include "server/table_store.h"
 

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "server/checkpoint/crc32c.h"
-#include "server/checkpoint/file_io.h"
+#include "common/checkpoint/crc32c.h"
+#include "common/checkpoint/file_io.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the embedding file format is little-endian; add byte swaps");

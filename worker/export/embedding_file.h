@@ -16,7 +16,7 @@
 //   keys    := num_rows x u64 feature ids, strictly increasing
 //   values  := num_rows x dim x f32, row i belongs to keys[i] (row-major)
 //   footer  := "SHPSEND1" 8 bytes, u32 crc
-//              crc = CRC32C (Castagnoli, as server/checkpoint/crc32c.h) of
+//              crc = CRC32C (Castagnoli, as common/checkpoint/crc32c.h) of
 //              every byte of the file before it (header, keys, values, the
 //              footer's magic)
 //
@@ -84,7 +84,7 @@ struct WrittenEmbeddingFile {
 
 // Writes `keys` (strictly increasing) and `values` (keys.size() * dim floats)
 // as an embedding file at `path`, atomically (temporary name, fsync, rename;
-// server/checkpoint/file_io.h). header.num_rows is set from keys.size().
+// common/checkpoint/file_io.h). header.num_rows is set from keys.size().
 // INVALID_ARGUMENT on dim 0, a size mismatch, unsorted keys or overlong
 // names; I/O errors name the path.
 absl::StatusOr<WrittenEmbeddingFile> WriteEmbeddingFile(

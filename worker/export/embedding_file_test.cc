@@ -7,7 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint/file_io.h"
+#include "common/checkpoint/file_io.h"
 
 namespace shardps {
 namespace exporter {

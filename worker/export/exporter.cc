@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/config.h"
 #include "common/status_macros.h"
-#include "server/checkpoint/file_io.h"
+#include "common/checkpoint/file_io.h"
 #include "server/table_store.h"
 #include "worker/export/dense_export.h"
 

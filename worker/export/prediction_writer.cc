@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "server/checkpoint/file_io.h"
+#include "common/checkpoint/file_io.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/line_parser.h"
 #include "worker/data/line_source.h"

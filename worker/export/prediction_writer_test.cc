@@ -11,7 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "common/config.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint/file_io.h"
+#include "common/checkpoint/file_io.h"
 #include "worker/data/criteo_reader.h"
 
 namespace shardps {

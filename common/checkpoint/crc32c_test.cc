@@ -1,0 +1,48 @@
+#include "common/checkpoint/crc32c.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace shardps {
+namespace checkpoint {
+namespace {
+
+// Check values from RFC 3720 (iSCSI), appendix B.4, and the CRC catalogue.
+TEST(Crc32cTest, KnownVectors) {
+  EXPECT_EQ(Crc32c("123456789"), 0xE3069283u);
+  EXPECT_EQ(Crc32c(std::string(32, '\0')), 0x8A9136AAu);
+  EXPECT_EQ(Crc32c(std::string(32, '\xff')), 0x62A8AB43u);
+  std::string ascending;
+  for (int i = 0; i < 32; ++i) ascending.push_back(static_cast<char>(i));
+  EXPECT_EQ(Crc32c(ascending), 0x46DD794Eu);
+  EXPECT_EQ(Crc32c(""), 0u);
+}
+
+TEST(Crc32cTest, ExtendEqualsWholeAtEverySplitAndAlignment) {
+  std::string data;
+  for (int i = 0; i < 301; ++i) data.push_back(static_cast<char>(i * 7 + 3));
+  for (size_t start = 0; start < 9; ++start) {
+    absl::string_view view = absl::string_view(data).substr(start);
+    const uint32_t whole = Crc32c(view);
+    for (size_t split = 0; split <= view.size(); split += 13) {
+      uint32_t c = Crc32c(view.data(), split);
+      c = Crc32cExtend(c, view.data() + split, view.size() - split);
+      EXPECT_EQ(c, whole) << "start " << start << " split " << split;
+    }
+  }
+}
+
+TEST(Crc32cTest, DetectsEverySingleBitFlip) {
+  std::string data(64, 'x');
+  const uint32_t good = Crc32c(data);
+  for (size_t i = 0; i < data.size() * 8; ++i) {
+    std::string bad = data;
+    bad[i / 8] ^= static_cast<char>(1 << (i % 8));
+    EXPECT_NE(Crc32c(bad), good);
+  }
+}
+
+}  // namespace
+}  // namespace checkpoint
+}  // namespace shardps
