@@ -1,0 +1,207 @@
+// Test helpers for the job coordinator (job.h): fake servers that record
+// what the coordinator asks of them, a small job config, and workers driven
+// by hand through the coordinator's requests. Test-only.
+#ifndef SHARDPS_SCHEDULER_JOB_TEST_UTIL_H_
+#define SHARDPS_SCHEDULER_JOB_TEST_UTIL_H_
+
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/config.h"
+#include "common/mutex.h"
+#include "gtest/gtest.h"
+#include "scheduler/job.h"
+#include "scheduler/server_ops.h"
+
+namespace shardps::testing {
+
+// Records what the coordinator asks of the servers; answers as told.
+class FakeServerOps final : public ServerOps {
+ public:
+  struct Cut {
+    uint64_t clock = 0, generation = 0, max_granted = 0;
+    Positions positions;
+  };
+  struct Restored {
+    std::optional<uint32_t> index;
+    RestorePoint point;
+    uint64_t generation = 0;
+  };
+
+  explicit FakeServerOps(const JobCoordinator* job = nullptr) : job_(job) {}
+  void set_job(const JobCoordinator* job) { job_ = job; }
+
+  absl::Status CopyCut(const PartitionMapProto&, uint64_t generation, uint64_t clock) override {
+    MutexLock lock(&mu_);
+    copying_ = {clock, generation,
+                job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0, {}};
+    return absl::OkStatus();
+  }
+  absl::Status FinishCut(const PartitionMapProto&, uint64_t, uint64_t clock,
+                         const Positions& positions) override {
+    MutexLock lock(&mu_);
+    if (!write_error_.ok()) return write_error_;
+    copying_.positions = positions;
+    cuts_.push_back(copying_);
+    RestorePoint p;
+    p.initial = false;
+    p.clock = clock;
+    p.dir = "ckpt-" + std::to_string(clock);
+    p.positions = positions;
+    points_.insert(points_.begin(), p);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<RestorePoint>> RestorePoints() override {
+    MutexLock lock(&mu_);
+    return points_;
+  }
+  absl::StatusOr<RestoreStats> Restore(const PartitionMapProto&, std::optional<uint32_t> index,
+                                       const RestorePoint& point,
+                                       uint64_t generation) override {
+    MutexLock lock(&mu_);
+    restores_.push_back({index, point, generation});
+    RestoreStats stats;
+    stats.rows = point.initial ? 0 : 100;
+    return stats;
+  }
+
+  void AddPoint(RestorePoint p) {
+    MutexLock lock(&mu_);
+    points_.insert(points_.begin(), std::move(p));
+  }
+  void FailWrites(absl::Status st) {
+    MutexLock lock(&mu_);
+    write_error_ = std::move(st);
+  }
+  std::vector<Cut> cuts() const {
+    MutexLock lock(&mu_);
+    return cuts_;
+  }
+  std::vector<Restored> restores() const {
+    MutexLock lock(&mu_);
+    return restores_;
+  }
+
+ private:
+  const JobCoordinator* job_;
+  mutable Mutex mu_;
+  Cut copying_ ABSL_GUARDED_BY(mu_);
+  std::vector<Cut> cuts_ ABSL_GUARDED_BY(mu_);
+  std::vector<Restored> restores_ ABSL_GUARDED_BY(mu_);
+  std::vector<RestorePoint> points_ ABSL_GUARDED_BY(mu_);
+  absl::Status write_error_ ABSL_GUARDED_BY(mu_);
+};
+
+inline JobConfig Config(uint64_t every_steps, ConsistencyMode mode = ASP,
+                 const std::string& dir = "/unused") {
+  JobConfig c;
+  auto* t = c.add_tables();
+  t->set_id(1);
+  t->set_name("emb");
+  t->set_dim(4);
+  t->mutable_optimizer()->mutable_sgd()->set_learning_rate(1);
+  c.mutable_data()->add_train_files("x");
+  c.mutable_cluster()->set_num_servers(1);
+  c.mutable_cluster()->set_num_workers(2);
+  c.mutable_cluster()->set_mode(mode);
+  if (mode == SSP) c.mutable_cluster()->set_staleness(1);
+  // Short heartbeats: a new process takes a silent slot after 100 ms.
+  c.mutable_cluster()->set_heartbeat_ms(50);
+  c.mutable_cluster()->set_dead_after_ms(60000);
+  c.mutable_checkpoint()->set_dir(dir);
+  c.mutable_checkpoint()->set_every_steps(every_steps);
+  EXPECT_TRUE(FinalizeJobConfig(&c).ok());
+  return c;
+}
+
+inline RegisterRequest Req(const JobConfig& c, Role role, int index, uint64_t incarnation) {
+  RegisterRequest r;
+  r.set_config_fingerprint(ConfigFingerprint(c));
+  r.set_role(role);
+  if (role == SERVER) r.set_address("127.0.0.1:" + std::to_string(1000 + incarnation));
+  if (index >= 0) r.set_requested_index(index);
+  r.set_incarnation(incarnation);
+  return r;
+}
+
+inline void RegisterAll(JobCoordinator* job, const JobConfig& c) {
+  RegisterResponse resp;
+  ASSERT_TRUE(job->Register(Req(c, SERVER, 0, 1), &resp).ok());
+  ASSERT_TRUE(job->Register(Req(c, WORKER, 0, 2), &resp).ok());
+  ASSERT_TRUE(job->Register(Req(c, WORKER, 1, 3), &resp).ok());
+}
+
+inline absl::StatusOr<WaitStartResponse> StartOf(JobCoordinator* job, uint32_t rank,
+                                          std::optional<uint64_t> after = std::nullopt,
+                                          uint32_t timeout_ms = 20000) {
+  WaitStartRequest request;
+  request.set_rank(rank);
+  if (after) request.set_after_generation(*after);
+  request.set_timeout_ms(timeout_ms);
+  WaitStartResponse response;
+  absl::Status st = job->WaitStart(request, &response);
+  if (!st.ok()) return st;
+  return response;
+}
+
+// Step t of worker `rank` in `generation`: wait for the clock, tick.
+inline absl::Status Step(JobCoordinator* job, uint32_t rank, uint64_t generation, uint64_t t,
+                  uint32_t timeout_ms = 20000) {
+  WaitClockRequest w;
+  w.set_rank(rank);
+  w.set_step(t);
+  w.set_timeout_ms(timeout_ms);
+  w.set_generation(generation);
+  WaitClockResponse wr;
+  absl::Status st = job->WaitClock(w, &wr);
+  if (!st.ok()) return st;
+  TickRequest tick;
+  tick.set_rank(rank);
+  tick.set_clock(t + 1);
+  tick.set_generation(generation);
+  tick.set_position("w" + std::to_string(rank) + "@" + std::to_string(t + 1));
+  TickResponse tr;
+  return job->Tick(tick, &tr);
+}
+
+inline absl::Status Finish(JobCoordinator* job, uint32_t rank, uint64_t generation) {
+  MetricsReport done;
+  done.set_rank(rank);
+  done.set_done(true);
+  done.set_final(true);
+  done.set_generation(generation);
+  return job->ReportMetrics(done);
+}
+
+// Runs two workers for `steps` steps, `delay` per step, then reports done.
+inline std::vector<std::thread> RunWorkers(JobCoordinator* job, uint64_t steps, absl::Duration delay) {
+  std::vector<std::thread> workers;
+  for (uint32_t r = 0; r < 2; ++r) {
+    workers.emplace_back([job, r, steps, delay] {
+      auto start = StartOf(job, r);
+      ASSERT_TRUE(start.ok()) << start.status();
+      for (uint64_t t = start->clock(); t < steps; ++t) {
+        ASSERT_TRUE(Step(job, r, start->generation(), t).ok()) << t;
+        absl::SleepFor(delay * (r + 1));
+      }
+      ASSERT_TRUE(Finish(job, r, start->generation()).ok());
+    });
+  }
+  return workers;
+}
+
+// Waits until `n` checkpoints were written (the final one comes from the
+// control thread after the workers finished).
+inline void WaitCheckpoints(const JobCoordinator& job, size_t n) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (job.Checkpoints().size() < n && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+}
+
+}  // namespace shardps::testing
+
+#endif  // SHARDPS_SCHEDULER_JOB_TEST_UTIL_H_

@@ -1,0 +1,200 @@
+// JobCoordinator: what workers ask while they train: where to start, the
+// clock, barriers, metrics and the partition map (job.h).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/generation.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "scheduler/job.h"
+
+namespace shardps {
+namespace {
+
+absl::Duration Ms(uint64_t ms) { return absl::Milliseconds(ms); }
+
+absl::Time DeadlineFromMs(uint32_t timeout_ms) {
+  return absl::Now() + (timeout_ms == 0 ? absl::Seconds(30) : Ms(timeout_ms));
+}
+
+}  // namespace
+
+absl::Status JobCoordinator::GetPartitionMap(const GetPartitionMapRequest& request,
+                                             PartitionMapProto* response) {
+  const absl::Time deadline = DeadlineFromMs(request.timeout_ms());
+  const uint64_t want = std::max<uint64_t>(1, request.min_version());
+  MutexLock lock(&mu_);
+  while (members_.MapVersion() < want || !formed_) {
+    if (state_ == State::kFailed) return absl::AbortedError(failure_);
+    if (!changed_.WaitUntil(&mu_, deadline) && (members_.MapVersion() < want || !formed_)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "partition map version ", want, " not ready: waiting for servers"));
+    }
+  }
+  *response = *members_.Map();
+  return absl::OkStatus();
+}
+
+void JobCoordinator::WorkerStartedLocked(uint32_t rank, absl::Time now) {
+  if (awaiting_rewind_.erase(rank) == 0 || !awaiting_rewind_.empty()) return;
+  for (auto it = recoveries_.rbegin(); it != recoveries_.rend(); ++it) {
+    if (it->complete()) continue;
+    it->set_rewind_sec(absl::ToDoubleSeconds(now - rewind_started_));
+    it->set_total_sec(it->detect_sec() + it->wait_sec() + it->restore_sec() + it->rewind_sec());
+    it->set_complete(true);
+    LOG(INFO) << "recovery complete: every live worker restarted at clock " << it->clock()
+              << " in " << it->total_sec() << " s (detect " << it->detect_sec() << " s, wait "
+              << it->wait_sec() << " s, restore " << it->restore_sec() << " s, rewind "
+              << it->rewind_sec() << " s)";
+    break;
+  }
+}
+
+std::string JobCoordinator::StartWaitLocked() const {
+  if (!formed_) {
+    std::vector<uint32_t> missing;
+    for (const Member& m : members_.Members()) {
+      if (m.role == SERVER && m.state != ALIVE) missing.push_back(m.index);
+    }
+    if (!missing.empty()) {
+      return absl::StrCat("servers [", absl::StrJoin(missing, ","), "] to register");
+    }
+    return takeover_ ? "every worker to rejoin the restarted scheduler"
+                     : "the job to form (servers being set up)";
+  }
+  if (!recovering_.empty()) return absl::StrCat("the recovery: ", recovering_);
+  if (pending_) return absl::StrCat("a recovery to start (", pending_->cause, ")");
+  return absl::StrCat("a rollback or the job's end (generation ", generation_,
+                      " is still current)");
+}
+
+absl::Status JobCoordinator::WaitStart(const WaitStartRequest& request,
+                                       WaitStartResponse* response) {
+  const uint32_t rank = request.rank();
+  if (rank >= final_.size() || !members_.Registered(WORKER, rank)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("WaitStart: worker ", rank, " has not registered with this scheduler"));
+  }
+  const absl::Time deadline = DeadlineFromMs(request.timeout_ms());
+  MutexLock lock(&mu_);
+  while (true) {
+    if (state_ == State::kFailed) return absl::AbortedError(failure_);
+    if (state_ == State::kDone) {
+      response->set_job_ended(true);
+      return absl::OkStatus();
+    }
+    const bool newer =
+        !request.has_after_generation() || generation_ > request.after_generation();
+    if (formed_ && !pending_ && recovering_.empty() && newer) break;
+    if (!changed_.WaitUntil(&mu_, deadline)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("worker ", rank, " waits for ", StartWaitLocked()));
+    }
+  }
+  const uint64_t clock = clock_.Clocks()[rank];
+  response->set_generation(generation_);
+  response->set_clock(clock);
+  auto it = positions_.find(rank);
+  if (it != positions_.end() && it->second.first == clock) {
+    response->set_position(it->second.second);
+  }
+  *response->mutable_map() = *members_.Map();
+  WorkerStartedLocked(rank, absl::Now());
+  return absl::OkStatus();
+}
+
+absl::Status JobCoordinator::WaitClock(const WaitClockRequest& request,
+                                       WaitClockResponse* response) {
+  // timeout_ms 0 asks without waiting (a worker deciding whether to prefetch).
+  auto min = clock_.WaitToStart(request.rank(), request.step(),
+                                absl::Now() + Ms(request.timeout_ms()), request.generation());
+  if (!min.ok()) return min.status();
+  response->set_min_clock(*min);
+  return absl::OkStatus();
+}
+
+absl::Status JobCoordinator::Tick(const TickRequest& request, TickResponse* response) {
+  auto min = clock_.Tick(request.rank(), request.clock(), request.generation());
+  if (!min.ok()) return min.status();
+  if (!request.position().empty()) {
+    MutexLock lock(&mu_);
+    positions_[request.rank()] = {request.clock(), request.position()};
+  }
+  response->set_min_clock(*min);
+  return absl::OkStatus();
+}
+
+absl::Status JobCoordinator::Barrier(const BarrierRequest& request) {
+  if (request.role() != WORKER || request.index() >= final_.size()) {
+    return absl::InvalidArgumentError("barrier: only workers with a valid rank");
+  }
+  const absl::Time deadline = DeadlineFromMs(request.timeout_ms());
+  MutexLock lock(&mu_);
+  const uint64_t generation = request.generation();
+  RETURN_IF_ERROR(CheckGeneration("the scheduler", generation, generation_));
+  std::vector<bool>& entered = barriers_[request.name()];
+  entered.resize(final_.size(), false);
+  entered[request.index()] = true;
+  changed_.SignalAll();
+  while (true) {
+    if (state_ == State::kFailed) return absl::AbortedError(failure_);
+    // A rollback (another generation) empties the barriers.
+    RETURN_IF_ERROR(CheckGeneration("the scheduler", generation, generation_));
+    bool all = true;
+    const std::vector<bool>& now_entered = barriers_[request.name()];
+    for (const Member& m : members_.Members()) {
+      // A worker that finished (reported done) or died no longer counts.
+      if (m.role == WORKER && !now_entered[m.index] && m.state != DEAD &&
+          m.state != FINISHED) {
+        all = false;
+      }
+    }
+    if (all) return absl::OkStatus();
+    if (!changed_.WaitUntil(&mu_, deadline)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("barrier \"", request.name(), "\" timed out"));
+    }
+  }
+}
+
+absl::Status JobCoordinator::ReportMetrics(const MetricsReport& report) {
+  const uint32_t rank = report.rank();
+  if (rank >= final_.size() || !members_.Registered(WORKER, rank)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("metrics: worker ", rank, " has not registered with this scheduler"));
+  }
+  const absl::Time now = absl::Now();
+  if (!report.error().empty()) {
+    const std::string why = absl::StrCat("failed: ", report.error());
+    LOG(ERROR) << "worker " << rank << " " << why;
+    members_.MarkDead(WORKER, rank, why, now);
+    clock_.MarkDead(rank);
+    {
+      MutexLock lock(&mu_);
+      awaiting_rewind_.erase(rank);
+      UpdateStateLocked();
+      changed_.SignalAll();
+    }
+    NotifyServers();
+    return absl::OkStatus();
+  }
+  {
+    MutexLock lock(&mu_);
+    RETURN_IF_ERROR(CheckGeneration("the scheduler", report.generation(), generation_));
+    if (report.done()) {
+      members_.MarkFinished(rank, now);
+      clock_.MarkFinished(rank);
+    }
+    reports_[rank] = report;
+    if (report.final()) final_[rank] = true;
+    UpdateStateLocked();
+    changed_.SignalAll();
+  }
+  if (report.done()) NotifyServers();
+  return absl::OkStatus();
+}
+
+}  // namespace shardps
