@@ -1,4 +1,4 @@
-// Keys to partitions, partitions to servers (DESIGN.md, "Keys, tables,
+// Keys to partitions, partitions to servers (docs/design.md, "Keys, tables,
 // partitions").
 //
 // A key of table t goes to partition PartitionOf(t, key, P): the high bits of

@@ -27,13 +27,13 @@
 // *.ps-server) and IP:127.0.0.1 for the ps_health probes. One certificate with
 // all of those SANs, shared by every pod, is the simplest setup. There is no
 // target-name override: the name checked is always the one dialled. See
-// README "TLS" for an openssl recipe.
+// docs/operations.md ("TLS") for an openssl recipe.
 //
 // Message sizes (independent of TLS): every server enforces a maximum
 // message size of the job config's cluster.max_message_bytes (default
 // 64 MiB) on what it receives and sends; a larger message fails with
 // RESOURCE_EXHAUSTED and changes nothing, the server carries on. Clients
-// split pulls and pushes below that limit (DESIGN.md, wire protocol).
+// split pulls and pushes below that limit (docs/design.md, wire protocol).
 //
 // Usage: ps_scheduler, ps_server, ps_worker and ps_status call
 // InitTlsFromFlags() right after InitProcess and exit with status 2 on an

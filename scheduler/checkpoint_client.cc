@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/client/ps_channel.h"
 #include "common/config.h"
 #include "common/grpc_status.h"
-#include "common/tls.h"
 #include "glog/logging.h"
 #include "proto/ps.grpc.pb.h"
 #include "common/checkpoint/checkpoint_dir.h"
@@ -22,8 +22,7 @@ namespace shardps {
 namespace {
 
 std::unique_ptr<ParameterServer::Stub> Stub(const std::string& address) {
-  return ParameterServer::NewStub(
-      grpc::CreateChannel(address, ChannelCredentialsFromFlagsOrDie()));
+  return NewParameterServerStubOrDie(address);
 }
 
 absl::Status NameServer(const absl::Status& s, uint32_t index, const std::string& address) {

@@ -1,5 +1,5 @@
 // The clock service: enforces BSP / SSP(s) / ASP between workers
-// (DESIGN.md, "Consistency modes").
+// (docs/design.md, "Consistency modes").
 //
 // A worker's clock c is the number of steps it has completed. Let min be the
 // minimum clock over live, unfinished workers (dead and finished workers

@@ -12,7 +12,7 @@
 #include "common/init.h"
 #include "common/tls.h"
 #include "google/protobuf/util/json_util.h"
-#include "scheduler/client.h"
+#include "common/client/scheduler_client.h"
 
 ABSL_FLAG(std::string, scheduler, shardps::EnvOr("SHARDPS_SCHEDULER", ""),
           "Scheduler address host:port. Env: SHARDPS_SCHEDULER.");

@@ -3,8 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/time/clock.h"
+#include "common/client/ps_channel.h"
 #include "common/grpc_status.h"
-#include "common/tls.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -115,8 +115,7 @@ void ServerNotifierClient::Loop() {
     for (int attempt = 0; attempt < 10 && !addresses.empty(); ++attempt) {
       std::vector<std::string> failed;
       for (const std::string& address : addresses) {
-        auto stub = ParameterServer::NewStub(
-            grpc::CreateChannel(address, ChannelCredentialsFromFlagsOrDie()));
+        auto stub = NewParameterServerStubOrDie(address);
         grpc::ClientContext ctx;
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
         ControlResponse response;

@@ -78,7 +78,7 @@
 // errors naming the path. Restore errors: NOT_FOUND / DATA_LOSS /
 // FAILED_PRECONDITION naming the manifest or file.
 //
-// Consistency (DESIGN.md). ASP/SSP: each push is applied on arrival (one
+// Consistency (docs/design.md). ASP/SSP: each push is applied on arrival (one
 // optimizer step per key per push), lr_scale from the push (unset = 1).
 // BSP: pushes of clock c are buffered per rank; when every active worker
 // (initially ranks 0..num_workers-1, changed by Control) has pushed c, and

@@ -30,7 +30,7 @@
 #include "common/metrics.h"
 #include "common/tls.h"
 #include "glog/logging.h"
-#include "scheduler/client.h"
+#include "common/client/scheduler_client.h"
 #include "common/partition.h"
 #include "server/ps_server.h"
 #include "server/table.h"

@@ -1,4 +1,4 @@
-// The server's side of checkpoints (DESIGN.md, "Checkpoints and recovery"):
+// The server's side of checkpoints (docs/design.md, "Checkpoints and recovery"):
 // copying a server's rows out of its tables, writing them as partition-group
 // files (common/checkpoint/checkpoint_file.h), and reading them back.
 //

@@ -25,7 +25,7 @@
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
 #include "tests/testing/subprocess.h"
-#include "worker/ps_client.h"
+#include "common/client/ps_client.h"
 
 namespace shardps {
 namespace {

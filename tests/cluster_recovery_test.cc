@@ -30,7 +30,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
-#include "scheduler/client.h"
+#include "common/client/scheduler_client.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/supervisor.h"
 

@@ -6,7 +6,7 @@
 //
 // "The trainer's evaluation at step 30": the same job stopped after 30 steps
 // (--max_steps=30) evaluates the held-out file at its end (PS_JOB_RESULT). A
-// BSP job is bit-reproducible (DESIGN.md; tests/determinism_test), so its
+// BSP job is bit-reproducible (docs/design.md; tests/determinism_test), so its
 // weights are those of the other job's cut at clock 30, which runs on to 60.
 #include <cstdio>
 #include <cstring>

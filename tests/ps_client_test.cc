@@ -7,7 +7,7 @@
 #include "common/partition.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
-#include "worker/ps_client.h"
+#include "common/client/ps_client.h"
 
 namespace shardps {
 namespace {

@@ -1,12 +1,16 @@
-// Chaos: a job whose servers are killed with SIGKILL at random moments and
-// which is restarted from its last complete checkpoint each time (what the
-// launcher does: the whole job rolls back, servers restore their partitions,
-// workers rewind to their recorded data positions) ends exactly like the
-// same job without kills (BSP), or within 0.01 AUC of it (SSP(2)).
+// Whole-job restarts: a job whose server is killed with SIGKILL at a random
+// moment, after which every process is killed and started again with the
+// same flags (a cluster restarting the whole job), three times: the new
+// scheduler finds the checkpoint directory and resumes from its latest
+// complete checkpoint (servers restore their partitions, workers rewind to
+// their recorded data positions); the job ends exactly like the same job
+// without kills (BSP), or within 0.01 AUC of it (SSP(2)). Live recovery
+// under a supervisor is in cluster_recovery_test.
 //
-// Also: a scheduler killed mid-job and restarted with --recover (servers and
-// workers stay up and rejoin it) ends bit-identical in BSP; a worker killed
-// and restarted resumes at its last clock from its recorded data position.
+// Also: a scheduler killed mid-job and restarted with its own flags (servers
+// and workers stay up and rejoin it) ends bit-identical in BSP; a worker
+// killed and restarted resumes at its last clock from its recorded data
+// position; partial recovery restores only the failed server.
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -155,7 +159,7 @@ TEST_F(RecoveryTest, BspJobWithThreeServerKillsEndsBitIdentical) {
 }
 
 // The scheduler is SIGKILLed mid-job and a new one is started on its
-// address with --recover: the servers and workers keep running, rejoin it
+// address with its own flags: the servers and workers keep running, rejoin it
 // with their clocks and positions, and the job ends exactly as without the
 // kill (BSP: same weights, same AUC).
 TEST_F(RecoveryTest, SchedulerRestartedWithRecoverEndsBitIdentical) {

@@ -7,7 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "gtest/gtest.h"
-#include "scheduler/client.h"
+#include "common/client/scheduler_client.h"
 #include "tests/testing/subprocess.h"
 
 namespace shardps {

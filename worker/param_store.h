@@ -17,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/config.pb.h"
-#include "worker/ps_client.h"
+#include "common/client/ps_client.h"
 
 namespace shardps {
 

@@ -35,7 +35,7 @@
 #include "common/status_macros.h"
 #include "common/tls.h"
 #include "glog/logging.h"
-#include "scheduler/client.h"
+#include "common/client/scheduler_client.h"
 #include "worker/data/synthetic.h"
 #include "worker/model/model_factory.h"
 #include "worker/param_store.h"

@@ -20,7 +20,7 @@
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "scheduler/client.h"
+#include "common/client/scheduler_client.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/lr_schedule.h"
 #include "worker/data/metrics.h"

@@ -1,4 +1,4 @@
-#include "worker/ps_client.h"
+#include "common/client/ps_client.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -10,7 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/generation.h"
 #include "common/grpc_status.h"
-#include "common/tls.h"
+#include "common/client/ps_channel.h"
 #include "glog/logging.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -64,16 +64,10 @@ class PsClient::Impl {
                                         proto.server_addresses_size());
     if (!map.ok()) return map.status();
     std::vector<std::shared_ptr<ParameterServer::Stub>> stubs;
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(static_cast<int>(
-        std::min<uint64_t>(options_.max_message_bytes * 2, INT32_MAX)));
-    args.SetMaxSendMessageSize(static_cast<int>(
-        std::min<uint64_t>(options_.max_message_bytes * 2, INT32_MAX)));
-    auto credentials = ChannelCredentialsFromFlags();
-    if (!credentials.ok()) return credentials.status();
     for (const std::string& address : proto.server_addresses()) {
-      stubs.push_back(ParameterServer::NewStub(grpc::CreateCustomChannel(
-          address, *credentials, args)));
+      auto stub = NewParameterServerStub(address, options_.max_message_bytes);
+      if (!stub.ok()) return stub.status();
+      stubs.push_back(*std::move(stub));
     }
     MutexLock lock(&mu_);
     if (map_ && map_->version() > proto.version()) return absl::OkStatus();

@@ -27,8 +27,8 @@
 // not yet restored into it answers UNAVAILABLE, which is retried.
 //
 // Thread-safe: several ops may be in flight from several threads.
-#ifndef SHARDPS_WORKER_PS_CLIENT_H_
-#define SHARDPS_WORKER_PS_CLIENT_H_
+#ifndef SHARDPS_COMMON_CLIENT_PS_CLIENT_H_
+#define SHARDPS_COMMON_CLIENT_PS_CLIENT_H_
 
 #include <cstdint>
 #include <functional>
@@ -126,4 +126,4 @@ class PsClient {
 
 }  // namespace shardps
 
-#endif  // SHARDPS_WORKER_PS_CLIENT_H_
+#endif  // SHARDPS_COMMON_CLIENT_PS_CLIENT_H_

@@ -1,4 +1,4 @@
-#include "scheduler/client.h"
+#include "common/client/scheduler_client.h"
 
 #include <grpcpp/grpcpp.h>
 

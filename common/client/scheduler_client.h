@@ -21,8 +21,8 @@
 // UNAVAILABLE meanwhile.
 //
 // Thread-safe: one client may be used from several threads.
-#ifndef SHARDPS_SCHEDULER_CLIENT_H_
-#define SHARDPS_SCHEDULER_CLIENT_H_
+#ifndef SHARDPS_COMMON_CLIENT_SCHEDULER_CLIENT_H_
+#define SHARDPS_COMMON_CLIENT_SCHEDULER_CLIENT_H_
 
 #include <atomic>
 #include <functional>
@@ -131,4 +131,4 @@ class SchedulerClient {
 
 }  // namespace shardps
 
-#endif  // SHARDPS_SCHEDULER_CLIENT_H_
+#endif  // SHARDPS_COMMON_CLIENT_SCHEDULER_CLIENT_H_

@@ -148,7 +148,7 @@ def parse_args():
     p.add_argument("--worker_flag", action="append", default=[],
                    help="extra flag for every worker (repeatable)")
     p.add_argument("--server_flag", action="append", default=[])
-    # Mutual TLS on every gRPC channel (see README "TLS"); all three or none.
+    # Mutual TLS on every gRPC channel (see docs/operations.md, TLS); all three or none.
     p.add_argument("--tls_cert", default="", help="PEM certificate for every process")
     p.add_argument("--tls_key", default="", help="PEM private key of --tls_cert")
     p.add_argument("--tls_ca", default="", help="PEM CA certificate peers must chain to")

@@ -1,5 +1,5 @@
 // Which TSV columns feed which embedding table, and how a categorical value
-// becomes a uint64 key (DESIGN.md, "Worker data and models").
+// becomes a uint64 key (docs/design.md, "Worker data and models").
 //
 // Columns of a line: 0 is the label, 1..num_dense are integer features, and
 // the categorical columns follow (Criteo: 26 of them, columns 14..39).

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Proves that Bazel visibility keeps the roles apart: a target inside one
+# role that depends on another role's internals fails to build with "is not
+# visible", while the allowed exception (the worker's local mode and export
+# use the server's tables) builds. Run from .ci/run; takes seconds (analysis
+# only). Writes a throwaway package inside each role and removes it.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+probes=()
+cleanup() { rm -rf "${probes[@]}"; }
+trap cleanup EXIT
+
+# probe ROLE DEP WANT: a cc_library in ROLE/visibility_probe depending on
+# DEP; WANT is "refused" or "allowed".
+fail=0
+probe() {
+  local role=$1 dep=$2 want=$3 dir out rc
+  dir="$role/visibility_probe_$RANDOM"
+  probes+=("$dir")
+  mkdir -p "$dir"
+  printf 'cc_library(\n    name = "probe",\n    deps = ["%s"],\n)\n' "$dep" >"$dir/BUILD.bazel"
+  out=$(bazel build --nobuild "//$dir:probe" 2>&1)
+  rc=$?
+  rm -rf "$dir"
+  if [ "$want" = refused ]; then
+    if [ "$rc" -ne 0 ] && grep -q "is not visible" <<<"$out"; then
+      echo "ok: //$role may not depend on $dep"
+    else
+      echo "FAIL: //$role could depend on $dep (exit $rc)"
+      echo "$out" | tail -5
+      fail=1
+    fi
+  else
+    if [ "$rc" -eq 0 ]; then
+      echo "ok: //$role may depend on $dep"
+    else
+      echo "FAIL: //$role cannot depend on $dep, which it is allowed to"
+      echo "$out" | tail -5
+      fail=1
+    fi
+  fi
+}
+
+probe worker //scheduler:job refused
+probe worker //server:parameter_server_core refused
+probe server //scheduler:job refused
+probe server //worker/model:model refused
+probe scheduler //server:parameter_server_core refused
+probe scheduler //worker/data:criteo_reader refused
+probe worker //server:table_store allowed
+probe scheduler //common/client:ps_client allowed
+exit $fail
