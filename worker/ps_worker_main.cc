@@ -50,7 +50,9 @@ ABSL_FLAG(int, rank, std::stoi(shardps::EnvOr("SHARDPS_INDEX", "-1")),
           "Worker rank to ask for (-1: any). Env: SHARDPS_INDEX (e.g. the "
           "Kubernetes completion index).");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
-ABSL_FLAG(uint64_t, max_steps, 0, "Stop after this many steps (0: config).");
+ABSL_FLAG(uint64_t, max_steps, 0,
+          "Stop at this clock (0: training.max_steps, or the data's end); a restarted "
+          "worker stops at the same clock.");
 ABSL_FLAG(std::string, loss_log, "", "Write per-step losses here.");
 ABSL_FLAG(bool, checksum, false,
           "Print a checksum of the final weights of the rows this worker "
@@ -153,6 +155,24 @@ int RunLocal(JobConfig config) {
   return 0;
 }
 
+// The trainer's clock in PS mode: the scheduler's.
+class SchedulerJobClock final : public JobClock {
+ public:
+  explicit SchedulerJobClock(SchedulerClient* scheduler) : scheduler_(scheduler) {}
+  absl::Status WaitClock(uint32_t rank, uint64_t step, absl::Duration timeout) override {
+    return scheduler_->WaitClock(rank, step, timeout);
+  }
+  absl::Status Tick(uint32_t rank, uint64_t clock, const std::string& position) override {
+    return scheduler_->Tick(rank, clock, position);
+  }
+  absl::Status ReportMetrics(const MetricsReport& report) override {
+    return scheduler_->ReportMetrics(report);
+  }
+
+ private:
+  SchedulerClient* const scheduler_;
+};
+
 // What one start of training in a generation produced.
 struct Outcome {
   TrainSummary summary;
@@ -176,7 +196,8 @@ absl::StatusOr<Outcome> TrainGeneration(const JobConfig& config, uint32_t rank,
   o.num_workers = num_workers;
   o.train_files = train;
   o.params = params;
-  o.scheduler = scheduler;
+  SchedulerJobClock clock(scheduler);
+  o.clock = &clock;
   o.model_options.device = PickDevice(absl::GetFlag(FLAGS_device));
   o.max_steps = absl::GetFlag(FLAGS_max_steps);
   o.start_step = start.clock();

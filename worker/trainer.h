@@ -1,23 +1,44 @@
 // Trainer: one worker's training loop, the same in local and PS mode.
 //
 // Per step t: take a prepared batch (read, keys deduplicated per table, on
-// the data thread), wait for the clock to allow step t (PS mode), pull the
+// the data thread), wait for the job clock to allow step t, pull the
 // batch's unique rows and every dense chunk, run forward/backward, push one
 // gradient per unique key and the dense gradient, wait for the push to be
-// acknowledged, tick the clock to t + 1.
+// acknowledged, tick the clock to t + 1 with the data position after the
+// batch (where a restart from a checkpoint at clock t + 1 resumes).
+//
+// The clock (JobClock below; PS mode: the scheduler's) decides when a step
+// may start. In local mode there is none: no waiting, ticks or reports.
+// Any clock error other than a wait's DEADLINE_EXCEEDED (e.g. a stale
+// generation, common/generation.h) ends Train, which returns it and neither
+// pulls nor pushes any later step.
 //
 // Prefetch (staleness >= 1 and training.prefetch): the pull of step t + 1 is
-// issued (after the clock allows step t + 1) before step t computes, so it
-// overlaps the compute and the push; it may miss this worker's own step-t
-// push, which DESIGN.md allows for s >= 1. In BSP there is no prefetch: the
-// next pull must see this step's (aggregated) push.
+// issued before step t computes, so it overlaps the compute and the push,
+// if the clock allows step t + 1 right then (a probe: WaitClock with a zero
+// timeout; else step t + 1 waits for the clock after step t's tick, as
+// without prefetch); it may miss this worker's own step-t push, which
+// DESIGN.md allows for s >= 1. With a clock, the push is asynchronous too:
+// step t's push is acknowledged, clock t + 1 ticked and step t + 2 probed
+// and pulled by a chain that runs during step t + 1's compute. In BSP there
+// is no prefetch: the next pull must see this step's (aggregated) push.
+//
+// Restarts: Train runs steps start_step .. max_steps - 1 (or to the end of
+// the data), reading from start_position; its first clock wait is for
+// start_step and its ticks continue from start_step + 1.
 //
 // Determinism: with one intra-op thread, a fixed seed and data order, local
 // mode and a 1-worker/1-server BSP job take identical steps (the parity
 // test): one dedup function (worker/model/dedup.h), the same optimizer code
 // (server/), fp32 on the wire.
 //
-// Not thread-safe: one Trainer per process; it runs a data thread of its own.
+// Layout (the other files are private to the trainer): trainer_data.h (the
+// data thread: read, dedup, buffers), trainer_params.h (a step's pulls and
+// pushes), trainer_steps.h (the step pipelines: synchronous, prefetching,
+// async push), trainer_progress.h (loss log, summary, metrics, reports).
+//
+// Not thread-safe: one Trainer per process; it runs a data thread of its
+// own, and with a clock and prefetch the async push chain on another.
 #ifndef SHARDPS_WORKER_TRAINER_H_
 #define SHARDPS_WORKER_TRAINER_H_
 
@@ -28,15 +49,35 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/config.pb.h"
+#include "proto/scheduler.pb.h"
 #include "worker/data/batch.h"
 #include "worker/model/model.h"
 #include "worker/param_store.h"
 
 namespace shardps {
 
-class SchedulerClient;
+// What the trainer needs from the job's clock (PS mode: the scheduler,
+// through an adapter over SchedulerClient; tests: a fake). Called from the
+// training thread and from the async push chain, possibly at once: must be
+// thread-safe.
+class JobClock {
+ public:
+  virtual ~JobClock() = default;
+  // Blocks until worker `rank` may start step `step` (OK), or `timeout`
+  // passed (DEADLINE_EXCEEDED). A zero timeout probes without waiting. The
+  // trainer waits in slices of 10 s (asking again after DEADLINE_EXCEEDED,
+  // up to 1000 times). Any other error (e.g. a stale generation) ends
+  // training.
+  virtual absl::Status WaitClock(uint32_t rank, uint64_t step, absl::Duration timeout) = 0;
+  // Worker `rank` finished step clock - 1 (its push acknowledged); `position`
+  // is its data position after that step (EncodePosition).
+  virtual absl::Status Tick(uint32_t rank, uint64_t clock, const std::string& position) = 0;
+  // A periodic progress report; best effort (the trainer ignores errors).
+  virtual absl::Status ReportMetrics(const MetricsReport& report) = 0;
+};
 
 struct TrainerOptions {
   JobConfig config;  // Finalized (common/config.h).
@@ -45,12 +86,14 @@ struct TrainerOptions {
   std::vector<std::string> train_files;
   std::vector<std::string> eval_files;
   ParamStore* params = nullptr;           // Not owned; required.
-  SchedulerClient* scheduler = nullptr;   // Not owned; null in local mode.
+  JobClock* clock = nullptr;              // Not owned; null in local mode.
   ModelOptions model_options;             // Device.
-  uint64_t max_steps = 0;                 // 0: training.max_steps, or the data's end.
+  // The clock to stop at (the last step is max_steps - 1, whatever
+  // start_step); 0: training.max_steps, or the data's end.
+  uint64_t max_steps = 0;
   uint64_t start_step = 0;                // Clock to start at (a restarted worker).
   std::string start_position;             // Data position to seek to (EncodePosition).
-  std::string loss_log;                   // If set: "step loss" lines, %.17g.
+  std::string loss_log;                   // If set: "step loss" lines, %.17g (per Train).
   absl::Duration report_every = absl::Seconds(2);
   // Remember every key trained on, for WeightsChecksum (tests; costs memory).
   bool track_keys = false;

@@ -1,0 +1,68 @@
+// The trainer's step pipelines (internal to worker/trainer): how the steps
+// of one Train() are scheduled against the data, the parameters and the job
+// clock. worker/trainer.h says what a step does and why; here is which
+// pipeline runs when:
+//
+//  - kSynchronous (BSP, or no prefetch): per step, take the batch, wait for
+//    the clock, pull, compute, push and wait for the acknowledgement, tick.
+//  - kPrefetching (SSP/ASP with prefetch, no clock: local mode): before
+//    step t computes, step t + 1's pull is issued if the clock allows it now
+//    (else it is waited for and pulled after step t's tick); the push stays
+//    synchronous.
+//  - kAsyncPush (SSP/ASP with prefetch and a clock): step t's push is
+//    acknowledged, clock t + 1 ticked and step t + 2's pull issued (if the
+//    clock allows it then) by a chain that runs during step t + 1's compute.
+//
+// Thread-safety: RunSteps blocks the calling thread; kAsyncPush calls the
+// ParamStore and the JobClock from a second thread too.
+#ifndef SHARDPS_WORKER_TRAINER_STEPS_H_
+#define SHARDPS_WORKER_TRAINER_STEPS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/config.pb.h"
+#include "worker/model/model.h"
+#include "worker/trainer.h"
+#include "worker/trainer_data.h"
+#include "worker/trainer_params.h"
+#include "worker/trainer_progress.h"
+
+namespace shardps {
+namespace trainer_internal {
+
+enum class StepPipeline { kSynchronous, kPrefetching, kAsyncPush };
+
+// The pipeline for `config` (finalized), with or without a job clock.
+StepPipeline ChooseStepPipeline(const JobConfig& config, bool has_clock);
+
+// What the steps of one Train() use. Nothing is owned.
+struct StepEnv {
+  DataPipeline* data = nullptr;
+  StepParams* params = nullptr;
+  Model* model = nullptr;
+  TrainProgress* progress = nullptr;
+  JobClock* clock = nullptr;  // Null: local mode (every step may start).
+  uint32_t rank = 0;
+  LrScheduleConfig lr_schedule;
+  uint64_t start_step = 0;
+  uint64_t max_steps = 0;  // The clock to stop at; 0: the data's end.
+  absl::Duration step_delay = absl::ZeroDuration();  // Slept in every step.
+  // Every key trained on, per model table; null: not tracked.
+  std::vector<absl::flat_hash_set<uint64_t>>* seen = nullptr;
+};
+
+// Runs steps start_step, start_step + 1, ... until max_steps or the end of
+// the data, every step reported to env.progress. Returns the clock after
+// the last step (start_step if none ran), once the last push is
+// acknowledged and ticked. The first error of the data, the model, the
+// parameters or the clock ends the steps and is returned.
+absl::StatusOr<uint64_t> RunSteps(StepPipeline pipeline, const StepEnv& env);
+
+}  // namespace trainer_internal
+}  // namespace shardps
+
+#endif  // SHARDPS_WORKER_TRAINER_STEPS_H_
