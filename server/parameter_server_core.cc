@@ -22,14 +22,6 @@
 
 namespace shardps {
 
-struct ParameterServerCore::DecodedTable {
-  Table* table = nullptr;
-  const uint64_t* keys = nullptr;
-  size_t n = 0;
-  const float* grads = nullptr;  // Into the request or `storage`.
-  std::vector<float> storage;
-};
-
 namespace {
 
 absl::StatusOr<Encoding> ToEncoding(ValueEncoding e) {
@@ -336,104 +328,6 @@ absl::Status ParameterServerCore::Push(const PushRequest& request,
                                          c.skipped_nonfinite);
   }
   return absl::OkStatus();
-}
-
-absl::Status ParameterServerCore::BufferBspPush(
-    const PushRequest& request, float lr_scale,
-    const std::vector<DecodedTable>& tables, PushResponse* response) {
-  const uint32_t rank = request.worker_rank();
-  const uint64_t clock = request.clock();
-  BufferedPush push;
-  push.lr_scale = lr_scale;
-  uint64_t buffered = 0, skipped = 0;
-  for (const DecodedTable& d : tables) {
-    BufferedTable bt;
-    bt.table_id = d.table->id();
-    const size_t dim = d.table->dim();
-    bt.keys.reserve(d.n);
-    bt.grads.reserve(d.n * dim);
-    uint64_t table_skipped = 0;
-    for (size_t i = 0; i < d.n; ++i) {
-      const float* g = d.grads + i * dim;
-      if (!AllFinite(g, dim)) {  // Only under SKIP_AND_COUNT (validated).
-        ++table_skipped;
-        continue;
-      }
-      bt.keys.push_back(d.keys[i]);
-      bt.grads.insert(bt.grads.end(), g, g + dim);
-    }
-    d.table->CountSkippedNonFinite(table_skipped);
-    skipped += table_skipped;
-    buffered += bt.keys.size();
-    push.tables.push_back(std::move(bt));
-  }
-  MutexLock lock(&bsp_mu_);
-  if (!active_.count(rank)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "BSP push from rank ", rank, ", which is not an active worker"));
-  }
-  if (clock < applied_clock_ || pending_[clock].count(rank)) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "rank ", rank, " already pushed clock ", clock, " (server ",
-        server_index_, " has applied clocks < ", applied_clock_, ")"));
-  }
-  pending_[clock].emplace(rank, std::move(push));
-  CloseClocks();
-  response->set_rows_applied(buffered);
-  response->set_rows_skipped_nonfinite(skipped);
-  return absl::OkStatus();
-}
-
-void ParameterServerCore::CloseClocks() {
-  while (true) {
-    auto it = pending_.find(applied_clock_);
-    if (it == pending_.end()) return;
-    for (uint32_t r : active_) {
-      if (!it->second.count(r)) return;
-    }
-    std::set<uint32_t> ranks = active_;
-    for (const auto& [r, push] : it->second) ranks.insert(r);
-    ApplyClock(it->second, ranks.size());
-    pending_.erase(it);
-    ++applied_clock_;
-    max_clock_.store(applied_clock_, std::memory_order_relaxed);
-    store_->SetClock(applied_clock_);
-    clock_applied_.SignalAll();
-  }
-}
-
-void ParameterServerCore::ApplyClock(
-    const std::map<uint32_t, BufferedPush>& pushes, size_t num_ranks) {
-  if (pushes.empty()) return;
-  const float lr_scale = pushes.begin()->second.lr_scale;  // Lowest rank.
-  std::map<uint32_t, std::vector<const BufferedTable*>> by_table;
-  for (const auto& [rank, push] : pushes) {  // Rank order.
-    for (const BufferedTable& bt : push.tables) {
-      by_table[bt.table_id].push_back(&bt);
-    }
-  }
-  for (const auto& [table_id, parts] : by_table) {
-    Table* table = store_->FindTable(table_id);
-    const size_t dim = table->dim();
-    absl::flat_hash_map<uint64_t, size_t> index;
-    std::vector<uint64_t> keys;
-    std::vector<float> sum;
-    for (const BufferedTable* bt : parts) {
-      for (size_t i = 0; i < bt->keys.size(); ++i) {
-        auto [it, inserted] = index.try_emplace(bt->keys[i], keys.size());
-        if (inserted) {
-          keys.push_back(bt->keys[i]);
-          sum.resize(sum.size() + dim, 0.0f);
-        }
-        float* dst = sum.data() + it->second * dim;
-        const float* g = bt->grads.data() + i * dim;
-        for (size_t j = 0; j < dim; ++j) dst[j] += g[j];
-      }
-    }
-    const float divisor = static_cast<float>(num_ranks);
-    for (float& v : sum) v /= divisor;
-    table->Push(keys.data(), keys.size(), sum.data(), lr_scale);
-  }
 }
 
 absl::Status ParameterServerCore::InitRows(const InitRowsRequest& request,

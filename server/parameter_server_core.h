@@ -201,7 +201,13 @@ class ParameterServerCore {
     std::vector<BufferedTable> tables;
   };
   // A push's table after validation: keys and decoded gradients.
-  struct DecodedTable;
+  struct DecodedTable {
+    Table* table = nullptr;
+    const uint64_t* keys = nullptr;
+    size_t n = 0;
+    const float* grads = nullptr;  // Into the request or `storage`.
+    std::vector<float> storage;
+  };
 
   ParameterServerCore(const CoreOptions& options,
                       std::unique_ptr<TableStore> store, PartitionMap map);

@@ -1,7 +1,7 @@
 // One table's rows on one server: a lock-striped, collisionless hash table
 // from uint64 key to a row of weights plus optimizer state.
 //
-// Layout. Keys are spread over kNumShards stripes by bits 32..39 of
+// Layout. Keys are spread over kNumStripes stripes by bits 32..39 of
 // MixKey(table id, key) (the partitioner uses the top bits, so a server that
 // owns a contiguous range of partitions still uses every stripe). Each stripe
 // holds a RowIndex (server/row_index.h: key -> slot, one 16-byte bucket a
@@ -101,7 +101,7 @@ struct PushCounts {
 
 class Table {
  public:
-  static constexpr int kNumShards = 256;
+  static constexpr int kNumStripes = 256;
   // Pulls and pushes of at least this many keys use the helper pool.
   static constexpr size_t kParallelMinKeys = 512;
 
@@ -216,19 +216,19 @@ class Table {
     uint32_t last_seconds = 0;
     uint64_t last_clock = 0;
   };
-  struct Shard;
+  struct Stripe;
   class BlockArena;
 
   Table(const TableConfig& config, uint32_t dim,
         std::unique_ptr<Optimizer> optimizer, HelperPool* helpers);
 
-  uint32_t ShardIndex(uint64_t key) const;
-  Shard& ShardOf(uint64_t key) const;
+  uint32_t StripeIndex(uint64_t key) const;
+  Stripe& StripeOf(uint64_t key) const;
   // The row of `key` for a training touch, creating it if admitted; nullptr
   // if the key is (still) pending. Counts admission. `push`: the caller
   // updates the row (marks it changed; creates MODEL-initialized rows too).
-  float* TouchRow(Shard& shard, uint64_t key, bool push, uint32_t now_seconds);
-  float* NewRow(Shard& shard, uint64_t key, const float* values);
+  float* TouchRow(Stripe& stripe, uint64_t key, bool push, uint32_t now_seconds);
+  float* NewRow(Stripe& stripe, uint64_t key, const float* values);
   void Stamp(float* row, uint32_t now_seconds) const;
   uint32_t CurrentGeneration() const {
     return generation_.load(std::memory_order_relaxed);
@@ -236,14 +236,14 @@ class Table {
   // The calling thread's scratch for a batch of `n` keys, grouped by stripe
   // (valid until the thread's next call).
   struct Batch;
-  Batch& GroupByShard(const uint64_t* keys, size_t n) const;
+  Batch& GroupByStripe(const uint64_t* keys, size_t n) const;
   // Calls fn(first, last) over ranges of stripes that together cover all of
-  // them: once with [0, kNumShards) for a batch of n < kParallelMinKeys keys,
+  // them: once with [0, kNumStripes) for a batch of n < kParallelMinKeys keys,
   // else once per chunk, concurrently on the helper pool.
   void ForStripes(size_t n, absl::FunctionRef<void(int first, int last)> fn) const;
   // Issues prefetches for a row's weights (and, to `write` it, its state).
   void PrefetchRow(const float* row, bool write) const;
-  float* RowAt(const Shard& shard, uint32_t slot) const;
+  float* RowAt(const Stripe& stripe, uint32_t slot) const;
   uint32_t NowSeconds() const;
 
   // Constant after construction.
@@ -258,8 +258,8 @@ class Table {
   const uint64_t num_chunks_;
   const uint32_t rows_per_block_log2_;
   HelperPool* const helpers_;  // Not owned; may be null.
-  std::unique_ptr<BlockArena> arena_;  // Slab blocks of every shard.
-  std::unique_ptr<Shard[]> shards_;
+  std::unique_ptr<BlockArena> arena_;  // Slab blocks of every stripe.
+  std::unique_ptr<Stripe[]> stripes_;
 
   std::atomic<uint64_t> clock_{0};
   std::atomic<uint32_t> generation_{1};

@@ -1,0 +1,237 @@
+// Test helpers for checkpoints of ParameterServerCore (server/snapshot.h):
+// a small job config, the cores of one job driven as one BSP worker, and
+// dumps of every row. Test-only.
+#ifndef SHARDPS_SERVER_SNAPSHOT_TEST_UTIL_H_
+#define SHARDPS_SERVER_SNAPSHOT_TEST_UTIL_H_
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/codec.h"
+#include "common/partition.h"
+#include "gtest/gtest.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/file_io.h"
+#include "common/checkpoint/manifest.h"
+#include "server/parameter_server_core.h"
+
+#include "server/snapshot.h"
+
+namespace shardps::testing {
+
+namespace ckpt = checkpoint;
+
+inline constexpr uint32_t kParts = 128;  // Two partition groups.
+inline constexpr char kJob[] = "snapshot-test";
+
+inline JobConfig Config(uint32_t num_servers, uint32_t user_dim = 3) {
+  JobConfig c;
+  c.set_name(kJob);
+  TableConfig* t = c.add_tables();
+  t->set_id(1);
+  t->set_name("emb");
+  t->set_kind(TableConfig::SPARSE);
+  t->set_dim(4);
+  t->set_seed(5);
+  t->mutable_init()->set_kind(InitializerConfig::UNIFORM);
+  t->mutable_init()->set_scale(0.1f);
+  AdamConfig* adam = t->mutable_optimizer()->mutable_adam();
+  adam->set_learning_rate(0.01f);
+  adam->set_beta1(0.9f);
+  adam->set_beta2(0.999f);
+  adam->set_eps(1e-8f);
+  TableConfig* u = c.add_tables();
+  u->set_id(2);
+  u->set_name("user");
+  u->set_kind(TableConfig::SPARSE);
+  u->set_dim(user_dim);
+  u->set_seed(7);
+  u->mutable_init()->set_kind(InitializerConfig::NORMAL);
+  u->mutable_init()->set_scale(0.05f);
+  AdagradConfig* adagrad = u->mutable_optimizer()->mutable_adagrad();
+  adagrad->set_learning_rate(0.1f);
+  adagrad->set_initial_accumulator(0.1f);
+  adagrad->set_eps(1e-10f);
+  ClusterConfig* k = c.mutable_cluster();
+  k->set_num_servers(num_servers);
+  k->set_num_workers(1);
+  k->set_num_partitions(kParts);
+  k->set_mode(BSP);
+  k->set_max_message_bytes(64 << 20);
+  k->set_server_deadline_ms(60000);
+  k->set_dense_chunk_size(8);
+  return c;
+}
+
+// Every row of every table: (table, key) -> payload, bit for bit.
+using Dump = std::map<std::pair<uint32_t, uint64_t>, std::vector<float>>;
+
+// The servers of one job with the contiguous map, driven as one BSP worker.
+class Job {
+ public:
+  explicit Job(uint32_t num_servers, const JobConfig& config)
+      : map_(*PartitionMap::Contiguous(1, kParts, num_servers)) {
+    for (uint32_t s = 0; s < num_servers; ++s) {
+      CoreOptions options;
+      options.config = config;
+      options.server_index = s;
+      auto core = ParameterServerCore::Create(options);
+      EXPECT_TRUE(core.ok()) << core.status();
+      cores_.push_back(std::move(*core));
+    }
+  }
+  explicit Job(uint32_t num_servers) : Job(num_servers, Config(num_servers)) {}
+
+  ParameterServerCore& core(uint32_t s) { return *cores_[s]; }
+  uint32_t size() const { return cores_.size(); }
+
+  // One BSP step: gradients of every key of both tables, a function of the
+  // step, pushed to their owners (empty pushes close the clock elsewhere).
+  void Step(uint64_t clock) {
+    std::vector<PushRequest> pushes(size());
+    for (PushRequest& p : pushes) {
+      p.set_map_version(1);
+      p.set_clock(clock);
+      p.set_worker_rank(0);
+    }
+    for (uint32_t table : {1u, 2u}) {
+      const uint32_t dim = cores_[0]->store()->FindTable(table)->dim();
+      std::vector<TableGradients*> out(size(), nullptr);
+      for (uint64_t key : Keys(table)) {
+        const uint32_t s = map_.ServerOf(table, key);
+        if (out[s] == nullptr) {
+          out[s] = pushes[s].add_tables();
+          out[s]->set_table_id(table);
+        }
+        out[s]->add_keys(key);
+        std::vector<float> g(dim);
+        for (uint32_t j = 0; j < dim; ++j) {
+          g[j] = 0.01f * static_cast<float>(
+                             static_cast<int>((key * 31 + clock * 7 + j) % 17) - 8);
+        }
+        std::string bytes;
+        EncodeValues(g.data(), dim, Encoding::kFp32, &bytes);
+        out[s]->mutable_gradients()->append(bytes);
+      }
+    }
+    for (uint32_t s = 0; s < size(); ++s) {
+      PushResponse response;
+      const absl::Status st = cores_[s]->Push(pushes[s], &response);
+      ASSERT_TRUE(st.ok()) << st;
+    }
+  }
+
+  static std::vector<uint64_t> Keys(uint32_t table) {
+    std::vector<uint64_t> keys;
+    for (uint64_t i = 0; i < (table == 1 ? 300u : 200u); ++i) {
+      keys.push_back(i * 1000003 + table);
+    }
+    return keys;
+  }
+
+  // EVAL pulls of every key (changes nothing), at `clock`.
+  std::vector<float> PullAll(uint64_t clock) {
+    std::vector<float> values;
+    for (uint32_t table : {1u, 2u}) {
+      for (uint64_t key : Keys(table)) {
+        PullRequest request;
+        request.set_map_version(1);
+        request.set_purpose(EVAL);
+        request.set_clock(clock);
+        TableKeys* tk = request.add_tables();
+        tk->set_table_id(table);
+        tk->add_keys(key);
+        PullResponse response;
+        const absl::Status st = cores_[map_.ServerOf(table, key)]->Pull(
+            request, absl::Now() + absl::Seconds(60), &response);
+        EXPECT_TRUE(st.ok()) << st;
+        const std::string& bytes = response.tables(0).values();
+        const size_t n = bytes.size() / sizeof(float);
+        values.resize(values.size() + n);
+        std::memcpy(values.data() + values.size() - n, bytes.data(), bytes.size());
+      }
+    }
+    return values;
+  }
+
+  Dump DumpAll() {
+    Dump dump;
+    for (auto& core : cores_) {
+      for (Table* table : core->store()->tables()) {
+        const size_t stride = table->row_stride();
+        table->ForEachRow([&](uint64_t key, const float* payload) {
+          auto [it, inserted] = dump.emplace(std::make_pair(table->id(), key),
+                                             std::vector<float>(payload, payload + stride));
+          EXPECT_TRUE(inserted) << "row on two servers";
+        });
+      }
+    }
+    return dump;
+  }
+
+  // Checkpoint on every server at `clock`, then the manifest from the
+  // responses (as the scheduler does). Returns the checkpoint's directory.
+  std::string Checkpoint(const std::string& root, uint64_t clock) {
+    ckpt::CheckpointManifest manifest;
+    manifest.set_format_version(ckpt::kManifestFormatVersion);
+    manifest.set_checkpoint_id(ckpt::CheckpointId(clock));
+    manifest.set_clock(clock);
+    manifest.set_job_name(kJob);
+    manifest.set_config_fingerprint(1);
+    manifest.set_num_partitions(kParts);
+    manifest.set_kind(ckpt::CheckpointManifest::FULL);
+    manifest.add_chain(ckpt::CheckpointId(clock));
+    std::string dir;
+    for (auto& core : cores_) {
+      CheckpointRequest request;
+      request.set_dir(root);
+      request.set_clock(clock);
+      CheckpointResponse response;
+      const absl::Status st = core->Checkpoint(request, &response);
+      EXPECT_TRUE(st.ok()) << st;
+      for (const ckpt::CheckpointFile& f : response.written()) {
+        *manifest.add_files() = f;
+      }
+      dir = response.checkpoint_dir();
+    }
+    const absl::Status st = ckpt::WriteManifest(dir, manifest);
+    EXPECT_TRUE(st.ok()) << st;
+    return dir;
+  }
+
+  // Restore on every server; the first error.
+  absl::Status Restore(const RestoreRequest& request) {
+    for (auto& core : cores_) {
+      RestoreResponse response;
+      absl::Status st = core->Restore(request, &response);
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Restore(const std::string& dir) {
+    RestoreRequest request;
+    request.set_manifest(dir);
+    return Restore(request);
+  }
+
+ private:
+  PartitionMap map_;
+  std::vector<std::unique_ptr<ParameterServerCore>> cores_;
+};
+
+inline std::string NewRoot(const std::string& name) {
+  const std::string root = ::testing::TempDir() + "/" + name;
+  EXPECT_TRUE(ckpt::RemoveAll(root).ok());
+  return root;
+}
+
+}  // namespace shardps::testing
+
+#endif  // SHARDPS_SERVER_SNAPSHOT_TEST_UTIL_H_

@@ -1,0 +1,186 @@
+// Table: whole-table operations (table.h): eviction, checkpoint iteration
+// and restore, change tracking for delta checkpoints, counters.
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "server/table.h"
+#include "server/table_internal.h"
+
+namespace shardps {
+
+uint64_t Table::Evict(uint64_t now_clock, int64_t now_seconds) {
+  const uint64_t ttl_clocks = config_.eviction().ttl_clocks();
+  const uint64_t ttl_seconds = config_.eviction().ttl_seconds();
+  if (!eviction_) return 0;
+  auto expired = [&](uint64_t last_clock, uint32_t last_seconds) {
+    return (ttl_clocks > 0 && now_clock >= last_clock &&
+            now_clock - last_clock >= ttl_clocks) ||
+           (ttl_seconds > 0 && now_seconds >= last_seconds &&
+            static_cast<uint64_t>(now_seconds - last_seconds) >= ttl_seconds);
+  };
+  uint64_t dropped = 0;
+  for (int s = 0; s < kNumStripes; ++s) {
+    Stripe& stripe = stripes_[s];
+    MutexLock lock(&stripe.mu);
+    std::vector<uint64_t> drop;
+    stripe.index.ForEach([&](const RowIndex::Bucket& entry) {
+      const float* meta = RowAt(stripe, entry.slot) + dim_ + state_size_;
+      uint64_t last_clock;
+      uint32_t last_seconds;
+      std::memcpy(&last_clock, meta, sizeof last_clock);
+      std::memcpy(&last_seconds, meta + 2, sizeof last_seconds);
+      if (expired(last_clock, last_seconds)) drop.push_back(entry.key);
+    });
+    const uint32_t generation = generation_.load(std::memory_order_relaxed);
+    for (uint64_t key : drop) {
+      stripe.deleted.emplace_back(key, generation);
+      stripe.free_slots.push_back(stripe.index.Find(key)->slot);
+      stripe.index.Erase(key);
+    }
+    dropped += drop.size();
+    for (auto it = stripe.pending.begin(); it != stripe.pending.end();) {
+      if (expired(it->second.last_clock, it->second.last_seconds)) {
+        stripe.pending.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  evicted_.fetch_add(dropped, std::memory_order_relaxed);
+  return dropped;
+}
+
+void Table::ForEachRow(
+    const std::function<void(uint64_t key, const float* payload)>& visit)
+    const {
+  for (int s = 0; s < kNumStripes; ++s) {
+    const Stripe& stripe = stripes_[s];
+    MutexLock lock(&stripe.mu);
+    stripe.index.ForEach([&](const RowIndex::Bucket& entry) {
+      visit(entry.key, RowAt(stripe, entry.slot));
+    });
+  }
+}
+
+void Table::RestoreRow(uint64_t key, const float* payload) {
+  Stripe& stripe = StripeOf(key);
+  MutexLock lock(&stripe.mu);
+  stripe.pending.erase(key);
+  float* row;
+  if (RowIndex::Bucket* entry = stripe.index.Find(key)) {
+    row = RowAt(stripe, entry->slot);
+    entry->generation = CurrentGeneration();
+  } else {
+    row = NewRow(stripe, key, payload);
+  }
+  std::memcpy(row, payload, stride_ * sizeof(float));
+}
+
+void Table::Clear() {
+  for (int s = 0; s < kNumStripes; ++s) {
+    Stripe& stripe = stripes_[s];
+    MutexLock lock(&stripe.mu);
+    stripe.index.ForEach([&](const RowIndex::Bucket& entry) {
+      stripe.free_slots.push_back(entry.slot);
+    });
+    stripe.index.Clear();
+    stripe.pending.clear();
+    stripe.deleted.clear();
+    stripe.deleted.shrink_to_fit();
+  }
+}
+
+uint32_t Table::AdvanceGeneration() {
+  return generation_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Table::ForEachChangedRow(
+    uint32_t since,
+    const std::function<void(uint64_t key, const float* payload)>& visit,
+    const std::function<void(uint64_t key)>& deleted) const {
+  absl::flat_hash_set<uint64_t> seen;
+  for (int s = 0; s < kNumStripes; ++s) {
+    const Stripe& stripe = stripes_[s];
+    MutexLock lock(&stripe.mu);
+    seen.clear();
+    for (const auto& [key, gen] : stripe.deleted) {
+      // A key evicted and created again is written as a row instead.
+      if (gen > since && !stripe.index.Contains(key) && seen.insert(key).second) {
+        deleted(key);
+      }
+    }
+    stripe.index.ForEach([&](const RowIndex::Bucket& entry) {
+      if (entry.generation > since) visit(entry.key, RowAt(stripe, entry.slot));
+    });
+  }
+}
+
+void Table::TrimDeletions(uint32_t upto) {
+  for (int s = 0; s < kNumStripes; ++s) {
+    Stripe& stripe = stripes_[s];
+    MutexLock lock(&stripe.mu);
+    auto& log = stripe.deleted;
+    log.erase(std::remove_if(log.begin(), log.end(),
+                             [upto](const std::pair<uint64_t, uint32_t>& d) {
+                               return d.second <= upto;
+                             }),
+              log.end());
+  }
+}
+
+bool Table::DeleteRow(uint64_t key) {
+  Stripe& stripe = StripeOf(key);
+  MutexLock lock(&stripe.mu);
+  stripe.pending.erase(key);
+  const RowIndex::Bucket* entry = stripe.index.Find(key);
+  if (entry == nullptr) return false;
+  stripe.free_slots.push_back(entry->slot);
+  stripe.index.Erase(key);
+  return true;
+}
+
+uint64_t Table::LoggedDeletions() const {
+  uint64_t n = 0;
+  for (int s = 0; s < kNumStripes; ++s) {
+    const Stripe& stripe = stripes_[s];
+    MutexLock lock(&stripe.mu);
+    n += stripe.deleted.size();
+  }
+  return n;
+}
+
+TableCounters Table::Counters() const {
+  TableCounters c;
+  for (int s = 0; s < kNumStripes; ++s) {
+    const Stripe& stripe = stripes_[s];
+    MutexLock lock(&stripe.mu);
+    c.live_rows += stripe.index.size();
+    c.pending_rows += stripe.pending.size();
+    c.bytes += stripe.index.MemoryBytes();
+    c.bytes += stripe.pending.capacity() * (sizeof(std::pair<uint64_t, Pending>) + 1);
+    c.bytes += stripe.free_slots.capacity() * sizeof(uint32_t);
+    c.bytes += stripe.deleted.capacity() * sizeof(stripe.deleted[0]);
+  }
+  c.bytes += arena_->allocated_bytes();
+  c.bytes_per_row = c.live_rows > 0 ? c.bytes / c.live_rows : 0;
+  c.admitted_rows = admitted_.load(std::memory_order_relaxed);
+  c.evicted_rows = evicted_.load(std::memory_order_relaxed);
+  c.rows_skipped_nonfinite = skipped_nonfinite_.load(std::memory_order_relaxed);
+  c.pulls = pulls_.load(std::memory_order_relaxed);
+  c.pushes = pushes_.load(std::memory_order_relaxed);
+  return c;
+}
+
+void Table::InitialRow(uint64_t key, float* out) const {
+  initializer_.Fill(key, out);
+}
+
+bool Table::Contains(uint64_t key) const {
+  const Stripe& stripe = StripeOf(key);
+  MutexLock lock(&stripe.mu);
+  return stripe.index.Contains(key);
+}
+
+}  // namespace shardps
