@@ -37,6 +37,7 @@
 namespace shardps {
 
 inline constexpr absl::string_view kStaleGenerationPrefix = "stale generation: ";
+inline constexpr absl::string_view kNotYetInGenerationPrefix = "not yet in generation: ";
 
 // The refusal of a request from generation `request` by a receiver (named by
 // `who`, e.g. "server 1") in the newer generation `current`.
@@ -59,8 +60,15 @@ inline bool IsStaleGeneration(const absl::Status& status) {
 inline absl::Status NotYetInGenerationError(absl::string_view who, uint64_t request,
                                             uint64_t current) {
   return absl::UnavailableError(absl::StrCat(
-      who, " is in job generation ", current, ", the request is of generation ", request,
-      " (a recovery is restoring it; retry)"));
+      kNotYetInGenerationPrefix, who, " is in job generation ", current,
+      ", the request is of generation ", request, " (a recovery is restoring it; retry)"));
+}
+
+// Whether `status` is (or wraps) a refusal made by NotYetInGenerationError:
+// the receiver is up and will serve the request once restored.
+inline bool IsNotYetInGeneration(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable &&
+         absl::StrContains(status.message(), kNotYetInGenerationPrefix);
 }
 
 // Checks a request's generation against the receiver's: OK if equal.

@@ -317,7 +317,7 @@ int RunPs(JobConfig config) {
         // Short: after ABORTED the scheduler has the newer map already; after
         // UNAVAILABLE it may not (yet: a server restarting at another
         // address), and the client retries.
-        return scheduler.GetPartitionMap(v, absl::Seconds(1));
+        return scheduler.GetPartitionMap(v, absl::Milliseconds(300));
       });
       if (!created.ok()) {
         LOG(ERROR) << created.status();

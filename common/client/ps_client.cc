@@ -208,8 +208,10 @@ class RpcOp final : public PsClient::Op {
                                          last.error_message()));
       }
       // A server that stays unreachable may have been restarted elsewhere:
-      // the scheduler then has a newer map.
-      const bool unreachable = last.error_code() == grpc::StatusCode::UNAVAILABLE;
+      // the scheduler then has a newer map. (One that answers "not yet in
+      // generation" is up at the address the map has.)
+      const bool unreachable = last.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                               !IsNotYetInGeneration(FromGrpcStatus(last));
       if (aborted || (unreachable && attempt >= 3)) {
         const absl::Status st = impl_->Refresh(used_version_);
         if (!st.ok()) LOG(WARNING) << "refreshing the partition map: " << st;
