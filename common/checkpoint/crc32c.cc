@@ -2,6 +2,10 @@
 
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
 namespace shardps {
 namespace checkpoint {
 namespace {
@@ -30,9 +34,53 @@ const Tables& GetTables() {
   return *tables;
 }
 
+#if defined(__x86_64__)
+// The SSE4.2 crc32 instruction: one dependent chain of 8-byte steps (about
+// 8 bytes per 3 cycles), enough for checkpoint files.
+__attribute__((target("sse4.2"))) uint32_t ExtendHardware(uint32_t c, const unsigned char* p,
+                                                          size_t size) {
+  while (size > 0 && (reinterpret_cast<uintptr_t>(p) & 7) != 0) {
+    c = _mm_crc32_u8(c, *p++);
+    --size;
+  }
+  uint64_t c64 = c;
+  while (size >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    c64 = _mm_crc32_u64(c64, v);
+    p += 8;
+    size -= 8;
+  }
+  c = static_cast<uint32_t>(c64);
+  while (size > 0) {
+    c = _mm_crc32_u8(c, *p++);
+    --size;
+  }
+  return c;
+}
+#endif
+
 }  // namespace
 
+bool Crc32cHardware() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("sse4.2");
+  return has;
+#else
+  return false;
+#endif
+}
+
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t size) {
+#if defined(__x86_64__)
+  if (Crc32cHardware()) {
+    return ~ExtendHardware(~crc, static_cast<const unsigned char*>(data), size);
+  }
+#endif
+  return Crc32cExtendPortable(crc, data, size);
+}
+
+uint32_t Crc32cExtendPortable(uint32_t crc, const void* data, size_t size) {
   const Tables& tb = GetTables();
   const auto* p = static_cast<const unsigned char*>(data);
   uint32_t c = ~crc;

@@ -1,5 +1,6 @@
 #include "common/checkpoint/crc32c.h"
 
+#include <cstdio>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -31,6 +32,29 @@ TEST(Crc32cTest, ExtendEqualsWholeAtEverySplitAndAlignment) {
       EXPECT_EQ(c, whole) << "start " << start << " split " << split;
     }
   }
+}
+
+// The hardware path (when the CPU has one) and the portable one agree on
+// every length and alignment, split or whole.
+TEST(Crc32cTest, HardwareAndPortableAgree) {
+  std::string data;
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  for (int i = 0; i < 4099; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    data.push_back(static_cast<char>(x));
+  }
+  for (size_t start = 0; start < 9; ++start) {
+    for (size_t len : {0, 1, 7, 8, 9, 63, 64, 65, 1000, 4090}) {
+      const absl::string_view view = absl::string_view(data).substr(start, len);
+      EXPECT_EQ(Crc32c(view), Crc32cExtendPortable(0, view.data(), view.size()))
+          << "start " << start << " len " << len;
+      EXPECT_EQ(Crc32cExtend(0x12345678u, view.data(), view.size()),
+                Crc32cExtendPortable(0x12345678u, view.data(), view.size()));
+    }
+  }
+  std::printf("CRC32C hardware path: %s\n", Crc32cHardware() ? "yes" : "no");
 }
 
 TEST(Crc32cTest, DetectsEverySingleBitFlip) {
