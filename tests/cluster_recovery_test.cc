@@ -377,6 +377,46 @@ TEST_F(ClusterRecoveryTest, SchedulerAndServerKilledTogetherEndBitIdentical) {
               static_cast<unsigned long long>(clean.checksum));
 }
 
+// A server stalls (SIGSTOP) for longer than dead_after_ms: the scheduler
+// declares it dead and pauses the clocks; when it resumes (SIGCONT) it
+// rejoins with its state, so nothing is restored or rolled back ("rejoin"),
+// and the BSP job ends bit-identical. A paused process is not a dead one.
+TEST_F(ClusterRecoveryTest, StalledServerRejoinsWithoutRollback) {
+  const Outcome clean = RunChaos("c_bsp_clean3", "mode: BSP", 0, -1);
+  ASSERT_EQ(clean.code, 0) << clean.result;
+  Job job("c_bsp_stall", "mode: BSP", SyntheticData());
+  ASSERT_TRUE(WaitForCheckpointAfter(job, 0)) << job.Logs();
+  const uint64_t before = Generation(job.address()).first;
+  const pid_t pid = job.sup().Pid(job.server(1));
+  ASSERT_GT(pid, 0);
+  kill(pid, SIGSTOP);
+  // Declared dead after dead_after_ms (2 s), and clocks paused.
+  bool recovering = false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!recovering && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+    SchedulerClient client(job.address());
+    auto status = client.JobStatus();
+    recovering = status.ok() && status->state() == "recovering";
+  }
+  EXPECT_TRUE(recovering) << "the stalled server was not noticed\n" << job.Logs();
+  absl::SleepFor(absl::Seconds(1));
+  kill(pid, SIGCONT);
+  const Outcome out = job.Finish();
+  EXPECT_EQ(out.code, 0) << out.result << job.Logs();
+  EXPECT_EQ(out.checksum, clean.checksum) << "weights differ after the stall";
+  EXPECT_EQ(job.sup().Restarts(job.server(1)), 0) << "the stalled server was restarted";
+  const std::string log = job.SchedulerLog();
+  EXPECT_NE(log.find("recovery (rejoin)"), std::string::npos) << job.Logs();
+  EXPECT_EQ(log.find("every server restored the checkpoint"), std::string::npos)
+      << "a rollback happened";
+  EXPECT_NE(out.result.find(absl::StrCat("generation=", before)), std::string::npos)
+      << "the generation changed: " << out.result;
+  std::printf("BSP, server 1 stalled: weights %016llx (without: %016llx); %s\n",
+              static_cast<unsigned long long>(out.checksum),
+              static_cast<unsigned long long>(clean.checksum), out.result.c_str());
+}
+
 // Every worker fails on a data file that does not exist; the supervisor
 // restarts them once each, they fail again. The job fails after
 // worker_deadline_ms and says which workers died and why.
