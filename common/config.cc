@@ -261,6 +261,9 @@ void ValidateTables(const JobConfig& c, Validator* v) {
   }
 }
 
+constexpr uint32_t kMaxBatchSize = 1u << 24;
+constexpr uint32_t kMaxIntraOpThreads = 1024;
+
 void ValidateRest(const JobConfig& c, Validator* v) {
   for (int i = 0; i < c.fields_size(); ++i) {
     const FieldConfig& f = c.fields(i);
@@ -304,6 +307,21 @@ void ValidateRest(const JobConfig& c, Validator* v) {
   }
   if (c.checkpoint().recovery() == CheckpointConfig::PARTIAL && k.mode() == BSP) {
     v->Error({{"checkpoint"}, {"recovery"}}, "PARTIAL recovery is for SSP/ASP jobs");
+  }
+  if (!CheckpointConfig::OnCorrupt_IsValid(c.checkpoint().on_corrupt())) {
+    v->Error({{"checkpoint"}, {"on_corrupt"}}, "must be FAIL or FALL_BACK");
+  }
+  // Integers that are narrowed later (to int, for the data pipeline and
+  // LibTorch) are bounded here, so a huge value is refused by name instead
+  // of wrapping negative at run time.
+  const TrainingConfig& tr = c.training();
+  if (tr.batch_size() > kMaxBatchSize) {
+    v->Error({{"training"}, {"batch_size"}},
+             absl::StrCat("must be <= ", kMaxBatchSize, " (examples per worker and step)"));
+  }
+  if (tr.intra_op_threads() > kMaxIntraOpThreads) {
+    v->Error({{"training"}, {"intra_op_threads"}},
+             absl::StrCat("must be <= ", kMaxIntraOpThreads));
   }
 }
 

@@ -110,6 +110,27 @@ TEST(ConfigTest, FieldMustNameASparseTable) {
                 {"bad.pbtxt:11:", "fields[0].table", "names no table"});
 }
 
+// Integers narrowed later (to int) are bounded by the check, naming the
+// field: 4000000000 used to pass and fail later as -294967296.
+TEST(ConfigTest, HugeIntegersAreRefusedByName) {
+  ExpectRefused(std::string(kValid) + "training { batch_size: 4000000000 }\n",
+                {"bad.pbtxt:11:", "training.batch_size", "must be <= 16777216"});
+  ExpectRefused(std::string(kValid) + "training { intra_op_threads: 3000000000 }\n",
+                {"training.intra_op_threads", "must be <= 1024"});
+}
+
+TEST(ConfigTest, OnCorruptDefaultsToFailAndTakesFallBack) {
+  auto config = ParseJobConfig(kValid, "job.pbtxt");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->checkpoint().on_corrupt(), CheckpointConfig::FAIL);
+  config = ParseJobConfig(std::string(kValid) + "checkpoint { dir: \"/c\" on_corrupt: FALL_BACK }",
+                          "job.pbtxt");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->checkpoint().on_corrupt(), CheckpointConfig::FALL_BACK);
+  ExpectRefused(std::string(kValid) + "checkpoint { on_corrupt: 7 }\n",
+                {"checkpoint.on_corrupt"});
+}
+
 TEST(ConfigTest, EmptyConfigIsRefusedNotCrashed) {
   // Found by tests/fuzz:config_fuzz: locating the error on the empty repeated
   // field used to abort inside protobuf.

@@ -10,7 +10,8 @@ namespace shardps {
 ClockService::ClockService(uint32_t num_workers, uint32_t staleness)
     : staleness_(staleness),
       clock_(num_workers, 0),
-      state_(num_workers, WorkerState::kLive) {}
+      state_(num_workers, WorkerState::kLive),
+      may_tick_to_(num_workers, 0) {}
 
 std::optional<uint64_t> ClockService::MinLocked() const {
   std::optional<uint64_t> min;
@@ -62,6 +63,7 @@ absl::StatusOr<uint64_t> ClockService::WaitToStart(uint32_t rank,
     }
     if (MayStartLocked(step)) {
       max_granted_ = std::max(max_granted_, step);
+      if (step < UINT64_MAX) may_tick_to_[rank] = std::max(may_tick_to_[rank], step + 1);
       return MinLocked().value_or(step);
     }
     if (!changed_.WaitUntil(&mu_, deadline) && !MayStartLocked(step)) {
@@ -87,6 +89,11 @@ absl::StatusOr<uint64_t> ClockService::Tick(uint32_t rank, uint64_t clock,
         absl::StrCat("worker ", rank, " ticked to clock ", clock,
                      " from clock ", clock_[rank], "; clocks advance by one"));
   }
+  if (clock != clock_[rank] && clock > may_tick_to_[rank]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", rank, " ticked to clock ", clock, " but was allowed to start steps < ",
+        may_tick_to_[rank], " only (a step is started after WaitClock grants it)"));
+  }
   const std::optional<uint64_t> before = MinLocked();
   clock_[rank] = clock;
   RecordSpreadLocked();
@@ -104,6 +111,7 @@ void ClockService::Rewind(uint64_t generation, uint64_t clock,
   generation_ = generation;
   for (size_t r = 0; r < clock_.size(); ++r) {
     clock_[r] = clock;
+    may_tick_to_[r] = clock;
     state_[r] = r < live.size() && live[r] ? WorkerState::kLive : WorkerState::kDead;
   }
   hold_.reset();
@@ -141,6 +149,7 @@ void ClockService::Revive(uint32_t rank, uint64_t clock) {
   if (rank >= state_.size()) return;
   state_[rank] = WorkerState::kLive;
   clock_[rank] = clock;
+  may_tick_to_[rank] = clock;
   changed_.SignalAll();
 }
 
@@ -158,6 +167,14 @@ void ClockService::ResetMaxSpread() {
 void ClockService::NoteGranted(uint64_t step) {
   MutexLock lock(&mu_);
   max_granted_ = std::max(max_granted_, step);
+}
+
+void ClockService::NoteGranted(uint64_t step, uint32_t rank) {
+  MutexLock lock(&mu_);
+  max_granted_ = std::max(max_granted_, step);
+  if (rank < may_tick_to_.size() && step < UINT64_MAX) {
+    may_tick_to_[rank] = std::max(may_tick_to_[rank], step + 1);
+  }
 }
 
 uint64_t ClockService::HoldFirstUnstarted(uint64_t k, uint64_t at_least) {
@@ -230,6 +247,11 @@ uint64_t ClockService::MaxSpread() const {
 std::vector<uint64_t> ClockService::Clocks() const {
   MutexLock lock(&mu_);
   return clock_;
+}
+
+uint64_t ClockService::MayTickTo(uint32_t rank) const {
+  MutexLock lock(&mu_);
+  return rank < may_tick_to_.size() ? may_tick_to_[rank] : 0;
 }
 
 std::vector<ClockService::WorkerState> ClockService::States() const {

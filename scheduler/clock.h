@@ -55,7 +55,10 @@ class ClockService {
 
   // Worker `rank` has completed `clock` steps. Clocks only move forward by
   // one: a repeated tick is accepted (idempotent retry), a jump or a step back
-  // is INVALID_ARGUMENT. Returns the new minimum.
+  // is INVALID_ARGUMENT. A worker completes only steps it was allowed to
+  // start: a tick to a clock beyond its largest granted step + 1 (WaitToStart,
+  // or NoteGranted for a rejoining process) is FAILED_PRECONDITION. Returns
+  // the new minimum.
   absl::StatusOr<uint64_t> Tick(uint32_t rank, uint64_t clock, uint64_t generation = 0);
 
   // Moves into `generation`: every worker's clock becomes `clock`; workers
@@ -68,7 +71,8 @@ class ClockService {
   void SetGeneration(uint64_t generation);
 
   // Membership changes. A dead worker may come back (Revive) at a clock,
-  // e.g. its last recorded one after a restart.
+  // e.g. its last recorded one after a restart; it may tick past that clock
+  // only after a grant (WaitToStart, NoteGranted).
   void MarkDead(uint32_t rank);
   void MarkFinished(uint32_t rank);
   void Revive(uint32_t rank, uint64_t clock);
@@ -76,6 +80,9 @@ class ClockService {
   // process rejoining a restarted scheduler), so no cut is placed at or
   // below it.
   void NoteGranted(uint64_t step);
+  // The same for worker `rank` itself: it may complete `step` (tick step + 1)
+  // without asking this service again.
+  void NoteGranted(uint64_t step, uint32_t rank);
 
   // Checkpoint barrier: workers may not start step >= `clock` until Release
   // (or a Hold at a later clock).
@@ -107,6 +114,9 @@ class ClockService {
   uint64_t MaxSpread() const;
   void ResetMaxSpread();
   std::vector<uint64_t> Clocks() const;
+  // The largest clock worker `rank` may tick to (its largest granted step
+  // + 1, or the clock it was set to); 0 for a bad rank.
+  uint64_t MayTickTo(uint32_t rank) const;
   std::vector<WorkerState> States() const;
   uint32_t staleness() const { return staleness_; }
 
@@ -122,6 +132,9 @@ class ClockService {
   CondVar changed_;
   std::vector<uint64_t> clock_ ABSL_GUARDED_BY(mu_);
   std::vector<WorkerState> state_ ABSL_GUARDED_BY(mu_);
+  // Per worker: the largest clock it may tick to (its largest granted step
+  // + 1, or the clock it was set to).
+  std::vector<uint64_t> may_tick_to_ ABSL_GUARDED_BY(mu_);
   std::optional<uint64_t> hold_ ABSL_GUARDED_BY(mu_);
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);

@@ -21,6 +21,7 @@ TEST(ClockTest, BspWaitsForEveryWorker) {
   // Worker 0 may not start step 1 while worker 1 has completed 0 steps.
   EXPECT_EQ(clock.WaitToStart(0, 1, Soon()).status().code(),
             absl::StatusCode::kDeadlineExceeded);
+  clock.NoteGranted(0, 1);  // Worker 1 started step 0 (not asked here).
   std::thread slow([&] {
     absl::SleepFor(absl::Milliseconds(20));
     ASSERT_TRUE(clock.Tick(1, 1).ok());
@@ -52,6 +53,7 @@ TEST(ClockTest, AspNeverWaits) {
 
 TEST(ClockTest, DeadAndFinishedWorkersLeaveTheMinimum) {
   ClockService clock(3, 1);
+  clock.NoteGranted(1, 0);
   ASSERT_TRUE(clock.Tick(0, 1).ok());
   ASSERT_TRUE(clock.Tick(0, 2).ok());
   EXPECT_FALSE(clock.WaitToStart(0, 2, Soon()).ok());
@@ -67,6 +69,7 @@ TEST(ClockTest, DeadAndFinishedWorkersLeaveTheMinimum) {
 
 TEST(ClockTest, TicksAdvanceByOne) {
   ClockService clock(1, 0);
+  clock.NoteGranted(5, 0);
   EXPECT_TRUE(clock.Tick(0, 1).ok());
   EXPECT_TRUE(clock.Tick(0, 1).ok());  // retry is idempotent
   EXPECT_EQ(clock.Tick(0, 3).status().code(), absl::StatusCode::kInvalidArgument);
@@ -76,9 +79,37 @@ TEST(ClockTest, TicksAdvanceByOne) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A worker completes only steps it was allowed to start: a tick beyond its
+// largest grant + 1 is refused, naming the worker and what it was granted;
+// Revive and Rewind take the grants back to the clock they set.
+TEST(ClockTest, TickBeyondTheGrantedStepIsRefused) {
+  ClockService clock(2, ClockService::kUnbounded);
+  auto refused = clock.Tick(1, 1);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("worker 1 ticked to clock 1"), std::string::npos)
+      << refused.status();
+  ASSERT_TRUE(clock.WaitToStart(1, 0, Soon()).ok());
+  EXPECT_TRUE(clock.Tick(1, 1).ok());
+  EXPECT_EQ(clock.Tick(1, 2).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(clock.Tick(1, 1).ok()) << "a repeated tick stays idempotent";
+  // A prefetch grant of step 2 allows ticks up to 3, one at a time.
+  ASSERT_TRUE(clock.WaitToStart(1, 2, Soon()).ok());
+  EXPECT_TRUE(clock.Tick(1, 2).ok());
+  EXPECT_TRUE(clock.Tick(1, 3).ok());
+  EXPECT_EQ(clock.Tick(1, 4).status().code(), absl::StatusCode::kFailedPrecondition);
+  clock.Revive(1, 3);
+  EXPECT_EQ(clock.Tick(1, 4).status().code(), absl::StatusCode::kFailedPrecondition);
+  clock.NoteGranted(3, 1);  // A rejoining process reports its grant.
+  EXPECT_TRUE(clock.Tick(1, 4).ok());
+  clock.Rewind(7, 2, {true, true});
+  EXPECT_EQ(clock.Tick(1, 3, 7).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(ClockTest, HoldBlocksEveryModeUntilRelease) {
   ClockService clock(2, ClockService::kUnbounded);
   clock.Hold(2);
+  clock.NoteGranted(1, 0);
+  clock.NoteGranted(1, 1);
   ASSERT_TRUE(clock.Tick(0, 1).ok());
   ASSERT_TRUE(clock.Tick(0, 2).ok());
   EXPECT_FALSE(clock.WaitToStart(0, 2, Soon()).ok());
@@ -92,6 +123,7 @@ TEST(ClockTest, HoldBlocksEveryModeUntilRelease) {
 
 TEST(ClockTest, AbortWakesWaiters) {
   ClockService clock(2, 0);
+  clock.NoteGranted(0, 0);
   ASSERT_TRUE(clock.Tick(0, 1).ok());
   std::thread aborter([&] {
     absl::SleepFor(absl::Milliseconds(20));

@@ -5,6 +5,7 @@
 #include "scheduler/job.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -289,7 +290,8 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
   int n = 0;
   for (const auto& [rank, r] : reports_) {
     if (!r.done()) sps += r.samples_per_sec();
-    samples += r.samples();
+    // Saturating: reports are validated, the sum must not wrap either.
+    samples = r.samples() > UINT64_MAX - samples ? UINT64_MAX : samples + r.samples();
     loss += r.train_loss();
     train_auc += r.train_auc();
     ++n;

@@ -44,6 +44,24 @@
 // (FinishCut). When every worker has finished training, a final cut is
 // taken before the job ends.
 //
+// Checkpoint faults are loud (checkpoint_guard.h):
+//  - an unusable checkpoint.dir (not creatable, read-only, not a
+//    directory) fails the job at start with the reason
+//    (CheckCheckpointDir);
+//  - a cut that fails for another reason than a server being gone (which a
+//    recovery handles) has its directory removed (no orphan part files) and
+//    is tried again at the first unstarted clock after 1 s, then 2 s; the
+//    third failure in a row fails the job with the reason. The final cut is
+//    retried at its clock the same way, so a job never ends "done" without
+//    its final checkpoint;
+//  - a restore never skips a corrupt checkpoint silently: with
+//    checkpoint.on_corrupt FAIL (the default) a corrupt newest checkpoint
+//    (MANIFEST present but unreadable, a file missing or of the wrong size,
+//    or refused by a server, e.g. a CRC mismatch) fails the job naming it and
+//    the file; with FALL_BACK the corrupt checkpoints newer than the one
+//    restored are renamed aside (ckpt-<clock>.corrupt-<unix seconds>). An
+//    incomplete checkpoint (no MANIFEST: a write cut short) is skipped.
+//
 // Thread-safe. Blocking calls (GetPartitionMap, WaitStart, WaitClock,
 // Barrier, WaitDone) take deadlines. Start() runs two threads: failure
 // detection (Sweep) and control (formation, cuts, recoveries).
@@ -86,6 +104,10 @@ class JobCoordinator {
   JobCoordinator(const JobCoordinator&) = delete;
   JobCoordinator& operator=(const JobCoordinator&) = delete;
 
+  // With checkpoints on, creates checkpoint.dir if missing and probes it
+  // (write, fsync, remove a small file); an unusable one fails the job at
+  // once with the reason, which is returned. Call before Start().
+  absl::Status CheckCheckpointDir();
   // Starts the failure-detection and control threads.
   void Start();
 
@@ -105,6 +127,9 @@ class JobCoordinator {
   uint64_t generation() const;
 
   absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
+  // Refused unless it names this job (job_id: FAILED_PRECONDITION) and the
+  // incarnation of the slot's holder (membership.h): a heartbeat that does
+  // not keeps nobody alive.
   absl::Status Heartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
   absl::Status GetPartitionMap(const GetPartitionMapRequest& request,
                                PartitionMapProto* response);
@@ -112,11 +137,22 @@ class JobCoordinator {
   // for a rank that did not register with this scheduler; ABORTED once the
   // job failed.
   absl::Status WaitStart(const WaitStartRequest& request, WaitStartResponse* response);
+  //
+  // WaitClock, Tick, Barrier and ReportMetrics come from registered workers
+  // only (CheckWorker): a rank that never registered with this scheduler is
+  // refused with FAILED_PRECONDITION naming it, one declared dead with
+  // UNAVAILABLE (its heartbeat rejoins it, then a retry is accepted).
   absl::Status WaitClock(const WaitClockRequest& request, WaitClockResponse* response);
+  // A tick beyond the rank's granted step + 1 is FAILED_PRECONDITION
+  // (clock.h).
   absl::Status Tick(const TickRequest& request, TickResponse* response);
   // Blocks until every worker has entered barrier `name`, finished (reported
   // done) or died.
   absl::Status Barrier(const BarrierRequest& request);
+  // INVALID_ARGUMENT, naming the field, for a report no worker can send
+  // (ValidateReport): a non-finite or negative number, an AUC outside
+  // [0, 1], a step beyond what the rank was allowed to start, more samples
+  // than step * training.batch_size.
   absl::Status ReportMetrics(const MetricsReport& report);
   void JobStatus(JobStatusResponse* response) const;
 
@@ -141,6 +177,14 @@ class JobCoordinator {
     std::set<uint32_t> silent;  // Declared dead; may come back with state.
     std::set<uint32_t> lost;    // Replaced by a new process: state gone.
   };
+
+  // ---- job_workers.cc: checks of the workers' requests ----
+  // See WaitClock above; `what` names the request in the refusal, and a
+  // finished worker is accepted if `finished_ok`.
+  absl::Status CheckWorker(const char* what, uint32_t rank, bool finished_ok) const;
+  // See ReportMetrics above; `max_step`: the largest step the rank may
+  // report.
+  absl::Status ValidateReport(const MetricsReport& report, uint64_t max_step) const;
 
   // ---- job.cc: requests and membership ----
   void ApplyRejoinLocked(const RegisterRequest& request, uint32_t index)
@@ -184,10 +228,23 @@ class JobCoordinator {
               bool record);
   // Adds `report` (complete or not) to the job's recoveries.
   void RecordLocked(const RecoveryReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ---- job_checkpoint.cc ----
   // Writes the checkpoint at `clock` (every worker held there or finished);
   // releases the hold after the copy (`next`: the next hold, 0 = none).
-  // `serving`: the on-demand requests it answers.
-  void Cut(uint64_t clock, uint64_t next, uint64_t serving);
+  // `serving`: the on-demand requests it answers. Returns the cut's status.
+  absl::Status Cut(uint64_t clock, uint64_t next, uint64_t serving);
+  // After a cut at `clock` that ended with `st`: removes a failed cut's
+  // directory, counts failures not due to a server being gone, fails the
+  // job at the kCutAttempts-th in a row. True if the cut is to be tried
+  // again at retry_cut_at_.
+  bool AfterCut(uint64_t clock, const absl::Status& st);
+  // Applies checkpoint.on_corrupt to the corrupt checkpoint `dir`: false
+  // (the job failed, naming it and `why`) with FAIL; with FALL_BACK sets it
+  // aside and returns true (false if it cannot be renamed).
+  bool OnCorruptCheckpoint(const std::string& dir, const absl::Status& why);
+  // Applies OnCorruptCheckpoint to every corrupt checkpoint newer than
+  // `newest_usable` (-1: none is usable). False if the job failed.
+  bool CheckNewerCheckpoints(int64_t newest_usable);
   // Holds the clock at the first every_steps multiple after `after` nobody
   // has started.
   void HoldFirstCut(uint64_t after);
@@ -242,6 +299,8 @@ class JobCoordinator {
   bool final_cut_done_ ABSL_GUARDED_BY(mu_) = false;  // In this generation.
   bool control_over_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<uint64_t> checkpoints_ ABSL_GUARDED_BY(mu_);
+  int cut_failures_ ABSL_GUARDED_BY(mu_) = 0;  // Counted failures in a row.
+  absl::Time retry_cut_at_ ABSL_GUARDED_BY(mu_);  // When a failed cut is tried again.
   double last_hold_sec_ ABSL_GUARDED_BY(mu_) = 0;
   double last_write_sec_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_cut_time_ ABSL_GUARDED_BY(mu_);

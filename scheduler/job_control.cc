@@ -44,12 +44,15 @@ void JobCoordinator::ControlLoop() {
         if (Ended()) break;
         recover = pending_.has_value();
         if (!recover && checkpoints_on_) {
+          const absl::Time now = absl::Now();
           const bool due = cc.every_seconds() > 0 &&
-                           absl::Now() - last_cut_time_ >= absl::Seconds(cc.every_seconds());
+                           now - last_cut_time_ >= absl::Seconds(cc.every_seconds());
+          // A failed cut is tried again at the first unstarted clock.
+          const bool retry = cut_failures_ > 0 && now >= retry_cut_at_;
           if (requested_seq_ > serving) {  // On demand: the first unstarted clock.
             clock_.HoldFirstUnstarted(1);
             serving = requested_seq_;
-          } else if (due && !clock_.HeldClock()) {
+          } else if ((due && !clock_.HeldClock()) || retry) {
             clock_.HoldFirstUnstarted(1);
           }
         }
@@ -68,7 +71,7 @@ void JobCoordinator::ControlLoop() {
         uint64_t last;
         {
           MutexLock lock(&mu_);
-          need = !final_cut_done_;
+          need = !final_cut_done_ && absl::Now() >= retry_cut_at_;
           last = last_complete_;
         }
         if (!need) continue;
@@ -77,7 +80,10 @@ void JobCoordinator::ControlLoop() {
             std::all_of(states.begin(), states.end(),
                         [](auto s) { return s == ClockService::WorkerState::kFinished; });
         if (all_finished && clock_.MaxClock() > last) {
-          Cut(clock_.MaxClock(), 0, serving);
+          const uint64_t clock = clock_.MaxClock();
+          // A failed final cut is taken again at the same clock (nothing
+          // trains any more) before the job may end.
+          if (AfterCut(clock, Cut(clock, 0, serving))) continue;
         } else {
           clock_.Release();
         }
@@ -90,59 +96,13 @@ void JobCoordinator::ControlLoop() {
       const std::optional<uint64_t> held = clock_.HeldClock();
       if (!held || !clock_.AllReachedHold()) continue;
       const uint64_t k = cc.every_steps();
-      Cut(*held, k > 0 ? (*held / k + 1) * k : 0, serving);
+      AfterCut(*held, Cut(*held, k > 0 ? (*held / k + 1) * k : 0, serving));
     }
   }
   MutexLock lock(&mu_);
   control_over_ = true;
   UpdateStateLocked();
   changed_.SignalAll();
-}
-
-void JobCoordinator::Cut(uint64_t clock, uint64_t next, uint64_t serving) {
-  Positions positions;
-  uint64_t generation;
-  {
-    MutexLock lock(&mu_);
-    for (const auto& [rank, p] : positions_) positions[rank] = p.second;
-    generation = generation_;
-  }
-  const std::optional<PartitionMapProto> map = members_.Map();
-  const absl::Time start = absl::Now();
-  absl::Status st = map ? ops_->CopyCut(*map, generation, clock)
-                        : absl::FailedPreconditionError("checkpoint: no partition map");
-  const absl::Time copied = absl::Now();
-  // The workers go on while the files are written.
-  if (next > 0) {
-    clock_.Hold(next);
-  } else {
-    clock_.Release();
-  }
-  if (st.ok()) st = ops_->FinishCut(*map, generation, clock, positions);
-  const absl::Time written = absl::Now();
-  MutexLock lock(&mu_);
-  if (st.ok()) {
-    last_hold_sec_ = Secs(copied - start);
-    last_write_sec_ = Secs(written - copied);
-    LOG(INFO) << "checkpoint at clock " << clock << ": workers held "
-              << absl::FormatDuration(copied - start) << " for the copy, files written in "
-              << absl::FormatDuration(written - copied) << " behind them";
-    checkpoints_.push_back(clock);
-    last_complete_ = clock;
-  } else {
-    LOG(ERROR) << "checkpoint at clock " << clock << " failed: " << st;
-  }
-  last_cut_status_ = st;
-  last_cut_clock_ = clock;
-  last_cut_time_ = written;
-  completed_seq_ = serving;
-  changed_.SignalAll();
-}
-
-void JobCoordinator::HoldFirstCut(uint64_t after) {
-  const uint64_t k = config_.checkpoint().every_steps();
-  if (!checkpoints_on_ || k == 0) return;
-  clock_.HoldFirstUnstarted(k, after + 1);
 }
 
 std::string JobCoordinator::TakeoverProblemLocked() const {
@@ -260,6 +220,12 @@ bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at,
       return false;
     }
     std::vector<RestorePoint> candidates = *std::move(points);
+    // Corrupt checkpoints newer than the newest usable one are never
+    // skipped quietly (checkpoint.on_corrupt).
+    if (!CheckNewerCheckpoints(candidates.empty() ? -1
+                                                  : static_cast<int64_t>(candidates[0].clock))) {
+      return false;
+    }
     if (candidates.empty()) candidates.emplace_back();  // The initial values.
     const std::optional<PartitionMapProto> map = members_.Map();
     absl::Status last;
@@ -274,6 +240,9 @@ bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at,
       }
       last = st.status();
       if (ServerTrouble(last)) break;
+      // A server refused the checkpoint's files (a CRC or size mismatch, a
+      // file missing): corrupt.
+      if (!candidates[i].initial && !OnCorruptCheckpoint(candidates[i].dir, last)) return false;
       LOG(ERROR) << "cannot restore " << PointName(candidates[i]) << ": " << last
                  << (i + 1 < candidates.size() ? "; trying the checkpoint before it" : "");
     }

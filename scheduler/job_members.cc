@@ -1,5 +1,6 @@
 // JobCoordinator: registration, rejoins and heartbeats (job.h).
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,7 +22,7 @@ void JobCoordinator::ApplyRejoinLocked(const RegisterRequest& request, uint32_t 
   const Rejoin& r = request.rejoin();
   if (request.role() != WORKER) return;
   clock_.Revive(index, r.clock());
-  if (r.has_granted_step()) clock_.NoteGranted(r.granted_step());
+  if (r.has_granted_step()) clock_.NoteGranted(r.granted_step(), index);
   positions_[index] = {r.clock(), r.position()};
   if (r.has_last_report()) reports_[index] = r.last_report();
   if (r.finished()) {
@@ -49,6 +50,15 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request,
                                       RegisterResponse* response) {
   if (request.has_rejoin() && !request.has_requested_index()) {
     return absl::InvalidArgumentError("rejoin: requested_index is required");
+  }
+  if (request.role() == WORKER && request.rejoin().has_last_report()) {
+    // The report a rejoining worker carries is judged as a live one would be.
+    const Rejoin& r = request.rejoin();
+    uint64_t max_step = r.clock();
+    if (r.has_granted_step() && r.granted_step() < UINT64_MAX) {
+      max_step = std::max(max_step, r.granted_step() + 1);
+    }
+    RETURN_IF_ERROR(ValidateReport(r.last_report(), max_step));
   }
   const absl::Time now = absl::Now();
   auto reg = members_.Register(request, now);
@@ -122,6 +132,12 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request,
 
 absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
                                        HeartbeatResponse* response) {
+  if (request.job_id() != fingerprint_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "heartbeat: ", RoleName(request.role()), " ", request.index(), " names job ",
+        absl::Hex(request.job_id(), absl::kZeroPad16), "; this scheduler runs job ",
+        absl::Hex(fingerprint_, absl::kZeroPad16), " (RegisterResponse.job_id); refused"));
+  }
   auto verdict = members_.Heartbeat(request.role(), request.index(), request.incarnation(),
                                     absl::Now());
   if (!verdict.ok()) return verdict.status();

@@ -114,6 +114,7 @@ TEST(JobRecoveryTest, StalledServerThatComesBackIsNotRolledBack) {
     while (beat) {
       for (uint32_t r = 0; r < 2; ++r) {
         HeartbeatRequest hb;
+        hb.set_job_id(ConfigFingerprint(c));
         hb.set_role(WORKER);
         hb.set_index(r);
         hb.set_incarnation(2 + r);
@@ -122,6 +123,7 @@ TEST(JobRecoveryTest, StalledServerThatComesBackIsNotRolledBack) {
       }
       if (server_beats) {
         HeartbeatRequest hb;
+        hb.set_job_id(ConfigFingerprint(c));
         hb.set_role(SERVER);
         hb.set_incarnation(1);
         HeartbeatResponse resp;
@@ -143,6 +145,7 @@ TEST(JobRecoveryTest, StalledServerThatComesBackIsNotRolledBack) {
             absl::StatusCode::kDeadlineExceeded);  // Paused.
   // Its next heartbeat is told to rejoin; it does, with its state.
   HeartbeatRequest hb;
+  hb.set_job_id(ConfigFingerprint(c));
   hb.set_role(SERVER);
   hb.set_incarnation(1);
   HeartbeatResponse hr;
@@ -202,6 +205,7 @@ TEST(JobTakeoverTest, LiveProcessesRejoinWithTheirClocksAndMapVersions) {
   JobCoordinator job(c, nullptr, &ops);
   job.Start();
   HeartbeatRequest hb;
+  hb.set_job_id(ConfigFingerprint(c));
   hb.set_role(WORKER);
   hb.set_index(1);
   hb.set_incarnation(3);

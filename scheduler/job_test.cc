@@ -197,6 +197,7 @@ TEST(JobLifecycleTest, NewProcessTakesASilentSlotOnly) {
   RegisterAll(&job, c);
   RegisterResponse resp;
   HeartbeatRequest hb;
+  hb.set_job_id(ConfigFingerprint(c));
   hb.set_role(WORKER);
   hb.set_index(1);
   hb.set_incarnation(3);

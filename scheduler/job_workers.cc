@@ -1,6 +1,7 @@
 // JobCoordinator: what workers ask while they train: where to start, the
 // clock, barriers, metrics and the partition map (job.h).
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,70 @@ absl::Time DeadlineFromMs(uint32_t timeout_ms) {
 }
 
 }  // namespace
+
+absl::Status JobCoordinator::CheckWorker(const char* what, uint32_t rank,
+                                         bool finished_ok) const {
+  const std::optional<Member> m = members_.Get(WORKER, rank);
+  if (!m) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": worker rank ", rank, " out of range [0, ", config_.cluster().num_workers(),
+        ")"));
+  }
+  switch (m->state) {
+    case ALIVE: return absl::OkStatus();
+    case FINISHED:
+      if (finished_ok) return absl::OkStatus();
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": worker ", rank, " already finished its data"));
+    case DEAD:
+      return absl::UnavailableError(absl::StrCat(
+          what, ": worker ", rank, " was declared dead (", m->reason,
+          "); it rejoins with its next heartbeat, then a retry is accepted"));
+    default: {
+      bool formed;
+      {
+        MutexLock lock(&mu_);
+        formed = formed_;
+      }
+      const std::string why = absl::StrCat(
+          what, ": worker ", rank, " has not registered with this scheduler; refused");
+      // Before the job formed, a live process of an earlier scheduler may
+      // still be on its way to rejoin: it retries.
+      return formed ? absl::FailedPreconditionError(why) : absl::UnavailableError(why);
+    }
+  }
+}
+
+absl::Status JobCoordinator::ValidateReport(const MetricsReport& r, uint64_t max_step) const {
+  const auto bad = [&r](const char* field, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metrics of worker ", r.rank(), ": ", field, " ", what, "; report refused"));
+  };
+  const std::pair<const char*, double> amounts[] = {
+      {"samples_per_sec", r.samples_per_sec()}, {"train_loss", r.train_loss()},
+      {"eval_loss", r.eval_loss()}, {"wait_sec", r.wait_sec()}, {"pull_sec", r.pull_sec()},
+      {"compute_sec", r.compute_sec()}, {"push_sec", r.push_sec()},
+      {"data_sec", r.data_sec()}};
+  for (const auto& [field, v] : amounts) {
+    if (!std::isfinite(v) || v < 0) {
+      return bad(field, absl::StrCat("is ", v, " (must be finite and >= 0)"));
+    }
+  }
+  for (const auto& [field, v] : {std::pair<const char*, double>{"eval_auc", r.eval_auc()},
+                                 {"train_auc", r.train_auc()}}) {
+    if (!(v >= 0 && v <= 1)) return bad(field, absl::StrCat("is ", v, " (must be in [0, 1])"));
+  }
+  if (r.step() > max_step) {
+    return bad("step", absl::StrCat("is ", r.step(), " but the worker was allowed to start ",
+                                    "steps < ", max_step, " only"));
+  }
+  const uint64_t batch = std::max<uint64_t>(1, config_.training().batch_size());
+  if (r.step() > UINT64_MAX / batch || r.samples() > r.step() * batch) {
+    return bad("samples", absl::StrCat("is ", r.samples(), ": more than step (", r.step(),
+                                       ") x training.batch_size (", batch, ")"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status JobCoordinator::GetPartitionMap(const GetPartitionMapRequest& request,
                                              PartitionMapProto* response) {
@@ -109,6 +174,7 @@ absl::Status JobCoordinator::WaitStart(const WaitStartRequest& request,
 absl::Status JobCoordinator::WaitClock(const WaitClockRequest& request,
                                        WaitClockResponse* response) {
   // timeout_ms 0 asks without waiting (a worker deciding whether to prefetch).
+  RETURN_IF_ERROR(CheckWorker("WaitClock", request.rank(), /*finished_ok=*/true));
   auto min = clock_.WaitToStart(request.rank(), request.step(),
                                 absl::Now() + Ms(request.timeout_ms()), request.generation());
   if (!min.ok()) return min.status();
@@ -117,6 +183,7 @@ absl::Status JobCoordinator::WaitClock(const WaitClockRequest& request,
 }
 
 absl::Status JobCoordinator::Tick(const TickRequest& request, TickResponse* response) {
+  RETURN_IF_ERROR(CheckWorker("Tick", request.rank(), /*finished_ok=*/false));
   auto min = clock_.Tick(request.rank(), request.clock(), request.generation());
   if (!min.ok()) return min.status();
   if (!request.position().empty()) {
@@ -131,6 +198,7 @@ absl::Status JobCoordinator::Barrier(const BarrierRequest& request) {
   if (request.role() != WORKER || request.index() >= final_.size()) {
     return absl::InvalidArgumentError("barrier: only workers with a valid rank");
   }
+  RETURN_IF_ERROR(CheckWorker("Barrier", request.index(), /*finished_ok=*/true));
   const absl::Time deadline = DeadlineFromMs(request.timeout_ms());
   MutexLock lock(&mu_);
   const uint64_t generation = request.generation();
@@ -163,11 +231,19 @@ absl::Status JobCoordinator::Barrier(const BarrierRequest& request) {
 absl::Status JobCoordinator::ReportMetrics(const MetricsReport& report) {
   const uint32_t rank = report.rank();
   if (rank >= final_.size() || !members_.Registered(WORKER, rank)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("metrics: worker ", rank, " has not registered with this scheduler"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "metrics: worker ", rank, " has not registered with this scheduler; refused"));
   }
   const absl::Time now = absl::Now();
-  if (!report.error().empty()) {
+  if (report.error().empty()) {
+    RETURN_IF_ERROR(CheckWorker("metrics", rank, /*finished_ok=*/true));
+    {
+      // A report of an older generation is refused as stale, not judged.
+      MutexLock lock(&mu_);
+      RETURN_IF_ERROR(CheckGeneration("the scheduler", report.generation(), generation_));
+    }
+    RETURN_IF_ERROR(ValidateReport(report, clock_.MayTickTo(rank)));
+  } else {
     const std::string why = absl::StrCat("failed: ", report.error());
     LOG(ERROR) << "worker " << rank << " " << why;
     members_.MarkDead(WORKER, rank, why, now);

@@ -37,6 +37,11 @@ absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request
   if (request.role() != SERVER && request.role() != WORKER) {
     return absl::InvalidArgumentError("register: role must be SERVER or WORKER");
   }
+  if (request.incarnation() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "register: the ", RoleName(request.role()),
+        " sent no incarnation (a random non-zero number per process start)"));
+  }
   if (request.role() == SERVER && request.address().empty()) {
     return absl::InvalidArgumentError("register: a server must give its address");
   }
@@ -60,7 +65,7 @@ absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request
     }
     slot = &slots[request.requested_index()];
     const bool held = slot->state == ALIVE || slot->state == FINISHED;
-    const bool same = request.incarnation() != 0 && request.incarnation() == slot->incarnation;
+    const bool same = request.incarnation() == slot->incarnation;
     if (held && same) {  // The holder again: a retry.
       slot->last_heartbeat = now;
       Registration r;
@@ -95,7 +100,7 @@ absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request
   Registration r;
   r.previous_state = slot->state;
   r.previous_heartbeat = slot->last_heartbeat;
-  r.new_process = request.incarnation() == 0 || request.incarnation() != slot->incarnation;
+  r.new_process = request.incarnation() != slot->incarnation;
   const bool address_changed = slot->address != request.address();
   slot->address = request.address();
   slot->state = ALIVE;
@@ -153,6 +158,14 @@ bool Membership::Registered(Role role, uint32_t index) const {
   return index < slots.size() && slots[index].state != STATE_UNSPECIFIED;
 }
 
+std::optional<Member> Membership::Get(Role role, uint32_t index) const {
+  MutexLock lock(&mu_);
+  const std::vector<Member>& slots = role == SERVER ? servers_ : workers_;
+  if (role != SERVER && role != WORKER) return std::nullopt;
+  if (index >= slots.size()) return std::nullopt;
+  return slots[index];
+}
+
 void Membership::RebuildMapLocked() {
   for (const Member& s : servers_) {
     if (s.state == STATE_UNSPECIFIED) return;  // Not complete yet.
@@ -180,9 +193,14 @@ absl::StatusOr<HeartbeatVerdict> Membership::Heartbeat(Role role, uint32_t index
     return absl::InvalidArgumentError(
         absl::StrCat("heartbeat: ", RoleName(role), " index ", index, " out of range"));
   }
+  if (incarnation == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat: ", RoleName(role), " ", index,
+        " sent no incarnation; refused (a heartbeat must name the process it stands for)"));
+  }
   Member& m = slots[index];
   if (m.state == STATE_UNSPECIFIED) return HeartbeatVerdict::kRejoin;
-  if (incarnation != 0 && m.incarnation != 0 && incarnation != m.incarnation) {
+  if (incarnation != m.incarnation) {
     return HeartbeatVerdict::kReplaced;
   }
   if (m.state == DEAD) return HeartbeatVerdict::kRejoin;

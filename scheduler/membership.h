@@ -17,7 +17,8 @@
 //   ALREADY_EXISTS       the requested index is held by a live, heartbeating
 //                        process of another incarnation
 //   RESOURCE_EXHAUSTED   every slot of that role is taken
-//   INVALID_ARGUMENT     no role, a server without address, index out of range
+//   INVALID_ARGUMENT     no role, a server without address, index out of range,
+//                        no incarnation (0)
 //
 // Thread-safe (one mutex; calls are short and never block).
 #ifndef SHARDPS_SCHEDULER_MEMBERSHIP_H_
@@ -78,8 +79,10 @@ class Membership {
   // Registers a process (see the top).
   absl::StatusOr<Registration> Register(const RegisterRequest& request, absl::Time now);
 
-  // Records a heartbeat of `incarnation` (0: not checked). INVALID_ARGUMENT
-  // for a bad role or index.
+  // Records a heartbeat of `incarnation`. INVALID_ARGUMENT for a bad role or
+  // index, or no incarnation (0): a heartbeat that does not name the process
+  // it stands for keeps nobody alive. One of another incarnation than the
+  // slot's holder is kReplaced and refreshes nothing.
   absl::StatusOr<HeartbeatVerdict> Heartbeat(Role role, uint32_t index, uint64_t incarnation,
                                              absl::Time now);
   // Declares a member dead now, with `reason` (e.g. a worker's own error).
@@ -92,6 +95,8 @@ class Membership {
   std::vector<uint32_t> ExpireUnregistered(Role role, absl::Time now);
   // True if `index` of `role` has registered (with this scheduler).
   bool Registered(Role role, uint32_t index) const;
+  // The member `index` of `role`, or nullopt if out of range.
+  std::optional<Member> Get(Role role, uint32_t index) const;
   // Declares members (alive or finished) silent for longer than
   // `dead_after` dead; returns them.
   std::vector<Member> Sweep(absl::Time now, absl::Duration dead_after);

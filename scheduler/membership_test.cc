@@ -14,8 +14,11 @@ JobConfig Config() {
   return c;
 }
 
+// `incarnation` 0: a new one per call (a new process each time).
 RegisterRequest Req(Role role, std::string address, int index = -1,
                     uint64_t fingerprint = 42, uint64_t incarnation = 0) {
+  static uint64_t next = 1000;
+  if (incarnation == 0) incarnation = next++;
   RegisterRequest r;
   r.set_role(role);
   r.set_address(address);
@@ -65,16 +68,16 @@ TEST(MembershipTest, RefusesWrongConfigDuplicateIndexAndBadRequests) {
 TEST(MembershipTest, DeadMemberIsReplacedByARestartWithTheSameIndex) {
   Membership m(Config(), 42);
   const absl::Time t0 = absl::Now();
-  ASSERT_TRUE(m.Register(Req(SERVER, "a:1"), t0).ok());
-  ASSERT_TRUE(m.Register(Req(SERVER, "b:2"), t0).ok());
-  ASSERT_TRUE(m.Heartbeat(SERVER, 0, 0, t0 + absl::Seconds(5)).ok());
+  ASSERT_TRUE(m.Register(Req(SERVER, "a:1", -1, 42, 1), t0).ok());
+  ASSERT_TRUE(m.Register(Req(SERVER, "b:2", -1, 42, 2), t0).ok());
+  ASSERT_TRUE(m.Heartbeat(SERVER, 0, 1, t0 + absl::Seconds(5)).ok());
   auto died = m.Sweep(t0 + absl::Seconds(11), absl::Seconds(10));
   ASSERT_EQ(died.size(), 1u);  // server 1 went silent
   EXPECT_EQ(died[0].index, 1u);
   EXPECT_NE(died[0].reason.find("missed heartbeats"), std::string::npos);
   EXPECT_EQ(m.DeadServers().size(), 1u);
   // A heartbeat of a member declared dead: register again.
-  EXPECT_EQ(*m.Heartbeat(SERVER, 1, 0, t0 + absl::Seconds(12)), HeartbeatVerdict::kRejoin);
+  EXPECT_EQ(*m.Heartbeat(SERVER, 1, 2, t0 + absl::Seconds(12)), HeartbeatVerdict::kRejoin);
   auto back = m.Register(Req(SERVER, "b:9", 1), t0 + absl::Seconds(12));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->member.registrations, 2u);
@@ -110,16 +113,35 @@ TEST(MembershipTest, IncarnationsTellARetryFromARestart) {
   EXPECT_EQ(m.Heartbeat(WORKER, 5, 9, t0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A registration or heartbeat without an incarnation is refused, and a
+// heartbeat of another incarnation than the holder's refreshes nothing: a
+// forged heartbeat cannot keep a silent member alive.
+TEST(MembershipTest, HeartbeatsMustNameTheHoldersIncarnation) {
+  Membership m(Config(), 42);
+  const absl::Time t0 = absl::Now();
+  RegisterRequest none = Req(SERVER, "a:1");
+  none.set_incarnation(0);
+  EXPECT_EQ(m.Register(none, t0).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(m.Register(Req(SERVER, "a:1", -1, 42, 5), t0).ok());
+  auto zero = m.Heartbeat(SERVER, 0, 0, t0 + absl::Seconds(5));
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.status().message().find("server 0 sent no incarnation"), std::string::npos)
+      << zero.status();
+  EXPECT_EQ(*m.Heartbeat(SERVER, 0, 6, t0 + absl::Seconds(5)), HeartbeatVerdict::kReplaced);
+  auto died = m.Sweep(t0 + absl::Seconds(11), absl::Seconds(10));
+  ASSERT_EQ(died.size(), 1u) << "forged heartbeats kept server 0 alive";
+}
+
 TEST(MembershipTest, JobEndsWhenEveryWorkerFinishedOrDied) {
   Membership m(Config(), 42);
   const absl::Time t0 = absl::Now();
-  ASSERT_TRUE(m.Register(Req(WORKER, ""), t0).ok());
-  ASSERT_TRUE(m.Register(Req(WORKER, ""), t0).ok());
+  ASSERT_TRUE(m.Register(Req(WORKER, "", -1, 42, 11), t0).ok());
+  ASSERT_TRUE(m.Register(Req(WORKER, "", -1, 42, 12), t0).ok());
   EXPECT_FALSE(m.AllWorkersDoneOrDead());
   m.MarkFinished(0, t0);
   EXPECT_FALSE(m.AllWorkersDoneOrDead());
   // A finished worker heartbeats until the job ends; worker 1 went silent.
-  ASSERT_TRUE(m.Heartbeat(WORKER, 0, 0, t0 + absl::Seconds(15)).ok());
+  ASSERT_TRUE(m.Heartbeat(WORKER, 0, 11, t0 + absl::Seconds(15)).ok());
   m.Sweep(t0 + absl::Seconds(20), absl::Seconds(10));
   EXPECT_TRUE(m.AllWorkersDoneOrDead());
   EXPECT_TRUE(m.AnyWorkerFinished());

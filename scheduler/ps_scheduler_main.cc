@@ -140,9 +140,13 @@ int main(int argc, char** argv) {
   LOG(INFO) << "job \"" << config->name() << "\": waiting for "
             << config->cluster().num_servers() << " servers and "
             << config->cluster().num_workers() << " workers on " << address;
-  // A checkpoint directory of another job is refused now, not after the
-  // servers registered.
-  if (auto points = ops->RestorePoints(); !points.ok()) {
+  // An unusable checkpoint directory fails the job now, with the reason
+  // (the result line says it and every process that registers is told to
+  // stop). A checkpoint directory of another job is refused now, not after
+  // the servers registered.
+  if (!job.CheckCheckpointDir().ok()) {
+    // Reported below, as the job's failure.
+  } else if (auto points = ops->RestorePoints(); !points.ok()) {
     LOG(ERROR) << points.status().message();
     return 2;
   } else if (!points->empty()) {

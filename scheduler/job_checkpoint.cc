@@ -1,0 +1,154 @@
+// JobCoordinator: writing checkpoint cuts and the checkpoint faults (an
+// unusable directory, a failed cut, a corrupt checkpoint), job.h has the
+// contract; checkpoint_guard.h the file-level checks.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "scheduler/checkpoint_guard.h"
+#include "scheduler/job.h"
+
+namespace shardps {
+namespace {
+
+// Cuts tried in a row before the job fails.
+constexpr int kCutAttempts = 3;
+
+double Secs(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+// A cut that failed because a server is gone or unreachable: the recovery
+// that follows handles it; not a checkpoint fault.
+bool ServerGone(const absl::Status& st) {
+  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) || absl::IsCancelled(st) ||
+         absl::IsAborted(st) || st.message().find("stale generation") != absl::string_view::npos;
+}
+
+}  // namespace
+
+absl::Status JobCoordinator::CheckCheckpointDir() {
+  if (!checkpoints_on_) return absl::OkStatus();
+  const std::string& root = config_.checkpoint().dir();
+  absl::Status st = ProbeCheckpointDir(root);
+  if (st.ok()) return st;
+  st = absl::Status(st.code(), absl::StrCat("checkpoint.dir ", root, " is unusable: ",
+                                            st.message()));
+  MutexLock lock(&mu_);
+  FailLocked(std::string(st.message()));
+  return st;
+}
+
+absl::Status JobCoordinator::Cut(uint64_t clock, uint64_t next, uint64_t serving) {
+  Positions positions;
+  uint64_t generation;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [rank, p] : positions_) positions[rank] = p.second;
+    generation = generation_;
+  }
+  const std::optional<PartitionMapProto> map = members_.Map();
+  const absl::Time start = absl::Now();
+  absl::Status st = map ? ops_->CopyCut(*map, generation, clock)
+                        : absl::FailedPreconditionError("checkpoint: no partition map");
+  const absl::Time copied = absl::Now();
+  // The workers go on while the files are written.
+  if (next > 0) {
+    clock_.Hold(next);
+  } else {
+    clock_.Release();
+  }
+  if (st.ok()) st = ops_->FinishCut(*map, generation, clock, positions);
+  const absl::Time written = absl::Now();
+  MutexLock lock(&mu_);
+  if (st.ok()) {
+    last_hold_sec_ = Secs(copied - start);
+    last_write_sec_ = Secs(written - copied);
+    LOG(INFO) << "checkpoint at clock " << clock << ": workers held "
+              << absl::FormatDuration(copied - start) << " for the copy, files written in "
+              << absl::FormatDuration(written - copied) << " behind them";
+    checkpoints_.push_back(clock);
+    last_complete_ = clock;
+  } else {
+    LOG(ERROR) << "checkpoint at clock " << clock << " failed: " << st;
+  }
+  last_cut_status_ = st;
+  last_cut_clock_ = clock;
+  last_cut_time_ = written;
+  completed_seq_ = serving;
+  changed_.SignalAll();
+  return st;
+}
+
+bool JobCoordinator::AfterCut(uint64_t clock, const absl::Status& st) {
+  if (st.ok()) {
+    MutexLock lock(&mu_);
+    cut_failures_ = 0;
+    return false;
+  }
+  // No orphan part files: a directory without MANIFEST is no checkpoint.
+  // (Every server has answered, so none is still writing into it; a stalled
+  // one that resumes finds it gone and its write fails.)
+  if (absl::Status removed = RemoveIncompleteCheckpoint(config_.checkpoint().dir(), clock);
+      !removed.ok()) {
+    LOG(WARNING) << "cannot remove the failed checkpoint's files: " << removed;
+  }
+  MutexLock lock(&mu_);
+  if (ServerGone(st) || pending_ || Ended()) return false;  // A recovery takes over.
+  ++cut_failures_;
+  if (cut_failures_ >= kCutAttempts) {
+    FailLocked(absl::StrCat("checkpoint at clock ", clock, " failed ", cut_failures_,
+                            " times in a row (checkpoint.dir ", config_.checkpoint().dir(),
+                            "): ", st.ToString()));
+    return false;
+  }
+  const absl::Duration backoff = absl::Seconds(1 << (cut_failures_ - 1));
+  retry_cut_at_ = absl::Now() + backoff;
+  LOG(ERROR) << "checkpoint at clock " << clock << ": attempt " << cut_failures_ << " of "
+             << kCutAttempts << " failed; trying again in " << absl::FormatDuration(backoff);
+  return true;
+}
+
+void JobCoordinator::HoldFirstCut(uint64_t after) {
+  const uint64_t k = config_.checkpoint().every_steps();
+  if (!checkpoints_on_ || k == 0) return;
+  clock_.HoldFirstUnstarted(k, after + 1);
+}
+
+bool JobCoordinator::OnCorruptCheckpoint(const std::string& dir, const absl::Status& why) {
+  if (config_.checkpoint().on_corrupt() != CheckpointConfig::FALL_BACK) {
+    MutexLock lock(&mu_);
+    FailLocked(absl::StrCat(
+        "checkpoint ", dir, " is corrupt: ", why.message(),
+        "; refusing to fall back to an older one (repair or remove it, or set "
+        "checkpoint.on_corrupt: FALL_BACK to restore the newest usable checkpoint with the "
+        "corrupt ones set aside)"));
+    return false;
+  }
+  auto aside = SetCheckpointAside(dir, absl::Now());
+  if (!aside.ok()) {
+    MutexLock lock(&mu_);
+    FailLocked(absl::StrCat("checkpoint ", dir, " is corrupt (", why.message(),
+                            ") and cannot be set aside: ", aside.status().message()));
+    return false;
+  }
+  LOG(WARNING) << "checkpoint " << dir << " is corrupt (" << why.message() << "): set aside as "
+               << *aside << "; falling back to the checkpoint before it "
+               << "(checkpoint.on_corrupt: FALL_BACK)";
+  return true;
+}
+
+bool JobCoordinator::CheckNewerCheckpoints(int64_t newest_usable) {
+  if (!checkpoints_on_) return true;
+  auto corrupt = FindCorruptCheckpoints(config_.checkpoint().dir(), newest_usable);
+  if (!corrupt.ok()) {
+    LOG(WARNING) << "cannot look for corrupt checkpoints: " << corrupt.status();
+    return true;
+  }
+  for (const CorruptCheckpoint& c : *corrupt) {
+    if (!OnCorruptCheckpoint(c.dir, c.why)) return false;
+  }
+  return true;
+}
+
+}  // namespace shardps
