@@ -5,6 +5,8 @@
 //
 // --checkpoint asks the scheduler for a checkpoint now (the consistent cut at
 // the first clock no worker has started) and waits until it is written.
+// Exit status: 0 done, 1 the scheduler refused or could not be reached, 2 bad
+// flags (no --scheduler: a one-line usage error).
 #include <cstdio>
 #include <string>
 
@@ -38,6 +40,11 @@ int main(int argc, char** argv) {
   shardps::InitProcess(argc, argv, "ps_status --scheduler host:port");
   if (absl::Status st = shardps::InitTlsFromFlags(); !st.ok()) {
     std::fprintf(stderr, "ps_status: %s\n", st.ToString().c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_scheduler).empty()) {
+    std::fprintf(stderr,
+                 "ps_status: no scheduler: give --scheduler host:port (or SHARDPS_SCHEDULER)\n");
     return 2;
   }
   shardps::SchedulerClient client(absl::GetFlag(FLAGS_scheduler));

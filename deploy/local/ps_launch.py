@@ -231,6 +231,7 @@ def supervise(args, job_config, num_servers, num_workers, procs, stop_all, stopp
             rc = p.poll()
             if rc is None or (rc == 0 and p.role != "scheduler"):
                 continue
+            p.failed_with = rc  # Named in the final message if the job fails.
             if p.restarts >= args.max_restarts:
                 if not getattr(p, "given_up", False):
                     p.given_up = True
@@ -284,7 +285,16 @@ def supervise(args, job_config, num_servers, num_workers, procs, stop_all, stopp
     sched = procs[0]
     failed = None
     if stopping["why"] != "interrupted" and sched.poll() != 0:
-        failed = "the scheduler exited with status %s" % sched.poll()
+        # The scheduler reports the job's failure; say why, and which other
+        # processes exited with an error, rather than blame the scheduler.
+        result = next((l for l in sched.result_lines if l.startswith("PS_JOB_RESULT")), "")
+        why = re.search(r"state=failed: (.*?) samples=", result)
+        failed = "the scheduler exited with status %s%s" % (
+            sched.poll(), (" (the job failed: %s)" % why.group(1)) if why else "")
+        others = ["%s (status %d)" % (p.name, p.failed_with) for p in procs[1:]
+                  if getattr(p, "failed_with", None) is not None]
+        if others:
+            failed += "; processes that exited with an error: " + ", ".join(others)
     return sched, failed
 
 
