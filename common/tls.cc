@@ -12,11 +12,13 @@
 #include <sstream>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/init.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "grpc/grpc.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 
@@ -222,6 +224,27 @@ TlsFiles TlsFilesFromFlags() {
 }
 
 bool TlsEnabledFromFlags() { return !TlsFilesFromFlags().empty(); }
+
+bool IsLoopbackAddress(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (absl::StartsWith(host, "ipv4:")) host = host.substr(5);
+  if (absl::StartsWith(host, "ipv6:")) host = host.substr(5);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+void ConfigureListener(const std::string& listen, const char* role,
+                       grpc::ServerBuilder* builder) {
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  if (!TlsEnabledFromFlags() && !IsLoopbackAddress(listen)) {
+    LOG(WARNING) << "*** " << role << " serves " << listen
+                 << " WITHOUT TLS on a non-loopback address: anyone who can reach it "
+                    "can send data-path requests (pulls, pushes). Use --tls_cert, "
+                    "--tls_key and --tls_ca on a shared network (docs/security.md). ***";
+  }
+}
 
 absl::Status CheckTlsFiles(const TlsFiles& files) {
   if (files.empty()) return absl::OkStatus();

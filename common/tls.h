@@ -55,6 +55,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
 
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
@@ -109,6 +110,17 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFromFlagsOrDie();
 
 // True when the flags ask for TLS (any of them set).
 bool TlsEnabledFromFlags();
+
+// What every listening role does to its builder before AddListeningPort:
+// the port is exclusive (SO_REUSEPORT off, so a second process on a taken
+// port fails at start instead of sharing its connections), and, with TLS
+// off, an address that is not loopback gets a loud warning (docs/security.md:
+// without TLS anyone who reaches the port is trusted as a peer).
+void ConfigureListener(const std::string& listen, const char* role,
+                       grpc::ServerBuilder* builder);
+
+// Whether the host of `listen` (host:port) is a loopback address.
+bool IsLoopbackAddress(const std::string& listen);
 
 }  // namespace shardps
 

@@ -31,13 +31,23 @@ absl::Status NameServer(const absl::Status& s, uint32_t index, const std::string
 }
 
 // Runs `call(server index, address)` on the servers `which` (all if unset)
-// of `map` in parallel; the first error wins.
+// of `map` in parallel; the first error wins. PERMISSION_DENIED is retried
+// for up to 2 s: a server that has just registered may not have adopted the
+// control token from the answer yet.
 absl::Status ForEachServer(const PartitionMapProto& map, std::optional<uint32_t> which,
                            const std::function<absl::Status(uint32_t, const std::string&)>& call) {
+  auto with_retry = [&call](uint32_t i, const std::string& address) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(2);
+    while (true) {
+      absl::Status st = call(i, address);
+      if (!absl::IsPermissionDenied(st) || absl::Now() > give_up) return st;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  };
   std::vector<std::future<absl::Status>> results;
   for (uint32_t i = 0; i < static_cast<uint32_t>(map.server_addresses_size()); ++i) {
     if (which && *which != i) continue;
-    results.push_back(std::async(std::launch::async, call, i, map.server_addresses(i)));
+    results.push_back(std::async(std::launch::async, with_retry, i, map.server_addresses(i)));
   }
   if (results.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("no server ", which.value_or(0)));
@@ -52,7 +62,8 @@ absl::Status ForEachServer(const PartitionMapProto& map, std::optional<uint32_t>
 
 class GrpcServerOps final : public ServerOps {
  public:
-  explicit GrpcServerOps(JobConfig config) : config_(std::move(config)) {}
+  GrpcServerOps(JobConfig config, uint64_t control_token)
+      : config_(std::move(config)), control_token_(control_token) {}
 
   absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation,
                        uint64_t clock) override {
@@ -166,10 +177,11 @@ class GrpcServerOps final : public ServerOps {
                                        uint64_t generation) override {
     RestoreRequest request;
     request.set_generation(generation);
+    request.set_control_token(control_token_);
     if (point.initial) {
       request.set_initial(true);
     } else {
-      request.set_manifest(point.dir);
+      request.set_clock(point.clock);
     }
     std::vector<RestoreResponse> responses(map.server_addresses_size());
     const absl::Status st = ForEachServer(map, index, [&](uint32_t i, const std::string& address) {
@@ -195,7 +207,7 @@ class GrpcServerOps final : public ServerOps {
  private:
   CheckpointRequest Request(uint64_t generation, uint64_t clock, bool delta) const {
     CheckpointRequest request;
-    request.set_dir(config_.checkpoint().dir());
+    request.set_control_token(control_token_);
     request.set_clock(clock);
     request.set_generation(generation);
     request.set_delta(delta);
@@ -217,6 +229,7 @@ class GrpcServerOps final : public ServerOps {
   }
 
   const JobConfig config_;
+  const uint64_t control_token_;
   // The chain of the last complete checkpoint written or restored (empty:
   // the next one is FULL).
   std::vector<std::string> chain_;
@@ -225,8 +238,8 @@ class GrpcServerOps final : public ServerOps {
 
 }  // namespace
 
-std::unique_ptr<ServerOps> MakeGrpcServerOps(const JobConfig& config) {
-  return std::make_unique<GrpcServerOps>(config);
+std::unique_ptr<ServerOps> MakeGrpcServerOps(const JobConfig& config, uint64_t control_token) {
+  return std::make_unique<GrpcServerOps>(config, control_token);
 }
 
 }  // namespace shardps

@@ -21,10 +21,15 @@
 //  - Restore: ParameterServer.Restore on every server in parallel, or on
 //    one; each verifies every file it needs before changing anything.
 //
+// Every request carries `control_token` (the one the scheduler hands the
+// servers at registration) and names checkpoints by clock: each server
+// reads and writes only under its own config's checkpoint.dir.
+//
 // Called from the coordinator's control thread only (thread-compatible).
 #ifndef SHARDPS_SCHEDULER_CHECKPOINT_CLIENT_H_
 #define SHARDPS_SCHEDULER_CHECKPOINT_CLIENT_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "proto/config.pb.h"
@@ -32,7 +37,7 @@
 
 namespace shardps {
 
-std::unique_ptr<ServerOps> MakeGrpcServerOps(const JobConfig& config);
+std::unique_ptr<ServerOps> MakeGrpcServerOps(const JobConfig& config, uint64_t control_token);
 
 }  // namespace shardps
 

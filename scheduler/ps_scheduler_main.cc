@@ -88,27 +88,32 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
-  shardps::ServerNotifierClient notifier;
-  const std::unique_ptr<shardps::ServerOps> ops = shardps::MakeGrpcServerOps(*config);
+  // Servers accept control RPCs only with this token (docs/security.md).
+  const uint64_t control_token = shardps::NewControlToken();
+  shardps::ServerNotifierClient notifier(control_token);
+  const std::unique_ptr<shardps::ServerOps> ops =
+      shardps::MakeGrpcServerOps(*config, control_token);
   shardps::JobCoordinator job(
       *config,
       [&notifier](const shardps::PartitionMapProto& map, const std::vector<uint32_t>& active) {
         notifier.Notify(map, active);
       },
       ops.get());
-  shardps::SchedulerService service(&job);
+  shardps::SchedulerService service(&job, control_token);
   int port = 0;
   grpc::ServerBuilder builder;
   const int max_bytes = static_cast<int>(
       std::min<uint64_t>(config->cluster().max_message_bytes(), INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
+  shardps::ConfigureListener(absl::GetFlag(FLAGS_listen), "ps_scheduler", &builder);
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
                            *shardps::ServerCredentialsFromFlags() /* checked above */, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
+    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen)
+               << " (in use by another process, or not an address of this host)";
     return 2;
   }
   const std::string address = HostOf(absl::GetFlag(FLAGS_listen)) + ":" + std::to_string(port);

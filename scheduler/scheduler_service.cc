@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <random>
+
 #include "absl/time/clock.h"
 #include "common/client/ps_channel.h"
 #include "common/grpc_status.h"
@@ -9,10 +11,19 @@
 
 namespace shardps {
 
+uint64_t NewControlToken() {
+  std::random_device device;
+  uint64_t token = 0;
+  while (token == 0) token = (uint64_t{device()} << 32) | device();
+  return token;
+}
+
 grpc::Status SchedulerService::Register(grpc::ServerContext*,
                                         const RegisterRequest* request,
                                         RegisterResponse* response) {
-  return ToGrpcStatus(job_->Register(*request, response));
+  const absl::Status st = job_->Register(*request, response);
+  if (st.ok() && request->role() == SERVER) response->set_control_token(control_token_);
+  return ToGrpcStatus(st);
 }
 
 grpc::Status SchedulerService::Heartbeat(grpc::ServerContext*,
@@ -75,7 +86,8 @@ grpc::Status SchedulerService::CheckpointNow(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-ServerNotifierClient::ServerNotifierClient() : thread_([this] { Loop(); }) {}
+ServerNotifierClient::ServerNotifierClient(uint64_t control_token)
+    : control_token_(control_token), thread_([this] { Loop(); }) {}
 
 ServerNotifierClient::~ServerNotifierClient() {
   {
@@ -90,6 +102,7 @@ void ServerNotifierClient::Notify(const PartitionMapProto& map,
                                   const std::vector<uint32_t>& active) {
   ControlRequest request;
   request.set_map_version(map.version());
+  request.set_control_token(control_token_);
   for (uint32_t owner : map.owner()) request.add_partition_owner(owner);
   for (uint32_t r : active) request.add_active_workers(r);
   MutexLock lock(&mu_);

@@ -2,12 +2,18 @@
 // validates nothing beyond what the core does, calls it, and converts the
 // absl::Status to a grpc::Status once (common/grpc_status.h).
 //
+// Servers get the scheduler's control token in their RegisterResponse; the
+// scheduler's control RPCs to them (Control here, Checkpoint and Restore in
+// checkpoint_client.h) carry it, and the servers refuse such RPCs without it
+// (docs/security.md).
+//
 // ServerNotifierClient pushes the active-worker set and partition map to the
 // servers (ParameterServer.Control) from its own thread, coalescing bursts,
 // so no RPC handler waits on a server.
 #ifndef SHARDPS_SCHEDULER_SCHEDULER_SERVICE_H_
 #define SHARDPS_SCHEDULER_SCHEDULER_SERVICE_H_
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -22,7 +28,8 @@ namespace shardps {
 
 class SchedulerService final : public Scheduler::Service {
  public:
-  explicit SchedulerService(JobCoordinator* job) : job_(job) {}
+  SchedulerService(JobCoordinator* job, uint64_t control_token)
+      : job_(job), control_token_(control_token) {}
 
   grpc::Status Register(grpc::ServerContext*, const RegisterRequest* request,
                         RegisterResponse* response) override;
@@ -48,12 +55,16 @@ class SchedulerService final : public Scheduler::Service {
 
  private:
   JobCoordinator* const job_;  // Not owned.
+  const uint64_t control_token_;
 };
+
+// A random, non-zero control token (from the OS's random source).
+uint64_t NewControlToken();
 
 // Sends ControlRequests to every server of the latest map. Thread-safe.
 class ServerNotifierClient {
  public:
-  ServerNotifierClient();
+  explicit ServerNotifierClient(uint64_t control_token);
   ~ServerNotifierClient();
   ServerNotifierClient(const ServerNotifierClient&) = delete;
   ServerNotifierClient& operator=(const ServerNotifierClient&) = delete;
@@ -64,6 +75,7 @@ class ServerNotifierClient {
  private:
   void Loop();
 
+  const uint64_t control_token_;
   Mutex mu_;
   CondVar wake_;
   std::optional<ControlRequest> pending_ ABSL_GUARDED_BY(mu_);

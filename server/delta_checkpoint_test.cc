@@ -178,8 +178,8 @@ class Job {
     m.add_chain(m.checkpoint_id());
     std::string dir;
     for (auto& core : cores_) {
+      core->SetCheckpointRoot(root);
       CheckpointRequest request;
-      request.set_dir(root);
       request.set_clock(clock);
       request.set_delta(base != nullptr);
       if (base != nullptr) request.set_base_clock(base->clock());
@@ -199,8 +199,8 @@ class Job {
   // Restore on every server from `root` at `clock`; the first error.
   absl::Status Restore(const std::string& root, uint64_t clock) {
     for (auto& core : cores_) {
+      core->SetCheckpointRoot(root);
       RestoreRequest request;
-      request.set_root(root);
       request.set_clock(clock);
       RestoreResponse response;
       absl::Status st = core->Restore(request, &response);
@@ -350,8 +350,8 @@ TEST(DeltaCheckpointTest, DeltaWithoutItsBaseIsRefusedAndWritesNothing) {
   const std::string root = NewRoot("nobase");
   Job job;
   job.Step(0);
+  job.core(0).SetCheckpointRoot(root);
   CheckpointRequest request;
-  request.set_dir(root);
   request.set_clock(1);
   request.set_delta(true);
   request.set_base_clock(0);
@@ -363,7 +363,7 @@ TEST(DeltaCheckpointTest, DeltaWithoutItsBaseIsRefusedAndWritesNothing) {
   // it is accepted, one on another clock is not.
   request.set_delta(false);
   ASSERT_TRUE(job.core(0).Checkpoint(request, &response).ok());
-  request.set_dir(root + "/");
+  job.core(0).SetCheckpointRoot(root + "/");
   request.set_delta(true);
   request.set_base_clock(1);
   request.set_clock(2);

@@ -48,6 +48,12 @@ absl::Status ParameterServerCore::BufferBspPush(
     return absl::FailedPreconditionError(absl::StrCat(
         "BSP push from rank ", rank, ", which is not an active worker"));
   }
+  if (clock >= applied_clock_ + kBspClocksAhead) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BSP push of clock ", clock, " from rank ", rank, ": server ", server_index_,
+        " has applied clocks < ", applied_clock_, " and buffers at most ",
+        kBspClocksAhead, " clocks ahead (a worker is never more than one ahead)"));
+  }
   if (clock < applied_clock_ || pending_[clock].count(rank)) {
     return absl::AlreadyExistsError(absl::StrCat(
         "rank ", rank, " already pushed clock ", clock, " (server ",

@@ -31,50 +31,40 @@ struct RestoreSource {
   checkpoint::ResolvedCheckpoint checkpoint;
 };
 
-// The checkpoint a RestoreRequest names, with its delta chain resolved, every
-// link's manifest loaded and checked (files present with their sizes;
-// LoadOwnedChain checks the CRCs of the files this server reads).
-absl::StatusOr<RestoreSource> ResolveRestore(const RestoreRequest& request) {
+// The checkpoint a RestoreRequest names under `root`, with its delta chain
+// resolved, every link's manifest loaded and checked (files present with
+// their sizes; LoadOwnedChain checks the CRCs of the files this server
+// reads).
+absl::StatusOr<RestoreSource> ResolveRestore(const std::string& root,
+                                             const RestoreRequest& request) {
   checkpoint::LoadManifestOptions options;
   options.verify_file_crcs = false;
   RestoreSource source;
-  if (!request.manifest().empty()) {
-    if (!request.root().empty() || request.has_clock()) {
-      return absl::InvalidArgumentError(
-          "Restore: set either manifest or root (and clock), not both");
-    }
-    std::string dir = CanonicalRoot(request.manifest());
-    const std::string suffix = std::string("/") + checkpoint::kManifestFileName;
-    if (absl::EndsWith(dir, suffix)) dir.resize(dir.size() - suffix.size());
-    dir = CanonicalRoot(dir);
-    ASSIGN_OR_RETURN(const checkpoint::CheckpointManifest manifest,
-                     checkpoint::LoadManifest(dir, options));
-    // The chain's links are the checkpoint's siblings.
-    const size_t slash = dir.rfind('/');
-    source.root = slash == std::string::npos ? "." : dir.substr(0, slash);
-    if (source.root.empty()) source.root = "/";
+  source.root = root;
+  if (request.has_clock()) {
     ASSIGN_OR_RETURN(source.checkpoint,
-                     checkpoint::LoadCheckpoint(source.root, manifest.clock(),
-                                                options));
+                     checkpoint::LoadCheckpoint(root, request.clock(), options));
   } else {
-    if (request.root().empty()) {
-      return absl::InvalidArgumentError(
-          "Restore: the request names no checkpoint (set manifest or root)");
-    }
-    source.root = CanonicalRoot(request.root());
-    if (request.has_clock()) {
-      ASSIGN_OR_RETURN(source.checkpoint,
-                       checkpoint::LoadCheckpoint(source.root, request.clock(),
-                                                  options));
-    } else {
-      ASSIGN_OR_RETURN(source.checkpoint,
-                       checkpoint::LatestComplete(source.root, options));
-    }
+    ASSIGN_OR_RETURN(source.checkpoint, checkpoint::LatestComplete(root, options));
   }
   return source;
 }
 
 }  // namespace
+
+void ParameterServerCore::SetCheckpointRoot(const std::string& root) {
+  MutexLock lock(&checkpoint_mu_);
+  checkpoint_root_ = root;
+}
+
+absl::StatusOr<std::string> ParameterServerCore::CheckpointRoot(const char* rpc) const {
+  if (checkpoint_root_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        rpc, ": the job config of server ", server_index_,
+        " sets no checkpoint.dir (checkpoints are off)"));
+  }
+  return CanonicalRoot(checkpoint_root_);
+}
 
 std::vector<bool> ParameterServerCore::OwnedPartitions(
     const PartitionMap& map) const {
@@ -87,9 +77,6 @@ std::vector<bool> ParameterServerCore::OwnedPartitions(
 
 absl::Status ParameterServerCore::Checkpoint(const CheckpointRequest& request,
                                              CheckpointResponse* response) {
-  if (request.dir().empty()) {
-    return absl::InvalidArgumentError("Checkpoint: no checkpoint dir");
-  }
   if (request.delta() && request.base_clock() >= request.clock()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Checkpoint: a delta at clock ", request.clock(), " on base clock ",
@@ -104,9 +91,10 @@ absl::Status ParameterServerCore::Checkpoint(const CheckpointRequest& request,
         "Checkpoint: the job config has no name");
   }
   MutexLock checkpoint_lock(&checkpoint_mu_);
+  ASSIGN_OR_RETURN(const std::string root, CheckpointRoot("Checkpoint"));
   RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
   if (request.phase() != CheckpointRequest::COLLECT) {
-    RETURN_IF_ERROR(StartCheckpointWrite(request, response));
+    RETURN_IF_ERROR(StartCheckpointWrite(root, request, response));
     if (request.phase() == CheckpointRequest::COPY) return absl::OkStatus();
   }
   return CollectCheckpointWrite(request, response);
@@ -122,15 +110,15 @@ void ParameterServerCore::DropCheckpointWrite() {
 }
 
 absl::Status ParameterServerCore::StartCheckpointWrite(
-    const CheckpointRequest& request, CheckpointResponse* response) {
+    const std::string& root, const CheckpointRequest& request, CheckpointResponse* response) {
   DropCheckpointWrite();
   const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
   std::optional<uint32_t> since;
   if (request.delta()) {
-    ASSIGN_OR_RETURN(since, DeltaBase(request, owned));
+    ASSIGN_OR_RETURN(since, DeltaBase(root, request, owned));
   }
   ASSIGN_OR_RETURN(const std::string dir, checkpoint::CreateCheckpointDir(
-                                              request.dir(), request.clock()));
+                                              root, request.clock()));
   std::shared_ptr<const StoreSnapshot> snapshot;
   uint32_t generation = 0;
   if (bsp_) {
@@ -151,8 +139,7 @@ absl::Status ParameterServerCore::StartCheckpointWrite(
   }
   // Rows changed from now on are newer than `generation`: a delta on this
   // checkpoint holds them (once the scheduler has made it complete).
-  RememberBase({CanonicalRoot(request.dir()), request.clock(), generation,
-                owned});
+  RememberBase({root, request.clock(), generation, owned});
   SnapshotWriteOptions options;
   options.dir = dir;
   options.job_name = config_.name();
@@ -160,7 +147,6 @@ absl::Status ParameterServerCore::StartCheckpointWrite(
   options.base_clock = request.base_clock();
   options.tables = TableSchemas(*store_);
   write_ = std::make_unique<CheckpointWrite>();
-  write_->root = request.dir();
   write_->clock = request.clock();
   write_->dir = dir;
   write_->rows = snapshot->rows();
@@ -182,12 +168,10 @@ absl::Status ParameterServerCore::StartCheckpointWrite(
 
 absl::Status ParameterServerCore::CollectCheckpointWrite(
     const CheckpointRequest& request, CheckpointResponse* response) {
-  if (write_ == nullptr || write_->root != request.dir() ||
-      write_->clock != request.clock()) {
+  if (write_ == nullptr || write_->clock != request.clock()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Checkpoint COLLECT: server ", server_index_,
-        " has no checkpoint write of clock ", request.clock(), " in ",
-        request.dir(), " to collect"));
+        " has no checkpoint write of clock ", request.clock(), " to collect"));
   }
   write_->thread.join();
   const std::unique_ptr<CheckpointWrite> write = std::move(write_);
@@ -207,9 +191,9 @@ absl::Status ParameterServerCore::CollectCheckpointWrite(
 absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
                                           RestoreResponse* response) {
   if (request.initial()) {
-    if (!request.manifest().empty() || !request.root().empty() || request.has_clock()) {
+    if (request.has_clock()) {
       return absl::InvalidArgumentError(
-          "Restore: an initial restore names no checkpoint (manifest, root, clock unset)");
+          "Restore: an initial restore names no checkpoint (clock unset)");
     }
     MutexLock checkpoint_lock(&checkpoint_mu_);
     DropCheckpointWrite();
@@ -229,8 +213,9 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
     return absl::OkStatus();
   }
   MutexLock checkpoint_lock(&checkpoint_mu_);
+  ASSIGN_OR_RETURN(const std::string root, CheckpointRoot("Restore"));
   DropCheckpointWrite();
-  ASSIGN_OR_RETURN(const RestoreSource source, ResolveRestore(request));
+  ASSIGN_OR_RETURN(const RestoreSource source, ResolveRestore(root, request));
   const checkpoint::CheckpointManifest& manifest = source.checkpoint.manifest;
   const std::string& dir = source.checkpoint.dir;
   if (manifest.job_name() != config_.name()) {
@@ -281,8 +266,8 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
 }
 
 absl::StatusOr<uint32_t> ParameterServerCore::DeltaBase(
-    const CheckpointRequest& request, const std::vector<bool>& owned) const {
-  const std::string root = CanonicalRoot(request.dir());
+    const std::string& root, const CheckpointRequest& request,
+    const std::vector<bool>& owned) const {
   for (const CheckpointBase& base : bases_) {
     if (base.root != root || base.clock != request.base_clock()) continue;
     if (base.owned != owned) {

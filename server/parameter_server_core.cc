@@ -98,6 +98,10 @@ ParameterServerCore::ParameterServerCore(const CoreOptions& options,
       checkpoint_write_delay_(options.checkpoint_write_delay),
       store_(std::move(store)),
       map_(std::make_shared<const PartitionMap>(std::move(map))) {
+  {
+    MutexLock lock(&checkpoint_mu_);
+    checkpoint_root_ = config_.checkpoint().dir();
+  }
   MutexLock lock(&bsp_mu_);
   for (uint32_t r = 0; r < config_.cluster().num_workers(); ++r) {
     active_.insert(r);
@@ -301,6 +305,15 @@ absl::Status ParameterServerCore::DecodePush(
 absl::Status ParameterServerCore::Push(const PushRequest& request,
                                        PushResponse* response) {
   const float lr_scale = request.has_lr_scale() ? request.lr_scale() : 1.0f;
+  if (!std::isfinite(lr_scale) || lr_scale < 0 || lr_scale > kMaxLrScale) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lr_scale ", lr_scale, " is outside [0, ", kMaxLrScale, "]"));
+  }
+  if (request.worker_rank() >= config_.cluster().num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push from worker rank ", request.worker_rank(), ": the job has ",
+        config_.cluster().num_workers(), " workers"));
+  }
   // Per thread, so that a bf16 push decodes into warm, already sized
   // storage (a fresh vector was an allocation and a zero fill per push).
   thread_local std::vector<DecodedTable> tables;
@@ -316,11 +329,16 @@ absl::Status ParameterServerCore::Push(const PushRequest& request,
         store_->ValidatePush(*d.table, d.keys, d.n, d.grads, lr_scale));
   }
   if (bsp_) return BufferBspPush(request, lr_scale, tables, response);
+  // The eviction clock (and the clock rows are stamped with) follows the
+  // pushes' clocks, at most kMaxClockStep a push: one push with an absurd
+  // clock cannot age every row past its TTL.
   uint64_t seen = max_clock_.load(std::memory_order_relaxed);
-  while (request.clock() > seen &&
-         !max_clock_.compare_exchange_weak(seen, request.clock())) {
-  }
-  store_->SetClock(request.clock());
+  uint64_t next = seen;
+  do {
+    next = seen + std::min<uint64_t>(kMaxClockStep, UINT64_MAX - seen);
+    next = std::min(next, request.clock());
+  } while (next > seen && !max_clock_.compare_exchange_weak(seen, next));
+  store_->SetClock(std::min(request.clock(), std::max(seen, next)));
   for (const DecodedTable& d : tables) {
     const PushCounts c = d.table->Push(d.keys, d.n, d.grads, lr_scale);
     response->set_rows_applied(response->rows_applied() + c.applied);

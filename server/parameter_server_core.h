@@ -33,14 +33,16 @@
 // rows of the partitions this server owns into memory (each table stripe
 // under its lock; in BSP also under the clock lock, and only if exactly the
 // clocks < request.clock have been applied, else FAILED_PRECONDITION), then
-// writes the partition-group files from the copy into <dir>/ckpt-<clock>/
-// and returns their manifest entries. The caller (the scheduler) holds every
+// writes the partition-group files from the copy into
+// <config checkpoint.dir>/ckpt-<clock>/ and returns their manifest entries. The caller (the scheduler) holds every
 // worker at the clock, so the copy is a consistent cut; pushes may resume
 // once the copy is done: phase COPY answers then and writes the files on a
 // background thread, a later COLLECT waits for them (COPY_AND_WRITE does
 // both in one call). One background write at a time: a new COPY or a
 // Restore first waits for (and drops the result of) an uncollected one.
-// Restore verifies every file it needs first (memory: those files), then,
+// Requests name checkpoints by clock only: every file this server reads or
+// writes is under its own config's checkpoint.dir, never a path from the
+// wire. Restore verifies every file it needs first (memory: those files), then,
 // with every pull and push held out, clears the tables, writes the rows of
 // the partitions it owns, sets the BSP and eviction clocks to the
 // checkpoint's (buffered pushes dropped) and moves the server into the
@@ -58,7 +60,7 @@
 // generation agrees on.
 //
 // Delta checkpoints (request.delta, base_clock B): the copy holds only the
-// rows changed since this server's copy for checkpoint B of the same dir (or
+// rows changed since this server's copy for checkpoint B (or
 // since its restore of B), plus the keys evicted since; the files are delta
 // files on B. The server remembers, per checkpoint it copied or restored, the
 // table generation of that moment and its owned partitions (the last
@@ -71,8 +73,9 @@
 // the FULL link and each delta in order; a missing or corrupt link refuses
 // the restore naming the file, and nothing changes.
 //
-// Checkpoint errors: INVALID_ARGUMENT (no dir, unknown phase, a delta whose
-// base_clock is not older than its clock),
+// Checkpoint errors: INVALID_ARGUMENT (unknown phase, a delta whose
+// base_clock is not older than its clock), FAILED_PRECONDITION (the config
+// sets no checkpoint.dir),
 // ALREADY_EXISTS (that checkpoint has a MANIFEST), FAILED_PRECONDITION (BSP
 // clock; COLLECT with nothing to collect; a delta without its base), I/O
 // errors naming the path. Restore errors: NOT_FOUND / DATA_LOSS /
@@ -89,6 +92,13 @@
 // whatever the arrival order. Clocks start at 0. A BSP pull with clock t
 // waits until clocks < t are applied (an empty push still closes a clock, so
 // workers push to every server every step).
+//
+// What a push may carry, whatever the mode: a worker_rank below the job's
+// num_workers; an lr_scale in [0, kMaxLrScale] (table_store.h); in BSP a
+// clock below applied + kBspClocksAhead (so buffered pushes are bounded). In
+// SSP/ASP the push clock only stamps rows for eviction by clock, and one
+// push moves that clock forward by at most kMaxClockStep. Anything else is
+// INVALID_ARGUMENT and changes nothing.
 //
 // Thread-safety: all methods are thread-safe. Pull may block (BSP); the
 // others do not wait for other requests beyond short critical sections.
@@ -176,6 +186,11 @@ class ParameterServerCore {
   absl::Status Restore(const RestoreRequest& request,
                        RestoreResponse* response);
 
+  // The directory every checkpoint of this core is written to and restored
+  // from: the config's checkpoint.dir until set here. Only the process that
+  // owns the core sets it (tests; no request can).
+  void SetCheckpointRoot(const std::string& root);
+
   // One eviction sweep at the current clock and time; rows dropped. The
   // server calls it periodically.
   uint64_t Evict();
@@ -190,6 +205,12 @@ class ParameterServerCore {
   TableStore* store() { return store_.get(); }
 
  private:
+  // BSP: pushes of clocks >= applied + kBspClocksAhead are refused (bounds
+  // what is buffered; a worker is at most one clock ahead of the servers).
+  static constexpr uint64_t kBspClocksAhead = 8;
+  // SSP/ASP: how far one push may move the eviction clock forward.
+  static constexpr uint64_t kMaxClockStep = 64;
+
   // One rank's buffered push of one BSP clock.
   struct BufferedTable {
     uint32_t table_id = 0;
@@ -235,7 +256,6 @@ class ParameterServerCore {
 
   // A checkpoint's files being written from its copy.
   struct CheckpointWrite {
-    std::string root;
     uint64_t clock = 0;
     std::string dir;
     uint64_t rows = 0;
@@ -244,11 +264,18 @@ class ParameterServerCore {
     absl::Status status;
     std::vector<checkpoint::WrittenFile> files;
   };
-  // Copies the rows and starts the background write (phase COPY).
-  absl::Status StartCheckpointWrite(const CheckpointRequest& request,
+  // checkpoint_root_ without trailing '/' (every checkpoint this server
+  // reads or writes is under it); FAILED_PRECONDITION naming `rpc` if it is
+  // empty.
+  absl::StatusOr<std::string> CheckpointRoot(const char* rpc) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
+  // Copies the rows and starts the background write (phase COPY) under
+  // `root`.
+  absl::Status StartCheckpointWrite(const std::string& root,
+                                    const CheckpointRequest& request,
                                     CheckpointResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
-  // Waits for the write of (request.dir, request.clock) (phase COLLECT).
+  // Waits for the write of request.clock (phase COLLECT).
   absl::Status CollectCheckpointWrite(const CheckpointRequest& request,
                                       CheckpointResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
@@ -265,7 +292,8 @@ class ParameterServerCore {
   static constexpr size_t kRememberedBases = 4;
   // The generation a delta on request.base_clock starts after, or
   // FAILED_PRECONDITION.
-  absl::StatusOr<uint32_t> DeltaBase(const CheckpointRequest& request,
+  absl::StatusOr<uint32_t> DeltaBase(const std::string& root,
+                                     const CheckpointRequest& request,
                                      const std::vector<bool>& owned) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
   // Records a base (replacing one of the same root and clock), forgets the
@@ -275,6 +303,7 @@ class ParameterServerCore {
 
   // Serializes Checkpoint and Restore calls.
   Mutex checkpoint_mu_;
+  std::string checkpoint_root_ ABSL_GUARDED_BY(checkpoint_mu_);
   std::unique_ptr<CheckpointWrite> write_ ABSL_GUARDED_BY(checkpoint_mu_);
   std::vector<CheckpointBase> bases_ ABSL_GUARDED_BY(checkpoint_mu_);
 

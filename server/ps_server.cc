@@ -51,6 +51,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    ServerCredentialsFromFlags());
+  ConfigureListener(options.listen, "ps_server", &builder);
   builder.AddListeningPort(options.listen, credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->health_.get());
@@ -65,8 +66,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   // (Shutdown stops them); a server that did not start never used them.
   if (s->server_ != nullptr) s->service_->ServeDataPath(std::move(cqs));
   if (s->server_ == nullptr || s->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.listen));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options.listen,
+        " (in use by another process, or not an address of this host)"));
   }
   const size_t colon = options.listen.rfind(':');
   s->address_ = absl::StrCat(options.listen.substr(0, colon), ":", s->port_);

@@ -53,6 +53,8 @@ class PsServer {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
   ParameterServerCore* core() { return core_.get(); }
+  // The token the scheduler's control RPCs carry (PsService).
+  void set_control_token(uint64_t token) { service_->set_control_token(token); }
 
   // Stops accepting, wakes waiting BSP pulls, finishes in-flight calls.
   void Shutdown();

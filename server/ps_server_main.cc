@@ -61,6 +61,11 @@ ABSL_FLAG(int, table_helpers, -1,
 ABSL_FLAG(int, testing_checkpoint_write_delay_ms, 0,
           "Testing: each background checkpoint write sleeps this long first "
           "(fault tests kill a server during a write).");
+ABSL_FLAG(uint64_t, control_token,
+          std::stoull(shardps::EnvOr("SHARDPS_CONTROL_TOKEN", "0")),
+          "Only for a server without --scheduler (tools, tests): the token its "
+          "Checkpoint, Restore and Control callers must send. With a scheduler "
+          "the token comes from the scheduler. 0 = those RPCs are refused.");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the chosen port is written to this file once listening.");
 
@@ -71,7 +76,8 @@ namespace {
 // heartbeat thread raises SIGTERM when the job ends (or the scheduler gives
 // this server up), which the main thread's sigwait turns into a clean exit.
 absl::StatusOr<std::unique_ptr<SchedulerClient>> JoinScheduler(
-    const JobConfig& config, const std::string& address, ParameterServerCore* core) {
+    const JobConfig& config, const std::string& address, PsServer* server) {
+  ParameterServerCore* core = server->core();
   auto client = std::make_unique<SchedulerClient>(absl::GetFlag(FLAGS_scheduler));
   RegisterRequest request;
   request.set_role(SERVER);
@@ -81,6 +87,7 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> JoinScheduler(
   request.set_config_fingerprint(ConfigFingerprint(config));
   auto reg = client->Register(request, absl::Seconds(300));
   if (!reg.ok()) return reg.status();
+  server->set_control_token(reg->control_token());
   if (reg->map().version() > 0) {
     ControlRequest control;
     control.set_map_version(reg->map().version());
@@ -93,7 +100,8 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> JoinScheduler(
             << absl::GetFlag(FLAGS_scheduler);
   request.set_requested_index(reg->index());
   client->EnableRejoin(
-      request, [core] { return core->map_version(); }, [core] { return core->generation(); });
+      request, [core] { return core->map_version(); }, [core] { return core->generation(); },
+      [server](const RegisterResponse& r) { server->set_control_token(r.control_token()); });
   client->StartHeartbeats(
       SERVER, reg->index(), reg->job_id(),
       absl::Milliseconds(config.cluster().heartbeat_ms()),
@@ -219,6 +227,7 @@ int Run() {
     LOG(ERROR) << st;
     return 2;
   }
+  (*server)->set_control_token(absl::GetFlag(FLAGS_control_token));
   TableMetrics table_metrics((*server)->core()->store());
   metrics::Poller table_poller(absl::Seconds(2), [&] { table_metrics.Refresh(); });
   std::printf("PS_SERVER_LISTENING %s\n", (*server)->address().c_str());
@@ -231,7 +240,7 @@ int Run() {
   }
   std::unique_ptr<SchedulerClient> scheduler;
   if (!absl::GetFlag(FLAGS_scheduler).empty()) {
-    auto joined = JoinScheduler(*config, (*server)->address(), (*server)->core());
+    auto joined = JoinScheduler(*config, (*server)->address(), server->get());
     if (!joined.ok()) {
       LOG(ERROR) << "cannot join the job: " << joined.status();
       (*server)->Shutdown();

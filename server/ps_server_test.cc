@@ -359,7 +359,8 @@ TEST_F(PsServerTest, EveryBadRequestGetsItsStatusAndChangesNothing) {
   ASSERT_TRUE(stub_->TableInfo(&ctx2, TableInfoRequest(), &info).ok());
   EXPECT_EQ(info.tables(1).rows_skipped_nonfinite(), 1u);
 
-  // An unknown table in a pull; a Checkpoint without a directory.
+  // An unknown table in a pull; a Checkpoint from a caller without the
+  // scheduler's control token (this server has none: refused).
   PullRequest pull;
   pull.set_map_version(1);
   pull.add_tables()->set_table_id(9);
@@ -370,7 +371,7 @@ TEST_F(PsServerTest, EveryBadRequestGetsItsStatusAndChangesNothing) {
   CheckpointResponse cresp;
   grpc::ClientContext ctx4;
   EXPECT_EQ(stub_->Checkpoint(&ctx4, CheckpointRequest(), &cresp).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+            grpc::StatusCode::PERMISSION_DENIED);
 }
 
 TEST_F(PsServerTest, ExitsCleanlyOnSigterm) { EXPECT_EQ(server_.Stop(), 0); }

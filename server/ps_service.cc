@@ -5,7 +5,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "glog/logging.h"
 #include "grpc/slice.h"
 #include "common/grpc_status.h"
 #include "common/metrics.h"
@@ -285,22 +287,41 @@ grpc::Status PsService::TableInfo(grpc::ServerContext* context,
   return ToGrpcStatus(core_->TableInfo(*request, response));
 }
 
+absl::Status PsService::CheckControl(const char* rpc, uint64_t token,
+                                     const grpc::ServerContext* context) const {
+  const uint64_t mine = control_token_.load(std::memory_order_acquire);
+  if (mine != 0 && token == mine) return absl::OkStatus();
+  const std::string why =
+      mine == 0 ? "this server has no control token yet (it has not registered with a "
+                  "scheduler and was started without --control_token)"
+                : "the request does not carry the control token of this job's scheduler";
+  LOG_EVERY_N(WARNING, 10) << "refused " << rpc << " from " << context->peer() << ": " << why;
+  return absl::PermissionDeniedError(absl::StrCat(
+      rpc, " refused: only the job's scheduler may call it; ", why));
+}
+
 grpc::Status PsService::Checkpoint(grpc::ServerContext* context,
                                    const CheckpointRequest* request,
                                    CheckpointResponse* response) {
-  return ToGrpcStatus(core_->Checkpoint(*request, response));
+  absl::Status st = CheckControl("Checkpoint", request->control_token(), context);
+  if (st.ok()) st = core_->Checkpoint(*request, response);
+  return ToGrpcStatus(st);
 }
 
 grpc::Status PsService::Restore(grpc::ServerContext* context,
                                 const RestoreRequest* request,
                                 RestoreResponse* response) {
-  return ToGrpcStatus(core_->Restore(*request, response));
+  absl::Status st = CheckControl("Restore", request->control_token(), context);
+  if (st.ok()) st = core_->Restore(*request, response);
+  return ToGrpcStatus(st);
 }
 
 grpc::Status PsService::Control(grpc::ServerContext* context,
                                 const ControlRequest* request,
                                 ControlResponse* response) {
-  return ToGrpcStatus(core_->Control(*request, response));
+  absl::Status st = CheckControl("Control", request->control_token(), context);
+  if (st.ok()) st = core_->Control(*request, response);
+  return ToGrpcStatus(st);
 }
 
 }  // namespace shardps

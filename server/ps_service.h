@@ -10,6 +10,12 @@
 // so it waits on a thread of its own instead. The control RPCs stay
 // synchronous.
 //
+// Control RPCs (Checkpoint, Restore, Control) are the scheduler's: each must
+// carry the control token the scheduler handed this server at registration
+// (set_control_token); one without it, or before any token is known, is
+// refused with PERMISSION_DENIED and changes nothing (docs/security.md).
+// Pull, Push, InitRows and TableInfo are the data path, open to workers.
+//
 // Pull is a raw method: the service parses the PullRequest itself and builds
 // the response's wire bytes as gRPC slices (PullResponseSlices), so the
 // table writes each value once, into the buffer gRPC sends from. Clients see
@@ -20,6 +26,8 @@
 #ifndef SHARDPS_SERVER_PS_SERVICE_H_
 #define SHARDPS_SERVER_PS_SERVICE_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -80,13 +88,24 @@ class PsService final : public PsServiceBase {
                        const ControlRequest* request,
                        ControlResponse* response) override;
 
+  // The token control RPCs must carry; 0 refuses every control RPC.
+  void set_control_token(uint64_t token) {
+    control_token_.store(token, std::memory_order_release);
+  }
+
   // For the data path's calls (ps_service.cc).
   ParameterServerCore* core() const { return core_; }
   void BeginWait();  // A pull waits for its clock on a thread of its own ...
   void EndWait();    // ... and has called Finish.
 
  private:
+  // OK if `token` is this server's control token; else PERMISSION_DENIED
+  // naming the RPC and the caller.
+  absl::Status CheckControl(const char* rpc, uint64_t token,
+                            const grpc::ServerContext* context) const;
+
   ParameterServerCore* const core_;  // Not owned.
+  std::atomic<uint64_t> control_token_{0};
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
   std::vector<std::thread> threads_;
   Mutex mu_;

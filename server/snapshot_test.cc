@@ -74,8 +74,8 @@ TEST(SnapshotTest, RestoresOntoOtherServerCounts) {
 TEST(SnapshotTest, FileNamesFollowPartitionGroups) {
   Job two(2);
   two.Step(0);
+  two.SetRoot(NewRoot("names"));
   CheckpointRequest request;
-  request.set_dir(NewRoot("names"));
   request.set_clock(1);
   CheckpointResponse r0, r1;
   ASSERT_TRUE(two.core(0).Checkpoint(request, &r0).ok());
@@ -89,7 +89,7 @@ TEST(SnapshotTest, FileNamesFollowPartitionGroups) {
 
   Job three(3);  // Owns [0,42], [43,85], [86,127].
   three.Step(0);
-  request.set_dir(NewRoot("names3"));
+  three.SetRoot(NewRoot("names3"));
   CheckpointResponse r;
   ASSERT_TRUE(three.core(1).Checkpoint(request, &r).ok());
   ASSERT_EQ(r.files_size(), 2);
@@ -109,8 +109,8 @@ TEST(SnapshotTest, RestoreByRootFindsTheLatestOrTheNamedClock) {
   ASSERT_NE(at1, at2);
 
   Job restored(1);
-  RestoreRequest request;
-  request.set_root(root);
+  restored.SetRoot(root);
+  RestoreRequest request;  // No clock: the latest.
   ASSERT_TRUE(restored.Restore(request).ok());
   EXPECT_EQ(restored.DumpAll(), at2);
   request.set_clock(1);
@@ -123,8 +123,8 @@ TEST(SnapshotTest, BspCheckpointNeedsExactlyTheClocksBelowApplied) {
   Job job(1);
   job.Step(0);
   job.Step(1);
+  job.SetRoot(NewRoot("clock"));
   CheckpointRequest request;
-  request.set_dir(NewRoot("clock"));
   request.set_clock(1);
   CheckpointResponse response;
   absl::Status st = job.core(0).Checkpoint(request, &response);
@@ -140,10 +140,13 @@ TEST(SnapshotTest, BspCheckpointNeedsExactlyTheClocksBelowApplied) {
   EXPECT_NE(st.message().find("no record of its base ckpt-000000000001"),
             std::string::npos)
       << st;
-  request.clear_dir();
+  // Without a checkpoint directory in the server's config: refused, naming
+  // the setting (a request cannot name one).
+  job.SetRoot("");
   request.set_delta(false);
-  EXPECT_EQ(job.core(0).Checkpoint(request, &response).code(),
-            absl::StatusCode::kInvalidArgument);
+  st = job.core(0).Checkpoint(request, &response);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("checkpoint.dir"), std::string::npos) << st;
 }
 
 TEST(SnapshotTest, CheckpointWithManifestCannotBeOverwritten) {
@@ -152,7 +155,6 @@ TEST(SnapshotTest, CheckpointWithManifestCannotBeOverwritten) {
   const std::string root = NewRoot("twice");
   job.Checkpoint(root, 1);
   CheckpointRequest request;
-  request.set_dir(root);
   request.set_clock(1);
   CheckpointResponse response;
   EXPECT_EQ(job.core(0).Checkpoint(request, &response).code(),
@@ -163,9 +165,8 @@ TEST(SnapshotTest, CopyPhaseLetsTrainingGoOnWhileFilesAreWritten) {
   Job job(2);
   for (uint64_t c = 0; c < 2; ++c) job.Step(c);
   const Dump at2 = job.DumpAll();
-  const std::string root = NewRoot("twophase");
+  job.SetRoot(NewRoot("twophase"));
   CheckpointRequest request;
-  request.set_dir(root);
   request.set_clock(2);
   request.set_phase(CheckpointRequest::COPY);
   ckpt::CheckpointManifest manifest;
@@ -215,9 +216,8 @@ TEST(SnapshotTest, CopyPhaseLetsTrainingGoOnWhileFilesAreWritten) {
 TEST(SnapshotTest, UncollectedWriteIsDroppedByTheNextCheckpoint) {
   Job job(1);
   job.Step(0);
-  const std::string root = NewRoot("uncollected");
+  job.SetRoot(NewRoot("uncollected"));
   CheckpointRequest request;
-  request.set_dir(root);
   request.set_clock(1);
   request.set_phase(CheckpointRequest::COPY);
   CheckpointResponse response;

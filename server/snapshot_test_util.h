@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -190,8 +191,8 @@ class Job {
     manifest.add_chain(ckpt::CheckpointId(clock));
     std::string dir;
     for (auto& core : cores_) {
+      core->SetCheckpointRoot(root);
       CheckpointRequest request;
-      request.set_dir(root);
       request.set_clock(clock);
       CheckpointResponse response;
       const absl::Status st = core->Checkpoint(request, &response);
@@ -215,10 +216,21 @@ class Job {
     }
     return absl::OkStatus();
   }
+  // Restore of the checkpoint directory `dir` (<root>/ckpt-<clock>).
   absl::Status Restore(const std::string& dir) {
+    const size_t slash = dir.rfind('/');
+    const std::optional<uint64_t> clock = ckpt::ParseCheckpointId(dir.substr(slash + 1));
+    if (slash == std::string::npos || !clock) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, " is not a checkpoint directory"));
+    }
+    SetRoot(dir.substr(0, slash));
     RestoreRequest request;
-    request.set_manifest(dir);
+    request.set_clock(*clock);
     return Restore(request);
+  }
+  // Where every core's checkpoints go from now on.
+  void SetRoot(const std::string& root) {
+    for (auto& core : cores_) core->SetCheckpointRoot(root);
   }
 
  private:

@@ -78,9 +78,9 @@ absl::Status TableStore::PullEncoded(uint32_t table_id, const uint64_t* keys,
 absl::Status TableStore::ValidatePush(const Table& table, const uint64_t* keys,
                                       size_t n, const float* grads,
                                       float lr_scale) const {
-  if (!std::isfinite(lr_scale)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("lr_scale ", lr_scale, " is not finite"));
+  if (!std::isfinite(lr_scale) || lr_scale < 0 || lr_scale > kMaxLrScale) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lr_scale ", lr_scale, " is outside [0, ", kMaxLrScale, "]"));
   }
   RETURN_IF_ERROR(CheckDenseKeys(table, keys, n));
   uint64_t dup;

@@ -33,6 +33,11 @@
 
 namespace shardps {
 
+// The largest learning-rate multiplier a push may carry (a worker's LR
+// schedule gives values in [0, 1]; step schedules may grow them a little).
+// Anything outside [0, kMaxLrScale], or not finite, is refused.
+inline constexpr float kMaxLrScale = 1000.0f;
+
 class TableStore {
  public:
   // One table per config.tables entry. `config` must be finalized

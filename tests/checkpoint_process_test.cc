@@ -34,6 +34,9 @@ using testing::RunfilePath;
 using testing::Subprocess;
 
 constexpr uint32_t kParts = 64;
+// The control token the test's servers are started with (--control_token):
+// the test plays the scheduler.
+constexpr uint64_t kControlToken = 0x5eed5eed12345678ULL;
 
 std::string Config(uint32_t num_servers) {
   return absl::StrCat(R"pb(
@@ -65,9 +68,10 @@ uint32_t Dim(uint32_t table) { return table == 1 ? 4 : 3; }
 // Servers started from one config, with the map and a client over them.
 class Cluster {
  public:
-  Cluster(uint32_t num_servers, const std::string& name) {
+  // Servers whose config's checkpoint.dir is `root`.
+  Cluster(uint32_t num_servers, const std::string& name, const std::string& root) {
     const std::string path = ::testing::TempDir() + "/" + name + ".pbtxt";
-    std::ofstream(path) << Config(num_servers);
+    std::ofstream(path) << Config(num_servers) << "checkpoint { dir: \"" << root << "\" }\n";
     servers_.resize(num_servers);
     map_.set_version(1);
     map_.set_num_partitions(kParts);
@@ -79,7 +83,8 @@ class Cluster {
       servers_[i] = std::make_unique<Subprocess>();
       EXPECT_TRUE(servers_[i]
                       ->Start({RunfilePath("server/ps_server"), "--config=" + path,
-                               absl::StrCat("--index=", i)})
+                               absl::StrCat("--index=", i),
+                               absl::StrCat("--control_token=", kControlToken)})
                       .ok());
       auto address = servers_[i]->WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60));
       EXPECT_TRUE(address.ok()) << address.status();
@@ -181,7 +186,7 @@ checkpoint::CheckpointManifest WriteCheckpoint(
     for (uint32_t i = 0; i < cluster.size(); ++i) {
       grpc::ClientContext context;
       CheckpointRequest request;
-      request.set_dir(root);
+      request.set_control_token(kControlToken);
       request.set_clock(clock);
       request.set_phase(phase);
       request.set_delta(base != nullptr);
@@ -230,11 +235,13 @@ std::vector<std::string> TableInfos(Cluster& cluster) {
   return out;
 }
 
-void Restore(Cluster& cluster, const std::string& dir, uint64_t clock) {
+// Restores the checkpoint at `clock` of the servers' checkpoint.dir.
+void Restore(Cluster& cluster, uint64_t clock) {
   for (uint32_t i = 0; i < cluster.size(); ++i) {
     grpc::ClientContext context;
     RestoreRequest request;
-    request.set_manifest(dir);
+    request.set_control_token(kControlToken);
+    request.set_clock(clock);
     RestoreResponse response;
     const grpc::Status st = cluster.stub(i).Restore(&context, request, &response);
     ASSERT_TRUE(st.ok()) << st.error_message();
@@ -248,7 +255,7 @@ TEST(CheckpointProcessTest, RestoredServersServeBitIdenticalRowsAndResume) {
   std::vector<float> at_checkpoint, at_end;
   std::string dir;
   {
-    Cluster original(2, "original");
+    Cluster original(2, "original", root);
     for (uint64_t c = 0; c < 3; ++c) original.Step(c);
     dir = Checkpoint(original, root, 3);
     at_checkpoint = original.PullAll(3);
@@ -259,16 +266,16 @@ TEST(CheckpointProcessTest, RestoredServersServeBitIdenticalRowsAndResume) {
     original.KillAll();
   }
   {
-    Cluster restored(2, "restored");
-    Restore(restored, dir, 3);
+    Cluster restored(2, "restored", root);
+    Restore(restored, 3);
     EXPECT_EQ(restored.PullAll(3), at_checkpoint);
     for (uint64_t c = 3; c < 5; ++c) restored.Step(c);
     EXPECT_EQ(restored.PullAll(5), at_end);
     restored.KillAll();
   }
   {
-    Cluster single(1, "single");  // Another server count.
-    Restore(single, dir, 3);
+    Cluster single(1, "single", root);  // Another server count.
+    Restore(single, 3);
     EXPECT_EQ(single.PullAll(3), at_checkpoint);
     for (uint64_t c = 3; c < 5; ++c) single.Step(c);
     EXPECT_EQ(single.PullAll(5), at_end);
@@ -279,14 +286,15 @@ TEST(CheckpointProcessTest, RestoredServersServeBitIdenticalRowsAndResume) {
 TEST(CheckpointProcessTest, CorruptCheckpointIsRefusedOverGrpc) {
   const std::string root = ::testing::TempDir() + "/ckpt-corrupt";
   ASSERT_TRUE(checkpoint::RemoveAll(root).ok());
-  Cluster cluster(2, "corrupt");
+  Cluster cluster(2, "corrupt", root);
   cluster.Step(0);
   const std::string dir = Checkpoint(cluster, root, 1);
   const std::vector<float> before = cluster.PullAll(1);
   ASSERT_TRUE(checkpoint::RemoveAll(dir + "/part-0000-000032.shard").ok());
   grpc::ClientContext context;
   RestoreRequest request;
-  request.set_manifest(dir);
+  request.set_control_token(kControlToken);
+  request.set_clock(1);
   RestoreResponse response;
   const grpc::Status st = cluster.stub(1).Restore(&context, request, &response);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
@@ -303,7 +311,7 @@ TEST(CheckpointProcessTest, DeltaCheckpointIsSmallerAndRestoresTheSameRows) {
   std::vector<std::string> infos;
   checkpoint::CheckpointManifest full, delta;
   {
-    Cluster original(2, "delta-original");
+    Cluster original(2, "delta-original", root);
     for (uint64_t c = 0; c < 3; ++c) original.Step(c);
     full = WriteCheckpoint(original, root, 3);
     // Two steps that touch one key in 8.
@@ -318,8 +326,8 @@ TEST(CheckpointProcessTest, DeltaCheckpointIsSmallerAndRestoresTheSameRows) {
   EXPECT_LT(Bytes(delta), Bytes(full) / 2);
   EXPECT_EQ(delta.chain_size(), 2);
   {
-    Cluster restored(2, "delta-restored");
-    Restore(restored, checkpoint::CheckpointPath(root, 5), 5);
+    Cluster restored(2, "delta-restored", root);
+    Restore(restored, 5);
     EXPECT_EQ(restored.PullAll(5), rows);
     EXPECT_EQ(TableInfos(restored), infos);
     restored.KillAll();
@@ -344,8 +352,8 @@ TEST(CheckpointProcessTest, SchedulerCheckpointerWritesDeltaChainsAndResumes) {
   };
   std::vector<float> rows;
   {
-    Cluster original(2, "sched-original");
-    const std::unique_ptr<ServerOps> ops = MakeGrpcServerOps(config);
+    Cluster original(2, "sched-original", root);
+    const std::unique_ptr<ServerOps> ops = MakeGrpcServerOps(config, kControlToken);
     for (uint64_t c = 0; c < 3; ++c) original.Step(c);
     ASSERT_TRUE(cut(*ops, original.map(), 3, {{0, "at-3"}}).ok());
     for (uint64_t c = 3; c < 5; ++c) original.Step(c, 8);
@@ -366,8 +374,8 @@ TEST(CheckpointProcessTest, SchedulerCheckpointerWritesDeltaChainsAndResumes) {
   std::cout << "scheduler checkpoints: full " << Bytes(latest->chain[0]) << " bytes, deltas "
             << Bytes(latest->chain[1]) << " and " << Bytes(latest->manifest) << " bytes\n";
   {
-    Cluster restored(2, "sched-restored");
-    const std::unique_ptr<ServerOps> ops = MakeGrpcServerOps(config);
+    Cluster restored(2, "sched-restored", root);
+    const std::unique_ptr<ServerOps> ops = MakeGrpcServerOps(config, kControlToken);
     auto points = ops->RestorePoints();
     ASSERT_TRUE(points.ok()) << points.status();
     // Newest first; the links of its chain are complete checkpoints too.
@@ -390,7 +398,7 @@ TEST(CheckpointProcessTest, SchedulerCheckpointerWritesDeltaChainsAndResumes) {
     EXPECT_EQ(eighth->chain.size(), 4u);
     // A new scheduler's first checkpoint is FULL.
     restored.Step(8, 8);
-    const std::unique_ptr<ServerOps> fresh = MakeGrpcServerOps(config);
+    const std::unique_ptr<ServerOps> fresh = MakeGrpcServerOps(config, kControlToken);
     ASSERT_TRUE(cut(*fresh, restored.map(), 9, {}).ok());
     auto ninth = checkpoint::LoadCheckpoint(root, 9);
     ASSERT_TRUE(ninth.ok()) << ninth.status();
@@ -400,7 +408,7 @@ TEST(CheckpointProcessTest, SchedulerCheckpointerWritesDeltaChainsAndResumes) {
   // Another job's checkpoint directory is refused, naming it.
   JobConfig other = config;
   other.set_name("another-job");
-  auto refused = MakeGrpcServerOps(other)->RestorePoints();
+  auto refused = MakeGrpcServerOps(other, kControlToken)->RestorePoints();
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
   EXPECT_NE(refused.status().message().find("ckpt-process-test"), std::string::npos);
 }
@@ -428,17 +436,18 @@ grpc::Status PushOne(Cluster& cluster, uint32_t i, uint64_t generation, uint64_t
 TEST(CheckpointProcessTest, RestoreMovesServersIntoItsGenerationAndRefusesOldRequests) {
   const std::string root = ::testing::TempDir() + "/ckpt-generation";
   ASSERT_TRUE(checkpoint::RemoveAll(root).ok());
-  Cluster cluster(1, "generation");
+  Cluster cluster(1, "generation", root);
   const std::vector<float> initial = cluster.PullAll(0);
   for (uint64_t c = 0; c < 2; ++c) cluster.Step(c);
-  const std::string dir = Checkpoint(cluster, root, 2);
+  Checkpoint(cluster, root, 2);
   const std::vector<float> at_checkpoint = cluster.PullAll(2);
   cluster.Step(2);
   ASSERT_NE(cluster.PullAll(3), at_checkpoint);
   {
     grpc::ClientContext context;
     RestoreRequest request;
-    request.set_manifest(dir);
+    request.set_control_token(kControlToken);
+    request.set_clock(2);
     request.set_generation(7);
     RestoreResponse response;
     const grpc::Status st = cluster.stub(0).Restore(&context, request, &response);
@@ -465,6 +474,7 @@ TEST(CheckpointProcessTest, RestoreMovesServersIntoItsGenerationAndRefusesOldReq
   {
     grpc::ClientContext context;
     RestoreRequest request;
+    request.set_control_token(kControlToken);
     request.set_initial(true);
     request.set_generation(9);
     RestoreResponse response;

@@ -43,9 +43,11 @@ SchedulerClient::SchedulerClient(const std::string& address)
 
 void SchedulerClient::EnableRejoin(RegisterRequest base,
                                    std::function<uint64_t()> map_version,
-                                   std::function<uint64_t()> generation) {
+                                   std::function<uint64_t()> generation,
+                                   std::function<void(const RegisterResponse&)> on_rejoined) {
   MutexLock lock(&mu_);
   rejoin_base_ = std::move(base);
+  on_rejoined_ = std::move(on_rejoined);
   map_version_ = std::move(map_version);
   generation_source_ = std::move(generation);
 }
@@ -76,6 +78,7 @@ absl::Status SchedulerClient::Retrying(const char* what,
 
 absl::Status SchedulerClient::RejoinNow() {
   RegisterRequest request;
+  std::function<void(const RegisterResponse&)> on_rejoined;
   {
     MutexLock lock(&mu_);
     if (!rejoin_base_) return absl::OkStatus();
@@ -89,6 +92,7 @@ absl::Status SchedulerClient::RejoinNow() {
     r->set_generation(generation_source_ ? generation_source_() : generation_.load());
     r->set_finished(finished_);
     if (last_report_) *r->mutable_last_report() = *last_report_;
+    on_rejoined = on_rejoined_;
   }
   grpc::ClientContext ctx;
   SetDeadline(&ctx, absl::Seconds(5));
@@ -98,6 +102,7 @@ absl::Status SchedulerClient::RejoinNow() {
     LOG(INFO) << "rejoined the scheduler at clock " << request.rejoin().clock()
               << " (generation " << request.rejoin().generation() << ", map version "
               << request.rejoin().map_version() << ")";
+    if (on_rejoined) on_rejoined(response);
   } else {
     LOG(WARNING) << "rejoining the scheduler: " << st;
   }

@@ -1,12 +1,15 @@
 // Fuzz target: arbitrary serialized requests into the parameter server's
-// core (server/parameter_server_core.h): Pull, Push, InitRows, Control and
-// TableInfo, in sequence, on a fresh core per input.
+// core (server/parameter_server_core.h): Pull, Push, InitRows, Control,
+// TableInfo, Checkpoint and Restore, in sequence, on a fresh core per input.
 //
 // Input: the first byte picks the consistency mode (mod 3: SSP(2), BSP,
 // ASP); the rest is a sequence of up to kMaxRequests records
-//   [kind byte (mod 5)][length, 2 bytes little-endian][length bytes]
+//   [kind byte (mod 7)][length, 2 bytes little-endian][length bytes]
 // whose bytes are parsed as the request of that kind (0 Pull, 1 Push,
-// 2 InitRows, 3 Control, 4 TableInfo); bytes that do not parse are skipped.
+// 2 InitRows, 3 Control, 4 TableInfo, 5 Checkpoint, 6 Restore); bytes that
+// do not parse are skipped. Checkpoints go to the config's checkpoint.dir, a
+// directory of this process emptied before each input (requests name no
+// path: whatever they hold, nothing is written elsewhere).
 // The core is server 0 of 2, 2 workers, 16 partitions, tables: sparse "emb"
 // (dim 4, Adam, admission after 2 touches, REJECT non-finite), sparse "skip"
 // (dim 3, Adagrad, SKIP_AND_COUNT) and dense "mlp" (60 elements in chunks of
@@ -15,15 +18,20 @@
 //
 // Checked: every status is one of the codes the header documents; an
 // accepted pull answers every table in order with keys * dim values of the
-// requested encoding; TableInfo and Evict always work.
+// requested encoding; TableInfo and Evict always work; an accepted
+// checkpoint is written under the config's checkpoint.dir.
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/checkpoint/file_io.h"
 #include "common/codec.h"
 #include "common/config.h"
 #include "common/partition.h"
@@ -38,7 +46,17 @@ namespace {
 
 constexpr int kMaxRequests = 32;
 constexpr uint32_t kPartitions = 16;
-enum Kind { kPull = 0, kPush, kInitRows, kControl, kTableInfo, kNumKinds };
+enum Kind {
+  kPull = 0, kPush, kInitRows, kControl, kTableInfo, kCheckpoint, kRestore, kNumKinds
+};
+
+// This process's checkpoint root.
+const std::string& Root() {
+  static const std::string root =
+      absl::StrCat(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp",
+                   "/server_core_fuzz_ckpt_", getpid());
+  return root;
+}
 
 JobConfig MakeConfig(int mode) {
   static const char* const kModes[] = {"SSP staleness: 2", "BSP", "ASP"};
@@ -60,9 +78,10 @@ tables {
   optimizer { sgd { learning_rate: 0.1 } }
 }
 data { train_files: "train.tsv" }
+checkpoint { dir: ")pb") + Root() + R"pb(" }
 cluster {
   num_servers: 2 num_workers: 2 num_partitions: 16
-  max_message_bytes: 65536 dense_chunk_size: 8 mode: )pb") +
+  max_message_bytes: 65536 dense_chunk_size: 8 mode: )pb" +
                            kModes[mode] + "}";
   auto config = ParseJobConfig(text, "server_core_fuzz");
   FuzzCheck(config.ok(), "the fuzz config is valid");
@@ -79,6 +98,8 @@ bool Documented(const absl::Status& s) {
     case absl::StatusCode::kAlreadyExists:
     case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kNotFound:  // Checkpoint and Restore only.
+    case absl::StatusCode::kDataLoss:
       return true;
     default:
       return false;
@@ -129,6 +150,20 @@ bool RunOne(ParameterServerCore* core, int kind, const uint8_t* data,
     ControlResponse response;
     if (!request.ParseFromArray(data, static_cast<int>(size))) return false;
     status = core->Control(request, &response);
+  } else if (kind == kCheckpoint) {
+    CheckpointRequest request;
+    CheckpointResponse response;
+    if (!request.ParseFromArray(data, static_cast<int>(size))) return false;
+    status = core->Checkpoint(request, &response);
+    if (status.ok() && !response.checkpoint_dir().empty()) {
+      FuzzCheck(response.checkpoint_dir().rfind(Root() + "/", 0) == 0,
+                "a checkpoint is written under the config's checkpoint.dir");
+    }
+  } else if (kind == kRestore) {
+    RestoreRequest request;
+    RestoreResponse response;
+    if (!request.ParseFromArray(data, static_cast<int>(size))) return false;
+    status = core->Restore(request, &response);
   } else {
     TableInfoRequest request;
     TableInfoResponse response;
@@ -229,6 +264,16 @@ std::vector<std::string> FuzzSeeds() {
   control.add_active_workers(1);
   AddRecord(kControl, control, &async);
   AddRecord(kTableInfo, TableInfoRequest(), &async);
+  CheckpointRequest checkpoint;
+  checkpoint.set_clock(1);
+  AddRecord(kCheckpoint, checkpoint, &async);
+  RestoreRequest restore;
+  restore.set_clock(1);
+  restore.set_generation(3);
+  AddRecord(kRestore, restore, &async);
+  restore.Clear();
+  restore.set_initial(true);
+  AddRecord(kRestore, restore, &async);
   std::string asp = async;
   asp[0] = 2;
 
@@ -240,6 +285,11 @@ std::vector<std::string> FuzzSeeds() {
   AddRecord(kPull, Pull(2, FP16), &bsp);  // Blocks: clock 1 is open.
   AddRecord(kPush, Push(0, 1, FP32, 1.0f), &bsp);  // ALREADY_EXISTS.
   AddRecord(kControl, control, &bsp);
+  checkpoint.set_clock(1);
+  checkpoint.set_phase(CheckpointRequest::COPY);
+  AddRecord(kCheckpoint, checkpoint, &bsp);
+  checkpoint.set_phase(CheckpointRequest::COLLECT);
+  AddRecord(kCheckpoint, checkpoint, &bsp);
   AddRecord(kTableInfo, TableInfoRequest(), &bsp);
   return {async, asp, bsp};
 }
@@ -255,6 +305,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // pages; zeroing those dominates a short input. 4 KiB pages here.
   static const int no_thp = prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
   (void)no_thp;
+  FuzzCheck(checkpoint::RemoveAll(Root()).ok(), "the checkpoint root is emptied");
   CoreOptions options;
   static const JobConfig configs[3] = {MakeConfig(0), MakeConfig(1),
                                        MakeConfig(2)};

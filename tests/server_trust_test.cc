@@ -1,0 +1,279 @@
+// Who may call what on a parameter server, tried against the real binaries
+// (docs/security.md):
+//
+//  - A running job: Control (a map version raised by 1000), Checkpoint and
+//    Restore from a caller without the scheduler's control token are refused
+//    with PERMISSION_DENIED, and so is a push from a rank the job does not
+//    have or with an lr_scale of 3e38; nothing changes (generation, map
+//    version) and the job ends "done".
+//  - Paths never come from the wire: a Checkpoint carrying the old `dir`
+//    field (now unknown) writes under the server's configured checkpoint.dir
+//    and nowhere else.
+//  - Ports are exclusive: a second ps_server or ps_scheduler on a taken port
+//    fails at start and says so.
+//  - A plaintext server on a non-loopback address warns loudly.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "proto/scheduler.grpc.pb.h"
+#include "tests/testing/cluster.h"
+#include "tests/testing/subprocess.h"
+
+namespace shardps {
+namespace {
+
+using testing::LocalCluster;
+using testing::RunfilePath;
+using testing::Subprocess;
+constexpr auto Dir = testing::TestDir;
+
+constexpr char kJob[] = R"pb(
+name: "trust"
+tables {
+  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
+  init { kind: UNIFORM scale: 0.05 }
+  optimizer { adagrad { learning_rate: 0.05 } }
+}
+tables {
+  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
+  optimizer { adam { learning_rate: 0.002 } }
+}
+model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
+training { batch_size: 128 epochs: 1 intra_op_threads: 1 }
+cluster { num_servers: 2 num_workers: 2 num_partitions: 64 mode: SSP staleness: 2 }
+)pb";
+
+std::unique_ptr<ParameterServer::Stub> ServerStub(const std::string& address) {
+  return ParameterServer::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+PartitionMapProto Map(const std::string& scheduler) {
+  auto stub = Scheduler::NewStub(
+      grpc::CreateChannel(scheduler, grpc::InsecureChannelCredentials()));
+  PartitionMapProto map;
+  for (int attempt = 0; attempt < 100 && map.server_addresses_size() < 2; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    GetPartitionMapRequest request;
+    request.set_min_version(1);
+    request.set_timeout_ms(2000);
+    (void)stub->GetPartitionMap(&ctx, request, &map);
+  }
+  return map;
+}
+
+TableInfoResponse Info(ParameterServer::Stub& stub) {
+  grpc::ClientContext ctx;
+  TableInfoResponse info;
+  const grpc::Status st = stub.TableInfo(&ctx, TableInfoRequest(), &info);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return info;
+}
+
+TEST(ServerTrustTest, ControlRpcsWithoutTheSchedulersTokenChangeNothing) {
+  const std::string dir = Dir("trust_job");
+  ASSERT_TRUE(testing::MakeSyntheticData(dir + "/data", 40000, 4000).ok());
+  const std::string config = dir + "/job.pbtxt";
+  std::ofstream(config) << kJob << "data { format: CRITEO synthetic_dir: \"" << dir
+                        << "/data\" }\n"
+                        << "checkpoint { dir: \"" << dir << "/ckpt\" every_steps: 50 }\n";
+  LocalCluster cluster({config, dir, 2, 2, {"--step_delay_ms=5"}});
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
+  const PartitionMapProto map = Map(cluster.scheduler_address());
+  ASSERT_EQ(map.server_addresses_size(), 2) << cluster.AllLogTails();
+  auto stub = ServerStub(map.server_addresses(1));
+  const TableInfoResponse before = Info(*stub);
+
+  // The attack of issue 18 #1: a map version far ahead of the scheduler's.
+  ControlRequest control;
+  control.set_map_version(map.version() + 1000);
+  for (uint32_t owner : map.owner()) control.add_partition_owner(owner);
+  for (uint64_t token : {uint64_t{0}, uint64_t{0x1234}}) {
+    control.set_control_token(token);
+    grpc::ClientContext ctx;
+    ControlResponse response;
+    const grpc::Status st = stub->Control(&ctx, control, &response);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+    EXPECT_NE(st.error_message().find("only the job's scheduler"), std::string::npos)
+        << st.error_message();
+  }
+  // Checkpoint and Restore (issue 18 #2).
+  {
+    CheckpointRequest request;
+    request.set_clock(5);
+    grpc::ClientContext ctx;
+    CheckpointResponse response;
+    EXPECT_EQ(stub->Checkpoint(&ctx, request, &response).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    RestoreRequest request;
+    request.set_initial(true);
+    request.set_generation(before.generation() + 1);
+    grpc::ClientContext ctx;
+    RestoreResponse response;
+    EXPECT_EQ(stub->Restore(&ctx, request, &response).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // Data-path fields checked against what the server knows (#6, #10).
+  auto push = [&](uint32_t rank, float lr_scale) {
+    PushRequest request;
+    request.set_map_version(map.version());
+    request.set_generation(before.generation());
+    request.set_worker_rank(rank);
+    request.set_lr_scale(lr_scale);
+    grpc::ClientContext ctx;
+    PushResponse response;
+    return stub->Push(&ctx, request, &response);
+  };
+  grpc::Status st = push(99, 1.0f);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("the job has 2 workers"), std::string::npos)
+      << st.error_message();
+  st = push(0, 3e38f);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("lr_scale"), std::string::npos) << st.error_message();
+
+  const TableInfoResponse after = Info(*stub);
+  EXPECT_EQ(after.generation(), before.generation());
+  EXPECT_EQ(after.map_version(), map.version());
+
+  auto code = cluster.WaitScheduler(absl::Minutes(5));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.AllLogTails();
+  EXPECT_EQ(*code, 0) << cluster.SchedulerResult() << cluster.AllLogTails();
+  EXPECT_NE(cluster.SchedulerResult().find("state=done"), std::string::npos)
+      << cluster.SchedulerResult();
+  // The refusals are in the server's log, with the caller.
+  EXPECT_NE(cluster.LogTail("server-1", 400).find("refused Control from"), std::string::npos)
+      << cluster.LogTail("server-1", 400);
+}
+
+constexpr char kServerConfig[] = R"pb(
+name: "trust-standalone"
+tables { id: 1 name: "emb" dim: 4 seed: 3 init { kind: UNIFORM scale: 0.1 }
+         optimizer { sgd { learning_rate: 0.01 } } }
+data { train_files: "unused.tsv" }
+cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
+)pb";
+
+// Starts a standalone ps_server with `flags`; its address or "".
+std::string StartServer(Subprocess* server, const std::string& config,
+                        const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {RunfilePath("server/ps_server"), "--config=" + config};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  EXPECT_TRUE(server->Start(argv).ok());
+  return server->WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60)).value_or("");
+}
+
+TEST(ServerTrustTest, CheckpointsGoOnlyUnderTheConfiguredDirectory) {
+  const std::string dir = Dir("trust_paths");
+  const std::string elsewhere = dir + "/elsewhere";
+  std::filesystem::remove_all(dir + "/ckpt");
+  std::filesystem::remove_all(elsewhere);
+  const std::string config = dir + "/server.pbtxt";
+  std::ofstream(config) << kServerConfig << "checkpoint { dir: \"" << dir << "/ckpt\" }\n";
+  Subprocess server;
+  const std::string address = StartServer(&server, config, {"--control_token=77"});
+  ASSERT_FALSE(address.empty()) << server.output();
+  auto stub = ServerStub(address);
+  // A request as an old client would send it: field 1 was the directory.
+  CheckpointRequest named;
+  named.set_clock(3);
+  named.set_control_token(77);
+  std::string bytes = named.SerializeAsString();
+  const std::string path = elsewhere;
+  bytes += '\x0a';  // Field 1, length-delimited.
+  for (size_t n = path.size(); ; n >>= 7) {  // The length as a varint.
+    bytes += static_cast<char>((n & 0x7f) | (n >= 0x80 ? 0x80 : 0));
+    if (n < 0x80) break;
+  }
+  bytes += path;
+  CheckpointRequest request;
+  ASSERT_TRUE(request.ParseFromString(bytes));
+  grpc::ClientContext ctx;
+  CheckpointResponse response;
+  const grpc::Status st = stub->Checkpoint(&ctx, request, &response);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(response.checkpoint_dir(), dir + "/ckpt/ckpt-000000000003");
+  EXPECT_TRUE(std::filesystem::is_directory(response.checkpoint_dir()));
+  EXPECT_FALSE(std::filesystem::exists(elsewhere)) << "a path from the wire was used";
+  // Without the token: refused.
+  CheckpointRequest anonymous;
+  anonymous.set_clock(4);
+  grpc::ClientContext ctx2;
+  EXPECT_EQ(stub->Checkpoint(&ctx2, anonymous, &response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt/ckpt-000000000004"));
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(absl::Seconds(30)).value_or(-1), 0);
+}
+
+TEST(ServerTrustTest, ASecondProcessOnATakenPortFailsAtStart) {
+  const std::string dir = Dir("trust_ports");
+  const std::string config = dir + "/server.pbtxt";
+  std::ofstream(config) << kServerConfig;
+  Subprocess first;
+  const std::string address = StartServer(&first, config, {});
+  ASSERT_FALSE(address.empty()) << first.output();
+
+  Subprocess second;
+  ASSERT_TRUE(second
+                  .Start({RunfilePath("server/ps_server"), "--config=" + config,
+                          "--listen=" + address},
+                         dir + "/second-server.log")
+                  .ok());
+  EXPECT_EQ(second.Wait(absl::Seconds(30)).value_or(-1), 1);
+  EXPECT_NE(testing::ReadFile(dir + "/second-server.log").find("cannot listen on " + address),
+            std::string::npos)
+      << testing::ReadFile(dir + "/second-server.log");
+
+  // The same for a scheduler: the second one on the first's port exits 2.
+  Subprocess scheduler;
+  ASSERT_TRUE(scheduler.Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + config,
+                               "--listen=127.0.0.1:0"})
+                  .ok());
+  auto sched_address = scheduler.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
+  ASSERT_TRUE(sched_address.ok()) << sched_address.status();
+  Subprocess other;
+  ASSERT_TRUE(other
+                  .Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + config,
+                          "--listen=" + *sched_address},
+                         dir + "/second-scheduler.log")
+                  .ok());
+  EXPECT_EQ(other.Wait(absl::Seconds(30)).value_or(-1), 2);
+  EXPECT_NE(testing::ReadFile(dir + "/second-scheduler.log").find("cannot listen"),
+            std::string::npos);
+  scheduler.Signal(SIGKILL);
+  (void)scheduler.Wait(absl::Seconds(30));
+  first.Signal(SIGTERM);
+  EXPECT_EQ(first.Wait(absl::Seconds(30)).value_or(-1), 0);
+}
+
+TEST(ServerTrustTest, PlaintextOnANonLoopbackAddressWarnsLoudly) {
+  const std::string dir = Dir("trust_warn");
+  const std::string config = dir + "/server.pbtxt";
+  std::ofstream(config) << kServerConfig;
+  Subprocess server;
+  ASSERT_TRUE(server
+                  .Start({RunfilePath("server/ps_server"), "--config=" + config,
+                          "--listen=0.0.0.0:0"},
+                         dir + "/server.log")
+                  .ok());
+  ASSERT_TRUE(server.WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60)).ok());
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(absl::Seconds(30)).value_or(-1), 0);
+  EXPECT_NE(testing::ReadFile(dir + "/server.log").find("WITHOUT TLS"), std::string::npos)
+      << testing::ReadFile(dir + "/server.log");
+}
+
+}  // namespace
+}  // namespace shardps
