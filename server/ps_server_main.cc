@@ -12,7 +12,8 @@
 // With a scheduler, restart it with the same flags when it dies: it
 // registers as a new process for its index and the scheduler restores its
 // partitions (and rolls the job back, with recovery EXACT). Exit status: 0
-// when the job ended (or on SIGTERM), 1 on a serving error, 2 on bad flags
+// when the job ended (or on SIGTERM without a scheduler; 128 + signal on a
+// signal before the job's end), 1 on a serving error, 2 on bad flags
 // or when the scheduler refused it, 3 when the scheduler gave it up (another
 // process took its index, or it was unreachable for 3 x dead_after_ms).
 #include <signal.h>
@@ -251,11 +252,16 @@ int Run() {
   }
   int sig = 0;
   sigwait(&stop, &sig);
-  LOG(INFO) << "signal " << sig << ": shutting down";
+  // Exit 0 means "the job ended" to every supervisor (deploy/): a server
+  // stopped by a signal while its job runs exits 128 + signal instead, so a
+  // supervisor treats it as a failure and starts it again.
+  const bool job_ended = scheduler == nullptr || scheduler->job_ended();
+  LOG(INFO) << "signal " << sig << ": shutting down"
+            << (job_ended ? "" : " before the job's end (exit status 128 + signal)");
   (*server)->Shutdown();
   (*server)->Wait();
   PrintWeightsChecksum(absl::GetFlag(FLAGS_index), (*server)->core()->store());
-  return 0;
+  return job_ended ? 0 : 128 + sig;
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 //  - SSP(2): the same kills; the AUC ends within 0.01 of the uninterrupted
 //    run.
 //  - The scheduler and a server SIGKILLed together: bit-identical (BSP).
+//  - A server stalled (SIGSTOP) past dead_after_ms rejoins with its state;
+//    a server stopped by SIGTERM mid-job exits non-zero and is restarted.
 //  - Every worker dead (a data file that does not exist): the job fails and
 //    says which workers died and why.
 #include <netinet/in.h>
@@ -415,6 +417,24 @@ TEST_F(ClusterRecoveryTest, StalledServerRejoinsWithoutRollback) {
   std::printf("BSP, server 1 stalled: weights %016llx (without: %016llx); %s\n",
               static_cast<unsigned long long>(out.checksum),
               static_cast<unsigned long long>(clean.checksum), out.result.c_str());
+}
+
+// A server stopped by SIGTERM while the job runs (an operator's kill, a node
+// drain) exits 128 + 15, not 0 ("the job ended"), so the supervisor starts it
+// again and the job recovers as from a crash: done, bit-identical (BSP).
+TEST_F(ClusterRecoveryTest, ServerTerminatedBeforeTheEndIsRestarted) {
+  const Outcome clean = RunChaos("c_bsp_clean4", "mode: BSP", 0, -1);
+  ASSERT_EQ(clean.code, 0) << clean.result;
+  Job job("c_bsp_term", "mode: BSP", SyntheticData());
+  ASSERT_TRUE(WaitForCheckpointAfter(job, 0)) << job.Logs();
+  const pid_t pid = job.sup().Pid(job.server(0));
+  ASSERT_GT(pid, 0);
+  kill(pid, SIGTERM);
+  const Outcome out = job.Finish();
+  EXPECT_EQ(out.code, 0) << out.result << job.Logs();
+  EXPECT_EQ(job.sup().Restarts(job.server(0)), 1) << job.Logs();
+  EXPECT_EQ(out.checksum, clean.checksum) << "weights differ after the restart";
+  EXPECT_GE(out.recoveries, 1) << out.result;
 }
 
 // Every worker fails on a data file that does not exist; the supervisor
