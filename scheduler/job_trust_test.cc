@@ -253,7 +253,7 @@ TEST(JobCheckpointFaultTest, CutsThatKeepFailingFailTheJobWithTheReason) {
       auto start = StartOf(&job, r);
       if (!start.ok()) return;
       for (uint64_t t = 0; !stop && t < 100000; ++t) {
-        if (!Step(&job, r, start->generation(), t, 500).ok()) return;
+        if (!Step(&job, r, start->generation(), t, 5000).ok()) return;
         absl::SleepFor(absl::Milliseconds(5));
       }
     });
