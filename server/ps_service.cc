@@ -173,7 +173,14 @@ class PullCall final : public DataCall {
     if (service_->core()->PullMayWait(request_)) {
       // The call lives until its Finish is sent; the core wakes the wait at
       // its deadline or on Shutdown, and StopDataPath waits for EndWait.
-      service_->BeginWait();
+      if (!service_->TryBeginWait()) {
+        Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            absl::StrCat("too many BSP pulls waiting for their clock (",
+                                         service_->max_waiting(),
+                                         "); retry after the current clock closes")),
+               nullptr);
+        return;
+      }
       std::thread([this] {
         PsService* service = service_;  // `this` may be gone after Pull.
         Pull();
@@ -265,9 +272,11 @@ void PsService::StopDataPath() {
   cqs_.clear();
 }
 
-void PsService::BeginWait() {
+bool PsService::TryBeginWait() {
   MutexLock lock(&mu_);
+  if (waiting_ >= max_waiting_) return false;
   ++waiting_;
+  return true;
 }
 
 void PsService::EndWait() {

@@ -7,8 +7,10 @@
 // served by threads of our own (ServeDataPath): the thread whose poll read a
 // request runs it and writes the response, with no hand-off to another
 // thread. A BSP pull that has to wait for its clock would block that thread,
-// so it waits on a thread of its own instead. The control RPCs stay
-// synchronous.
+// so it waits on a thread of its own instead; at most max_waiting() such
+// pulls wait at once and more are refused with RESOURCE_EXHAUSTED (a worker
+// never has more than two waiting), so a flood of pulls for a far clock
+// cannot take a thread each. The control RPCs stay synchronous.
 //
 // Control RPCs (Checkpoint, Restore, Control) are the scheduler's: each must
 // carry the control token the scheduler handed this server at registration
@@ -60,7 +62,8 @@ using PsServiceBase = ParameterServer::WithRawMethod_Pull<
 
 class PsService final : public PsServiceBase {
  public:
-  explicit PsService(ParameterServerCore* core) : core_(core) {}
+  explicit PsService(ParameterServerCore* core)
+      : core_(core), max_waiting_(4 * static_cast<int>(core->config().cluster().num_workers()) + 16) {}
   ~PsService();  // Calls StopDataPath.
   PsService(const PsService&) = delete;
   PsService& operator=(const PsService&) = delete;
@@ -95,8 +98,12 @@ class PsService final : public PsServiceBase {
 
   // For the data path's calls (ps_service.cc).
   ParameterServerCore* core() const { return core_; }
-  void BeginWait();  // A pull waits for its clock on a thread of its own ...
+  // A pull waits for its clock on a thread of its own (false: max_waiting()
+  // pulls wait already; the pull is refused with RESOURCE_EXHAUSTED) ...
+  bool TryBeginWait();
   void EndWait();    // ... and has called Finish.
+  // At most 4 per worker (prefetch keeps at most two in flight) + 16.
+  int max_waiting() const { return max_waiting_; }
 
  private:
   // OK if `token` is this server's control token; else PERMISSION_DENIED
@@ -105,6 +112,7 @@ class PsService final : public PsServiceBase {
                             const grpc::ServerContext* context) const;
 
   ParameterServerCore* const core_;  // Not owned.
+  const int max_waiting_;
   std::atomic<uint64_t> control_token_{0};
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
   std::vector<std::thread> threads_;

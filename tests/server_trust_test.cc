@@ -12,11 +12,16 @@
 //  - Ports are exclusive: a second ps_server or ps_scheduler on a taken port
 //    fails at start and says so.
 //  - A plaintext server on a non-loopback address warns loudly.
+//  - A push with clock 2^64-1 does not wipe a table with eviction by clock;
+//    BSP pulls waiting for their clock are bounded.
 #include <signal.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -172,6 +177,90 @@ std::string StartServer(Subprocess* server, const std::string& config,
   argv.insert(argv.end(), flags.begin(), flags.end());
   EXPECT_TRUE(server->Start(argv).ok());
   return server->WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60)).value_or("");
+}
+
+// Issue 18 #5: with eviction by clock on, one push with clock 2^64-1 used to
+// age every row past its TTL at the next sweep. Now it moves the eviction
+// clock 64 clocks at most: after a sweep (every 10 s) every row is there.
+TEST(ServerTrustTest, APushWithAnAbsurdClockDoesNotWipeATable) {
+  const std::string dir = Dir("trust_clock");
+  const std::string config = dir + "/server.pbtxt";
+  std::ofstream(config) << R"pb(
+name: "trust-clock"
+tables { id: 1 name: "emb" dim: 4 seed: 3 init { kind: UNIFORM scale: 0.1 }
+         optimizer { sgd { learning_rate: 0.01 } } eviction { ttl_clocks: 100 } }
+data { train_files: "unused.tsv" }
+cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
+)pb";
+  Subprocess server;
+  const std::string address = StartServer(&server, config, {});
+  ASSERT_FALSE(address.empty()) << server.output();
+  auto stub = ServerStub(address);
+  auto push = [&](uint64_t clock, uint64_t first, uint64_t n) {
+    PushRequest request;
+    request.set_map_version(1);
+    request.set_clock(clock);
+    TableGradients* g = request.add_tables();
+    g->set_table_id(1);
+    std::vector<float> grads(4 * n, 0.01f);
+    for (uint64_t k = first; k < first + n; ++k) g->add_keys(k);
+    g->set_gradients(std::string(reinterpret_cast<const char*>(grads.data()),
+                                 grads.size() * sizeof(float)));
+    grpc::ClientContext ctx;
+    PushResponse response;
+    return stub->Push(&ctx, request, &response);
+  };
+  for (uint64_t c = 0; c < 5; ++c) ASSERT_TRUE(push(c, 1, 50).ok());
+  ASSERT_TRUE(push(UINT64_MAX, 1, 1).ok());
+  absl::SleepFor(absl::Seconds(11));  // One eviction sweep.
+  const TableInfoResponse info = Info(*stub);
+  ASSERT_EQ(info.tables_size(), 1);
+  EXPECT_EQ(info.tables(0).evicted_rows(), 0u);
+  EXPECT_EQ(info.tables(0).live_rows(), 50u);
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(absl::Seconds(30)).value_or(-1), 0);
+}
+
+// A flood of BSP pulls for a clock far ahead: at most 4 x workers + 16 wait
+// (a thread each); the others are refused at once with RESOURCE_EXHAUSTED.
+TEST(ServerTrustTest, WaitingBspPullsAreBounded) {
+  const std::string dir = Dir("trust_pulls");
+  const std::string config = dir + "/server.pbtxt";
+  std::ofstream(config) << R"pb(
+name: "trust-pulls"
+tables { id: 1 name: "emb" dim: 4 seed: 3 init { kind: UNIFORM scale: 0.1 }
+         optimizer { sgd { learning_rate: 0.01 } } }
+data { train_files: "unused.tsv" }
+cluster { num_servers: 1 num_workers: 2 num_partitions: 8 mode: BSP }
+)pb";
+  Subprocess server;
+  const std::string address = StartServer(&server, config, {});
+  ASSERT_FALSE(address.empty()) << server.output();
+  auto stub = ServerStub(address);
+  constexpr int kPulls = 40;  // The bound is 4 x 2 + 16 = 24.
+  std::vector<std::future<grpc::StatusCode>> pulls;
+  for (int i = 0; i < kPulls; ++i) {
+    pulls.push_back(std::async(std::launch::async, [&stub] {
+      PullRequest request;
+      request.set_map_version(1);
+      request.set_clock(1000);
+      request.add_tables()->set_table_id(1);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+      PullResponse response;
+      return stub->Pull(&ctx, request, &response).error_code();
+    }));
+  }
+  int exhausted = 0, timed_out = 0;
+  for (auto& f : pulls) {
+    const grpc::StatusCode code = f.get();
+    exhausted += code == grpc::StatusCode::RESOURCE_EXHAUSTED;
+    timed_out += code == grpc::StatusCode::DEADLINE_EXCEEDED;
+  }
+  EXPECT_EQ(exhausted, kPulls - 24);
+  EXPECT_EQ(timed_out, 24);
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(absl::Seconds(30)).value_or(-1), 0);
 }
 
 TEST(ServerTrustTest, CheckpointsGoOnlyUnderTheConfiguredDirectory) {
