@@ -22,7 +22,11 @@
 #include <cinttypes>
 #include <csignal>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "absl/flags/flag.h"
@@ -79,6 +83,34 @@ absl::Status ResolveData(JobConfig* config, std::vector<std::string>* train,
   return absl::OkStatus();
 }
 
+// Every train and eval file can be opened for reading, and the train files
+// are not all empty: found before training, not after it (an eval file) or
+// never (a job that ends "done" with 0 samples). FAILED_PRECONDITION naming
+// the file.
+absl::Status CheckDataFiles(const std::vector<std::string>& train,
+                            const std::vector<std::string>& eval) {
+  uint64_t train_bytes = 0;
+  for (const auto* files : {&train, &eval}) {
+    for (const std::string& path : *files) {
+      const char* kind = files == &train ? "train" : "eval";
+      std::error_code ec;
+      const bool regular = std::filesystem::is_regular_file(path, ec);
+      std::ifstream in(path, std::ios::binary);
+      if (!regular || !in) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            kind, " file ", path, " cannot be read: ",
+            ec ? ec.message() : (regular ? std::strerror(errno) : "not a regular file")));
+      }
+      if (files == &train) train_bytes += std::filesystem::file_size(path, ec);
+    }
+  }
+  if (!train.empty() && train_bytes == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "every train file is empty (", train.size(), " files, the first ", train[0], ")"));
+  }
+  return absl::OkStatus();
+}
+
 c10::Device PickDevice(const std::string& name) {
   if (name == "cpu") return c10::Device(c10::DeviceType::CPU);
   if (name == "cuda") return c10::Device(c10::DeviceType::CUDA, 0);
@@ -117,8 +149,10 @@ void PrintResult(uint32_t rank, const TrainSummary& s, const EvalResult* eval,
 
 int RunLocal(JobConfig config) {
   std::vector<std::string> train, eval;
-  if (absl::Status st = ResolveData(&config, &train, &eval); !st.ok()) {
-    LOG(ERROR) << st.message();
+  absl::Status data = ResolveData(&config, &train, &eval);
+  if (data.ok()) data = CheckDataFiles(train, eval);
+  if (!data.ok()) {
+    LOG(ERROR) << data.message();
     return 2;
   }
   auto params = MakeLocalParamStore(config);
@@ -190,6 +224,7 @@ absl::StatusOr<Outcome> TrainGeneration(const JobConfig& config, uint32_t rank,
                                         const std::vector<std::string>& eval,
                                         const WaitStartResponse& start,
                                         SchedulerClient* scheduler, ParamStore* params) {
+  RETURN_IF_ERROR(CheckDataFiles(train, eval));
   TrainerOptions o;
   o.config = config;
   o.rank = rank;
