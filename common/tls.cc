@@ -6,6 +6,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/init.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
@@ -233,6 +235,32 @@ bool IsLoopbackAddress(const std::string& listen) {
     host = host.substr(1, host.size() - 2);
   }
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::Status CheckOperator(const char* rpc, const grpc::ServerContext& context,
+                           const std::vector<std::string>& operator_names) {
+  if (!TlsEnabledFromFlags()) {
+    if (IsLoopbackAddress(context.peer())) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(
+        rpc, " refused: without TLS only a caller on the scheduler's host (loopback) is an "
+             "operator; the caller is ", context.peer()));
+  }
+  if (operator_names.empty()) return absl::OkStatus();
+  std::vector<std::string> names;
+  if (const auto auth = context.auth_context(); auth != nullptr) {
+    for (const grpc::string_ref& cn : auth->FindPropertyValues("x509_common_name")) {
+      names.emplace_back(cn.data(), cn.size());
+    }
+  }
+  for (const std::string& name : names) {
+    if (std::find(operator_names.begin(), operator_names.end(), name) != operator_names.end()) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      rpc, " refused: the caller's certificate (CN ",
+      names.empty() ? std::string("none") : absl::StrJoin(names, ", "),
+      ") is not an operator's (--operator_names)"));
 }
 
 void ConfigureListener(const std::string& listen, const char* role,

@@ -49,6 +49,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/status/status.h"
@@ -56,6 +57,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/server_context.h"
 
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
@@ -119,8 +121,16 @@ bool TlsEnabledFromFlags();
 void ConfigureListener(const std::string& listen, const char* role,
                        grpc::ServerBuilder* builder);
 
-// Whether the host of `listen` (host:port) is a loopback address.
+// Whether the host of `listen` (host:port, or a gRPC peer string such as
+// "ipv4:127.0.0.1:5000" / "ipv6:[::1]:5000") is a loopback address.
 bool IsLoopbackAddress(const std::string& listen);
+
+// Whether the caller of an RPC is an operator (docs/security.md). With TLS:
+// any member if `operator_names` is empty, else a peer whose certificate's
+// common name is one of them. Without TLS: a caller on this host (loopback).
+// PERMISSION_DENIED naming `rpc` and the caller otherwise.
+absl::Status CheckOperator(const char* rpc, const grpc::ServerContext& context,
+                           const std::vector<std::string>& operator_names);
 
 }  // namespace shardps
 

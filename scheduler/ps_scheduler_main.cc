@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
@@ -41,6 +42,10 @@ ABSL_FLAG(std::string, config, shardps::EnvOr("SHARDPS_CONFIG", ""),
 ABSL_FLAG(std::string, listen, shardps::EnvOr("SHARDPS_LISTEN", "127.0.0.1:0"),
           "Address to serve on; port 0 picks a free port. Env: SHARDPS_LISTEN.");
 ABSL_FLAG(std::string, port_file, "", "Write the chosen port here once serving.");
+ABSL_FLAG(std::string, operator_names, shardps::EnvOr("SHARDPS_OPERATOR_NAMES", ""),
+          "With TLS: the certificate common names (comma-separated) allowed to ask for "
+          "a checkpoint (ps_status --checkpoint); empty = any member of the job. "
+          "Without TLS only callers on this host may.");
 ABSL_FLAG(std::string, status_listen, shardps::EnvOr("SHARDPS_STATUS_LISTEN", ""),
           "Serve the status page (/) and its JSON (/status.json) here; port 0 "
           "picks a free port and prints PS_STATUS_LISTENING host:port; empty = "
@@ -99,7 +104,9 @@ int main(int argc, char** argv) {
         notifier.Notify(map, active);
       },
       ops.get());
-  shardps::SchedulerService service(&job, control_token);
+  shardps::SchedulerService service(
+      &job, control_token,
+      absl::StrSplit(absl::GetFlag(FLAGS_operator_names), ',', absl::SkipEmpty()));
   int port = 0;
   grpc::ServerBuilder builder;
   const int max_bytes = static_cast<int>(

@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/client/ps_channel.h"
 #include "common/grpc_status.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -75,9 +76,13 @@ grpc::Status SchedulerService::JobStatus(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::CheckpointNow(grpc::ServerContext*,
+grpc::Status SchedulerService::CheckpointNow(grpc::ServerContext* context,
                                              const CheckpointNowRequest* request,
                                              CheckpointNowResponse* response) {
+  if (absl::Status st = CheckOperator("CheckpointNow", *context, operator_names_); !st.ok()) {
+    LOG(WARNING) << st.message();
+    return ToGrpcStatus(st);
+  }
   const uint32_t ms = request->timeout_ms() == 0 ? 600000 : request->timeout_ms();
   LOG(INFO) << "checkpoint requested (ps_status --checkpoint)";
   auto clock = job_->CheckpointNow(absl::Now() + absl::Milliseconds(ms));

@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/mutex.h"
@@ -28,8 +30,12 @@ namespace shardps {
 
 class SchedulerService final : public Scheduler::Service {
  public:
-  SchedulerService(JobCoordinator* job, uint64_t control_token)
-      : job_(job), control_token_(control_token) {}
+  // `operator_names`: the certificate common names CheckpointNow accepts
+  // with TLS (empty: any member); without TLS it accepts loopback callers
+  // only (common/tls.h CheckOperator).
+  SchedulerService(JobCoordinator* job, uint64_t control_token,
+                   std::vector<std::string> operator_names = {})
+      : job_(job), control_token_(control_token), operator_names_(std::move(operator_names)) {}
 
   grpc::Status Register(grpc::ServerContext*, const RegisterRequest* request,
                         RegisterResponse* response) override;
@@ -56,6 +62,7 @@ class SchedulerService final : public Scheduler::Service {
  private:
   JobCoordinator* const job_;  // Not owned.
   const uint64_t control_token_;
+  const std::vector<std::string> operator_names_;
 };
 
 // A random, non-zero control token (from the OS's random source).

@@ -99,6 +99,7 @@ class TlsTest : public ::testing::Test {
     ASSERT_TRUE(MakeCert(dir_, "node_a", "ca_a", 1));
     ASSERT_TRUE(MakeCert(dir_, "client_a", "ca_a", 2));
     ASSERT_TRUE(MakeCert(dir_, "client_b", "ca_b", 3));
+    ASSERT_TRUE(MakeCert(dir_, "operator_a", "ca_a", 4));
   }
 
   static TlsFiles Files(const std::string& name, const std::string& ca) {
@@ -182,6 +183,38 @@ TEST_F(TlsTest, WholeJobRunsWithMutualTls) {
   // It trained: about one epoch of samples, and better than chance.
   EXPECT_GE(std::stoull(result["samples"]), 19000u) << cluster.SchedulerResult();
   EXPECT_GT(std::stod(result["eval_auc"]), 0.6) << cluster.SchedulerResult();
+}
+
+// With --operator_names, only a certificate with one of those common names
+// may ask the scheduler for a checkpoint; a member's (a worker's) is refused.
+TEST_F(TlsTest, CheckpointNowNeedsAnOperatorsCertificate) {
+  const std::string config = P("operator.pbtxt");
+  std::ofstream(config) << kServerConfig << "checkpoint { dir: \"" << P("operator_ckpt")
+                        << "\" }\n";
+  Subprocess scheduler;
+  std::vector<std::string> argv = {testing::RunfilePath("scheduler/ps_scheduler"),
+                                   "--config=" + config, "--listen=127.0.0.1:0",
+                                   "--operator_names=operator_a,someone"};
+  for (const std::string& f : Flags(Files("node_a", "ca_a"))) argv.push_back(f);
+  ASSERT_TRUE(scheduler.Start(argv, P("operator-scheduler.log")).ok());
+  auto address = scheduler.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
+  ASSERT_TRUE(address.ok()) << address.status();
+  auto call = [&](const std::string& cert) {
+    auto stub = Scheduler::NewStub(grpc::CreateChannel(*address, Creds(Files(cert, "ca_a"))));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    CheckpointNowRequest request;
+    request.set_timeout_ms(300);  // No job has formed: it cannot cut one.
+    CheckpointNowResponse response;
+    return stub->CheckpointNow(&ctx, request, &response);
+  };
+  const grpc::Status member = call("client_a");
+  EXPECT_EQ(member.error_code(), grpc::StatusCode::PERMISSION_DENIED) << member.error_message();
+  EXPECT_THAT(member.error_message(), HasSubstr("CN client_a"));
+  const grpc::Status op = call("operator_a");
+  EXPECT_NE(op.error_code(), grpc::StatusCode::PERMISSION_DENIED) << op.error_message();
+  scheduler.Signal(SIGKILL);
+  (void)scheduler.Wait(absl::Seconds(30));
 }
 
 TEST_F(TlsTest, ClientFromAnotherCaIsRefusedAndServerKeepsServing) {
