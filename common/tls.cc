@@ -234,6 +234,7 @@ bool IsLoopbackAddress(const std::string& listen) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
+  if (absl::StartsWith(host, "::ffff:")) host = host.substr(7);  // IPv4-mapped.
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 

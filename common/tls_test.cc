@@ -156,11 +156,11 @@ TEST_F(TlsTest, FlagsAreCheckedAndCached) {
 // warning and, without TLS, who is an operator).
 TEST(LoopbackTest, ListenAddressesAndPeers) {
   for (const char* a : {"127.0.0.1:7000", "localhost:0", "[::1]:7000", "ipv4:127.0.0.1:5123",
-                        "ipv6:[::1]:5123", "127.1.2.3:80"}) {
+                        "ipv6:[::1]:5123", "127.1.2.3:80", "ipv6:[::ffff:127.0.0.1]:9"}) {
     EXPECT_TRUE(IsLoopbackAddress(a)) << a;
   }
   for (const char* a : {"0.0.0.0:7000", "10.0.0.5:7000", "[::]:7000", "ipv4:10.1.2.3:5123",
-                        "ipv6:[2001:db8::1]:5123", "example.org:443", "ipv4:128.0.0.1:1"}) {
+                        "ipv6:[2001:db8::1]:5123", "example.org:443", "ipv4:128.0.0.1:1", "ipv6:[::ffff:10.0.0.1]:9"}) {
     EXPECT_FALSE(IsLoopbackAddress(a)) << a;
   }
 }
