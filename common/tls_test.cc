@@ -160,7 +160,8 @@ TEST(LoopbackTest, ListenAddressesAndPeers) {
     EXPECT_TRUE(IsLoopbackAddress(a)) << a;
   }
   for (const char* a : {"0.0.0.0:7000", "10.0.0.5:7000", "[::]:7000", "ipv4:10.1.2.3:5123",
-                        "ipv6:[2001:db8::1]:5123", "example.org:443", "ipv4:128.0.0.1:1", "ipv6:[::ffff:10.0.0.1]:9"}) {
+                        "ipv6:[2001:db8::1]:5123", "example.org:443", "ipv4:128.0.0.1:1",
+                        "ipv6:[::ffff:10.0.0.1]:9"}) {
     EXPECT_FALSE(IsLoopbackAddress(a)) << a;
   }
 }
