@@ -143,6 +143,12 @@ class JobCoordinator {
   // refused with FAILED_PRECONDITION naming it, one declared dead with
   // UNAVAILABLE (its heartbeat rejoins it, then a retry is accepted).
   absl::Status WaitClock(const WaitClockRequest& request, WaitClockResponse* response);
+  // For the RPC layer, before WaitClock, Tick, Barrier and ReportMetrics:
+  // FAILED_PRECONDITION if `role` `index` is held (alive or finished) by
+  // another process than `incarnation` (RegisterRequest.incarnation); OK
+  // otherwise, the calls themselves refuse unregistered and dead ranks.
+  absl::Status CheckSender(const char* what, Role role, uint32_t index,
+                           uint64_t incarnation) const;
   // A tick beyond the rank's granted step + 1 is FAILED_PRECONDITION
   // (clock.h).
   absl::Status Tick(const TickRequest& request, TickResponse* response);

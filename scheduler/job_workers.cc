@@ -56,6 +56,19 @@ absl::Status JobCoordinator::CheckWorker(const char* what, uint32_t rank,
   }
 }
 
+absl::Status JobCoordinator::CheckSender(const char* what, Role role, uint32_t index,
+                                         uint64_t incarnation) const {
+  const std::optional<Member> m = members_.Get(role, index);
+  if (!m || (m->state != ALIVE && m->state != FINISHED) || m->incarnation == incarnation) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, ": ", role == SERVER ? "server " : "worker ", index,
+      " is held by another process (the request ",
+      incarnation == 0 ? "names no incarnation" : "names another incarnation",
+      " than its registration); refused"));
+}
+
 absl::Status JobCoordinator::ValidateReport(const MetricsReport& r, uint64_t max_step) const {
   const auto bad = [&r](const char* field, const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(

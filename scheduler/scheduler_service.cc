@@ -48,25 +48,35 @@ grpc::Status SchedulerService::GetPartitionMap(
 grpc::Status SchedulerService::WaitClock(grpc::ServerContext*,
                                          const WaitClockRequest* request,
                                          WaitClockResponse* response) {
-  return ToGrpcStatus(job_->WaitClock(*request, response));
+  absl::Status st = job_->CheckSender("WaitClock", WORKER, request->rank(), request->incarnation());
+  if (st.ok()) st = job_->WaitClock(*request, response);
+  return ToGrpcStatus(st);
 }
 
 grpc::Status SchedulerService::Tick(grpc::ServerContext*,
                                     const TickRequest* request,
                                     TickResponse* response) {
-  return ToGrpcStatus(job_->Tick(*request, response));
+  absl::Status st = job_->CheckSender("Tick", WORKER, request->rank(), request->incarnation());
+  if (st.ok()) st = job_->Tick(*request, response);
+  return ToGrpcStatus(st);
 }
 
 grpc::Status SchedulerService::Barrier(grpc::ServerContext*,
                                        const BarrierRequest* request,
                                        BarrierResponse*) {
-  return ToGrpcStatus(job_->Barrier(*request));
+  absl::Status st =
+      job_->CheckSender("Barrier", request->role(), request->index(), request->incarnation());
+  if (st.ok()) st = job_->Barrier(*request);
+  return ToGrpcStatus(st);
 }
 
 grpc::Status SchedulerService::ReportMetrics(grpc::ServerContext*,
                                              const MetricsReport* request,
                                              MetricsAck*) {
-  return ToGrpcStatus(job_->ReportMetrics(*request));
+  absl::Status st =
+      job_->CheckSender("metrics", WORKER, request->rank(), request->incarnation());
+  if (st.ok()) st = job_->ReportMetrics(*request);
+  return ToGrpcStatus(st);
 }
 
 grpc::Status SchedulerService::JobStatus(grpc::ServerContext*,

@@ -2,7 +2,8 @@
 // (issue 18, the scheduler's side), with real ps_servers and ps_workers on
 // 127.0.0.1 where the job needs them:
 //
-//  - forged worker requests (a rank that never registered, a tick beyond
+//  - forged worker requests (a rank that never registered, another process
+//    speaking for a registered rank, a tick beyond
 //    the granted step, metrics with 2^64-1 samples) are refused, naming the
 //    rank, and the job's result counts only what the workers trained;
 //  - forged heartbeats (a guessed job id, no or another incarnation) do not
@@ -185,16 +186,25 @@ TEST(SchedulerTrustTest, ForgedWorkerRequestsAreRefusedAndTheResultStaysTrue) {
   ExpectRefused(job.Forge(&Scheduler::Stub::ReportMetrics, forged, &ack),
                 grpc::StatusCode::FAILED_PRECONDITION, "worker 1 has not registered");
 
-  // Rank 0 is registered, but the forger's values are checked: no tick past
-  // the granted step, no 2^64-1 samples.
+  // Rank 0 is registered: a request that does not come from its process
+  // (another incarnation) is refused; and even with its incarnation the
+  // forger's values are checked: no tick past the granted step, no 2^64-1
+  // samples.
   ASSERT_TRUE(w0->WaitClock(0, 0, absl::Seconds(30)).ok());
   ASSERT_TRUE(w0->Tick(0, 1).ok());
   tick.set_rank(0);
   tick.set_clock(2);
   ExpectRefused(job.Forge(&Scheduler::Stub::Tick, tick, &tick_response),
                 grpc::StatusCode::FAILED_PRECONDITION,
+                "Tick: worker 0 is held by another process");
+  tick.set_incarnation(w0->incarnation());
+  ExpectRefused(job.Forge(&Scheduler::Stub::Tick, tick, &tick_response),
+                grpc::StatusCode::FAILED_PRECONDITION,
                 "worker 0 ticked to clock 2 but was allowed to start steps < 1 only");
   forged.set_rank(0);
+  ExpectRefused(job.Forge(&Scheduler::Stub::ReportMetrics, forged, &ack),
+                grpc::StatusCode::FAILED_PRECONDITION, "metrics: worker 0 is held by another");
+  forged.set_incarnation(w0->incarnation());
   ExpectRefused(job.Forge(&Scheduler::Stub::ReportMetrics, forged, &ack),
                 grpc::StatusCode::INVALID_ARGUMENT,
                 "samples is 18446744073709551615: more than step (1) x training.batch_size");

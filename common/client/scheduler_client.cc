@@ -264,6 +264,7 @@ absl::Status SchedulerClient::WaitClock(uint32_t rank, uint64_t step,
   request.set_rank(rank);
   request.set_step(step);
   request.set_generation(generation_);
+  request.set_incarnation(incarnation_);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   auto call = [&] {
     grpc::ClientContext ctx;
@@ -288,6 +289,7 @@ absl::Status SchedulerClient::Tick(uint32_t rank, uint64_t clock,
   request.set_clock(clock);
   request.set_position(position);
   request.set_generation(generation_);
+  request.set_incarnation(incarnation_);
   const absl::Status st = Retrying("ticking the clock", [&] {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(30));
@@ -310,6 +312,7 @@ absl::Status SchedulerClient::Barrier(const std::string& name, uint32_t rank,
   request.set_index(rank);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   request.set_generation(generation_);
+  request.set_incarnation(incarnation_);
   return Retrying("waiting at a barrier", [&] {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, timeout + absl::Seconds(5));
@@ -321,6 +324,7 @@ absl::Status SchedulerClient::Barrier(const std::string& name, uint32_t rank,
 absl::Status SchedulerClient::ReportMetrics(const MetricsReport& original) {
   MetricsReport report = original;
   if (report.generation() == 0) report.set_generation(generation_);
+  report.set_incarnation(incarnation_);
   const absl::Status st = Retrying("reporting metrics", [&] {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(10));
