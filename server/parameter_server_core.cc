@@ -1,7 +1,6 @@
 #include "server/parameter_server_core.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -305,10 +304,7 @@ absl::Status ParameterServerCore::DecodePush(
 absl::Status ParameterServerCore::Push(const PushRequest& request,
                                        PushResponse* response) {
   const float lr_scale = request.has_lr_scale() ? request.lr_scale() : 1.0f;
-  if (!std::isfinite(lr_scale) || lr_scale < 0 || lr_scale > kMaxLrScale) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "lr_scale ", lr_scale, " is outside [0, ", kMaxLrScale, "]"));
-  }
+  RETURN_IF_ERROR(CheckLrScale(lr_scale));
   if (request.worker_rank() >= config_.cluster().num_workers()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "push from worker rank ", request.worker_rank(), ": the job has ",
@@ -326,7 +322,7 @@ absl::Status ParameterServerCore::Push(const PushRequest& request,
     RETURN_IF_ERROR(CheckOwnership(request.map_version(), d.table->id(),
                                    d.keys, d.n, *map));
     RETURN_IF_ERROR(
-        store_->ValidatePush(*d.table, d.keys, d.n, d.grads, lr_scale));
+        store_->ValidatePush(*d.table, d.keys, d.n, d.grads));
   }
   if (bsp_) return BufferBspPush(request, lr_scale, tables, response);
   // The eviction clock (and the clock rows are stamped with) follows the

@@ -75,13 +75,16 @@ absl::Status TableStore::PullEncoded(uint32_t table_id, const uint64_t* keys,
   return absl::OkStatus();
 }
 
-absl::Status TableStore::ValidatePush(const Table& table, const uint64_t* keys,
-                                      size_t n, const float* grads,
-                                      float lr_scale) const {
-  if (!std::isfinite(lr_scale) || lr_scale < 0 || lr_scale > kMaxLrScale) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "lr_scale ", lr_scale, " is outside [0, ", kMaxLrScale, "]"));
+absl::Status CheckLrScale(float lr_scale) {
+  if (std::isfinite(lr_scale) && lr_scale >= 0 && lr_scale <= kMaxLrScale) {
+    return absl::OkStatus();
   }
+  return absl::InvalidArgumentError(
+      absl::StrCat("lr_scale ", lr_scale, " is outside [0, ", kMaxLrScale, "]"));
+}
+
+absl::Status TableStore::ValidatePush(const Table& table, const uint64_t* keys,
+                                      size_t n, const float* grads) const {
   RETURN_IF_ERROR(CheckDenseKeys(table, keys, n));
   uint64_t dup;
   if (table.FindDuplicateKey(keys, n, &dup)) {
@@ -107,7 +110,8 @@ absl::StatusOr<PushCounts> TableStore::Push(uint32_t table_id,
                                             const float* grads,
                                             float lr_scale) {
   ASSIGN_OR_RETURN(Table * table, GetTable(table_id));
-  RETURN_IF_ERROR(ValidatePush(*table, keys, n, grads, lr_scale));
+  RETURN_IF_ERROR(CheckLrScale(lr_scale));
+  RETURN_IF_ERROR(ValidatePush(*table, keys, n, grads));
   return table->Push(keys, n, grads, lr_scale);
 }
 

@@ -38,6 +38,10 @@ namespace shardps {
 // Anything outside [0, kMaxLrScale], or not finite, is refused.
 inline constexpr float kMaxLrScale = 1000.0f;
 
+// INVALID_ARGUMENT unless `lr_scale` is finite and in [0, kMaxLrScale]. A
+// push checks it once, before its tables.
+absl::Status CheckLrScale(float lr_scale);
+
 class TableStore {
  public:
   // One table per config.tables entry. `config` must be finalized
@@ -66,10 +70,11 @@ class TableStore {
                                   size_t n, const float* grads,
                                   float lr_scale);
 
-  // Checks what Push checks without applying anything (the BSP path
+  // Checks what Push checks of one table's keys and gradients (not the
+  // push's lr_scale: CheckLrScale) without applying anything (the BSP path
   // validates on arrival and applies when the clock closes).
   absl::Status ValidatePush(const Table& table, const uint64_t* keys, size_t n,
-                            const float* grads, float lr_scale) const;
+                            const float* grads) const;
 
   // INVALID_ARGUMENT if a key is a dense chunk index out of range.
   static absl::Status CheckDenseKeys(const Table& table, const uint64_t* keys,

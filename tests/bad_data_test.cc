@@ -20,16 +20,6 @@ constexpr auto Dir = testing::TestDir;
 
 constexpr char kJob[] = R"pb(
 name: "bad-data"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { adagrad { learning_rate: 0.05 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adam { learning_rate: 0.002 } }
-}
-model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 training { batch_size: 128 epochs: 1 intra_op_threads: 1 }
 cluster { num_servers: 1 num_workers: 1 num_partitions: 16 mode: BSP worker_deadline_ms: 3000 }
 )pb";
@@ -39,7 +29,8 @@ TEST(BadDataTest, AMissingEvalFileFailsTheJobBeforeTraining) {
   const std::string dir = Dir("bad_eval");
   ASSERT_TRUE(testing::MakeSyntheticData(dir + "/data", 20000, 1000).ok());
   const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << kJob << "data { format: CRITEO synthetic_dir: \"" << dir
+  std::ofstream(config) << kJob << testing::kSmallDlrmTables
+                        << "data { format: CRITEO synthetic_dir: \"" << dir
                         << "/data\" eval_files: \"" << dir << "/data/no-such-eval.tsv\" }\n";
   LocalCluster cluster({config, dir, 1, 1});
   ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
@@ -58,7 +49,8 @@ TEST(BadDataTest, EmptyTrainFilesAreAnErrorNotADoneJob) {
   const std::string dir = Dir("bad_empty");
   const std::string config = dir + "/job.pbtxt";
   std::ofstream(dir + "/empty.tsv");
-  std::ofstream(config) << kJob << "data { format: CRITEO train_files: \"" << dir
+  std::ofstream(config) << kJob << testing::kSmallDlrmTables
+                        << "data { format: CRITEO train_files: \"" << dir
                         << "/empty.tsv\" }\n";
   Subprocess worker;
   ASSERT_TRUE(worker

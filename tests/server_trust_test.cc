@@ -43,16 +43,6 @@ constexpr auto Dir = testing::TestDir;
 
 constexpr char kJob[] = R"pb(
 name: "trust"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { adagrad { learning_rate: 0.05 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adam { learning_rate: 0.002 } }
-}
-model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 training { batch_size: 128 epochs: 1 intra_op_threads: 1 }
 cluster { num_servers: 2 num_workers: 2 num_partitions: 64 mode: SSP staleness: 2 }
 )pb";
@@ -89,7 +79,8 @@ TEST(ServerTrustTest, ControlRpcsWithoutTheSchedulersTokenChangeNothing) {
   const std::string dir = Dir("trust_job");
   ASSERT_TRUE(testing::MakeSyntheticData(dir + "/data", 40000, 4000).ok());
   const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << kJob << "data { format: CRITEO synthetic_dir: \"" << dir
+  std::ofstream(config) << kJob << testing::kSmallDlrmTables
+                        << "data { format: CRITEO synthetic_dir: \"" << dir
                         << "/data\" }\n"
                         << "checkpoint { dir: \"" << dir << "/ckpt\" every_steps: 50 }\n";
   LocalCluster cluster({config, dir, 2, 2, {"--step_delay_ms=20"}});

@@ -19,6 +19,22 @@
 
 namespace shardps::testing {
 
+// The tables and model of a small DLRM job as job config text: a sparse
+// "categorical" table (dim 8, Adagrad) and the dense "mlp" table the model
+// sizes (Adam). A test appends name, data, training, cluster, checkpoint.
+inline constexpr char kSmallDlrmTables[] = R"pb(
+tables {
+  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
+  init { kind: UNIFORM scale: 0.05 }
+  optimizer { adagrad { learning_rate: 0.05 } }
+}
+tables {
+  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
+  optimizer { adam { learning_rate: 0.002 } }
+}
+model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
+)pb";
+
 // Writes a synthetic data set (ps_datagen) to `dir` unless one is there.
 absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines,
                                uint64_t eval_lines, int train_shards = 1);
