@@ -178,7 +178,8 @@ std::string StartServer(Subprocess* server, const std::string& config,
 
 // Issue 18 #5: with eviction by clock on, one push with clock 2^64-1 used to
 // age every row past its TTL at the next sweep. Now it moves the eviction
-// clock 64 clocks at most: after a sweep (every 10 s) every row is there.
+// clock 64 clocks at most: after a sweep (every 10 s) every row is there. A
+// "canary" row with a 1 s TTL, pushed after, shows that a sweep has run.
 TEST(ServerTrustTest, APushWithAnAbsurdClockDoesNotWipeATable) {
   const std::string dir = Dir("trust_clock");
   const std::string config = dir + "/server.pbtxt";
@@ -186,6 +187,8 @@ TEST(ServerTrustTest, APushWithAnAbsurdClockDoesNotWipeATable) {
 name: "trust-clock"
 tables { id: 1 name: "emb" dim: 4 seed: 3 init { kind: UNIFORM scale: 0.1 }
          optimizer { sgd { learning_rate: 0.01 } } eviction { ttl_clocks: 100 } }
+tables { id: 2 name: "canary" dim: 4 seed: 4 init { kind: UNIFORM scale: 0.1 }
+         optimizer { sgd { learning_rate: 0.01 } } eviction { ttl_seconds: 1 } }
 data { train_files: "unused.tsv" }
 cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
 )pb";
@@ -193,12 +196,12 @@ cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
   const std::string address = StartServer(&server, config, {});
   ASSERT_FALSE(address.empty()) << server.output();
   auto stub = ServerStub(address);
-  auto push = [&](uint64_t clock, uint64_t first, uint64_t n) {
+  auto push = [&](uint64_t clock, uint64_t first, uint64_t n, uint32_t table = 1) {
     PushRequest request;
     request.set_map_version(1);
     request.set_clock(clock);
     TableGradients* g = request.add_tables();
-    g->set_table_id(1);
+    g->set_table_id(table);
     std::vector<float> grads(4 * n, 0.01f);
     for (uint64_t k = first; k < first + n; ++k) g->add_keys(k);
     g->set_gradients(std::string(reinterpret_cast<const char*>(grads.data()),
@@ -209,9 +212,17 @@ cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
   };
   for (uint64_t c = 0; c < 5; ++c) ASSERT_TRUE(push(c, 1, 50).ok());
   ASSERT_TRUE(push(UINT64_MAX, 1, 1).ok());
-  absl::SleepFor(absl::Seconds(11));  // One eviction sweep.
-  const TableInfoResponse info = Info(*stub);
-  ASSERT_EQ(info.tables_size(), 1);
+  ASSERT_TRUE(push(5, 1, 1, /*table=*/2).ok());
+  TableInfoResponse info;
+  const absl::Time deadline = absl::Now() + absl::Seconds(40);
+  do {
+    absl::SleepFor(absl::Milliseconds(200));
+    info = Info(*stub);
+  } while (info.tables_size() == 2 && info.tables(1).evicted_rows() == 0 &&
+           absl::Now() < deadline);
+  ASSERT_EQ(info.tables_size(), 2);
+  ASSERT_EQ(info.tables(1).evicted_rows(), 1u)
+      << "no eviction sweep evicted the canary row within 40 s";
   EXPECT_EQ(info.tables(0).evicted_rows(), 0u);
   EXPECT_EQ(info.tables(0).live_rows(), 50u);
   server.Signal(SIGTERM);
@@ -243,7 +254,8 @@ cluster { num_servers: 1 num_workers: 2 num_partitions: 8 mode: BSP }
       request.set_clock(1000);
       request.add_tables()->set_table_id(1);
       grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+      // Long enough that every pull has arrived before the first times out.
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
       PullResponse response;
       return stub->Pull(&ctx, request, &response).error_code();
     }));
