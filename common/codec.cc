@@ -1,5 +1,7 @@
 #include "common/codec.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace shardps {
@@ -118,6 +120,46 @@ absl::Status DecodeValues(absl::string_view bytes, Encoding encoding, size_t n,
         out[i] = Bf16ToFloat(b);
       }
       break;
+  }
+  return absl::OkStatus();
+}
+
+void AppendNonZeros(const float* v, size_t n, uint32_t base, Encoding encoding,
+                    std::vector<uint32_t>* gaps, uint32_t* last, std::string* values) {
+  const size_t width = BytesPerValue(encoding);
+  for (size_t i = 0; i < n; ++i) {
+    if (v[i] == 0.0f) continue;  // Also -0.0.
+    const uint32_t index = base + static_cast<uint32_t>(i);
+    gaps->push_back(gaps->empty() ? index : index - *last);
+    *last = index;
+    const size_t at = values->size();
+    values->resize(at + width);
+    EncodeValuesTo(v + i, 1, encoding, &(*values)[at]);
+  }
+}
+
+absl::Status ExpandNonZeros(const uint32_t* gaps, size_t count, absl::string_view values,
+                            Encoding encoding, size_t n, float* out) {
+  const size_t width = BytesPerValue(encoding);
+  if (values.size() != count * width) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sparse values: ", count, " indices need ", count * width, " bytes of ", width,
+        "-byte values, got ", values.size()));
+  }
+  std::fill(out, out + n, 0.0f);
+  uint64_t index = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (i > 0 && gaps[i] == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse index gap ", i, " is 0: indices must increase"));
+    }
+    index = (i == 0 ? 0 : index) + gaps[i];
+    if (index >= n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sparse index ", index, " (entry ", i, ") is outside the ", n, " values"));
+    }
+    // The size was checked above: one value always decodes.
+    (void)DecodeValues(values.substr(i * width, width), encoding, 1, out + index);
   }
   return absl::OkStatus();
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -72,6 +73,24 @@ void EncodeValuesTo(const float* values, size_t n, Encoding encoding, char* dst)
 // INVALID_ARGUMENT if bytes.size() is not n * BytesPerValue(encoding).
 absl::Status DecodeValues(absl::string_view bytes, Encoding encoding,
                           size_t n, float* out);
+
+// The sparse form of a value array (ps.proto SparseGradients): the indices
+// of its non-zero elements as gaps (the first index, then each index minus
+// the one before) and those elements' values in `encoding`.
+//
+// Appends the non-zero elements of v[0, n) to `gaps` and `values`, their
+// indices offset by `base`; `last` is the index of the previous element
+// appended (ignored while gaps is empty) and is updated. Zeros of either
+// sign are left out.
+void AppendNonZeros(const float* v, size_t n, uint32_t base, Encoding encoding,
+                    std::vector<uint32_t>* gaps, uint32_t* last, std::string* values);
+
+// Expands a sparse form into out[0, n): every element not listed is 0.
+// INVALID_ARGUMENT, naming the fault, if the gaps are not increasing (a gap
+// of 0 after the first), an index is >= n, or `values` does not hold
+// exactly `count` values in `encoding`.
+absl::Status ExpandNonZeros(const uint32_t* gaps, size_t count, absl::string_view values,
+                            Encoding encoding, size_t n, float* out);
 
 }  // namespace shardps
 

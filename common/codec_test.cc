@@ -144,5 +144,55 @@ TEST(CodecTest, WrongByteCountIsRejected) {
   EXPECT_TRUE(DecodeValues(std::string(6, '\0'), Encoding::kBf16, 3, out).ok());
 }
 
+
+// The sparse form keeps signs and indices: expanding what was appended gives
+// the array back, in every encoding (up to the encoding's rounding).
+TEST(CodecTest, NonZerosRoundTripWithSignsAndIndices) {
+  std::vector<float> v(300, 0.0f);
+  v[0] = -1.5f;
+  v[7] = 2.25f;
+  v[8] = -0.0f;  // A zero of either sign is not sent.
+  v[64] = 1e-3f;
+  v[299] = -7.0f;
+  for (Encoding e : {Encoding::kFp32, Encoding::kFp16, Encoding::kBf16}) {
+    std::vector<uint32_t> gaps;
+    std::string values;
+    uint32_t last = 0;
+    // Two rows of 150 appended one after the other, as the client does.
+    AppendNonZeros(v.data(), 150, 0, e, &gaps, &last, &values);
+    AppendNonZeros(v.data() + 150, 150, 150, e, &gaps, &last, &values);
+    EXPECT_EQ(gaps, (std::vector<uint32_t>{0, 7, 57, 235}));
+    EXPECT_EQ(values.size(), 4 * BytesPerValue(e));
+    std::vector<float> out(300, 9.0f);
+    ASSERT_TRUE(ExpandNonZeros(gaps.data(), gaps.size(), values, e, 300, out.data()).ok());
+    for (size_t i = 0; i < v.size(); ++i) {
+      std::string one;
+      EncodeValues(&v[i], 1, e, &one);
+      float want;
+      ASSERT_TRUE(DecodeValues(one, e, 1, &want).ok());
+      EXPECT_EQ(out[i], want == 0.0f ? 0.0f : want) << i;
+      EXPECT_EQ(std::signbit(out[i]), v[i] < 0.0f) << i;
+    }
+  }
+}
+
+TEST(CodecTest, BadSparseFormsAreRefused) {
+  float out[10];
+  const std::string two(8, '\0');
+  const uint32_t ok[] = {1, 3};
+  EXPECT_TRUE(ExpandNonZeros(ok, 2, two, Encoding::kFp32, 10, out).ok());
+  const uint32_t repeated[] = {1, 0};
+  EXPECT_NE(ExpandNonZeros(repeated, 2, two, Encoding::kFp32, 10, out).message().find(
+                "must increase"), std::string::npos);
+  const uint32_t outside[] = {4, 6};
+  EXPECT_NE(ExpandNonZeros(outside, 2, two, Encoding::kFp32, 10, out).message().find(
+                "outside the 10 values"), std::string::npos);
+  // A gap that wraps a 32-bit index around is still outside.
+  const uint32_t wrap[] = {5, 0xffffffffu};
+  EXPECT_FALSE(ExpandNonZeros(wrap, 2, two, Encoding::kFp32, 10, out).ok());
+  EXPECT_NE(ExpandNonZeros(ok, 2, std::string(6, '\0'), Encoding::kFp32, 10, out)
+                .message().find("2 indices need 8 bytes"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace shardps

@@ -284,6 +284,33 @@ absl::Status ParameterServerCore::DecodePush(
     }
     d.keys = tg.keys().data();
     d.n = tg.keys_size();
+    if (tg.has_sparse()) {  // A compressed gradient: expanded, then as any.
+      if (!tg.gradients().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table ", d.table->config().name(), ": a push has both gradients and sparse"));
+      }
+      // Never more than the full form could have carried in one message.
+      const uint64_t cap = config_.cluster().max_message_bytes() > 0
+                               ? config_.cluster().max_message_bytes()
+                               : uint64_t{64} << 20;
+      const uint64_t expanded = uint64_t{d.n} * d.table->dim() * sizeof(float);
+      if (expanded > cap) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table ", d.table->config().name(), ": a sparse push of ", d.n,
+            " rows would expand to ", expanded, " bytes, over cluster.max_message_bytes ",
+            cap));
+      }
+      d.storage.resize(d.n * d.table->dim());
+      const absl::Status st = ExpandNonZeros(
+          tg.sparse().index_gaps().data(), tg.sparse().index_gaps_size(),
+          tg.sparse().values(), encoding, d.storage.size(), d.storage.data());
+      if (!st.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table ", d.table->config().name(), ": ", st.message()));
+      }
+      if (d.n > 0) d.grads = d.storage.data();
+      continue;
+    }
     RETURN_IF_ERROR(CheckValueBytes(*d.table, d.n, tg.gradients().size(),
                                     encoding, "gradients"));
     const char* bytes = tg.gradients().data();

@@ -113,6 +113,45 @@ TEST_F(PsClientTest, StaleMapIsRefreshedAndTheCallSucceeds) {
   for (float v : rows) EXPECT_EQ(v, 0.0f);
 }
 
+// A mostly-zero push sent as non-zeros only is applied exactly as the full
+// push, and costs fewer bytes; a dense one falls back to the full rows.
+TEST_F(PsClientTest, SparsePushIsAppliedAsTheFullPushInFewerBytes) {
+  auto client = Client(PsClient::Options(), map_);
+  const std::vector<uint64_t> keys = Keys(200);
+  std::vector<float> grads(keys.size() * 4, 0.0f);
+  for (size_t i = 0; i < grads.size(); i += 37) grads[i] = (i % 2 ? -1.0f : 1.0f) * (1 + i);
+  TablePush push{1, 4, keys.data(), keys.size(), grads.data()};
+  push.sparse = true;
+  ASSERT_TRUE(client->PushAsync({push}, 0, 1.0f, false)->Wait().ok());
+  const uint64_t sparse_bytes = client->Traffic()[1].push_bytes;
+  std::vector<float> rows(keys.size() * 4, -1.0f);
+  ASSERT_TRUE(client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 1)
+                  ->Wait().ok());
+  for (size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(rows[i], -0.5f * grads[i]) << i;
+  // The same push in full, from a second client: the rows move by as much
+  // again, and the bytes are those of every element.
+  auto full = Client(PsClient::Options(), map_);
+  ASSERT_TRUE(full->PushAsync({{1, 4, keys.data(), keys.size(), grads.data()}}, 1, 1.0f, false)
+                  ->Wait().ok());
+  const uint64_t full_bytes = full->Traffic()[1].push_bytes;
+  const uint64_t key_bytes = keys.size() * 8;  // Sent either way.
+  EXPECT_GE(full_bytes, key_bytes + keys.size() * 16);
+  EXPECT_LT((sparse_bytes - key_bytes) * 3, full_bytes - key_bytes)
+      << sparse_bytes << " vs " << full_bytes;
+  ASSERT_TRUE(client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 2)
+                  ->Wait().ok());
+  for (size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(rows[i], -1.0f * grads[i]) << i;
+  // Two pulls, each of every key and row.
+  EXPECT_GE(client->Traffic()[1].pull_bytes, 2 * (key_bytes + keys.size() * 16));
+  // Nothing zero: the full form is smaller, and is what goes.
+  std::vector<float> ones(keys.size() * 4, 1.0f);
+  auto third = Client(PsClient::Options(), map_);
+  TablePush dense{1, 4, keys.data(), keys.size(), ones.data()};
+  dense.sparse = true;
+  ASSERT_TRUE(third->PushAsync({dense}, 2, 1.0f, false)->Wait().ok());
+  EXPECT_EQ(third->Traffic()[1].push_bytes, full_bytes);
+}
+
 TEST_F(PsClientTest, BadRequestIsReportedNotRetried) {
   auto client = Client(PsClient::Options(), map_);
   const std::vector<uint64_t> keys = {1, 2, 3};

@@ -11,11 +11,18 @@
 #include "common/generation.h"
 #include "common/grpc_status.h"
 #include "common/client/ps_channel.h"
+#include "common/client/ps_client_wire.h"
 #include "glog/logging.h"
 #include "proto/ps.grpc.pb.h"
 
 namespace shardps {
 namespace {
+
+using ps_client_internal::AddPullTable;
+using ps_client_internal::AddPushTable;
+using ps_client_internal::Part;
+using ps_client_internal::ScatterPull;
+using ps_client_internal::TableRef;
 
 ValueEncoding ToProto(Encoding e) {
   switch (e) {
@@ -24,23 +31,6 @@ ValueEncoding ToProto(Encoding e) {
     default: return FP32;
   }
 }
-
-// A table's keys and values as the op sees them (pull or push).
-struct TableRef {
-  uint32_t table_id;
-  uint32_t dim;
-  const uint64_t* keys;
-  size_t n;
-  float* out;          // Pull.
-  const float* grads;  // Push.
-};
-
-// One request to one server: for each table (index into the op's tables),
-// the positions of its keys that this server owns.
-struct Part {
-  uint32_t server = 0;
-  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> items;
-};
 
 bool Retryable(const grpc::Status& s) {
   return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -149,6 +139,16 @@ class PsClient::Impl {
 
   const Options& options() const { return options_; }
 
+  void Count(uint32_t table_id, bool pull, uint64_t bytes) {
+    MutexLock lock(&traffic_mu_);
+    TableTraffic& t = traffic_[table_id];
+    (pull ? t.pull_bytes : t.push_bytes) += bytes;
+  }
+  std::map<uint32_t, TableTraffic> Traffic() const {
+    MutexLock lock(&traffic_mu_);
+    return traffic_;
+  }
+
  private:
   const Options options_;
   const MapSource source_;
@@ -156,6 +156,8 @@ class PsClient::Impl {
   mutable Mutex mu_;
   std::shared_ptr<const PartitionMap> map_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<ParameterServer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  mutable Mutex traffic_mu_;
+  std::map<uint32_t, TableTraffic> traffic_ ABSL_GUARDED_BY(traffic_mu_);
 };
 
 namespace {
@@ -283,13 +285,7 @@ class RpcOp final : public PsClient::Op {
     r.set_worker_rank(impl_->options().worker_rank);
     r.set_clock(clock_);
     r.set_generation(generation_);
-    for (const auto& [t, positions] : c->part.items) {
-      TableKeys* tk = r.add_tables();
-      tk->set_table_id(tables_[t].table_id);
-      auto* keys = tk->mutable_keys();
-      keys->Reserve(positions.size());
-      for (uint32_t pos : positions) keys->AddAlreadyReserved(tables_[t].keys[pos]);
-    }
+    for (const auto& [t, positions] : c->part.items) AddPullTable(tables_[t], positions, &r);
   }
 
   void BuildPush(uint64_t version, Call* c) {
@@ -301,18 +297,24 @@ class RpcOp final : public PsClient::Op {
     r.set_lr_scale(lr_scale_);
     r.set_generation(generation_);
     for (const auto& [t, positions] : c->part.items) {
-      const TableRef& ref = tables_[t];
-      TableGradients* tg = r.add_tables();
-      tg->set_table_id(ref.table_id);
-      auto* keys = tg->mutable_keys();
-      keys->Reserve(positions.size());
-      std::string* bytes = tg->mutable_gradients();
-      bytes->reserve(positions.size() * ref.dim * BytesPerValue(impl_->options().encoding));
-      for (uint32_t pos : positions) {
-        keys->AddAlreadyReserved(ref.keys[pos]);
-        EncodeValues(ref.grads + size_t{pos} * ref.dim, ref.dim,
-                     impl_->options().encoding, bytes);
+      AddPushTable(tables_[t], positions, impl_->options().encoding, &r);
+    }
+  }
+
+  // Counts a successful part's payload bytes per table.
+  void CountTraffic(const Call* c) {
+    for (size_t i = 0; i < c->part.items.size(); ++i) {
+      const uint32_t table_id = tables_[c->part.items[i].first].table_id;
+      uint64_t bytes;
+      if (is_pull_) {
+        bytes = c->pull_req.tables(i).ByteSizeLong();
+        if (static_cast<int>(i) < c->pull_resp.tables_size()) {
+          bytes += c->pull_resp.tables(i).ByteSizeLong();
+        }
+      } else {
+        bytes = c->push_req.tables(i).ByteSizeLong();
       }
+      impl_->Count(table_id, is_pull_, bytes);
     }
   }
 
@@ -325,39 +327,14 @@ class RpcOp final : public PsClient::Op {
       status = grpc::Status::OK;
     }
     if (status.ok() && is_pull_) {
-      const absl::Status st = Scatter(c);
+      const absl::Status st =
+          ScatterPull(tables_, c->part, c->pull_resp, impl_->options().encoding);
       if (!st.ok()) status = ToGrpcStatus(st);
     }
+    if (status.ok()) CountTraffic(c);
     MutexLock lock(&mu_);
     c->status = std::move(status);
     if (--remaining_ == 0) done_.SignalAll();
-  }
-
-  // Copies a pull answer's rows into the caller's buffers.
-  absl::Status Scatter(Call* c) {
-    const PullResponse& resp = c->pull_resp;
-    if (resp.tables_size() != static_cast<int>(c->part.items.size())) {
-      return absl::DataLossError("pull answer has the wrong number of tables");
-    }
-    const Encoding enc = impl_->options().encoding;
-    for (size_t i = 0; i < c->part.items.size(); ++i) {
-      const auto& [t, positions] = c->part.items[i];
-      const TableRef& ref = tables_[t];
-      const std::string& values = resp.tables(i).values();
-      const size_t row_bytes = size_t{ref.dim} * BytesPerValue(enc);
-      if (values.size() != positions.size() * row_bytes) {
-        return absl::DataLossError(absl::StrCat(
-            "pull answer for table ", ref.table_id, " has ", values.size(),
-            " bytes, expected ", positions.size() * row_bytes));
-      }
-      for (size_t k = 0; k < positions.size(); ++k) {
-        const absl::Status st = DecodeValues(
-            absl::string_view(values).substr(k * row_bytes, row_bytes), enc, ref.dim,
-            ref.out + size_t{positions[k]} * ref.dim);
-        if (!st.ok()) return st;
-      }
-    }
-    return absl::OkStatus();
   }
 
   void WaitForCalls() {
@@ -398,6 +375,8 @@ PsClient::~PsClient() = default;
 
 uint64_t PsClient::map_version() const { return impl_->map_version(); }
 
+std::map<uint32_t, TableTraffic> PsClient::Traffic() const { return impl_->Traffic(); }
+
 void PsClient::set_generation(uint64_t generation) { impl_->set_generation(generation); }
 
 absl::Status PsClient::UpdateMap(const PartitionMapProto& map) { return impl_->SetMap(map); }
@@ -406,7 +385,7 @@ std::unique_ptr<PsClient::Op> PsClient::PullAsync(std::vector<TablePull> tables,
                                                   PullPurpose purpose, uint64_t clock) {
   std::vector<TableRef> refs;
   for (const TablePull& t : tables) {
-    refs.push_back({t.table_id, t.dim, t.keys, t.n, t.out, nullptr});
+    refs.push_back({t.table_id, t.dim, t.keys, t.n, t.out, nullptr, false});
   }
   return std::make_unique<RpcOp>(impl_.get(), true, std::move(refs), purpose, clock,
                                  1.0f, false);
@@ -417,7 +396,7 @@ std::unique_ptr<PsClient::Op> PsClient::PushAsync(std::vector<TablePush> tables,
                                                   bool to_every_server) {
   std::vector<TableRef> refs;
   for (const TablePush& t : tables) {
-    refs.push_back({t.table_id, t.dim, t.keys, t.n, nullptr, t.grads});
+    refs.push_back({t.table_id, t.dim, t.keys, t.n, nullptr, t.grads, t.sparse});
   }
   return std::make_unique<RpcOp>(impl_.get(), false, std::move(refs), TRAIN, clock,
                                  lr_scale, to_every_server);
@@ -430,7 +409,7 @@ absl::Status PsClient::InitRows(uint32_t table_id, uint32_t dim, const uint64_t*
   std::vector<std::shared_ptr<ParameterServer::Stub>> stubs;
   std::vector<std::pair<uint32_t, std::vector<uint32_t>>> all;
   for (int attempt = 0; attempt < impl_->options().max_attempts; ++attempt) {
-    std::vector<TableRef> refs = {{table_id, dim, keys, n, nullptr, values}};
+    std::vector<TableRef> refs = {{table_id, dim, keys, n, nullptr, values, false}};
     std::vector<uint32_t> positions(n);
     for (uint32_t i = 0; i < n; ++i) positions[i] = i;
     std::vector<Part> parts = impl_->Group(refs, {{0, positions}}, false, &map, &stubs);

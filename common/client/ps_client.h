@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,19 @@ struct TablePush {
   const uint64_t* keys = nullptr;
   size_t n = 0;
   const float* grads = nullptr;
+  // Send only the non-zero gradients with their indices (ps.proto
+  // SparseGradients) wherever that is smaller than the full rows: for a
+  // mostly-zero gradient, such as a compressed dense gradient. The servers
+  // apply exactly what a full push would.
+  bool sparse = false;
+};
+
+// Payload bytes a client has exchanged for one table: keys and values of
+// the requests and of the answers (protobuf sizes, without gRPC's framing),
+// counted once per successful part.
+struct TableTraffic {
+  uint64_t pull_bytes = 0;
+  uint64_t push_bytes = 0;
 };
 
 class PsClient {
@@ -110,6 +124,9 @@ class PsClient {
   // weights. Blocking.
   absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys,
                         size_t n, const float* values);
+
+  // Bytes exchanged so far, by table id.
+  std::map<uint32_t, TableTraffic> Traffic() const;
 
   uint64_t map_version() const;
   // The job generation of the pulls and pushes issued from now on.
