@@ -323,6 +323,17 @@ void ValidateRest(const JobConfig& c, Validator* v) {
     v->Error({{"training"}, {"intra_op_threads"}},
              absl::StrCat("must be <= ", kMaxIntraOpThreads));
   }
+  if (tr.has_dense_compression()) {
+    const float ratio = tr.dense_compression().ratio();
+    if (!(ratio > 0.0f && ratio <= 1.0f)) {  // NaN too.
+      v->Error({{"training"}, {"dense_compression"}, {"ratio"}},
+               absl::StrCat("must be in (0, 1] (the share of the dense gradient sent "
+                            "each step), got ", ratio));
+    }
+  }
+  if (!TrainingConfig::Precision_IsValid(tr.mixed_precision())) {
+    v->Error({{"training"}, {"mixed_precision"}}, "must be FP32, BF16 or FP16");
+  }
 }
 
 absl::Status FinalizeWith(JobConfig* config, const std::string& filename,

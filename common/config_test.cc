@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace shardps {
@@ -129,6 +130,35 @@ TEST(ConfigTest, OnCorruptDefaultsToFailAndTakesFallBack) {
   EXPECT_EQ(config->checkpoint().on_corrupt(), CheckpointConfig::FALL_BACK);
   ExpectRefused(std::string(kValid) + "checkpoint { on_corrupt: 7 }\n",
                 {"checkpoint.on_corrupt"});
+}
+
+TEST(ConfigTest, DenseCompressionRatioMustBeAShare) {
+  const std::string with = Replace(kValid, "data {", "training { dense_compression { ratio: R } }\ndata {");
+  for (const char* bad : {"0", "-0.5", "1.5", "nan", "inf"}) {
+    ExpectRefused(Replace(with, "R", bad),
+                  {"bad.pbtxt:9:", "training.dense_compression.ratio", "must be in (0, 1]"});
+  }
+  // Present but empty: the ratio is 0, not a silent default.
+  ExpectRefused(Replace(kValid, "data {", "training { dense_compression { } }\ndata {"),
+                {"training.dense_compression.ratio", "got 0"});
+  for (const char* good : {"0.1", "1", "1e-4"}) {
+    auto config = ParseJobConfig(Replace(with, "R", good), "good.pbtxt");
+    ASSERT_TRUE(config.ok()) << good << ": " << config.status();
+    EXPECT_TRUE(config->training().has_dense_compression());
+  }
+}
+
+TEST(ConfigTest, MixedPrecisionTakesKnownNamesOnly) {
+  for (const char* good : {"FP32", "BF16", "FP16"}) {
+    auto config = ParseJobConfig(
+        Replace(kValid, "data {", absl::StrCat("training { mixed_precision: ", good,
+                                               " }\ndata {")), "good.pbtxt");
+    ASSERT_TRUE(config.ok()) << good << ": " << config.status();
+  }
+  ExpectRefused(Replace(kValid, "data {", "training { mixed_precision: FP8 }\ndata {"),
+                {"bad.pbtxt:9:", "mixed_precision", "FP8"});
+  ExpectRefused(Replace(kValid, "data {", "training { mixed_precision: 7 }\ndata {"),
+                {"bad.pbtxt:9:", "mixed_precision"});
 }
 
 TEST(ConfigTest, EmptyConfigIsRefusedNotCrashed) {
