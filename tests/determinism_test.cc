@@ -1,8 +1,11 @@
 // Exactness: PS training in BSP is bit-for-bit the single-machine baseline
-// (1 worker, 1 server), and a 2x2 BSP job is bit-reproducible.
+// (1 worker, 1 server), a 2x2 BSP job is bit-reproducible, and a 1-worker
+// SSP job with prefetch is bit-for-bit the same job without prefetch
+// (read-your-own-writes prefetch, worker/trainer_split_pull.h).
 #include <sys/stat.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -32,20 +35,23 @@ tables {
 model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 data { format: CRITEO synthetic_dir: "@DATA@" }
 training {
-  batch_size: 128 epochs: 2 shuffle_seed: 7 intra_op_threads: 1
+  batch_size: 128 epochs: 2 shuffle_seed: 7 intra_op_threads: 1 prefetch: @PREFETCH@
   lr_schedule { warmup_steps: 20 decay: COSINE min_scale: 0.1 }
 }
 cluster {
-  num_servers: @SERVERS@ num_workers: @WORKERS@ num_partitions: 256 mode: BSP
+  num_servers: @SERVERS@ num_workers: @WORKERS@ num_partitions: 256 mode: @MODE@
   heartbeat_ms: 200 dead_after_ms: 3000
 }
 )pb";
 
-std::string WriteConfig(const std::string& name, int servers, int workers) {
+// `mode`: the cluster's mode field and what follows it (e.g. a staleness).
+std::string WriteConfig(const std::string& name, int servers, int workers,
+                        const std::string& mode = "BSP", bool prefetch = true) {
   const std::string path = Dir(name) + "/job.pbtxt";
   std::ofstream(path) << absl::StrReplaceAll(
       kConfig, {{"@DATA@", ::testing::TempDir() + "/exact_data"},
-                {"@SERVERS@", absl::StrCat(servers)}, {"@WORKERS@", absl::StrCat(workers)}});
+                {"@SERVERS@", absl::StrCat(servers)}, {"@WORKERS@", absl::StrCat(workers)},
+                {"@MODE@", mode}, {"@PREFETCH@", prefetch ? "true" : "false"}});
   return path;
 }
 
@@ -109,6 +115,35 @@ TEST_F(DeterminismTest, TwoBspJobsEndWithBitIdenticalWeights) {
     if (run == 0) first_auc = auc;
     else EXPECT_EQ(auc, first_auc);
   }
+}
+
+// One worker's only staleness is its own: with read-your-own-writes
+// prefetch every step sees all its earlier pushes, so SSP with prefetch
+// (pulls split around each push, pushes asynchronous, two servers) trains
+// exactly as without it.
+TEST_F(DeterminismTest, SspPrefetchWithOneWorkerIsBitIdenticalToNoPrefetch) {
+  std::map<bool, std::map<std::string, std::string>> results;
+  std::map<bool, std::string> losses;
+  for (const bool prefetch : {false, true}) {
+    const std::string name = prefetch ? "ssp_prefetch" : "ssp_sync";
+    const std::string loss_log = Dir(name) + "/losses.txt";
+    LocalCluster cluster({WriteConfig(name, 2, 1, "SSP staleness: 2", prefetch), Dir(name), 2, 1,
+                          {"--max_steps=220", "--checksum", "--loss_log=" + loss_log}, {}});
+    ASSERT_TRUE(cluster.Start().ok());
+    auto code = cluster.WaitScheduler(absl::Minutes(10));
+    ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+    auto workers = cluster.WaitWorkers(absl::Seconds(60));
+    ASSERT_TRUE(workers.ok());
+    ASSERT_EQ(workers->size(), 1u) << cluster.AllLogTails();
+    results[prefetch] = (*workers)[0];
+    losses[prefetch] = ReadFile(loss_log);
+  }
+  EXPECT_EQ(results[true]["steps"], "220");
+  ASSERT_FALSE(losses[false].empty());
+  EXPECT_EQ(losses[true], losses[false]) << "per-step losses differ";
+  ASSERT_EQ(results[false]["checksum"].size(), 16u);
+  EXPECT_EQ(results[true]["checksum"], results[false]["checksum"]) << "final weights differ";
+  EXPECT_EQ(results[true]["eval_auc"], results[false]["eval_auc"]);
 }
 
 }  // namespace

@@ -97,24 +97,19 @@ TEST_F(E2eTest, BspJobMatchesLocalAuc) {
 
 TEST_F(E2eTest, Ssp2JobMatchesLocalAucAndKeepsTheBound) {
   // Worker 1 is slowed down: worker 0 must wait for it at the bound.
-  // Without prefetch, like the ASP test below (one CI run with prefetch
-  // ended 0.024 below local).
-  auto r = RunJob("ssp", "mode: SSP staleness: 2", {{1, {"--step_delay_ms=15"}}}, nullptr,
-                  /*prefetch=*/false);
+  // With prefetch (read-your-own-writes: no staleness of a worker's own).
+  auto r = RunJob("ssp", "mode: SSP staleness: 2", {{1, {"--step_delay_ms=15"}}});
   EXPECT_EQ(r["state"], "done");
   EXPECT_NEAR(std::stod(r["eval_auc"]), local_auc_, 0.02);
   EXPECT_LE(std::stoi(r["max_spread"]), 3);  // s + 1
   EXPECT_GE(std::stoi(r["max_spread"]), 2);  // ...and the fast worker did run ahead.
 }
 
-// Without prefetch: prefetch adds about one clock of staleness to every
-// gradient, and on this small two-epoch job ASP with prefetch and a slow
-// worker ended more than 0.02 AUC below local in 4 of 9 runs (lowest 0.697
-// against 0.748); without prefetch 4 runs gave 0.745-0.752. Prefetch and the
-// asynchronous push are exercised by the SSP recovery tests.
+// With prefetch. Before read-your-own-writes prefetch, a prefetched step
+// missed the worker's own previous push, and this job ended more than 0.02
+// AUC below local in 4 of 9 runs (lowest 0.697 against 0.748).
 TEST_F(E2eTest, AspJobMatchesLocalAucAndNeverWaits) {
-  auto r = RunJob("asp", "mode: ASP", {{1, {"--step_delay_ms=15"}}}, nullptr,
-                  /*prefetch=*/false);
+  auto r = RunJob("asp", "mode: ASP", {{1, {"--step_delay_ms=15"}}});
   EXPECT_EQ(r["state"], "done");
   EXPECT_NEAR(std::stod(r["eval_auc"]), local_auc_, 0.02);
   EXPECT_GT(std::stoi(r["max_spread"]), 3);  // The fast worker was not held back.

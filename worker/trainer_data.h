@@ -36,6 +36,14 @@ struct Prepared {
   std::vector<float> dense_params;                 // Whole chunks.
   std::vector<TableRows> table_rows;
   std::vector<FieldBag> field_bags;
+  // A split pull's two parts (worker/trainer_split_pull.h), per model table:
+  // the keys of each part, their positions in unique_keys and their rows.
+  struct PullPart {
+    std::vector<std::vector<uint64_t>> keys;
+    std::vector<std::vector<uint32_t>> pos;
+    std::vector<std::vector<float>> rows;
+  };
+  PullPart parts[2];  // [kUntouched], [kOwnWrites].
 };
 
 // Turns batches into Prepared steps with one deduper per table.

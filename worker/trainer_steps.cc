@@ -1,6 +1,5 @@
 #include "worker/trainer_steps.h"
 
-#include <future>
 #include <memory>
 #include <utility>
 
@@ -9,6 +8,7 @@
 #include "common/status_macros.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/lr_schedule.h"
+#include "worker/trainer_split_pull.h"
 
 namespace shardps {
 namespace trainer_internal {
@@ -178,138 +178,77 @@ class SynchronousSteps final : public StepLoop {
   }
 };
 
+// SSP/ASP with prefetch: read-your-own-writes prefetch
+// (worker/trainer_split_pull.h). Iteration t, with cur_ step t's batch,
+// pull_ its kUntouched part if it was prefetched, push_ step t - 1's push:
+//  1. step t - 1's push is acknowledged; then step t's kOwnWrites part is
+//     pulled (if step t was prefetched) and clock t ticked; if step t was not
+//     prefetched, the clock is waited for and step t pulled whole;
+//  2. if step t + 1 may start now, its kUntouched part (against step t's
+//     keys) is pulled while step t computes;
+//  3. step t computes once its pulls are done and its push is started.
+// Every row of step t thus includes this worker's pushes of steps < t.
 class PrefetchingSteps final : public StepLoop {
  public:
-  using StepLoop::StepLoop;
+  explicit PrefetchingSteps(const StepEnv& env)
+      : StepLoop(env), split_(env.params, env.model->spec()) {}
 
  private:
   absl::Status Steps() override {
-    while (cur_ && InRange(step_)) {
-      RETURN_IF_ERROR(WaitPull(absl::Now()));
-      std::unique_ptr<Prepared> next;
-      OpPtr next_pull;  // Declared after `next`, which it fills.
-      if (InRange(step_ + 1)) {
-        ASSIGN_OR_RETURN(next, NextBatch());
-        // Prefetch only if step + 1 may start now. Waiting here would
-        // deadlock against a checkpoint hold at step + 1 (which waits for
-        // this step's tick) and gains nothing when the bound is reached
-        // anyway.
-        ASSIGN_OR_RETURN(const bool may_start, clock_.TryStart(step_ + 1));
-        if (next && may_start) next_pull = env_.params->StartPull(next.get(), TRAIN, step_ + 1);
-      }
-      RETURN_IF_ERROR(Compute(&result_));
-      RETURN_IF_ERROR(PushAndTick(result_, &dense_grad_));
-      Done(result_);
-      env_.data->Recycle(std::move(cur_));
-      cur_ = std::move(next);
-      pull_ = std::move(next_pull);
-      if (cur_ && !pull_) RETURN_IF_ERROR(WaitAndPull(absl::Now()));  // Not prefetched.
-    }
-    return absl::OkStatus();
-  }
-};
-
-class AsyncPushSteps final : public StepLoop {
- public:
-  using StepLoop::StepLoop;
-
- private:
-  // Step t's push and what follows it, on a thread of its own: the push
-  // acknowledged, clock t + 1 ticked, then, if the clock allows step t + 2
-  // now, step t + 2's pull started into `after` (null: none).
-  class PushChain {
-   public:
-    PushChain(AsyncPushSteps* steps, uint64_t t, std::unique_ptr<Prepared> batch, OpPtr push,
-              Prepared* after)
-        : batch_(std::move(batch)), push_(std::move(push)) {
-      done_ = std::async(std::launch::async,
-                         [steps, t, push = push_.get(), batch = batch_.get(),
-                          after]() -> absl::StatusOr<OpPtr> {
-                           RETURN_IF_ERROR(push->Wait());
-                           RETURN_IF_ERROR(steps->clock_.Tick(t + 1, *batch));
-                           if (after == nullptr) return nullptr;
-                           ASSIGN_OR_RETURN(const bool may_start, steps->clock_.TryStart(t + 2));
-                           if (!may_start) return nullptr;
-                           return steps->env_.params->StartPull(after, TRAIN, t + 2);
-                         });
-    }
-    // Waits for the chain: step t + 2's pull (null if not started), or the
-    // chain's first error. Once.
-    absl::StatusOr<OpPtr> Join() { return done_.get(); }
-    std::unique_ptr<Prepared> TakeBatch() { return std::move(batch_); }
-
-   private:
-    std::unique_ptr<Prepared> batch_;  // Its keys are being pushed.
-    OpPtr push_;
-    std::future<absl::StatusOr<OpPtr>> done_;  // Destroyed first: waits.
-  };
-
-  absl::Status Steps() override {
-    if (cur_ && InRange(step_ + 1)) {
-      ASSIGN_OR_RETURN(ahead_, NextBatch());
-    }
     while (cur_ && InRange(step_)) {
       const uint64_t t = step_;
-      OpPtr next_pull;  // Step t + 1's, started by the chain of step t - 1.
-      bool joined = false;
+      OpPtr own;  // Step t's kOwnWrites part.
       absl::Time t0 = absl::Now();
-      if (pull_ == nullptr) {
-        // The chain could not prefetch this step: its push first (this
-        // pull then sees it, whatever the timing).
-        if (chain_) {
-          ASSIGN_OR_RETURN(next_pull, chain_->Join());
-          joined = true;
-        }
-        RETURN_IF_ERROR(WaitAndPull(t0));
-        t0 = absl::Now();
+      if (push_) {
+        RETURN_IF_ERROR(push_->Wait());
+        if (pull_) own = split_.StartPart(cur_.get(), kOwnWrites, TRAIN, t);
+        RETURN_IF_ERROR(clock_.Tick(t, *prev_));
+        push_.reset();
+        env_.data->Recycle(std::move(prev_));
+        times_.push += Seconds(t0);
+        // Not prefetched: the clock allows step t only now that clock t
+        // is ticked (or later).
+        if (!pull_) RETURN_IF_ERROR(WaitAndPull(absl::Now()));
       }
-      RETURN_IF_ERROR(WaitPull(t0));
-      // The step after computes into the other buffers while this step's
-      // push is in flight.
-      StepResult& result = t % 2 == 1 ? result2_ : result_;
-      std::vector<float>& dense_grad = t % 2 == 1 ? dense_grad2_ : dense_grad_;
-      RETURN_IF_ERROR(Compute(&result));
-
+      if (InRange(t + 1)) {
+        ASSIGN_OR_RETURN(next_, NextBatch());
+        // Prefetch only if step t + 1 may start now. Waiting here would
+        // deadlock against a checkpoint hold at t + 1 (which waits for
+        // step t's tick) and gains nothing when the bound is reached.
+        if (next_) {
+          ASSIGN_OR_RETURN(const bool may_start, clock_.TryStart(t + 1));
+          if (may_start) {
+            split_.Split(next_.get(), *cur_);
+            next_pull_ = split_.StartPart(next_.get(), kUntouched, TRAIN, t + 1);
+          }
+        }
+      }
       t0 = absl::Now();
-      const float lr_scale = LrScale(t);
-      if (chain_) {
-        // Step t - 1's chain ran during this compute: its push is
-        // acknowledged, clock t ticked, and maybe step t + 1's pull issued.
-        if (!joined) {
-          ASSIGN_OR_RETURN(next_pull, chain_->Join());
-        }
-        // Step t + 1's pull must not see this step's push (which follows):
-        // with one worker the run is then the same whatever the timing.
-        if (next_pull) RETURN_IF_ERROR(next_pull->Wait());
-        env_.data->Recycle(chain_->TakeBatch());
-        chain_.reset();
-      }
-      std::unique_ptr<Prepared> next = std::move(ahead_);  // Step t + 1's batch.
-      if (InRange(t + 2)) {
-        ASSIGN_OR_RETURN(ahead_, NextBatch());
-      }
-      times_.push += Seconds(t0);
-      Done(result);
-
-      OpPtr push = env_.params->StartPush(cur_.get(), t, lr_scale, result, &dense_grad);
-      chain_ = std::make_unique<PushChain>(this, t, std::move(cur_), std::move(push),
-                                           ahead_.get());
-      cur_ = std::move(next);
-      pull_ = std::move(next_pull);
+      if (own) RETURN_IF_ERROR(own->Wait());
+      RETURN_IF_ERROR(WaitPull(t0));
+      RETURN_IF_ERROR(Compute(&result_));
+      push_ = env_.params->StartPush(cur_.get(), t, LrScale(t), result_, &dense_grad_);
+      Done(result_);
+      prev_ = std::move(cur_);
+      cur_ = std::move(next_);
+      pull_ = std::move(next_pull_);
     }
-    if (chain_) {  // The last push: acknowledged and ticked before the end.
-      ASSIGN_OR_RETURN(OpPtr pull, chain_->Join());
-      if (pull) (void)pull->Wait();
-      chain_.reset();
+    if (push_) {  // The last push: acknowledged and ticked before the end.
+      const absl::Time t0 = absl::Now();
+      RETURN_IF_ERROR(push_->Wait());
+      RETURN_IF_ERROR(clock_.Tick(step_, *prev_));
+      push_.reset();
+      times_.push += Seconds(t0);
     }
     return absl::OkStatus();
   }
 
-  StepResult result2_;
-  std::vector<float> dense_grad2_;
-  std::unique_ptr<Prepared> ahead_;  // Step step_ + 1's batch, when known.
-  // Declared last: destroyed (and so waited for) before what it uses.
-  std::unique_ptr<PushChain> chain_;
+  SplitPuller split_;
+  std::unique_ptr<Prepared> prev_;  // Step step_ - 1's batch while pushed.
+  std::unique_ptr<Prepared> next_;  // Step step_ + 1's batch, when read.
+  // Declared after the batches they use: destroyed (and so waited) first.
+  OpPtr push_;       // Step step_ - 1's push, until acknowledged.
+  OpPtr next_pull_;  // Step step_ + 1's kUntouched part.
 };
 
 }  // namespace
@@ -319,8 +258,8 @@ StepPipeline ChooseStepPipeline(const JobConfig& config, bool has_clock) {
   // (aggregated) push.
   const bool prefetch =
       config.training().prefetch() && EffectiveStaleness(config.cluster()) >= 1;
-  if (!prefetch) return StepPipeline::kSynchronous;
-  return has_clock ? StepPipeline::kAsyncPush : StepPipeline::kPrefetching;
+  (void)has_clock;  // Both prefetch the same way (a null clock allows every step).
+  return prefetch ? StepPipeline::kPrefetching : StepPipeline::kSynchronous;
 }
 
 absl::StatusOr<uint64_t> RunSteps(StepPipeline pipeline, const StepEnv& env) {
@@ -329,8 +268,6 @@ absl::StatusOr<uint64_t> RunSteps(StepPipeline pipeline, const StepEnv& env) {
       return SynchronousSteps(env).Run();
     case StepPipeline::kPrefetching:
       return PrefetchingSteps(env).Run();
-    case StepPipeline::kAsyncPush:
-      return AsyncPushSteps(env).Run();
   }
   return absl::InternalError("unknown step pipeline");
 }

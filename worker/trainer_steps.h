@@ -5,16 +5,17 @@
 //
 //  - kSynchronous (BSP, or no prefetch): per step, take the batch, wait for
 //    the clock, pull, compute, push and wait for the acknowledgement, tick.
-//  - kPrefetching (SSP/ASP with prefetch, no clock: local mode): before
-//    step t computes, step t + 1's pull is issued if the clock allows it now
-//    (else it is waited for and pulled after step t's tick); the push stays
-//    synchronous.
-//  - kAsyncPush (SSP/ASP with prefetch and a clock): step t's push is
-//    acknowledged, clock t + 1 ticked and step t + 2's pull issued (if the
-//    clock allows it then) by a chain that runs during step t + 1's compute.
+//  - kPrefetching (SSP/ASP with prefetch, with a clock or in local mode):
+//    read-your-own-writes prefetch (worker/trainer_split_pull.h). While step
+//    t computes, the rows of step t + 1 that step t does not push are
+//    already pulled (if the clock allows step t + 1 then); once step t's
+//    push is acknowledged, the rows it pushed and the dense chunks are
+//    pulled and clock t + 1 ticked, then step t + 1 computes. Every step
+//    sees all of this worker's earlier pushes: with one worker the run is
+//    the synchronous one, bit for bit.
 //
-// Thread-safety: RunSteps blocks the calling thread; kAsyncPush calls the
-// ParamStore and the JobClock from a second thread too.
+// Thread-safety: RunSteps blocks the calling thread and calls the
+// ParamStore and the JobClock from that thread only.
 #ifndef SHARDPS_WORKER_TRAINER_STEPS_H_
 #define SHARDPS_WORKER_TRAINER_STEPS_H_
 
@@ -34,7 +35,7 @@
 namespace shardps {
 namespace trainer_internal {
 
-enum class StepPipeline { kSynchronous, kPrefetching, kAsyncPush };
+enum class StepPipeline { kSynchronous, kPrefetching };
 
 // The pipeline for `config` (finalized), with or without a job clock.
 StepPipeline ChooseStepPipeline(const JobConfig& config, bool has_clock);
