@@ -124,6 +124,22 @@ Encoding WireEncoding(const std::string& name) {
 }
 
 // " checksum=<hex>" when --checksum, else "".
+// " push_bytes_dense=.. push_bytes_sparse=.. pull_bytes_dense=..
+// pull_bytes_sparse=..": the payload bytes this worker exchanged with the
+// servers (PsClient::Traffic), split between the dense table and the
+// sparse tables.
+std::string TrafficFields(const PsClient& client, const JobConfig& config) {
+  const TableConfig* dense = FindTable(config, config.model().dense_table());
+  uint64_t push[2] = {0, 0}, pull[2] = {0, 0};  // [sparse, dense]
+  for (const auto& [table_id, t] : client.Traffic()) {
+    const int d = dense != nullptr && dense->id() == table_id;
+    push[d] += t.push_bytes;
+    pull[d] += t.pull_bytes;
+  }
+  return absl::StrCat(" push_bytes_dense=", push[1], " push_bytes_sparse=", push[0],
+                      " pull_bytes_dense=", pull[1], " pull_bytes_sparse=", pull[0]);
+}
+
 std::string ChecksumField(Trainer* trainer) {
   if (!absl::GetFlag(FLAGS_checksum)) return "";
   auto sum = trainer->WeightsChecksum();
@@ -399,7 +415,7 @@ int RunPs(JobConfig config) {
   }
   if (outcome) {
     PrintResult(rank, outcome->summary, outcome->eval ? &*outcome->eval : nullptr,
-                outcome->checksum);
+                outcome->checksum + (client ? TrafficFields(*client, config) : ""));
   }
   if (g_job_failed) {
     LOG(ERROR) << "the scheduler stopped the job";

@@ -30,7 +30,10 @@ class Trainer::Impl {
   Impl(TrainerOptions options, std::unique_ptr<Model> model, uint32_t dense_table,
        uint32_t chunk)
       : o_(std::move(options)), model_(std::move(model)),
-        params_(o_.params, model_.get(), dense_table, chunk) {}
+        params_(o_.params, model_.get(), dense_table, chunk,
+                o_.config.training().has_dense_compression()
+                    ? o_.config.training().dense_compression().ratio()
+                    : 0.0f) {}
 
   absl::Status InitDenseWeights();
   absl::StatusOr<TrainSummary> Train();
@@ -158,7 +161,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions options)
     return absl::InvalidArgumentError(
         "trainer: model.dense_table must name the DENSE table of the MLP weights");
   }
-  ASSIGN_OR_RETURN(auto model, CreateModel(options.config, options.model_options.device));
+  options.model_options.precision = PrecisionFromConfig(options.config);
+  ASSIGN_OR_RETURN(auto model, CreateModel(options.config, options.model_options));
   const uint32_t chunk = options.config.cluster().dense_chunk_size();
   const uint32_t dense_id = dense->id();
   return std::unique_ptr<Trainer>(new Trainer(

@@ -7,10 +7,13 @@ namespace shardps {
 namespace trainer_internal {
 
 StepParams::StepParams(ParamStore* store, const Model* model, uint32_t dense_table,
-                       uint32_t chunk)
+                       uint32_t chunk, float compression_ratio)
     : store_(store), model_(model), dense_table_(dense_table), chunk_(chunk),
       num_chunks_((model->NumDenseParams() + chunk - 1) / chunk) {
   for (uint64_t c = 0; c < num_chunks_; ++c) chunk_keys_.push_back(c);
+  if (compression_ratio > 0.0f) {
+    compressor_ = std::make_unique<DenseCompressor>(compression_ratio, model->NumDenseParams());
+  }
 }
 
 std::unique_ptr<PsClient::Op> StepParams::StartPull(Prepared* p, PullPurpose purpose,
@@ -56,9 +59,15 @@ std::unique_ptr<PsClient::Op> StepParams::StartPush(Prepared* p, uint64_t step, 
                       p->unique_keys[t].data(), p->unique_keys[t].size(),
                       r.table_grads[t].data()});
   }
-  dense_buf->resize(num_chunks_ * chunk_);
-  std::copy(r.dense_grad.begin(), r.dense_grad.end(), dense_buf->begin());
-  pushes.push_back({dense_table_, chunk_, chunk_keys_.data(), num_chunks_, dense_buf->data()});
+  dense_buf->resize(num_chunks_ * chunk_);  // The tail past the model stays 0.
+  if (compressor_) {
+    compressor_->Compress(r.dense_grad, dense_buf->data());
+  } else {
+    std::copy(r.dense_grad.begin(), r.dense_grad.end(), dense_buf->begin());
+  }
+  TablePush dense{dense_table_, chunk_, chunk_keys_.data(), num_chunks_, dense_buf->data()};
+  dense.sparse = compressor_ != nullptr;
+  pushes.push_back(dense);
   return store_->Push(std::move(pushes), step, lr_scale);
 }
 

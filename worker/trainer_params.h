@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "worker/dense_compression.h"
 #include "worker/model/model.h"
 #include "worker/param_store.h"
 #include "worker/trainer_data.h"
@@ -26,7 +27,10 @@ namespace trainer_internal {
 class StepParams {
  public:
   // `store` and `model` are not owned and must outlive this.
-  StepParams(ParamStore* store, const Model* model, uint32_t dense_table, uint32_t chunk);
+  // `compression_ratio` > 0: the dense gradient is pushed top-k compressed
+  // with error feedback (worker/dense_compression.h), as sparse gradients.
+  StepParams(ParamStore* store, const Model* model, uint32_t dense_table, uint32_t chunk,
+             float compression_ratio = 0.0f);
 
   uint32_t dense_table() const { return dense_table_; }
   uint32_t chunk() const { return chunk_; }
@@ -42,8 +46,9 @@ class StepParams {
   ModelInputs Inputs(Prepared* p) const;
 
   // Starts the push of r's gradients for p's unique rows and of the dense
-  // gradient, copied into `dense_buf` (whole chunks). p, r and dense_buf
-  // must stay untouched until the op's Wait() returns.
+  // gradient, copied (or compressed) into `dense_buf` (whole chunks). p, r
+  // and dense_buf must stay untouched until the op's Wait() returns. Pushes
+  // are compressed in the order StartPush is called.
   std::unique_ptr<PsClient::Op> StartPush(Prepared* p, uint64_t step, float lr_scale,
                                           const StepResult& r, std::vector<float>* dense_buf);
 
@@ -58,6 +63,7 @@ class StepParams {
   const uint32_t chunk_;
   const uint64_t num_chunks_;
   std::vector<uint64_t> chunk_keys_;
+  std::unique_ptr<DenseCompressor> compressor_;  // Null: pushed in full.
 };
 
 }  // namespace trainer_internal

@@ -116,6 +116,12 @@ struct ModelOptions {
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   // Compute in float64 (inputs and outputs stay float): for gradient checks.
   bool double_precision = false;
+  // Mixed precision of the forward pass (training.mixed_precision): the
+  // model's matrix products run under LibTorch's autocast in bf16 (CPU or
+  // CUDA) or fp16 (CUDA only, with dynamic loss scaling: LossScaler); the
+  // parameters, the loss and every gradient handed out stay fp32.
+  enum class Precision { kFp32, kBf16, kFp16 };
+  Precision precision = Precision::kFp32;
 };
 
 class Model {

@@ -26,10 +26,28 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const JobConfig& config,
                                                    c10::Device device) {
-  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(config);
-  if (!spec.ok()) return spec.status();
   ModelOptions options;
   options.device = device;
+  return CreateModel(config, options);
+}
+
+ModelOptions::Precision PrecisionFromConfig(const JobConfig& config) {
+  switch (config.training().mixed_precision()) {
+    case TrainingConfig::BF16: return ModelOptions::Precision::kBf16;
+    case TrainingConfig::FP16: return ModelOptions::Precision::kFp16;
+    default: return ModelOptions::Precision::kFp32;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const JobConfig& config,
+                                                   const ModelOptions& options) {
+  if (options.precision == ModelOptions::Precision::kFp16 && !options.device.is_cuda()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.mixed_precision FP16 needs a CUDA device, and this worker computes on ",
+        options.device.str(), " (LibTorch autocasts to bf16 only on the CPU): use BF16"));
+  }
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(config);
+  if (!spec.ok()) return spec.status();
   absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(*spec, options);
   if (!model.ok()) return model.status();
   const std::string& dense_table = config.model().dense_table();

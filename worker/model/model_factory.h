@@ -28,6 +28,15 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const JobConfig& config,
                                                    c10::Device device);
 
+// The same with every option given: the trainer's, in the precision of
+// training.mixed_precision (PrecisionFromConfig). INVALID_ARGUMENT for fp16
+// on a device that is not CUDA (LibTorch's CPU autocast is bf16 only).
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const JobConfig& config,
+                                                   const ModelOptions& options);
+
+// training.mixed_precision as a ModelOptions::Precision.
+ModelOptions::Precision PrecisionFromConfig(const JobConfig& config);
+
 // CUDA device 0 if LibTorch sees a GPU, else the CPU.
 c10::Device DefaultDevice();
 

@@ -55,6 +55,24 @@ TEST(ModelFactoryTest, UnknownKindIsUnimplemented) {
             absl::StatusCode::kUnimplemented);
 }
 
+TEST(ModelFactoryTest, MixedPrecisionComesFromTheConfigAndFp16NeedsCuda) {
+  JobConfig c = DefaultConfig();
+  EXPECT_EQ(PrecisionFromConfig(c), ModelOptions::Precision::kFp32);
+  c.mutable_training()->set_mixed_precision(TrainingConfig::BF16);
+  ModelOptions options;
+  options.precision = PrecisionFromConfig(c);
+  EXPECT_EQ(options.precision, ModelOptions::Precision::kBf16);
+  absl::StatusOr<std::unique_ptr<Model>> m = CreateModel(c, options);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->options().precision, ModelOptions::Precision::kBf16);
+  c.mutable_training()->set_mixed_precision(TrainingConfig::FP16);
+  options.precision = PrecisionFromConfig(c);
+  m = CreateModel(c, options);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("FP16 needs a CUDA device"), std::string::npos)
+      << m.status();
+}
+
 TEST(ModelFactoryTest, DefaultDeviceIsCpuWithoutAGpu) {
   // This machine has no GPU; on a CUDA build with a GPU it would be cuda:0.
   const c10::Device d = DefaultDevice();

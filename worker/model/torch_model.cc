@@ -5,8 +5,11 @@
 #include <exception>
 #include <utility>
 
+#include <ATen/autocast_mode.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/partition.h"
+#include "glog/logging.h"
 
 namespace shardps {
 namespace {
@@ -169,6 +172,54 @@ torch::Tensor TorchModel::PoolTable(const ModelInputs& in, int t, const torch::T
   return pooled.view({num_fields, b, dim});
 }
 
+namespace {
+
+// LibTorch's autocast for the forward pass, in the options' precision, on
+// the options' device; restores the thread's previous autocast state.
+class AutocastScope {
+ public:
+  AutocastScope(const ModelOptions& options) {
+    if (options.precision == ModelOptions::Precision::kFp32) return;
+    active_ = true;
+    cuda_ = options.device.is_cuda();
+    const at::ScalarType dtype =
+        options.precision == ModelOptions::Precision::kFp16 ? at::kHalf : at::kBFloat16;
+    if (cuda_) {
+      was_enabled_ = at::autocast::is_enabled();
+      was_dtype_ = at::autocast::get_autocast_gpu_dtype();
+      at::autocast::set_enabled(true);
+      at::autocast::set_autocast_gpu_dtype(dtype);
+    } else {
+      was_enabled_ = at::autocast::is_cpu_enabled();
+      was_dtype_ = at::autocast::get_autocast_cpu_dtype();
+      at::autocast::set_cpu_enabled(true);
+      at::autocast::set_autocast_cpu_dtype(dtype);
+    }
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!active_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    if (cuda_) {
+      at::autocast::set_enabled(was_enabled_);
+      at::autocast::set_autocast_gpu_dtype(was_dtype_);
+    } else {
+      at::autocast::set_cpu_enabled(was_enabled_);
+      at::autocast::set_autocast_cpu_dtype(was_dtype_);
+    }
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool active_ = false;
+  bool cuda_ = false;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kFloat;
+};
+
+}  // namespace
+
 void TorchModel::Run(const ModelInputs& in, bool backward, StepResult* result) {
   torch::AutoGradMode grad_mode(backward);
   const int64_t b = in.batch_size;
@@ -185,10 +236,18 @@ void TorchModel::Run(const ModelInputs& in, bool backward, StepResult* result) {
     rows[t].requires_grad_(backward);
     x.pooled.push_back(PoolTable(in, static_cast<int>(t), rows[t]));
   }
-  torch::Tensor logits = Logits(x).reshape({b});
+  torch::Tensor logits;
+  {
+    // The model proper in the mixed precision, if any; the pooling above
+    // and the loss below stay in the compute dtype.
+    AutocastScope autocast(options_);
+    logits = Logits(x);
+  }
+  logits = logits.reshape({b}).to(tensor_options().dtype());
   torch::Tensor labels = FloatInput(in.labels, {b}, kLabelsSlot);
   torch::Tensor loss = torch::binary_cross_entropy_with_logits(logits, labels);
-  if (backward) loss.backward();
+  const bool fp16 = options_.precision == ModelOptions::Precision::kFp16;
+  if (backward) (fp16 ? loss * loss_scaler_.scale() : loss).backward();
   result->loss = loss.item<double>();
   CopyToHost(torch::sigmoid(logits.detach()), &result->probs);
   result->dense_grad.clear();
@@ -204,6 +263,14 @@ void TorchModel::Run(const ModelInputs& in, bool backward, StepResult* result) {
   };
   grad_of(x.params, &result->dense_grad);
   for (size_t t = 0; t < rows.size(); ++t) grad_of(rows[t], &result->table_grads[t]);
+  if (fp16) {
+    std::vector<std::vector<float>*> grads = {&result->dense_grad};
+    for (std::vector<float>& g : result->table_grads) grads.push_back(&g);
+    if (!loss_scaler_.Unscale(grads)) {
+      LOG_EVERY_N(WARNING, 100) << "fp16 gradients overflowed: step skipped (zero gradients), "
+                                << "loss scale now " << loss_scaler_.scale();
+    }
+  }
 }
 
 absl::Status TorchModel::ForwardBackward(const ModelInputs& in, bool backward,

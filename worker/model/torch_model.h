@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "torch/torch.h"
+#include "worker/model/loss_scaler.h"
 #include "worker/model/model.h"
 
 namespace shardps {
@@ -130,6 +131,7 @@ class TorchModel : public Model {
   std::vector<std::vector<int64_t>> bag_indices_;
   std::vector<std::vector<int64_t>> bag_offsets_;
   std::vector<std::vector<float>> bag_scale_;
+  LossScaler loss_scaler_;  // FP16 precision only.
   // Pinned host buffers by slot (CUDA only).
   std::vector<torch::Tensor> float_staging_;
   std::vector<torch::Tensor> index_staging_;
