@@ -1,5 +1,6 @@
 #include "worker/trainer_steps.h"
 
+#include <future>
 #include <memory>
 #include <utility>
 
@@ -179,76 +180,141 @@ class SynchronousSteps final : public StepLoop {
 };
 
 // SSP/ASP with prefetch: read-your-own-writes prefetch
-// (worker/trainer_split_pull.h). Iteration t, with cur_ step t's batch,
-// pull_ its kUntouched part if it was prefetched, push_ step t - 1's push:
-//  1. step t - 1's push is acknowledged; then step t's kOwnWrites part is
-//     pulled (if step t was prefetched) and clock t ticked; if step t was not
-//     prefetched, the clock is waited for and step t pulled whole;
-//  2. if step t + 1 may start now, its kUntouched part (against step t's
-//     keys) is pulled while step t computes;
-//  3. step t computes once its pulls are done and its push is started.
-// Every row of step t thus includes this worker's pushes of steps < t.
+// (worker/trainer_split_pull.h). Step t computes once its kUntouched part
+// (prefetched) and its kOwnWrites part are pulled; its push is then started
+// and a chain runs behind it on a thread of its own while the trainer waits
+// for step t + 1's kOwnWrites part:
+//  1. step t's push is acknowledged; if step t + 1 was prefetched, its
+//     kOwnWrites part is started and handed to the trainer at once;
+//  2. clock t + 1 is ticked;
+//  3. if step t + 2 may start now, its kUntouched part (against step t + 1's
+//     keys) is started, to be pulled while step t + 1 computes.
+// A step that was not prefetched waits for the whole chain, then for the
+// clock, and is pulled whole. Every row of step t thus includes this
+// worker's pushes of steps < t; the ticks and clock probes stay off the
+// path from one compute to the next.
 class PrefetchingSteps final : public StepLoop {
  public:
   explicit PrefetchingSteps(const StepEnv& env)
       : StepLoop(env), split_(env.params, env.model->spec()) {}
 
  private:
+  struct Started {
+    absl::Status status;
+    OpPtr op;  // Null: none started.
+  };
+
+  class PushChain {
+   public:
+    // Step t's chain: `batch` is step t's, `next` step t + 1's (its
+    // kUntouched part in flight iff `next_prefetched`), `after` step t + 2's
+    // (null: none).
+    PushChain(PrefetchingSteps* steps, uint64_t t, std::unique_ptr<Prepared> batch, OpPtr push,
+              Prepared* next, bool next_prefetched, Prepared* after)
+        : batch_(std::move(batch)), push_(std::move(push)), own_(own_promise_.get_future()) {
+      done_ = std::async(std::launch::async, [this, steps, t, next, next_prefetched,
+                                              after]() -> absl::StatusOr<OpPtr> {
+        Started own{push_->Wait(), nullptr};
+        if (own.status.ok() && next_prefetched) {
+          own.op = steps->split_.StartPart(next, kOwnWrites, TRAIN, t + 1);
+        }
+        const absl::Status pushed = own.status;
+        own_promise_.set_value(std::move(own));
+        RETURN_IF_ERROR(pushed);
+        RETURN_IF_ERROR(steps->clock_.Tick(t + 1, *batch_));
+        if (after == nullptr) return nullptr;
+        ASSIGN_OR_RETURN(const bool may_start, steps->clock_.TryStart(t + 2));
+        if (!may_start) return nullptr;
+        steps->split_.Split(after, *next);
+        return steps->split_.StartPart(after, kUntouched, TRAIN, t + 2);
+      });
+    }
+    // Step t + 1's kOwnWrites part once step t's push is acknowledged (null
+    // if step t + 1 was not prefetched), or the push's error. Once.
+    Started TakeOwn() { return own_.get(); }
+    // Waits for the whole chain: step t + 2's kUntouched part (null if not
+    // started), or the chain's first error. Once.
+    absl::StatusOr<OpPtr> Join() { return done_.get(); }
+    std::unique_ptr<Prepared> TakeBatch() { return std::move(batch_); }
+
+   private:
+    std::unique_ptr<Prepared> batch_;  // Its keys are being pushed.
+    OpPtr push_;
+    std::promise<Started> own_promise_;
+    std::future<Started> own_;
+    std::future<absl::StatusOr<OpPtr>> done_;  // Destroyed first: waits.
+  };
+
+  // Waits for the chain of the previous step: its next kUntouched part
+  // becomes next_pull_.
+  absl::Status JoinChain() {
+    ASSIGN_OR_RETURN(next_pull_, chain_->Join());
+    env_.data->Recycle(chain_->TakeBatch());
+    chain_.reset();
+    return absl::OkStatus();
+  }
+
   absl::Status Steps() override {
+    // The first step: no push before it; step + 1 prefetched from here.
+    if (cur_ && InRange(step_ + 1)) {
+      ASSIGN_OR_RETURN(next_, NextBatch());
+      if (next_) {
+        ASSIGN_OR_RETURN(const bool may_start, clock_.TryStart(step_ + 1));
+        if (may_start) {
+          split_.Split(next_.get(), *cur_);
+          next_pull_ = split_.StartPart(next_.get(), kUntouched, TRAIN, step_ + 1);
+        }
+      }
+    }
     while (cur_ && InRange(step_)) {
       const uint64_t t = step_;
       OpPtr own;  // Step t's kOwnWrites part.
       absl::Time t0 = absl::Now();
-      if (push_) {
-        RETURN_IF_ERROR(push_->Wait());
-        if (pull_) own = split_.StartPart(cur_.get(), kOwnWrites, TRAIN, t);
-        RETURN_IF_ERROR(clock_.Tick(t, *prev_));
-        push_.reset();
-        env_.data->Recycle(std::move(prev_));
+      if (chain_ && pull_) {
+        Started started = chain_->TakeOwn();
+        RETURN_IF_ERROR(started.status);
+        own = std::move(started.op);
         times_.push += Seconds(t0);
-        // Not prefetched: the clock allows step t only now that clock t
-        // is ticked (or later).
-        if (!pull_) RETURN_IF_ERROR(WaitAndPull(absl::Now()));
-      }
-      if (InRange(t + 1)) {
-        ASSIGN_OR_RETURN(next_, NextBatch());
-        // Prefetch only if step t + 1 may start now. Waiting here would
-        // deadlock against a checkpoint hold at t + 1 (which waits for
-        // step t's tick) and gains nothing when the bound is reached.
-        if (next_) {
-          ASSIGN_OR_RETURN(const bool may_start, clock_.TryStart(t + 1));
-          if (may_start) {
-            split_.Split(next_.get(), *cur_);
-            next_pull_ = split_.StartPart(next_.get(), kUntouched, TRAIN, t + 1);
-          }
-        }
+      } else if (chain_) {
+        // Not prefetched: the clock allows step t only once clock t is
+        // ticked (or later).
+        RETURN_IF_ERROR(JoinChain());
+        times_.push += Seconds(t0);
+        RETURN_IF_ERROR(WaitAndPull(absl::Now()));
       }
       t0 = absl::Now();
       if (own) RETURN_IF_ERROR(own->Wait());
       RETURN_IF_ERROR(WaitPull(t0));
       RETURN_IF_ERROR(Compute(&result_));
-      push_ = env_.params->StartPush(cur_.get(), t, LrScale(t), result_, &dense_grad_);
+      t0 = absl::Now();
+      if (chain_) RETURN_IF_ERROR(JoinChain());  // Ran during the compute.
+      OpPtr push = env_.params->StartPush(cur_.get(), t, LrScale(t), result_, &dense_grad_);
       Done(result_);
-      prev_ = std::move(cur_);
+      std::unique_ptr<Prepared> after;  // Step t + 2's batch.
+      if (next_ && InRange(t + 2)) {
+        ASSIGN_OR_RETURN(after, NextBatch());
+      }
+      chain_ = std::make_unique<PushChain>(this, t, std::move(cur_), std::move(push), next_.get(),
+                                           next_pull_ != nullptr, after.get());
+      times_.push += Seconds(t0);
       cur_ = std::move(next_);
       pull_ = std::move(next_pull_);
+      next_ = std::move(after);
     }
-    if (push_) {  // The last push: acknowledged and ticked before the end.
+    if (chain_) {  // The last push: acknowledged and ticked before the end.
       const absl::Time t0 = absl::Now();
-      RETURN_IF_ERROR(push_->Wait());
-      RETURN_IF_ERROR(clock_.Tick(step_, *prev_));
-      push_.reset();
+      RETURN_IF_ERROR(JoinChain());
+      if (next_pull_) (void)next_pull_->Wait();
       times_.push += Seconds(t0);
     }
     return absl::OkStatus();
   }
 
-  SplitPuller split_;
-  std::unique_ptr<Prepared> prev_;  // Step step_ - 1's batch while pushed.
+  SplitPuller split_;  // Used by one thread at a time: the chain's, or this.
   std::unique_ptr<Prepared> next_;  // Step step_ + 1's batch, when read.
-  // Declared after the batches they use: destroyed (and so waited) first.
-  OpPtr push_;       // Step step_ - 1's push, until acknowledged.
-  OpPtr next_pull_;  // Step step_ + 1's kUntouched part.
+  OpPtr next_pull_;                 // Its kUntouched part, once started.
+  // Declared last: destroyed (and so waited for) before what it uses.
+  std::unique_ptr<PushChain> chain_;
 };
 
 }  // namespace
