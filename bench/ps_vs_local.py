@@ -5,7 +5,7 @@ the same thread counts. Prints both figures and the ratio (target >= 0.8).
 
   bazel build //worker:ps_worker //server:ps_server //scheduler:all \\
       //worker/data:ps_datagen //common:ps_config_check
-  python3 bench/ps_vs_local.py [--lines 200000] [--repeat 3] [--config opt]
+  python3 bench/ps_vs_local.py [--lines 200000] [--repeat 3] [--config opt] [--bin_dir DIR]
 
 The binaries are those of the Bazel configuration named by --config
 (fastbuild, Bazel's default, or opt), found with `bazel info`, so the last
@@ -45,9 +45,12 @@ def main():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--config", default="fastbuild", choices=["fastbuild", "opt"],
                    help="the Bazel compilation mode whose binaries to run")
+    p.add_argument("--bin_dir", default="",
+                   help="run the binaries of this directory (laid out like bazel-bin, e.g. "
+                        "a copy of an older build) instead of --config's")
     args = p.parse_args()
     global BIN
-    BIN = bazel_bin(args.config)
+    BIN = os.path.abspath(args.bin_dir) if args.bin_dir else bazel_bin(args.config)
     tmp = tempfile.mkdtemp(prefix="ps_vs_local.")
     data = os.path.join(tmp, "data")
     subprocess.run([os.path.join(BIN, "worker/data/ps_datagen"), "--out_dir=" + data,
