@@ -31,6 +31,9 @@ ABSL_FLAG(int, dead_after_ms, 0, "Override cluster.dead_after_ms.");
 ABSL_FLAG(int, epochs, 0, "Override training.epochs.");
 ABSL_FLAG(uint64_t, max_steps, 0, "Override training.max_steps.");
 ABSL_FLAG(bool, prefetch, true, "training.prefetch (when --write).");
+ABSL_FLAG(float, dense_compression, 0,
+          "Set training.dense_compression.ratio (0: leave the config's).");
+ABSL_FLAG(std::string, mixed_precision, "", "Override training.mixed_precision: FP32, BF16 or FP16.");
 
 namespace {
 
@@ -66,6 +69,17 @@ absl::Status ApplyOverrides(shardps::JobConfig* c) {
   if (absl::GetFlag(FLAGS_epochs) > 0) c->mutable_training()->set_epochs(absl::GetFlag(FLAGS_epochs));
   if (absl::GetFlag(FLAGS_max_steps) > 0) c->mutable_training()->set_max_steps(absl::GetFlag(FLAGS_max_steps));
   c->mutable_training()->set_prefetch(absl::GetFlag(FLAGS_prefetch) && c->training().prefetch());
+  if (absl::GetFlag(FLAGS_dense_compression) != 0) {
+    c->mutable_training()->mutable_dense_compression()->set_ratio(
+        absl::GetFlag(FLAGS_dense_compression));
+  }
+  if (const std::string p = absl::GetFlag(FLAGS_mixed_precision); !p.empty()) {
+    shardps::TrainingConfig::Precision precision;
+    if (!shardps::TrainingConfig::Precision_Parse(p, &precision)) {
+      return absl::InvalidArgumentError("--mixed_precision must be FP32, BF16 or FP16");
+    }
+    c->mutable_training()->set_mixed_precision(precision);
+  }
   return shardps::FinalizeJobConfig(c);
 }
 

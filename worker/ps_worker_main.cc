@@ -18,6 +18,8 @@
 // on success, 1 on a training error (reported to the scheduler first), 2 on
 // bad flags or config, 3 when the job failed or the scheduler gave this
 // worker up.
+#include <sys/resource.h>
+
 #include <atomic>
 #include <cinttypes>
 #include <csignal>
@@ -150,16 +152,24 @@ std::string ChecksumField(Trainer* trainer) {
   return absl::StrCat(" checksum=", absl::Hex(*sum, absl::kZeroPad16));
 }
 
+// This process's peak resident set so far (getrusage), in MiB.
+double PeakRssMb() {
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0.0;
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux.
+}
+
 void PrintResult(uint32_t rank, const TrainSummary& s, const EvalResult* eval,
                  const std::string& extra) {
   std::printf("PS_WORKER_RESULT rank=%u steps=%llu samples=%llu seconds=%.2f "
               "samples_per_sec=%.1f last_loss=%.6f data=%.2f wait=%.2f pull=%.2f "
-              "compute=%.2f push=%.2f eval_examples=%llu eval_auc=%.6f eval_logloss=%.6f%s\n",
+              "compute=%.2f push=%.2f eval_examples=%llu eval_auc=%.6f eval_logloss=%.6f "
+              "peak_rss_mb=%.1f%s\n",
               rank, (unsigned long long)s.steps, (unsigned long long)s.samples, s.seconds,
               s.samples_per_sec, s.last_loss, s.times.data, s.times.wait, s.times.pull,
               s.times.compute, s.times.push,
               (unsigned long long)(eval ? eval->examples : 0), eval ? eval->auc : 0.0,
-              eval ? eval->logloss : 0.0, extra.c_str());
+              eval ? eval->logloss : 0.0, PeakRssMb(), extra.c_str());
   std::fflush(stdout);
 }
 
