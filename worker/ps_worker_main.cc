@@ -128,8 +128,8 @@ Encoding WireEncoding(const std::string& name) {
 // " checksum=<hex>" when --checksum, else "".
 // " push_bytes_dense=.. push_bytes_sparse=.. pull_bytes_dense=..
 // pull_bytes_sparse=..": the payload bytes this worker exchanged with the
-// servers (PsClient::Traffic), split between the dense table and the
-// sparse tables.
+// servers so far (PsClient::Traffic, counted since the process started),
+// split between the dense table and the sparse tables.
 std::string TrafficFields(const PsClient& client, const JobConfig& config) {
   const TableConfig* dense = FindTable(config, config.model().dense_table());
   uint64_t push[2] = {0, 0}, pull[2] = {0, 0};  // [sparse, dense]
@@ -238,6 +238,7 @@ struct Outcome {
   TrainSummary summary;
   std::optional<EvalResult> eval;
   std::string checksum;
+  std::string traffic;  // TrafficFields after training, before evaluation.
 };
 
 // Trains from `start` to the end of this worker's data, reports done,
@@ -249,7 +250,8 @@ absl::StatusOr<Outcome> TrainGeneration(const JobConfig& config, uint32_t rank,
                                         const std::vector<std::string>& train,
                                         const std::vector<std::string>& eval,
                                         const WaitStartResponse& start,
-                                        SchedulerClient* scheduler, ParamStore* params) {
+                                        SchedulerClient* scheduler, ParamStore* params,
+                                        const PsClient* client) {
   RETURN_IF_ERROR(CheckDataFiles(train, eval));
   TrainerOptions o;
   o.config = config;
@@ -270,6 +272,7 @@ absl::StatusOr<Outcome> TrainGeneration(const JobConfig& config, uint32_t rank,
   RETURN_IF_ERROR(trainer->InitDenseWeights());
   Outcome out;
   ASSIGN_OR_RETURN(out.summary, trainer->Train());
+  if (client != nullptr) out.traffic = TrafficFields(*client, config);
   MetricsReport done;
   done.set_rank(rank);
   done.set_step(out.summary.steps + start.clock());
@@ -396,7 +399,7 @@ int RunPs(JobConfig config) {
     LOG(INFO) << "worker " << rank << " starts at clock " << start->clock()
               << " (job generation " << generation << ")";
     auto result = TrainGeneration(config, rank, reg->shard().num_workers(), train, eval,
-                                  *start, &scheduler, params.get());
+                                  *start, &scheduler, params.get(), client);
     if (result.ok()) {
       outcome = *std::move(result);
       transient_failures = 0;
@@ -425,7 +428,7 @@ int RunPs(JobConfig config) {
   }
   if (outcome) {
     PrintResult(rank, outcome->summary, outcome->eval ? &*outcome->eval : nullptr,
-                outcome->checksum + (client ? TrafficFields(*client, config) : ""));
+                outcome->checksum + outcome->traffic);
   }
   if (g_job_failed) {
     LOG(ERROR) << "the scheduler stopped the job";

@@ -13,15 +13,22 @@
 // generation, common/generation.h) ends Train, which returns it and neither
 // pulls nor pushes any later step.
 //
-// Prefetch (staleness >= 1 and training.prefetch): the pull of step t + 1 is
-// issued before step t computes, so it overlaps the compute and the push,
-// if the clock allows step t + 1 right then (a probe: WaitClock with a zero
-// timeout; else step t + 1 waits for the clock after step t's tick, as
-// without prefetch); it may miss this worker's own step-t push, which
-// DESIGN.md allows for s >= 1. With a clock, the push is asynchronous too:
-// step t's push is acknowledged, clock t + 1 ticked and step t + 2 probed
-// and pulled by a chain that runs during step t + 1's compute. In BSP there
-// is no prefetch: the next pull must see this step's (aggregated) push.
+// Prefetch (staleness >= 1 and training.prefetch) reads the worker's own
+// writes (trainer_split_pull.h): step t + 1's pull is split against step
+// t's keys. The rows step t does not push are pulled while step t computes
+// (if the clock allows step t + 1 right then: a probe, WaitClock with a
+// zero timeout); the rows it pushes and the dense chunks are pulled once
+// step t's push is acknowledged. A chain on its own thread waits for that
+// acknowledgement, starts the second pull, ticks clock t + 1 and probes and
+// starts step t + 2's first part. So every step sees all of this worker's
+// earlier pushes; with one worker, prefetch changes nothing, bit for bit.
+// In BSP there is no prefetch: the next pull must see this step's
+// (aggregated) push.
+//
+// Dense compression (training.dense_compression): the dense gradient goes
+// through a DenseCompressor (dense_compression.h: top-k with error
+// feedback) and is pushed in sparse form. Mixed precision is the model's
+// (ModelOptions::precision); the trainer always sees fp32 gradients.
 //
 // Restarts: Train runs steps start_step .. max_steps - 1 (or to the end of
 // the data), reading from start_position; its first clock wait is for
@@ -34,11 +41,12 @@
 //
 // Layout (the other files are private to the trainer): trainer_data.h (the
 // data thread: read, dedup, buffers), trainer_params.h (a step's pulls and
-// pushes), trainer_steps.h (the step pipelines: synchronous, prefetching,
-// async push), trainer_progress.h (loss log, summary, metrics, reports).
+// pushes), trainer_steps.h (the step pipelines: synchronous and
+// prefetching), trainer_split_pull.h (the read-your-own-writes split),
+// trainer_progress.h (loss log, summary, metrics, reports).
 //
 // Not thread-safe: one Trainer per process; it runs a data thread of its
-// own, and with a clock and prefetch the async push chain on another.
+// own, and with prefetch the push chain on another.
 #ifndef SHARDPS_WORKER_TRAINER_H_
 #define SHARDPS_WORKER_TRAINER_H_
 
@@ -61,7 +69,7 @@ namespace shardps {
 
 // What the trainer needs from the job's clock (PS mode: the scheduler,
 // through an adapter over SchedulerClient; tests: a fake). Called from the
-// training thread and from the async push chain, possibly at once: must be
+// training thread and from the push chain, possibly at once: must be
 // thread-safe.
 class JobClock {
  public:

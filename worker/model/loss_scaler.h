@@ -25,8 +25,10 @@ class LossScaler {
   uint64_t skipped_steps() const { return skipped_; }
 
   // Divides every gradient by scale(). If any is not finite, zeroes them
-  // all (the step is skipped: a zero gradient moves no optimizer), halves
-  // the scale and returns false; else counts a good step (doubling the
+  // all, halves the scale and returns false (the step's push still goes
+  // out, so the clock moves on: SGD and Adagrad do not move on a zero
+  // gradient; optimizers with momentum, Adam, still apply their decayed
+  // state, where GradScaler would skip optimizer.step()); else counts a good step (doubling the
   // scale after growth_interval of them) and returns true.
   bool Unscale(const std::vector<std::vector<float>*>& grads) {
     bool finite = true;
