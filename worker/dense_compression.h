@@ -42,10 +42,15 @@ class DenseCompressor {
 
   const std::vector<float>& residual() const { return residual_; }
 
+  // The k()-th largest |x| over the finite elements of `a`, or -1 when
+  // fewer than k() are finite. Public for the benchmark.
+  float KthLargestMagnitude(absl::Span<const float> a);
+
  private:
   const size_t k_;
   std::vector<float> residual_;
-  std::vector<float> magnitude_;  // Scratch for the selection.
+  std::vector<float> magnitude_;  // Scratch for the selection: one bucket.
+  std::vector<uint32_t> counts_;  // Scratch: elements per bucket.
 };
 
 }  // namespace shardps

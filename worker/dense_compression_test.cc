@@ -1,6 +1,8 @@
 #include "worker/dense_compression.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -113,6 +115,37 @@ TEST(DenseCompressorTest, NonFiniteElementsAreAlwaysSent) {
   EXPECT_EQ(out[5], 4.0f);
   EXPECT_EQ(NonZeros(out), 4u);
   for (float r : c.residual()) EXPECT_TRUE(std::isfinite(r));
+}
+
+// The radix select picks the threshold nth_element over every magnitude
+// picks: values across all octaves, many ties, zeros of both signs,
+// subnormals and non-finite elements, k from 1 to n.
+TEST(DenseCompressorTest, RadixSelectMatchesNthElement) {
+  std::mt19937 rng(3);
+  const float specials[] = {0.0f, -0.0f, 1e-40f, -1e-45f, 1.0f, -1.0f, 3.4e38f,
+                            std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN()};
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t n = 1 + rng() % 2000;
+    std::vector<float> a(n);
+    for (float& x : a) {
+      const uint32_t pick = rng() % 10;
+      if (pick < 3) {
+        x = specials[rng() % 9];
+      } else if (pick < 5) {
+        x = static_cast<float>(static_cast<int>(rng() % 5) - 2);  // Ties.
+      } else {
+        x = std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, static_cast<int>(rng() % 80) - 60);
+      }
+    }
+    const float ratio = static_cast<float>(1 + rng() % 1000) / 1000.0f;
+    DenseCompressor c(ratio, n);
+    std::vector<float> m(n);
+    for (size_t i = 0; i < n; ++i) m[i] = std::isfinite(a[i]) ? std::fabs(a[i]) : -1.0f;
+    std::nth_element(m.begin(), m.begin() + (c.k() - 1), m.end(), std::greater<float>());
+    const float want = m[c.k() - 1];
+    EXPECT_EQ(c.KthLargestMagnitude(a), want) << "trial " << trial << " n " << n << " k " << c.k();
+  }
 }
 
 }  // namespace
