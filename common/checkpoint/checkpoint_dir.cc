@@ -192,6 +192,11 @@ absl::StatusOr<GcResult> GarbageCollect(const std::string& root,
       kept.insert(link.checkpoint_id());
     }
   }
+  for (uint64_t clock : options.pinned) {
+    auto it = complete.find(CheckpointId(clock));
+    if (it == complete.end()) continue;
+    for (const CheckpointManifest& link : it->second.chain) kept.insert(link.checkpoint_id());
+  }
   for (const CheckpointEntry& entry : entries) {
     if (kept.contains(entry.id)) {
       result.kept.push_back(entry.id);

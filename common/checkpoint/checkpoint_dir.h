@@ -96,6 +96,10 @@ struct GcOptions {
   // How completeness is judged (as LatestComplete does with the same
   // options); false checks sizes only, without reading every file.
   bool verify_file_crcs = true;
+  // Clocks of checkpoints kept whatever `keep` says, with their chains (the
+  // scheduler's best evaluated checkpoint and those waiting to be
+  // evaluated).
+  std::vector<uint64_t> pinned;
 };
 
 struct GcResult {

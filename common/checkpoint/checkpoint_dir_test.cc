@@ -143,6 +143,23 @@ TEST_F(CheckpointDirTest, GcKeepsTheBasesOfKeptDeltas) {
   EXPECT_EQ(latest->chain.size(), 3u);
 }
 
+TEST_F(CheckpointDirTest, GcKeepsPinnedCheckpointsAndTheirBases) {
+  testing::WriteTestCheckpoint(root_, 100);
+  testing::WriteTestCheckpoint(root_, 200);
+  testing::WriteTestCheckpoint(root_, 300, {"ckpt-000000000200"});
+  testing::WriteTestCheckpoint(root_, 400);
+  testing::WriteTestCheckpoint(root_, 500);
+  GcOptions options;
+  options.keep = 1;
+  options.pinned = {300, 700};  // 700 does not exist: ignored.
+  auto gc = GarbageCollect(root_, options);
+  ASSERT_TRUE(gc.ok()) << gc.status();
+  EXPECT_THAT(gc->kept, ElementsAre("ckpt-000000000200", "ckpt-000000000300",
+                                    "ckpt-000000000500"));
+  EXPECT_THAT(gc->removed, ElementsAre("ckpt-000000000100", "ckpt-000000000400"));
+  EXPECT_TRUE(LoadCheckpoint(root_, 300).ok());
+}
+
 TEST_F(CheckpointDirTest, GcRemovesDeadAttemptsAndTempFilesButNotInProgress) {
   testing::WriteTestCheckpoint(root_, 100);
   testing::WriteTestCheckpoint(root_, 200);
