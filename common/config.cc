@@ -256,6 +256,14 @@ void ValidateTables(const JobConfig& c, Validator* v) {
     } else if (t.optimizer().has_ftrl()) {
       v->Error(field("optimizer"), "ftrl is for SPARSE tables");
     }
+    if (t.kind() == TableConfig::DENSE && t.admission().min_count() > 1) {
+      v->Error(field("admission"), "min_count is for SPARSE tables");
+    }
+    if (t.admission().unadmitted() != AdmissionConfig::SHARED &&
+        t.admission().min_count() <= 1) {
+      v->Error(field("admission"), "unadmitted needs min_count > 1 (every key is admitted "
+                                   "at its first touch)");
+    }
     if (t.init().scale() < 0) v->Error(field("init"), "scale must be >= 0");
     ValidateOptimizer(t, at, v);
   }
@@ -305,6 +313,13 @@ void ValidateRest(const JobConfig& c, Validator* v) {
   for (int i = 0; i < d.train_files_size(); ++i) {
     if (d.train_files(i).empty()) v->Error({{"data"}, {"train_files", i}}, "is empty");
   }
+  // The reader's kMaxShuffleBuffer (worker/data/criteo_reader.h).
+  constexpr uint64_t kMaxShuffleBuffer = uint64_t{1} << 24;
+  if (d.shuffle_buffer() > kMaxShuffleBuffer) {
+    v->Error({{"data"}, {"shuffle_buffer"}},
+             absl::StrCat("must be <= ", kMaxShuffleBuffer,
+                          " (lines per worker's shuffle window; 0 = no line shuffling)"));
+  }
   if (c.checkpoint().recovery() == CheckpointConfig::PARTIAL && k.mode() == BSP) {
     v->Error({{"checkpoint"}, {"recovery"}}, "PARTIAL recovery is for SSP/ASP jobs");
   }
@@ -329,6 +344,28 @@ void ValidateRest(const JobConfig& c, Validator* v) {
       v->Error({{"training"}, {"dense_compression"}, {"ratio"}},
                absl::StrCat("must be in (0, 1] (the share of the dense gradient sent "
                             "each step), got ", ratio));
+    }
+  }
+  if (tr.eval_every_steps() > 0 && c.checkpoint().dir().empty()) {
+    v->Error({{"training"}, {"eval_every_steps"}},
+             "periodic evaluation reads checkpoints: set checkpoint.dir");
+  }
+  if (tr.eval_every_steps() > 0 && d.eval_files_size() == 0 && d.train_files_size() > 0) {
+    v->Error({{"training"}, {"eval_every_steps"}},
+             "periodic evaluation needs data.eval_files (or generated data)");
+  }
+  if (tr.has_early_stopping()) {
+    const EarlyStoppingConfig& es = tr.early_stopping();
+    if (tr.eval_every_steps() == 0) {
+      v->Error({{"training"}, {"early_stopping"}}, "needs training.eval_every_steps > 0");
+    }
+    if (es.patience() == 0) {
+      v->Error({{"training"}, {"early_stopping"}, {"patience"}},
+               "must be >= 1 (evaluations without improvement before the job stops)");
+    }
+    if (!(es.min_delta() >= 0.0 && es.min_delta() <= 1.0)) {  // NaN too.
+      v->Error({{"training"}, {"early_stopping"}, {"min_delta"}},
+               absl::StrCat("must be in [0, 1] (an AUC gain), got ", es.min_delta()));
     }
   }
   if (!TrainingConfig::Precision_IsValid(tr.mixed_precision())) {

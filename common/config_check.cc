@@ -30,6 +30,8 @@ ABSL_FLAG(int, heartbeat_ms, 0, "Override cluster.heartbeat_ms.");
 ABSL_FLAG(int, dead_after_ms, 0, "Override cluster.dead_after_ms.");
 ABSL_FLAG(int, epochs, 0, "Override training.epochs.");
 ABSL_FLAG(uint64_t, max_steps, 0, "Override training.max_steps.");
+ABSL_FLAG(uint32_t, eval_every_steps, 0,
+          "Override training.eval_every_steps (evaluate a checkpoint every N clocks).");
 ABSL_FLAG(bool, prefetch, true, "training.prefetch (when --write).");
 ABSL_FLAG(float, dense_compression, 0,
           "Set training.dense_compression.ratio (0: leave the config's).");
@@ -68,6 +70,9 @@ absl::Status ApplyOverrides(shardps::JobConfig* c) {
   }
   if (absl::GetFlag(FLAGS_epochs) > 0) c->mutable_training()->set_epochs(absl::GetFlag(FLAGS_epochs));
   if (absl::GetFlag(FLAGS_max_steps) > 0) c->mutable_training()->set_max_steps(absl::GetFlag(FLAGS_max_steps));
+  if (absl::GetFlag(FLAGS_eval_every_steps) > 0) {
+    c->mutable_training()->set_eval_every_steps(absl::GetFlag(FLAGS_eval_every_steps));
+  }
   c->mutable_training()->set_prefetch(absl::GetFlag(FLAGS_prefetch) && c->training().prefetch());
   if (absl::GetFlag(FLAGS_dense_compression) != 0) {
     c->mutable_training()->mutable_dense_compression()->set_ratio(

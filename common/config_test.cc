@@ -105,6 +105,17 @@ TEST(ConfigTest, RowWiseOptimizerRefusedOnDenseTable) {
   ExpectRefused(text, {"tables[1] (\"mlp\").optimizer", "refused on DENSE"});
 }
 
+TEST(ConfigTest, AdmissionIsForSparseTablesAndUnadmittedNeedsIt) {
+  ExpectRefused(std::string(kValid) +
+                    "tables { id: 2 name: \"mlp\" kind: DENSE admission { min_count: 2 } "
+                    "optimizer { adagrad { learning_rate: 1 } } }\n",
+                {"tables[1] (\"mlp\").admission", "min_count is for SPARSE tables"});
+  ExpectRefused(std::string(kValid) +
+                    "tables { id: 2 name: \"u\" dim: 4 admission { unadmitted: INITIAL } "
+                    "optimizer { sgd { learning_rate: 1 } } }\n",
+                {"tables[1] (\"u\").admission", "needs min_count > 1"});
+}
+
 TEST(ConfigTest, FieldMustNameASparseTable) {
   ExpectRefused(std::string(kValid) +
                     "fields { name: \"C1\" column: 14 table: \"nope\" }\n",
@@ -118,6 +129,34 @@ TEST(ConfigTest, HugeIntegersAreRefusedByName) {
                 {"bad.pbtxt:11:", "training.batch_size", "must be <= 16777216"});
   ExpectRefused(std::string(kValid) + "training { intra_op_threads: 3000000000 }\n",
                 {"training.intra_op_threads", "must be <= 1024"});
+  ExpectRefused(Replace(kValid, "data {", "data { shuffle_buffer: 16777217"),
+                {"bad.pbtxt:9:", "data.shuffle_buffer", "must be <= 16777216"});
+  EXPECT_TRUE(ParseJobConfig(Replace(kValid, "data {", "data { shuffle_buffer: 16777216"),
+                             "job.pbtxt")
+                  .ok());
+}
+
+TEST(ConfigTest, PeriodicEvaluationAndEarlyStoppingAreCheckedByName) {
+  const std::string eval = Replace(kValid, "data { train_files: \"train.tsv\" }",
+                                   "data { train_files: \"train.tsv\" eval_files: \"e.tsv\" }");
+  ExpectRefused(eval + "training { eval_every_steps: 100 }\n",
+                {"training.eval_every_steps", "set checkpoint.dir"});
+  ExpectRefused(std::string(kValid) +
+                    "training { eval_every_steps: 100 }\ncheckpoint { dir: \"/c\" }\n",
+                {"training.eval_every_steps", "needs data.eval_files"});
+  const std::string with_dir = eval + "checkpoint { dir: \"/c\" }\n";
+  ExpectRefused(with_dir + "training { early_stopping { patience: 2 } }\n",
+                {"training.early_stopping", "needs training.eval_every_steps"});
+  ExpectRefused(with_dir + "training { eval_every_steps: 10 early_stopping { } }\n",
+                {"training.early_stopping.patience", "must be >= 1"});
+  ExpectRefused(with_dir +
+                    "training { eval_every_steps: 10 early_stopping { patience: 1 "
+                    "min_delta: -0.1 } }\n",
+                {"training.early_stopping.min_delta", "must be in [0, 1]"});
+  EXPECT_TRUE(ParseJobConfig(with_dir + "training { eval_every_steps: 10 early_stopping { "
+                                        "patience: 3 min_delta: 0.001 } }\n",
+                             "job.pbtxt")
+                  .ok());
 }
 
 TEST(ConfigTest, OnCorruptDefaultsToFailAndTakesFallBack) {

@@ -65,6 +65,8 @@ class GrpcServerOps final : public ServerOps {
   GrpcServerOps(JobConfig config, uint64_t control_token)
       : config_(std::move(config)), control_token_(control_token) {}
 
+  void PinCheckpoints(const std::vector<uint64_t>& clocks) override { pinned_ = clocks; }
+
   absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation,
                        uint64_t clock) override {
     // A delta on the previous complete checkpoint, unless this is the first
@@ -126,6 +128,7 @@ class GrpcServerOps final : public ServerOps {
     checkpoint::GcOptions gc;
     gc.keep = config_.checkpoint().keep();
     gc.verify_file_crcs = false;  // Sizes: the servers check CRCs when they read.
+    gc.pinned = pinned_;
     auto collected = checkpoint::GarbageCollect(root, gc);
     if (!collected.ok()) LOG(WARNING) << "checkpoint GC: " << collected.status();
     return absl::OkStatus();
@@ -234,6 +237,7 @@ class GrpcServerOps final : public ServerOps {
   // the next one is FULL).
   std::vector<std::string> chain_;
   bool cut_delta_ = false;  // The cut being written is a delta.
+  std::vector<uint64_t> pinned_;  // Kept by GC whatever checkpoint.keep says.
 };
 
 }  // namespace

@@ -61,6 +61,10 @@ absl::StatusOr<uint64_t> ClockService::WaitToStart(uint32_t rank,
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", rank, " is no longer live"));
     }
+    if (stop_ && step >= *stop_) {
+      return absl::OutOfRangeError(
+          absl::StrCat("training stopped at clock ", *stop_, ": ", stop_reason_));
+    }
     if (MayStartLocked(step)) {
       max_granted_ = std::max(max_granted_, step);
       if (step < UINT64_MAX) may_tick_to_[rank] = std::max(may_tick_to_[rank], step + 1);
@@ -115,6 +119,7 @@ void ClockService::Rewind(uint64_t generation, uint64_t clock,
     state_[r] = r < live.size() && live[r] ? WorkerState::kLive : WorkerState::kDead;
   }
   hold_.reset();
+  stop_.reset();
   max_granted_ = clock;
   changed_.SignalAll();
 }
@@ -190,6 +195,34 @@ uint64_t ClockService::HoldFirstUnstarted(uint64_t k, uint64_t at_least) {
     changed_.SignalAll();
   }
   return *hold_;
+}
+
+uint64_t ClockService::StopAtFirstUnstarted(const std::string& why) {
+  MutexLock lock(&mu_);
+  uint64_t first = max_granted_ + 1;
+  for (uint32_t r = 0; r < clock_.size(); ++r) {
+    if (state_[r] == WorkerState::kLive) first = std::max(first, clock_[r]);
+  }
+  if (!stop_ || *stop_ > first) {
+    stop_ = first;
+    stop_reason_ = why;
+    changed_.SignalAll();
+  }
+  return *stop_;
+}
+
+void ClockService::StopAt(uint64_t clock, const std::string& why) {
+  MutexLock lock(&mu_);
+  if (!stop_ || *stop_ > clock) {
+    stop_ = clock;
+    stop_reason_ = why;
+    changed_.SignalAll();
+  }
+}
+
+std::optional<uint64_t> ClockService::StopClock() const {
+  MutexLock lock(&mu_);
+  return stop_;
 }
 
 void ClockService::Release() {

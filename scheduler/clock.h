@@ -101,6 +101,16 @@ class ClockService {
   // hold at MaxGranted() + 1 cuts no started step in two.
   uint64_t MaxGranted() const;
 
+  // Early stopping: no worker may start step >= the first clock no worker
+  // has started (as HoldFirstUnstarted with k = 1), which is returned; a
+  // wait for such a step fails with OUT_OF_RANGE ("training stopped at clock
+  // S: <why>"), which the trainer takes as the end of its data. An earlier
+  // stop is kept. StopAt sets a known stop clock (a restarted scheduler);
+  // Rewind lifts the stop.
+  uint64_t StopAtFirstUnstarted(const std::string& why);
+  void StopAt(uint64_t clock, const std::string& why);
+  std::optional<uint64_t> StopClock() const;
+
   // Fails every current and future wait with ABORTED(reason).
   void Abort(const std::string& reason);
   // Pauses (true) or resumes starts, e.g. while a server is dead.
@@ -136,6 +146,8 @@ class ClockService {
   // + 1, or the clock it was set to).
   std::vector<uint64_t> may_tick_to_ ABSL_GUARDED_BY(mu_);
   std::optional<uint64_t> hold_ ABSL_GUARDED_BY(mu_);
+  std::optional<uint64_t> stop_ ABSL_GUARDED_BY(mu_);
+  std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   uint64_t max_spread_ ABSL_GUARDED_BY(mu_) = 0;

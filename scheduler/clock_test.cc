@@ -121,6 +121,41 @@ TEST(ClockTest, HoldBlocksEveryModeUntilRelease) {
   EXPECT_TRUE(clock.WaitToStart(0, 2, Soon()).ok());
 }
 
+TEST(ClockTest, StopEndsTrainingAtTheFirstUnstartedClock) {
+  ClockService clock(2, 1);
+  ASSERT_TRUE(clock.WaitToStart(0, 0, Soon()).ok());
+  ASSERT_TRUE(clock.Tick(0, 1).ok());
+  ASSERT_TRUE(clock.WaitToStart(0, 1, Soon()).ok());  // SSP(1): step 1 started.
+  // The first clock nobody started: 2 (worker 1 may still train to it).
+  EXPECT_EQ(clock.StopAtFirstUnstarted("early stopping"), 2u);
+  EXPECT_TRUE(clock.WaitToStart(1, 0, Soon()).ok());
+  ASSERT_TRUE(clock.Tick(1, 1).ok());
+  EXPECT_TRUE(clock.WaitToStart(1, 1, Soon()).ok());
+  ASSERT_TRUE(clock.Tick(0, 2).ok());
+  const absl::Status st = clock.WaitToStart(0, 2, Later()).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(st.message(), "training stopped at clock 2: early stopping");
+  EXPECT_EQ(clock.StopClock(), 2u);
+  clock.StopAt(5, "later");  // An earlier stop is kept.
+  EXPECT_EQ(clock.StopClock(), 2u);
+  clock.Rewind(7, 1, {true, true});  // A rollback lifts it.
+  EXPECT_FALSE(clock.StopClock().has_value());
+  EXPECT_TRUE(clock.WaitToStart(0, 1, Soon(), 7).ok());
+}
+
+TEST(ClockTest, StopWakesAWaiter) {
+  ClockService clock(2, 0);
+  clock.NoteGranted(0, 0);
+  ASSERT_TRUE(clock.Tick(0, 1).ok());
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    clock.StopAt(1, "early stopping");
+  });
+  const auto st = clock.WaitToStart(0, 1, Later()).status();
+  stopper.join();
+  EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange);
+}
+
 TEST(ClockTest, AbortWakesWaiters) {
   ClockService clock(2, 0);
   clock.NoteGranted(0, 0);

@@ -35,7 +35,11 @@ JobCoordinator::JobCoordinator(JobConfig config, ServerNotifier notifier, Server
              EffectiveStaleness(config_.cluster()) == UINT32_MAX
                  ? ClockService::kUnbounded
                  : EffectiveStaleness(config_.cluster())),
-      final_(config_.cluster().num_workers(), false) {
+      final_(config_.cluster().num_workers(), false),
+      evals_(EvalBook::Options{
+          config_.checkpoint().dir(), config_.training().eval_every_steps(),
+          config_.training().early_stopping().patience(),
+          config_.training().early_stopping().min_delta()}) {
   // No step starts before the job has formed (Form unpauses).
   clock_.SetPaused(true);
 }
@@ -215,7 +219,8 @@ void JobCoordinator::UpdateStateLocked() {
   }
   // The job ends after the control thread took the final cut (servers exit
   // when it ends).
-  if (all_over && any_final && (!checkpoints_on_ || final_cut_done_)) {
+  if (all_over && any_final && (!checkpoints_on_ || final_cut_done_) &&
+      !EvaluationsPendingLocked()) {
     state_ = State::kDone;
     LOG(INFO) << "job done\n" << SummaryLocked();
     clock_.Abort("job done");
@@ -300,6 +305,7 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
       response->set_eval_loss(r.eval_loss());
     }
   }
+  EvalStatusLocked(response);
   response->set_samples_per_sec(sps);
   response->set_total_samples(samples);
   if (n > 0) response->set_train_loss(loss / n);

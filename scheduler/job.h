@@ -86,6 +86,7 @@
 #include "proto/config.pb.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/clock.h"
+#include "scheduler/eval_book.h"
 #include "scheduler/membership.h"
 #include "scheduler/server_ops.h"
 
@@ -161,6 +162,17 @@ class JobCoordinator {
   // than step * training.batch_size.
   absl::Status ReportMetrics(const MetricsReport& report);
   void JobStatus(JobStatusResponse* response) const;
+  // Periodic evaluation (training.eval_every_steps, eval_book.h): records
+  // the evaluation the worker reports (request.done, or its error), then
+  // blocks until a checkpoint is due for it (response.clock), the job ended
+  // (job_ended) or timeout_ms (at most 60 s; clock 0). A due checkpoint is
+  // one cut at a multiple of eval_every_steps, or the final one; the job is
+  // not done before each is evaluated (unless no worker is left to do it).
+  // After training.early_stopping.patience evaluations without improvement
+  // the clocks stop every worker at the first clock none has started
+  // (ClockService::StopAtFirstUnstarted). FAILED_PRECONDITION when periodic
+  // evaluation is off; INVALID_ARGUMENT for an impossible result.
+  absl::Status Evaluation(const EvaluationRequest& request, EvaluationResponse* response);
 
   // One failure-detection pass at `now` (public for tests).
   void Sweep(absl::Time now);
@@ -229,16 +241,18 @@ class JobCoordinator {
   bool RollBack(RecoveryReport* report, absl::Time detected_at, bool record_initial);
   // Runs the pending recovery.
   void Recover();
-  // Moves the clocks and positions to `point` in `generation`.
+  // Moves the clocks and positions to `point` in `generation`; `kept`: the
+  // clocks of the complete checkpoints up to it (periodic evaluation).
   void Rewind(const RestorePoint& point, uint64_t generation, RecoveryReport* report,
-              bool record);
+              bool record, const std::vector<uint64_t>& kept);
   // Adds `report` (complete or not) to the job's recoveries.
   void RecordLocked(const RecoveryReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ---- job_checkpoint.cc ----
   // Writes the checkpoint at `clock` (every worker held there or finished);
   // releases the hold after the copy (`next`: the next hold, 0 = none).
   // `serving`: the on-demand requests it answers. Returns the cut's status.
-  absl::Status Cut(uint64_t clock, uint64_t next, uint64_t serving);
+  // `final`: the job's last cut (always due for evaluation).
+  absl::Status Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final = false);
   // After a cut at `clock` that ended with `st`: removes a failed cut's
   // directory, counts failures not due to a server being gone, fails the
   // job at the kCutAttempts-th in a row. True if the cut is to be tried
@@ -251,9 +265,27 @@ class JobCoordinator {
   // Applies OnCorruptCheckpoint to every corrupt checkpoint newer than
   // `newest_usable` (-1: none is usable). False if the job failed.
   bool CheckNewerCheckpoints(int64_t newest_usable);
-  // Holds the clock at the first every_steps multiple after `after` nobody
-  // has started.
+  // Holds the clock at the first multiple of checkpoint.every_steps or
+  // training.eval_every_steps after `after` nobody has started.
   void HoldFirstCut(uint64_t after);
+  // The cut after one at `clock` (0: none), as HoldFirstCut.
+  uint64_t NextCutAfter(uint64_t clock) const;
+
+  // ---- job_eval.cc: periodic evaluation and early stopping ----
+  // Reads the persisted evaluations (with CheckCheckpointDir).
+  absl::Status LoadEvaluations();
+  // After formation or a rollback to `clock` (a takeover: UINT64_MAX):
+  // forgets evaluations after it,
+  // queues the complete checkpoints `points` not evaluated yet, applies a
+  // recorded or due stop.
+  void ResumeEvaluationsLocked(uint64_t clock, const std::vector<uint64_t>& points)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops training if the evaluations say so (early stopping).
+  void MaybeStopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checkpoints wait to be evaluated and some worker is left to do it.
+  bool EvaluationsPendingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The evaluation fields of JobStatus.
+  void EvalStatusLocked(JobStatusResponse* response) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const JobConfig config_;
@@ -310,6 +342,7 @@ class JobCoordinator {
   double last_hold_sec_ ABSL_GUARDED_BY(mu_) = 0;
   double last_write_sec_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_cut_time_ ABSL_GUARDED_BY(mu_);
+  EvalBook evals_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<bool> stop_{false};
   std::thread control_;

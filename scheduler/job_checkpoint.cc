@@ -31,6 +31,7 @@ absl::Status JobCoordinator::CheckCheckpointDir() {
   if (!checkpoints_on_) return absl::OkStatus();
   const std::string& root = config_.checkpoint().dir();
   absl::Status st = ProbeCheckpointDir(root);
+  if (st.ok()) st = LoadEvaluations();
   if (st.ok()) return st;
   st = absl::Status(st.code(), absl::StrCat("checkpoint.dir ", root, " is unusable: ",
                                             st.message()));
@@ -39,14 +40,18 @@ absl::Status JobCoordinator::CheckCheckpointDir() {
   return st;
 }
 
-absl::Status JobCoordinator::Cut(uint64_t clock, uint64_t next, uint64_t serving) {
+absl::Status JobCoordinator::Cut(uint64_t clock, uint64_t next, uint64_t serving,
+                                 bool final) {
   Positions positions;
   uint64_t generation;
+  std::vector<uint64_t> pinned;
   {
     MutexLock lock(&mu_);
     for (const auto& [rank, p] : positions_) positions[rank] = p.second;
     generation = generation_;
+    pinned = evals_.Pinned();
   }
+  ops_->PinCheckpoints(pinned);
   const std::optional<PartitionMapProto> map = members_.Map();
   const absl::Time start = absl::Now();
   absl::Status st = map ? ops_->CopyCut(*map, generation, clock)
@@ -69,6 +74,7 @@ absl::Status JobCoordinator::Cut(uint64_t clock, uint64_t next, uint64_t serving
               << absl::FormatDuration(written - copied) << " behind them";
     checkpoints_.push_back(clock);
     last_complete_ = clock;
+    evals_.Enqueue(clock, final);
   } else {
     LOG(ERROR) << "checkpoint at clock " << clock << " failed: " << st;
   }
@@ -110,9 +116,23 @@ bool JobCoordinator::AfterCut(uint64_t clock, const absl::Status& st) {
 }
 
 void JobCoordinator::HoldFirstCut(uint64_t after) {
-  const uint64_t k = config_.checkpoint().every_steps();
-  if (!checkpoints_on_ || k == 0) return;
-  clock_.HoldFirstUnstarted(k, after + 1);
+  if (!checkpoints_on_) return;
+  // HoldFirstUnstarted keeps an earlier hold: the first of the two.
+  for (uint64_t k : {config_.checkpoint().every_steps(),
+                     uint64_t{config_.training().eval_every_steps()}}) {
+    if (k > 0) clock_.HoldFirstUnstarted(k, after + 1);
+  }
+}
+
+uint64_t JobCoordinator::NextCutAfter(uint64_t clock) const {
+  uint64_t next = 0;
+  for (uint64_t k : {config_.checkpoint().every_steps(),
+                     uint64_t{config_.training().eval_every_steps()}}) {
+    if (k == 0) continue;
+    const uint64_t c = (clock / k + 1) * k;
+    if (next == 0 || c < next) next = c;
+  }
+  return next;
 }
 
 bool JobCoordinator::OnCorruptCheckpoint(const std::string& dir, const absl::Status& why) {

@@ -83,11 +83,13 @@ void JobCoordinator::ControlLoop() {
           const uint64_t clock = clock_.MaxClock();
           // A failed final cut is taken again at the same clock (nothing
           // trains any more) before the job may end.
-          if (AfterCut(clock, Cut(clock, 0, serving))) continue;
+          if (AfterCut(clock, Cut(clock, 0, serving, /*final=*/true))) continue;
         } else {
           clock_.Release();
         }
         MutexLock lock(&mu_);
+        // The job's last state is evaluated too (when it was cut before).
+        if (all_finished && last_complete_ > 0) evals_.Enqueue(last_complete_, /*final=*/true);
         final_cut_done_ = true;
         UpdateStateLocked();
         changed_.SignalAll();
@@ -95,8 +97,7 @@ void JobCoordinator::ControlLoop() {
       }
       const std::optional<uint64_t> held = clock_.HeldClock();
       if (!held || !clock_.AllReachedHold()) continue;
-      const uint64_t k = cc.every_steps();
-      AfterCut(*held, Cut(*held, k > 0 ? (*held / k + 1) * k : 0, serving));
+      AfterCut(*held, Cut(*held, NextCutAfter(*held), serving));
     }
   }
   MutexLock lock(&mu_);
@@ -152,6 +153,11 @@ bool JobCoordinator::Form() {
     generation_ = rejoins_.begin()->second.generation();
     clock_.SetGeneration(generation_);
     last_complete_ = points.ok() && !points->empty() ? points->front().clock : 0;
+    std::vector<uint64_t> kept;
+    if (points.ok()) {
+      for (const RestorePoint& p : *points) kept.push_back(p.clock);
+    }
+    ResumeEvaluationsLocked(UINT64_MAX, kept);  // Nothing rolled back.
     formed_ = true;
     RecoveryReport report;
     report.set_kind("takeover");
@@ -272,14 +278,19 @@ bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at,
               << " rows, " << stats.bytes << " bytes) in "
               << absl::FormatDuration(absl::Now() - back) << "; job generation " << generation
               << ", workers restart at clock " << point.clock;
-    Rewind(point, generation, report, record_initial || !point.initial);
+    std::vector<uint64_t> kept;
+    for (size_t i = *chosen; i < candidates.size(); ++i) {
+      if (!candidates[i].initial) kept.push_back(candidates[i].clock);
+    }
+    Rewind(point, generation, report, record_initial || !point.initial, kept);
     NotifyServers();
     return true;
   }
 }
 
 void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
-                            RecoveryReport* report, bool record) {
+                            RecoveryReport* report, bool record,
+                            const std::vector<uint64_t>& kept) {
   MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
   generation_ = generation;
@@ -302,6 +313,7 @@ void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
   last_complete_ = point.initial ? 0 : point.clock;
   final_cut_done_ = false;
   HoldFirstCut(point.clock);
+  ResumeEvaluationsLocked(point.clock, kept);
   clock_.ResetMaxSpread();
   formed_ = true;
   recovering_.clear();

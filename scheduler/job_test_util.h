@@ -54,6 +54,14 @@ class FakeServerOps final : public ServerOps {
     points_.insert(points_.begin(), p);
     return absl::OkStatus();
   }
+  void PinCheckpoints(const std::vector<uint64_t>& clocks) override {
+    MutexLock lock(&mu_);
+    pinned_ = clocks;
+  }
+  std::vector<uint64_t> pinned() const {
+    MutexLock lock(&mu_);
+    return pinned_;
+  }
   absl::StatusOr<std::vector<RestorePoint>> RestorePoints() override {
     MutexLock lock(&mu_);
     return points_;
@@ -93,6 +101,7 @@ class FakeServerOps final : public ServerOps {
   std::vector<Restored> restores_ ABSL_GUARDED_BY(mu_);
   std::vector<RestorePoint> points_ ABSL_GUARDED_BY(mu_);
   absl::Status write_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> pinned_ ABSL_GUARDED_BY(mu_);
 };
 
 inline JobConfig Config(uint64_t every_steps, ConsistencyMode mode = ASP,

@@ -11,7 +11,9 @@
 // latest complete checkpoint in checkpoint.dir, if there is one.
 //
 // Prints "PS_SCHEDULER_LISTENING host:port" once serving, and at the end
-// "PS_JOB_RESULT state=... recoveries=N recovery_sec=S ...". Exit status: 0
+// "PS_JOB_RESULT state=... recoveries=N recovery_sec=S ...", with periodic
+// evaluation also "evaluations=N best_clock=C best_auc=A early_stopped_at=S"
+// (the checkpoint kept as the best one; S = 0: not stopped early). Exit status: 0
 // when the job is done, 1 when it failed, 2 on bad flags or config.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -27,6 +29,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/init.h"
@@ -75,6 +78,15 @@ std::vector<std::string> CheckpointNames(const std::string& dir) {
 
 std::string HostOf(const std::string& address) {
   return address.substr(0, address.rfind(':'));
+}
+
+// The PS_JOB_RESULT fields of periodic evaluation ("" without).
+std::string EvaluationFields(const shardps::JobStatusResponse& status) {
+  if (status.evaluations_size() == 0) return "";
+  return absl::StrCat(" evaluations=", status.evaluations_size(),
+                      " best_clock=", status.best_eval_clock(),
+                      " best_auc=", absl::StrFormat("%.6f", status.best_eval_auc()),
+                      " early_stopped_at=", status.early_stopped_at());
 }
 
 }  // namespace
@@ -196,7 +208,7 @@ int main(int argc, char** argv) {
   }
   std::printf("PS_JOB_RESULT state=%s samples=%llu samples_per_sec=%.0f eval_auc=%.6f eval_logloss=%.6f "
               "max_clock=%llu max_spread=%llu elapsed_sec=%.1f recoveries=%d recovery_sec=%.2f "
-              "generation=%llu\n",
+              "generation=%llu%s\n",
               status.state().c_str(),
               static_cast<unsigned long long>(status.total_samples()),
               status.elapsed_sec() > 0 ? status.total_samples() / status.elapsed_sec() : 0.0,
@@ -204,7 +216,8 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(status.max_clock()),
               static_cast<unsigned long long>(status.max_spread()),
               status.elapsed_sec(), recoveries, recovery_sec,
-              static_cast<unsigned long long>(status.generation()));
+              static_cast<unsigned long long>(status.generation()),
+              EvaluationFields(status).c_str());
   std::fflush(stdout);
   if (!result.ok()) {
     LOG(ERROR) << result.message() << "\n" << status.summary();

@@ -101,6 +101,15 @@ grpc::Status SchedulerService::CheckpointNow(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::Evaluation(grpc::ServerContext*,
+                                          const EvaluationRequest* request,
+                                          EvaluationResponse* response) {
+  absl::Status st =
+      job_->CheckSender("Evaluation", WORKER, request->rank(), request->incarnation());
+  if (st.ok()) st = job_->Evaluation(*request, response);
+  return ToGrpcStatus(st);
+}
+
 ServerNotifierClient::ServerNotifierClient(uint64_t control_token)
     : control_token_(control_token), thread_([this] { Loop(); }) {}
 

@@ -58,6 +58,8 @@ class SchedulerService final : public Scheduler::Service {
                          JobStatusResponse* response) override;
   grpc::Status CheckpointNow(grpc::ServerContext*, const CheckpointNowRequest* request,
                              CheckpointNowResponse* response) override;
+  grpc::Status Evaluation(grpc::ServerContext*, const EvaluationRequest* request,
+                          EvaluationResponse* response) override;
 
  private:
   JobCoordinator* const job_;  // Not owned.

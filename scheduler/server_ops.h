@@ -62,6 +62,10 @@ class ServerOps {
   virtual absl::Status FinishCut(const PartitionMapProto& map, uint64_t generation,
                                  uint64_t clock, const Positions& positions) = 0;
 
+  // The checkpoints FinishCut's garbage collection keeps whatever
+  // checkpoint.keep says (the best evaluated one, those not evaluated yet).
+  virtual void PinCheckpoints(const std::vector<uint64_t>& clocks) { (void)clocks; }
+
   // The complete checkpoints of this job, newest first; empty if there are
   // none (or checkpoints are off). FAILED_PRECONDITION if the directory
   // holds checkpoints of another job.

@@ -124,6 +124,31 @@ void AppendHistory(std::string* out, const std::vector<StatusPoint>& h) {
   *out += "}";
 }
 
+// "evaluations":{"clock":[..],"auc":[..],"logloss":[..]},"best_clock":C,
+// "best_auc":A,"early_stopped_at":S, (periodic evaluation; empty columns
+// without).
+void AppendEvaluations(std::string* out, const JobStatusResponse& status) {
+  Key(out, "evaluations");
+  *out += "{\"clock\":[";
+  for (int i = 0; i < status.evaluations_size(); ++i) {
+    absl::StrAppend(out, i > 0 ? "," : "", status.evaluations(i).clock());
+  }
+  *out += "],\"auc\":[";
+  for (int i = 0; i < status.evaluations_size(); ++i) {
+    if (i > 0) *out += ",";
+    AppendNumber(out, status.evaluations(i).auc());
+  }
+  *out += "],\"logloss\":[";
+  for (int i = 0; i < status.evaluations_size(); ++i) {
+    if (i > 0) *out += ",";
+    AppendNumber(out, status.evaluations(i).logloss());
+  }
+  absl::StrAppend(out, "]},\"best_clock\":", status.best_eval_clock(), ",");
+  Key(out, "best_auc");
+  AppendNumber(out, status.evaluations_size() > 0 ? status.best_eval_auc() : kNaN);
+  absl::StrAppend(out, ",\"early_stopped_at\":", status.early_stopped_at(), ",");
+}
+
 // Splits "host:port"; false if malformed.
 bool SplitAddress(const std::string& listen, std::string* host, int* port) {
   const size_t colon = listen.rfind(':');
@@ -212,6 +237,7 @@ std::string StatusJson(const JobStatusResponse& status,
     AppendString(&out, checkpoints[i]);
   }
   out += "],";
+  AppendEvaluations(&out, status);
   absl::StrAppend(&out, "\"generation\":", status.generation(), ",");
   Key(&out, "checkpoint_hold_sec");
   AppendNumber(&out, status.last_checkpoint_hold_sec());
@@ -289,8 +315,20 @@ void ExportJobMetrics(const JobStatusResponse& status) {
       .Set(static_cast<double>(status.total_samples()));
   GetGauge("shardps_scheduler_train_loss", "Mean of the workers' reported train loss.")
       .Set(status.train_loss());
-  GetGauge("shardps_scheduler_eval_auc", "Eval AUC of the finished job (0 before).")
+  GetGauge("shardps_scheduler_eval_auc",
+           "Eval AUC: the newest periodic evaluation, or the finished job's (0 before).")
       .Set(status.eval_auc());
+  GetGauge("shardps_scheduler_eval_logloss", "Eval logloss, as shardps_scheduler_eval_auc.")
+      .Set(status.eval_loss());
+  GetGauge("shardps_scheduler_best_eval_auc", "AUC of the best evaluated checkpoint (kept).")
+      .Set(status.best_eval_auc());
+  GetGauge("shardps_scheduler_best_eval_clock", "Clock of the best evaluated checkpoint.")
+      .Set(static_cast<double>(status.best_eval_clock()));
+  GetGauge("shardps_scheduler_evaluations", "Checkpoints evaluated so far.")
+      .Set(status.evaluations_size());
+  GetGauge("shardps_scheduler_early_stopped_at",
+           "Clock training was stopped at by early stopping (0: not stopped).")
+      .Set(static_cast<double>(status.early_stopped_at()));
   GetGauge("shardps_scheduler_job_generation", "The job generation (changes at each rollback).")
       .Set(static_cast<double>(status.generation()));
   GetGauge("shardps_scheduler_checkpoint_hold_seconds",

@@ -41,7 +41,7 @@ inline constexpr char kStatusHtml[] = R"html(<!DOCTYPE html>
 <div class="charts">
  <div class="chart"><h2>Throughput (samples/s)</h2><svg id="chart-sps" viewBox="0 0 560 150"></svg></div>
  <div class="chart"><h2>Train loss</h2><svg id="chart-loss" viewBox="0 0 560 150"></svg></div>
- <div class="chart"><h2>Eval AUC</h2><svg id="chart-auc" viewBox="0 0 560 150"></svg></div>
+ <div class="chart"><h2 id="auc-title">Eval AUC</h2><svg id="chart-auc" viewBox="0 0 560 150"></svg></div>
  <div class="chart"><h2>Clocks (min / max)</h2><svg id="chart-clock" viewBox="0 0 560 150"></svg></div>
 </div>
 <h3>Members</h3>
@@ -67,8 +67,9 @@ function el(tag, attrs, text) {
   return e;
 }
 // Draws series [{ys, color, name}] over xs into an svg: axes, grid, min/max
-// labels, one path each; `empty` is shown while there is no point.
-function chart(id, xs, series, empty) {
+// labels, one path each; `empty` is shown while there is no point; `unit`
+// follows the x labels (seconds unless given).
+function chart(id, xs, series, empty, unit = " s") {
   const svg = document.getElementById(id), W = 560, H = 150, L = 52, R = 8, T = 8, B = 20;
   svg.replaceChildren();
   let lo = Infinity, hi = -Infinity, x0 = Infinity, x1 = -Infinity;
@@ -93,8 +94,8 @@ function chart(id, xs, series, empty) {
   }
   svg.appendChild(el("text", {x: L - 4, y: T + 8, "text-anchor": "end"}, fmt(hi)));
   svg.appendChild(el("text", {x: L - 4, y: H - B, "text-anchor": "end"}, fmt(lo)));
-  svg.appendChild(el("text", {x: L, y: H - 4}, fmt(x0, 0) + " s"));
-  svg.appendChild(el("text", {x: W - R, y: H - 4, "text-anchor": "end"}, fmt(x1, 0) + " s"));
+  svg.appendChild(el("text", {x: L, y: H - 4}, fmt(x0, 0) + unit));
+  svg.appendChild(el("text", {x: W - R, y: H - 4, "text-anchor": "end"}, fmt(x1, 0) + unit));
   for (const s of series) {
     let d = "", pen = "M";
     s.ys.forEach((y, i) => {
@@ -136,8 +137,16 @@ function render(s) {
   const h = s.history;
   chart("chart-sps", h.t, [{ys: h.samples_per_sec, color: "#2b6cb0"}]);
   chart("chart-loss", h.t, [{ys: h.train_loss, color: "#d9480f"}]);
-  chart("chart-auc", h.t, [{ys: h.eval_auc, color: "#2d8a4e"}],
-        "evaluated on the held-out split when training ends");
+  const ev = s.evaluations || {clock: []};
+  if (ev.clock.length) {  // Periodic evaluation: AUC by clock.
+    document.getElementById("auc-title").textContent = "Eval AUC by clock (best: clock " +
+      s.best_clock + ", AUC " + fmt(s.best_auc, 4) + ")" +
+      (s.early_stopped_at ? " \u00b7 stopped early at clock " + s.early_stopped_at : "");
+    chart("chart-auc", ev.clock, [{ys: ev.auc, color: "#2d8a4e"}], "", " (clock)");
+  } else {
+    chart("chart-auc", h.t, [{ys: h.eval_auc, color: "#2d8a4e"}],
+          "evaluated on the held-out split when training ends");
+  }
   chart("chart-clock", h.t, [{ys: h.max_clock, color: "#d53f8c", name: "max"},
                              {ys: h.min_clock, color: "#805ad5", name: "min"}]);
   document.getElementById("checkpoints").textContent =

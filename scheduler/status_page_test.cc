@@ -163,6 +163,34 @@ TEST(StatusJsonTest, EscapesControlCharacters) {
   EXPECT_THAT(StatusJson(s, {}, {}), HasSubstr(R"("state":"failed: a\u0001b\\c")"));
 }
 
+TEST(StatusJsonTest, ListsPeriodicEvaluationsByClockAndTheBest) {
+  JobStatusResponse s = TwoByTwo(300, 301);
+  EXPECT_THAT(StatusJson(s, {}, {}),
+              HasSubstr(R"("evaluations":{"clock":[],"auc":[],"logloss":[]},"best_clock":0,)"
+                        R"("best_auc":null,"early_stopped_at":0,)"));
+  for (const auto& [clock, auc] : {std::pair<uint64_t, double>{100, 0.75}, {200, 0.5}}) {
+    CheckpointEval* e = s.add_evaluations();
+    e->set_clock(clock);
+    e->set_auc(auc);
+    e->set_logloss(0.25);
+  }
+  s.set_best_eval_clock(100);
+  s.set_best_eval_auc(0.75);
+  s.set_early_stopped_at(201);
+  s.set_eval_auc(0.5);
+  EXPECT_THAT(StatusJson(s, {}, {}),
+              HasSubstr(R"("evaluations":{"clock":[100,200],"auc":[0.75,0.5],)"
+                        R"("logloss":[0.25,0.25]},"best_clock":100,"best_auc":0.75,)"
+                        R"("early_stopped_at":201,)"));
+  ExportJobMetrics(s);
+  const std::string text = metrics::Scrape();
+  EXPECT_THAT(text, HasSubstr("shardps_scheduler_best_eval_clock 100"));
+  EXPECT_THAT(text, HasSubstr("shardps_scheduler_best_eval_auc 0.75"));
+  EXPECT_THAT(text, HasSubstr("shardps_scheduler_eval_auc 0.5"));
+  EXPECT_THAT(text, HasSubstr("shardps_scheduler_evaluations 2"));
+  EXPECT_THAT(text, HasSubstr("shardps_scheduler_early_stopped_at 201"));
+}
+
 TEST(ExportJobMetricsTest, SetsClockStateAndJobSeries) {
   ExportJobMetrics(TwoByTwo(5, 9));
   const std::string text = metrics::Scrape();

@@ -6,7 +6,9 @@
 // PS mode: registers with the scheduler (which gives the rank, the data
 // shard and the partition map), trains against the servers under the job's
 // consistency mode, then waits for every worker to finish; rank 0 evaluates
-// the held-out files. Local mode: the same trainer with the tables in this
+// the held-out files. With training.eval_every_steps every worker also
+// evaluates the checkpoints the scheduler hands it (checkpoint_evaluator.h)
+// and stops early when the scheduler says so. Local mode: the same trainer with the tables in this
 // process, the single-machine baseline.
 //
 // In PS mode the worker stays up after its part until the job ends: if the
@@ -42,6 +44,7 @@
 #include "common/tls.h"
 #include "glog/logging.h"
 #include "common/client/scheduler_client.h"
+#include "worker/checkpoint_evaluator.h"
 #include "worker/data/synthetic.h"
 #include "worker/model/model_factory.h"
 #include "worker/param_store.h"
@@ -282,7 +285,9 @@ absl::StatusOr<Outcome> TrainGeneration(const JobConfig& config, uint32_t rank,
   RETURN_IF_ERROR(scheduler->ReportMetrics(done));
   // Evaluation and checksums read the final weights: wait until every worker
   // has finished training (the job does not end before our final report).
-  const bool evaluate = rank == 0 && !eval.empty();
+  // With periodic evaluation the final checkpoint is evaluated instead
+  // (CheckpointEvaluator), like every other.
+  const bool evaluate = rank == 0 && !eval.empty() && config.training().eval_every_steps() == 0;
   if (evaluate || absl::GetFlag(FLAGS_checksum)) {
     RETURN_IF_ERROR(scheduler->Barrier("trained", rank, absl::Hours(24)));
   }
@@ -345,6 +350,18 @@ int RunPs(JobConfig config) {
         std::fflush(nullptr);
         std::_Exit(3);
       });
+  // Periodic evaluation: this worker evaluates the checkpoints the
+  // scheduler gives it, beside training (stopped before `scheduler` goes).
+  std::unique_ptr<CheckpointEvaluator> evaluator;
+  if (config.training().eval_every_steps() > 0 && !eval.empty()) {
+    CheckpointEvaluator::Options eo;
+    eo.rank = rank;
+    eo.config_path = absl::GetFlag(FLAGS_config);
+    eo.checkpoint_dir = config.checkpoint().dir();
+    eo.eval_files = eval;
+    eo.scheduler = &scheduler;
+    evaluator = std::make_unique<CheckpointEvaluator>(std::move(eo));
+  }
   // Long enough for every server to register and a recovery to finish.
   const absl::Duration start_timeout =
       absl::Milliseconds(uint64_t{k.start_deadline_ms()} + k.server_deadline_ms()) +

@@ -9,9 +9,11 @@
 //
 // The clock (JobClock below; PS mode: the scheduler's) decides when a step
 // may start. In local mode there is none: no waiting, ticks or reports.
-// Any clock error other than a wait's DEADLINE_EXCEEDED (e.g. a stale
-// generation, common/generation.h) ends Train, which returns it and neither
-// pulls nor pushes any later step.
+// A wait refused with OUT_OF_RANGE (early stopping: the scheduler stopped
+// every worker at that step) ends Train normally there. Any other clock
+// error than a wait's DEADLINE_EXCEEDED (e.g. a stale generation,
+// common/generation.h) ends Train, which returns it and neither pulls nor
+// pushes any later step.
 //
 // Prefetch (staleness >= 1 and training.prefetch) reads the worker's own
 // writes (trainer_split_pull.h): step t + 1's pull is split against step
@@ -77,8 +79,9 @@ class JobClock {
   // Blocks until worker `rank` may start step `step` (OK), or `timeout`
   // passed (DEADLINE_EXCEEDED). A zero timeout probes without waiting. The
   // trainer waits in slices of 10 s (asking again after DEADLINE_EXCEEDED,
-  // up to 1000 times). Any other error (e.g. a stale generation) ends
-  // training.
+  // up to 1000 times). OUT_OF_RANGE: the job stopped training before
+  // `step` (early stopping); Train ends there as at the end of its data and
+  // returns OK. Any other error (e.g. a stale generation) ends training.
   virtual absl::Status WaitClock(uint32_t rank, uint64_t step, absl::Duration timeout) = 0;
   // Worker `rank` finished step clock - 1 (its push acknowledged); `position`
   // is its data position after that step (EncodePosition).

@@ -1,5 +1,6 @@
 #include "worker/trainer_steps.h"
 
+#include <atomic>
 #include <future>
 #include <memory>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "worker/data/criteo_reader.h"
 #include "worker/data/lr_schedule.h"
 #include "worker/trainer_split_pull.h"
+#include "glog/logging.h"
 
 namespace shardps {
 namespace trainer_internal {
@@ -25,13 +27,15 @@ class ClockGate {
  public:
   ClockGate(JobClock* clock, uint32_t rank) : clock_(clock), rank_(rank) {}
 
-  // Blocks until `step` may start. Long waits (a dead server being
-  // replaced) are made in slices.
+  // Blocks until `step` may start, or the clock stopped training at or
+  // before it (OK too: then stop_at() <= step). Long waits (a dead server
+  // being replaced) are made in slices.
   absl::Status Wait(uint64_t step) {
     if (clock_ == nullptr) return absl::OkStatus();
     absl::Status st;
     for (int i = 0; i < 1000; ++i) {
       st = clock_->WaitClock(rank_, step, absl::Seconds(10));
+      if (absl::IsOutOfRange(st)) return NoteStop(step, st);
       if (!absl::IsDeadlineExceeded(st)) return st;
     }
     return st;
@@ -42,9 +46,17 @@ class ClockGate {
     if (clock_ == nullptr) return true;
     const absl::Status st = clock_->WaitClock(rank_, step, absl::ZeroDuration());
     if (absl::IsDeadlineExceeded(st)) return false;
+    if (absl::IsOutOfRange(st)) {
+      (void)NoteStop(step, st);
+      return false;
+    }
     if (!st.ok()) return st;
     return true;
   }
+
+  // The first step the clock refused (early stopping, OUT_OF_RANGE): steps
+  // are asked for in order, so no step from there on is trained.
+  uint64_t stop_at() const { return stop_at_.load(); }
 
   // Step clock - 1, which trained `p`, is done (its push acknowledged).
   absl::Status Tick(uint64_t clock, const Prepared& p) {
@@ -53,8 +65,17 @@ class ClockGate {
   }
 
  private:
+  absl::Status NoteStop(uint64_t step, const absl::Status& why) {
+    uint64_t cur = stop_at_.load();
+    while (step < cur && !stop_at_.compare_exchange_weak(cur, step)) {
+    }
+    if (step < cur) LOG(INFO) << "worker " << rank_ << " ends training: " << why.message();
+    return absl::OkStatus();
+  }
+
   JobClock* const clock_;
   const uint32_t rank_;
+  std::atomic<uint64_t> stop_at_{UINT64_MAX};  // Read by the push chain too.
 };
 
 // What every pipeline shares: the step counter, the current step's batch
@@ -79,7 +100,9 @@ class StepLoop {
   // Runs the steps from step_ (cur_ and pull_ loaded, or cur_ null).
   virtual absl::Status Steps() = 0;
 
-  bool InRange(uint64_t step) const { return env_.max_steps == 0 || step < env_.max_steps; }
+  bool InRange(uint64_t step) const {
+    return (env_.max_steps == 0 || step < env_.max_steps) && step < clock_.stop_at();
+  }
 
   // The next prepared batch, null at the end of the data. Timed: data.
   absl::StatusOr<std::unique_ptr<Prepared>> NextBatch() {
@@ -102,6 +125,10 @@ class StepLoop {
   absl::Status WaitAndPull(absl::Time since) {
     RETURN_IF_ERROR(clock_.Wait(step_));
     times_.wait += Seconds(since);
+    if (!InRange(step_)) {  // The clock stopped training.
+      pull_.reset();
+      return absl::OkStatus();
+    }
     pull_ = env_.params->StartPull(cur_.get(), TRAIN, step_);
     return absl::OkStatus();
   }
@@ -281,6 +308,7 @@ class PrefetchingSteps final : public StepLoop {
         RETURN_IF_ERROR(JoinChain());
         times_.push += Seconds(t0);
         RETURN_IF_ERROR(WaitAndPull(absl::Now()));
+        if (!InRange(t)) break;  // The clock stopped training at step t.
       }
       t0 = absl::Now();
       if (own) RETURN_IF_ERROR(own->Wait());

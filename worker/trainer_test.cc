@@ -449,29 +449,36 @@ TEST_P(TrainerPipelineTest, ResumesAtStartStepAndPosition) {
   EXPECT_EQ(LossSteps(run), Range(kStart, kSteps));
 }
 
-TEST_P(TrainerPipelineTest, HonoursMaxSteps) {
-  for (uint64_t start : {0, 3}) {
-    SCOPED_TRACE(start);
-    EventLog log;
-    FakeClock clock(&log);
-    TrainerOptions o = Options();
-    o.max_steps = 7;  // A clock: the last step is 6.
-    o.start_step = start;
-    const TrainRun run = Train(PipelineConfig(), &clock, &log, o);
-    ASSERT_TRUE(run.status.ok()) << run.status;
-    EXPECT_EQ(run.summary.steps, 7 - start);
-    CheckProtocol(run, start);
-    for (const Event& e : run.events) {
-      if (e.kind == Event::kTick) {
-        EXPECT_LE(e.n, 7u);
-      } else {
-        EXPECT_LT(e.n, 7u) << ToString(run.events);
+// max_steps 7, or the clock refusing step 7 (early stopping): same steps.
+TEST_P(TrainerPipelineTest, HonoursMaxStepsAndAStopByTheClock) {
+  for (const bool by_clock : {false, true}) {
+    for (uint64_t start : {0, 3}) {
+      SCOPED_TRACE(absl::StrCat("start ", start, by_clock ? ", stopped by the clock" : ""));
+      EventLog log;
+      FakeClock clock(&log);
+      TrainerOptions o = Options();
+      if (by_clock) clock.refuse_wait_at = 7;
+      if (by_clock) clock.refusal = absl::OutOfRangeError("training stopped at clock 7");
+      if (!by_clock) o.max_steps = 7;  // A clock: the last step is 6.
+      o.start_step = start;
+      const TrainRun run = Train(PipelineConfig(), &clock, &log, o);
+      ASSERT_TRUE(run.status.ok()) << run.status;
+      EXPECT_EQ(run.summary.steps, 7 - start);
+      CheckProtocol(run, start);
+      for (const Event& e : run.events) {
+        if (e.kind == Event::kTick) {
+          EXPECT_LE(e.n, 7u);
+        } else if (e.ok) {
+          EXPECT_LT(e.n, 7u) << ToString(run.events);
+        }
       }
+      EXPECT_EQ(run.Only(Event::kTick).back().n, 7u);
+      EXPECT_EQ(LossSteps(run), Range(start, 7));
     }
-    EXPECT_EQ(run.Only(Event::kTick).back().n, 7u);
-    EXPECT_EQ(LossSteps(run), Range(start, 7));
   }
-  // From the config too.
+}
+
+TEST_P(TrainerPipelineTest, HonoursMaxStepsFromTheConfig) {
   JobConfig config = PipelineConfig();
   config.mutable_training()->set_max_steps(5);
   EventLog log;

@@ -349,6 +349,21 @@ absl::StatusOr<JobStatusResponse> SchedulerClient::JobStatus() {
   return response;
 }
 
+absl::StatusOr<EvaluationResponse> SchedulerClient::Evaluation(EvaluationRequest request,
+                                                               absl::Duration timeout) {
+  request.set_incarnation(incarnation_);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  EvaluationResponse response;
+  const absl::Status st = Retrying("asking for an evaluation", [&] {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout + absl::Seconds(10));
+    response.Clear();
+    return FromGrpcStatus(stub_->Evaluation(&ctx, request, &response));
+  });
+  if (!st.ok()) return st;
+  return response;
+}
+
 absl::StatusOr<uint64_t> SchedulerClient::CheckpointNow(absl::Duration timeout) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, timeout + absl::Seconds(10));

@@ -79,6 +79,12 @@ class SchedulerClient {
   absl::StatusOr<JobStatusResponse> JobStatus();
   // Asks for a checkpoint now; returns its clock once written.
   absl::StatusOr<uint64_t> CheckpointNow(absl::Duration timeout);
+  // Periodic evaluation (JobCoordinator::Evaluation): reports `request`'s
+  // result, if any, and waits up to `timeout` for a checkpoint to evaluate.
+  // Fills rank-independent fields (incarnation, timeout); retries
+  // UNAVAILABLE.
+  absl::StatusOr<EvaluationResponse> Evaluation(EvaluationRequest request,
+                                                absl::Duration timeout);
 
   // Call before StartHeartbeats. `base`: the process's registration
   // (role, address, fingerprint) with requested_index set to its index.

@@ -143,6 +143,8 @@ def parse_args():
     p.add_argument("--run_dir", default=os.path.join(ROOT, "runs", "latest"))
     p.add_argument("--quiet", action="store_true", help="only warnings, errors and results")
     p.add_argument("--wire", default="fp32", choices=["fp32", "fp16", "bf16"])
+    p.add_argument("--eval_every_steps", type=int, default=0,
+                   help="evaluate a checkpoint every N clocks (needs --checkpoint_dir)")
     p.add_argument("--dense_compression", type=float, default=0,
                    help="training.dense_compression.ratio, in (0, 1] (top-k with error feedback)")
     p.add_argument("--mixed_precision", choices=["FP32", "BF16", "FP16"],
@@ -313,7 +315,8 @@ def main():
     check = [find_binary("ps_config_check", args.bin_dir), args.config, "--write=" + job_config,
              "--synthetic_dir=" + args.data_dir]
     for flag in ["servers", "workers", "staleness", "train_files", "eval_files", "max_steps",
-                 "epochs", "checkpoint_dir", "heartbeat_ms", "dead_after_ms", "dense_compression"]:
+                 "epochs", "checkpoint_dir", "heartbeat_ms", "dead_after_ms", "dense_compression",
+                 "eval_every_steps"]:
         value = getattr(args, flag)
         if value not in (0, -1, ""):
             check.append("--%s=%s" % (flag, value))

@@ -2,7 +2,8 @@
 //
 //   ps_export --config job.pbtxt --checkpoint_dir /ckpt [--clock N] --out DIR
 //
-// Restores the checkpoint (the latest complete one, or the one at --clock;
+// Restores the checkpoint (the job's best one if it kept one (BEST, periodic
+// evaluation), else the latest complete one, or the one at --clock;
 // every file verified first) and writes into DIR: dense.pt (the MLP weights
 // as named LibTorch tensors, worker/export/dense_export.h), table-<id>.emb
 // per sparse table (sorted keys and weight rows, the versioned format of
@@ -26,7 +27,8 @@
 ABSL_FLAG(std::string, config, shardps::EnvOr("SHARDPS_CONFIG", ""),
           "Job config (the checkpoint's job). Env: SHARDPS_CONFIG.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint root (checkpoint.dir of the job).");
-ABSL_FLAG(int64_t, clock, -1, "Checkpoint clock to export (-1: the latest complete one).");
+ABSL_FLAG(int64_t, clock, -1, "Checkpoint clock to export (-1: the job's best one, "
+          "<checkpoint_dir>/BEST, if it kept one; else the latest complete one).");
 ABSL_FLAG(std::string, out, "", "Output directory (created if missing).");
 
 namespace shardps {

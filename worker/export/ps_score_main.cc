@@ -4,7 +4,8 @@
 //   ps_score --config job.pbtxt --checkpoint_dir /ckpt [--clock N]
 //            --data eval.tsv[,more.tsv.gz] --predictions out.txt
 //
-// Restores the checkpoint (the latest complete one, or the one at --clock)
+// Restores the checkpoint (the job's best one if it kept one (BEST, periodic
+// evaluation), else the latest complete one, or the one at --clock)
 // into in-process tables, scores every line of --data with the trainer's own
 // evaluation (Trainer::Evaluate: same model code, batch size and reader, so
 // the AUC equals the trainer's evaluation at that clock), writes one
@@ -32,7 +33,8 @@
 ABSL_FLAG(std::string, config, shardps::EnvOr("SHARDPS_CONFIG", ""),
           "Job config (the checkpoint's job). Env: SHARDPS_CONFIG.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint root (checkpoint.dir of the job).");
-ABSL_FLAG(int64_t, clock, -1, "Checkpoint clock to load (-1: the latest complete one).");
+ABSL_FLAG(int64_t, clock, -1, "Checkpoint clock to load (-1: the job's best one, "
+          "<checkpoint_dir>/BEST, if it kept one; else the latest complete one).");
 ABSL_FLAG(std::vector<std::string>, data, {}, "Files to score (comma-separated; plain or gzip).");
 ABSL_FLAG(std::string, predictions, "", "Output: one prediction per input line.");
 

@@ -5,6 +5,7 @@
 #include "common/config.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "worker/export/best_checkpoint.h"
 
 namespace shardps {
 namespace exporter {
@@ -23,6 +24,7 @@ absl::StatusOr<std::unique_ptr<RestoredJob>> RestoreJob(const std::string& confi
   ASSIGN_OR_RETURN(job->trainer, Trainer::Create(std::move(options)));
   const uint64_t chunk = job->config.cluster().dense_chunk_size();
   const uint64_t chunks = (job->trainer->NumDenseParams() + chunk - 1) / chunk;
+  if (!clock) clock = BestCheckpointClock(checkpoint_root);  // Else the latest.
   ASSIGN_OR_RETURN(job->checkpoint, RestoreCheckpoint(job->config, checkpoint_root, clock,
                                                       chunks, job->store()));
   LOG(INFO) << "restored " << job->checkpoint.rows << " rows ("

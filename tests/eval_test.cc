@@ -1,0 +1,197 @@
+// Periodic evaluation, early stopping and keep-best with real processes: a
+// 2-server/2-worker SSP job evaluates a checkpoint every 10 clocks
+// (training.eval_every_steps) on an eval file whose labels are flipped.
+// Training makes the model better on the true labels, so its AUC on the
+// flipped ones falls: the first evaluations are the best, and early stopping
+// (patience 2) ends the job long before its data does. Checked:
+//  - every due checkpoint is evaluated (none is garbage-collected first,
+//    although checkpoint.keep is 1), and each value equals ps_score's
+//    standalone evaluation of that checkpoint;
+//  - the job stops at the clock the scheduler names, after `patience`
+//    evaluations without improvement, and every worker trained exactly to
+//    it;
+//  - the best checkpoint survives GC, BEST names it, PS_JOB_RESULT reports
+//    it, and ps_score loads it by default.
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/file_io.h"
+#include "tests/testing/cluster.h"
+#include "tests/testing/subprocess.h"
+
+namespace shardps {
+namespace {
+
+using testing::LocalCluster;
+using testing::ParseResult;
+using testing::RunfilePath;
+using testing::Subprocess;
+
+constexpr uint64_t kEvery = 10;
+constexpr uint32_t kPatience = 2;
+constexpr uint64_t kStepsOfData = 312;  // 4 epochs of 10000 lines per worker, batch 128.
+
+constexpr char kJob[] = R"pb(
+name: "eval"
+data { format: CRITEO synthetic_dir: "@DATA@" eval_files: "@EVAL@" }
+training {
+  batch_size: 128 epochs: 4 shuffle_seed: 7 intra_op_threads: 1
+  eval_every_steps: 10 early_stopping { patience: 2 }
+}
+cluster {
+  num_servers: 2 num_workers: 2 num_partitions: 256 mode: SSP staleness: 2
+  heartbeat_ms: 200 dead_after_ms: 2000 server_deadline_ms: 30000
+}
+checkpoint { dir: "@CKPT@" keep: 1 }
+)pb";
+
+std::string DataDir() { return ::testing::TempDir() + "/eval_data"; }
+
+// The synthetic eval file with every label flipped.
+std::string FlippedEvalFile() {
+  const std::string path = ::testing::TempDir() + "/eval_flipped.tsv";
+  std::ifstream in(DataDir() + "/eval.tsv");
+  std::ofstream out(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) line[0] = line[0] == '1' ? '0' : '1';
+    out << line << "\n";
+  }
+  return path;
+}
+
+struct Eval {
+  double auc = 0;
+  double logloss = 0;
+};
+
+// <ckpt>/EVALUATIONS: clock -> evaluation.
+std::map<uint64_t, Eval> ReadEvaluations(const std::string& ckpt) {
+  std::map<uint64_t, Eval> out;
+  for (absl::string_view line :
+       absl::StrSplit(testing::ReadFile(ckpt + "/EVALUATIONS"), '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    uint64_t clock = 0;
+    Eval e;
+    if (f.size() == 6 && f[0] == "eval" && absl::SimpleAtoi(f[1], &clock) &&
+        absl::SimpleAtod(f[2], &e.auc) && absl::SimpleAtod(f[3], &e.logloss)) {
+      out[clock] = e;
+    }
+  }
+  return out;
+}
+
+// Runs ps_score on the checkpoint at `clock` (-1: the default one).
+std::map<std::string, std::string> Score(const std::string& config, const std::string& ckpt,
+                                         const std::string& eval, int64_t clock) {
+  Subprocess tool;
+  const std::string log = ::testing::TempDir() + absl::StrCat("/ps_score_", clock, ".log");
+  std::vector<std::string> argv = {RunfilePath("worker/export/ps_score"), "--config=" + config,
+                                   "--checkpoint_dir=" + ckpt, "--data=" + eval,
+                                   "--predictions=" + ::testing::TempDir() + "/pred.txt"};
+  if (clock >= 0) argv.push_back(absl::StrCat("--clock=", clock));
+  std::map<std::string, std::string> result;
+  if (!tool.Start(argv, log).ok()) return result;
+  auto line = tool.WaitForLine("PS_SCORE_RESULT ", absl::Minutes(5));
+  if (line.ok()) result = ParseResult(*line);
+  (void)tool.Wait(absl::Minutes(1));
+  EXPECT_FALSE(result.empty()) << testing::ReadFile(log);
+  return result;
+}
+
+TEST(EvalTest, PeriodicEvaluationStopsEarlyAndKeepsTheBest) {
+  ASSERT_TRUE(testing::MakeSyntheticData(DataDir(), 20000, 5000).ok());
+  const std::string eval = FlippedEvalFile();
+  const std::string ckpt = testing::TestDir("eval_ckpt");
+  const std::string config = ::testing::TempDir() + "/eval.pbtxt";
+  std::ofstream(config) << testing::kSmallDlrmTables
+                        << absl::StrReplaceAll(
+                               kJob, {{"@DATA@", DataDir()}, {"@EVAL@", eval}, {"@CKPT@", ckpt}});
+  LocalCluster::Options o;
+  o.config_path = config;
+  o.dir = testing::TestDir("eval_job");
+  o.servers = 2;
+  o.workers = 2;
+  LocalCluster cluster(o);
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
+  auto code = cluster.WaitScheduler(absl::Minutes(10));
+  ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+  auto workers = cluster.WaitWorkers(absl::Seconds(60));
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  std::map<std::string, std::string> job = ParseResult(cluster.SchedulerResult());
+  std::printf("%s\n", cluster.SchedulerResult().c_str());
+
+  // Stopped early, every worker exactly at the stop clock.
+  uint64_t stop = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(job["early_stopped_at"], &stop)) << cluster.SchedulerResult();
+  EXPECT_GT(stop, 0u);
+  EXPECT_LT(stop, kStepsOfData);
+  for (const auto& [rank, r] : *workers) EXPECT_EQ(r.at("steps"), absl::StrCat(stop)) << rank;
+
+  // Every multiple of kEvery up to the stop, and the final checkpoint.
+  const std::map<uint64_t, Eval> evals = ReadEvaluations(ckpt);
+  std::vector<uint64_t> want, got;
+  for (uint64_t c = kEvery; c <= stop; c += kEvery) want.push_back(c);
+  if (stop % kEvery != 0) want.push_back(stop);
+  for (const auto& [clock, e] : evals) got.push_back(clock);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(job["evaluations"], absl::StrCat(want.size()));
+
+  // The stop came after `patience` evaluations without improvement, at
+  // the first clock nobody had started once the scheduler knew.
+  std::optional<double> ref;
+  uint32_t without = 0;
+  std::optional<uint64_t> trigger;
+  for (const auto& [clock, e] : evals) {
+    if (!ref || e.auc > *ref) {
+      ref = e.auc;
+      without = 0;
+    } else if (++without == kPatience && !trigger) {
+      trigger = clock;
+    }
+  }
+  ASSERT_TRUE(trigger.has_value()) << "no evaluation should have stopped the job";
+  EXPECT_GT(stop, *trigger);
+
+  // The best one: reported, named in BEST, kept by GC (keep: 1 keeps only
+  // the newest otherwise), and loaded by ps_score by default.
+  uint64_t best = evals.begin()->first;
+  for (const auto& [clock, e] : evals) {
+    if (e.auc > evals.at(best).auc) best = clock;
+  }
+  EXPECT_EQ(job["best_clock"], absl::StrCat(best));
+  EXPECT_EQ(job["best_auc"], absl::StrFormat("%.6f", evals.at(best).auc));
+  EXPECT_EQ(testing::ReadFile(ckpt + "/BEST"), absl::StrCat(best, "\n"));
+  EXPECT_TRUE(checkpoint::LoadCheckpoint(ckpt, best).ok()) << "the best checkpoint is gone";
+  EXPECT_TRUE(checkpoint::LoadCheckpoint(ckpt, stop).ok()) << "the final checkpoint is gone";
+  for (uint64_t c : want) {
+    if (c != best && c != stop) {
+      EXPECT_FALSE(checkpoint::IsDirectory(checkpoint::CheckpointPath(ckpt, c)))
+          << "checkpoint " << c << " was not garbage-collected";
+    }
+  }
+
+  // Each kept checkpoint's periodic evaluation equals ps_score's on it.
+  for (uint64_t c : {best, stop}) {
+    const auto score = Score(config, ckpt, eval, static_cast<int64_t>(c));
+    EXPECT_EQ(score.at("clock"), absl::StrCat(c));
+    EXPECT_EQ(score.at("auc"), absl::StrFormat("%.6f", evals.at(c).auc)) << "clock " << c;
+    EXPECT_EQ(score.at("logloss"), absl::StrFormat("%.6f", evals.at(c).logloss)) << "clock " << c;
+  }
+  EXPECT_EQ(Score(config, ckpt, eval, -1).at("clock"), absl::StrCat(best));
+  // The job's eval_auc is its final checkpoint's evaluation.
+  EXPECT_EQ(job["eval_auc"], absl::StrFormat("%.6f", evals.at(stop).auc));
+}
+
+}  // namespace
+}  // namespace shardps
