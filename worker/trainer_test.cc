@@ -346,12 +346,14 @@ TEST_F(TrainerTest, ReportsCarryRankAndStep) {
   FakeClock clock(&log);
   TrainerOptions o = Options();
   o.rank = 1;
-  o.num_workers = 2;  // Rank 1 reads train-1.tsv: 2 epochs of 48 lines.
+  // Rank 1 of 2 is dealt whole files (worker/data/shard_plan.h): one of the
+  // 3 in epoch 0, two in epoch 1.
+  o.num_workers = 2;
   o.report_every = absl::ZeroDuration();
   o.start_step = 5;
   const TrainRun run = Train(Config(SSP, true), &clock, &log, o);
   ASSERT_TRUE(run.status.ok()) << run.status;  // Failing reports do not stop training.
-  const uint64_t steps = 2 * kLinesPerFile / kBatch;
+  const uint64_t steps = 3 * kLinesPerFile / kBatch;
   EXPECT_EQ(run.summary.steps, steps);
   EXPECT_EQ(run.ranks, std::set<uint32_t>{1});
   ASSERT_EQ(run.reports.size(), steps);

@@ -21,21 +21,26 @@
 namespace shardps {
 namespace data {
 
-// Where a reader is: the next line to read is line `line` (0-based, counting
-// every line of the file, also other workers') at uncompressed byte `offset`
-// of the `file_ordinal`-th file of epoch `epoch`'s file order. `bad_lines` is
-// the number of malformed lines met so far (so a restored reader keeps its
-// error budget). A default position is the start of the data.
+// Where a reader is (see criteo_reader.h). Reading resumes at the shuffle
+// window that starts at line `line` (0-based, counted from the unit's first
+// line) at uncompressed byte `offset` of the `unit`-th read unit of epoch
+// `epoch` (shard_plan.h), of which the first `taken` lines (in the window's
+// shuffled order) were already returned. `unit` = the epoch's unit count
+// with line = offset = 0 is the end of the epoch; line = offset = 0 is also
+// the start of any unit. `bad_lines` is the number of malformed lines met
+// so far (so a restored reader keeps its error budget). A default position
+// is the start of the data.
 struct ReaderPosition {
   uint64_t epoch = 0;
-  uint64_t file_ordinal = 0;
+  uint64_t unit = 0;
   uint64_t line = 0;
   uint64_t offset = 0;
+  uint64_t taken = 0;
   uint64_t bad_lines = 0;
 
   bool operator==(const ReaderPosition& o) const {
-    return epoch == o.epoch && file_ordinal == o.file_ordinal &&
-           line == o.line && offset == o.offset && bad_lines == o.bad_lines;
+    return epoch == o.epoch && unit == o.unit && line == o.line && offset == o.offset &&
+           taken == o.taken && bad_lines == o.bad_lines;
   }
   bool operator!=(const ReaderPosition& o) const { return !(*this == o); }
 };

@@ -1,12 +1,10 @@
 #include "worker/data/criteo_reader.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstring>
+#include <algorithm>
 #include <numeric>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -32,8 +30,12 @@ absl::Status ValidateOptions(const ReaderOptions& o) {
     return bad(absl::StrCat("rank ", o.rank, " >= num_workers ", o.num_workers));
   }
   if (o.epochs == 0) return bad("epochs must be > 0");
-  if (o.stripe_lines == 0) return bad("stripe_lines must be > 0");
-  if (o.max_line_bytes < 16) return bad("max_line_bytes must be >= 16");
+  if (o.shuffle_buffer > kMaxShuffleBuffer) {
+    return bad(absl::StrCat("shuffle_buffer ", o.shuffle_buffer, " > ", kMaxShuffleBuffer));
+  }
+  if (o.max_line_bytes < 16 || o.max_line_bytes > (size_t{1} << 30)) {
+    return bad("max_line_bytes must be in [16, 2^30]");
+  }
   if (o.num_dense < 0) return bad("num_dense must be >= 0");
   if (o.num_columns < 1 + o.num_dense) {
     return bad(absl::StrCat("num_columns ", o.num_columns, " < 1 + num_dense ",
@@ -44,17 +46,6 @@ absl::Status ValidateOptions(const ReaderOptions& o) {
       return bad(absl::StrCat("field ", f.name, ": column ", f.column,
                               " is not a categorical column (", 1 + o.num_dense,
                               "..", o.num_columns - 1, ")"));
-    }
-  }
-  for (const std::string& path : o.files) {
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0) {
-      const std::string what = absl::StrCat(path, ": ", std::strerror(errno));
-      if (errno == ENOENT) return absl::NotFoundError(what);
-      return absl::FailedPreconditionError(what);
-    }
-    if (S_ISDIR(st.st_mode)) {
-      return absl::FailedPreconditionError(absl::StrCat(path, ": is a directory"));
     }
   }
   return absl::OkStatus();
@@ -84,24 +75,29 @@ absl::StatusOr<ReaderOptions> ReaderOptionsFromConfig(
     o.epochs = config.training().epochs() == 0 ? 1 : config.training().epochs();
     o.shuffle = true;
     o.shuffle_seed = config.training().shuffle_seed();
+    o.shuffle_buffer = data.shuffle_buffer();
   }
   return o;
 }
 
 std::string EncodePosition(const ReaderPosition& p) {
-  return absl::StrCat("v1 epoch=", p.epoch, " file=", p.file_ordinal,
-                      " line=", p.line, " offset=", p.offset, " bad=",
-                      p.bad_lines);
+  return absl::StrCat("v2 epoch=", p.epoch, " unit=", p.unit, " line=", p.line,
+                      " offset=", p.offset, " taken=", p.taken, " bad=", p.bad_lines);
 }
 
 absl::StatusOr<ReaderPosition> DecodePosition(absl::string_view text) {
+  if (absl::StartsWith(text, "v1 ")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reader position \"", text,
+        "\" is of the older line-stripe reader (v1), which cannot be resumed by this one"));
+  }
   const std::vector<absl::string_view> parts = absl::StrSplit(text, ' ');
-  const char* const kNames[] = {"epoch=", "file=", "line=", "offset=", "bad="};
+  const char* const kNames[] = {"epoch=", "unit=", "line=", "offset=", "taken=", "bad="};
   ReaderPosition p;
-  uint64_t* const values[] = {&p.epoch, &p.file_ordinal, &p.line, &p.offset,
-                              &p.bad_lines};
-  bool ok = parts.size() == 6 && parts[0] == "v1";
-  for (int i = 0; ok && i < 5; ++i) {
+  uint64_t* const values[] = {&p.epoch,  &p.unit,  &p.line,
+                              &p.offset, &p.taken, &p.bad_lines};
+  bool ok = parts.size() == 7 && parts[0] == "v2";
+  for (int i = 0; ok && i < 6; ++i) {
     absl::string_view part = parts[i + 1];
     ok = absl::ConsumePrefix(&part, kNames[i]) && absl::SimpleAtoi(part, values[i]);
   }
@@ -115,94 +111,166 @@ absl::StatusOr<ReaderPosition> DecodePosition(absl::string_view text) {
 absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Create(
     ReaderOptions options) {
   RETURN_IF_ERROR(ValidateOptions(options));
-  return std::unique_ptr<CriteoReader>(new CriteoReader(std::move(options)));
+  ASSIGN_OR_RETURN(ShardPlan plan,
+                   ShardPlan::Create(options.files, options.rank, options.num_workers,
+                                     options.shuffle, options.shuffle_seed));
+  return std::unique_ptr<CriteoReader>(
+      new CriteoReader(std::move(options), std::move(plan)));
 }
 
-CriteoReader::CriteoReader(ReaderOptions options)
+CriteoReader::CriteoReader(ReaderOptions options, ShardPlan plan)
     : options_(std::move(options)),
+      plan_(std::move(plan)),
       parser_(options_.format, options_.num_dense, options_.num_columns,
               options_.fields) {
   StartEpoch(0);
 }
 
-std::vector<size_t> CriteoReader::FileOrder(uint64_t epoch) const {
-  std::vector<size_t> order(options_.files.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  if (!options_.shuffle) return order;
-  // splitmix64 stream seeded by (seed, epoch); Fisher-Yates with a
-  // multiply-shift draw, so the order is the same with every standard library.
-  uint64_t state = Mix64(options_.shuffle_seed ^ Mix64(epoch + 0x5bd1e995ULL));
-  for (size_t i = order.size(); i > 1; --i) {
-    state += 0x9e3779b97f4a7c15ULL;
-    const uint64_t r = Mix64(state);
-    const size_t j = static_cast<size_t>(
-        (static_cast<unsigned __int128>(r) * i) >> 64);
-    std::swap(order[i - 1], order[j]);
-  }
-  return order;
-}
-
-bool CriteoReader::Owns(size_t file_index, uint64_t line) const {
-  const uint64_t stripe = line / options_.stripe_lines;
-  return (stripe + file_index) % options_.num_workers == options_.rank;
-}
-
 void CriteoReader::StartEpoch(uint64_t epoch) {
   epoch_ = epoch;
-  file_ordinal_ = 0;
-  source_.reset();
-  if (epoch_ < options_.epochs) order_ = FileOrder(epoch_);
+  unit_ = 0;
+  CloseUnit();
+  units_.clear();
+  if (epoch_ < options_.epochs) units_ = plan_.Units(epoch_);
+  window_.clear();
+  window_order_.clear();
+  window_text_.clear();
+  taken_ = 0;
 }
 
-ReaderPosition CriteoReader::position() const {
+ReaderPosition CriteoReader::Cursor() const {
   ReaderPosition p;
   p.epoch = epoch_;
-  p.file_ordinal = file_ordinal_;
+  p.unit = unit_;
   if (source_ != nullptr) {
     p.line = source_->next_line();
     p.offset = source_->next_offset();
   }
+  return p;
+}
+
+ReaderPosition CriteoReader::position() const {
+  const bool in_window = taken_ < window_.size();
+  ReaderPosition p = in_window ? window_start_ : Cursor();
+  p.taken = in_window ? taken_ : 0;
   p.bad_lines = bad_lines_;
   return p;
 }
 
-absl::Status CriteoReader::OpenCurrent(uint64_t offset, uint64_t line) {
-  ASSIGN_OR_RETURN(source_, LineSource::Open(options_.files[order_[file_ordinal_]],
+CriteoReader::Stats CriteoReader::stats() const {
+  Stats s = closed_;
+  if (source_ != nullptr) {
+    s.bytes_decompressed += source_->bytes_decompressed();
+    s.bytes_read_plain += source_->bytes_read();
+  }
+  return s;
+}
+
+absl::Status CriteoReader::OpenUnit(bool at_start, uint64_t offset, uint64_t line) {
+  const ReadUnit& unit = units_[unit_];
+  ASSIGN_OR_RETURN(source_, LineSource::Open(plan_.files()[unit.file].path,
                                              options_.max_line_bytes));
-  if (offset == 0 && line == 0) return absl::OkStatus();
-  absl::Status status = source_->Seek(offset, line);
-  if (!status.ok()) source_.reset();
+  if (at_start && unit.begin == 0) return absl::OkStatus();
+  absl::Status status = at_start ? source_->SeekToLineAtOrAfter(unit.begin, 0)
+                                 : source_->Seek(offset, line);
+  if (!status.ok()) CloseUnit();
   return status;
 }
 
+void CriteoReader::CloseUnit() {
+  if (source_ == nullptr) return;
+  closed_.bytes_decompressed += source_->bytes_decompressed();
+  closed_.bytes_read_plain += source_->bytes_read();
+  source_.reset();
+}
+
 absl::Status CriteoReader::Seek(const ReaderPosition& p) {
-  const uint64_t num_files = options_.files.size();
-  const bool at_file_start = p.line == 0 && p.offset == 0;
-  bool valid = (p.line == 0) == (p.offset == 0);  // Line 0 is at offset 0.
-  if (p.epoch == options_.epochs) {
-    valid = valid && p.file_ordinal == 0 && at_file_start;  // The end.
-  } else {
-    valid = valid && p.epoch < options_.epochs &&
-            (p.file_ordinal < num_files ||
-             (p.file_ordinal == num_files && at_file_start));
+  const bool at_start = p.line == 0 && p.offset == 0;
+  bool valid = p.epoch <= options_.epochs;
+  if (valid && p.epoch == options_.epochs) {
+    valid = p.unit == 0 && at_start && p.taken == 0;  // The end.
+  } else if (valid) {
+    const std::vector<ReadUnit> units = plan_.Units(p.epoch);
+    if (p.unit >= units.size()) {
+      valid = p.unit == units.size() && at_start && p.taken == 0;  // The epoch's end.
+    } else if (!at_start) {
+      // A unit's line 0 is its first line at or after `begin`; later lines
+      // start after it.
+      const uint64_t begin = units[p.unit].begin;
+      valid = p.line == 0 ? begin > 0 && p.offset >= begin : p.offset > begin;
+    }
   }
   if (!valid) {
     return absl::InvalidArgumentError(absl::StrCat(
         "reader position out of range for ", options_.epochs, " epochs of ",
-        num_files, " files: ", EncodePosition(p)));
+        options_.files.size(), " files (worker ", options_.rank, " of ",
+        options_.num_workers, "): ", EncodePosition(p)));
   }
   StartEpoch(p.epoch);
-  file_ordinal_ = p.file_ordinal;
+  unit_ = p.unit;
   bad_lines_ = p.bad_lines;
   failed_ = absl::OkStatus();
-  if (!at_file_start) failed_ = OpenCurrent(p.offset, p.line);
+  if (!at_start) failed_ = OpenUnit(false, p.offset, p.line);
+  if (failed_.ok() && p.taken > 0) {
+    failed_ = FillWindow();
+    if (failed_.ok() && p.taken >= window_.size()) {
+      failed_ = absl::InvalidArgumentError(
+          absl::StrCat("reader position takes ", p.taken, " lines of a shuffle window of ",
+                       window_.size(), ": ", EncodePosition(p)));
+    }
+    if (failed_.ok()) taken_ = p.taken;
+  }
   return failed_;
 }
 
-absl::Status CriteoReader::BadLine(uint64_t line_index, absl::string_view what) {
+absl::Status CriteoReader::FillWindow() {
+  window_start_ = Cursor();
+  window_.clear();
+  window_order_.clear();
+  window_text_.clear();
+  taken_ = 0;
+  const uint64_t capacity = std::max<uint64_t>(options_.shuffle_buffer, 1);
+  LineSource::Line line;
+  while (window_.size() < capacity && unit_ < units_.size()) {
+    if (source_ == nullptr) RETURN_IF_ERROR(OpenUnit(true, 0, 0));
+    Held held{unit_, source_->next_line(), source_->next_offset(), window_text_.size(), 0,
+              false};
+    bool more = held.offset < units_[unit_].end;
+    if (more) {
+      ASSIGN_OR_RETURN(more, source_->Next(&line));
+    }
+    if (!more) {
+      CloseUnit();
+      ++unit_;
+      continue;
+    }
+    held.too_long = line.too_long;
+    held.text_size = static_cast<uint32_t>(line.text.size());
+    window_text_.append(line.text.data(), line.text.size());
+    window_.push_back(held);
+  }
+  closed_.lines += window_.size();
+  window_order_.resize(window_.size());
+  std::iota(window_order_.begin(), window_order_.end(), uint32_t{0});
+  if (capacity > 1) {
+    uint64_t state = Mix64(options_.shuffle_seed ^ 0x6a09e667f3bcc909ULL);
+    for (uint64_t v : {window_start_.epoch, window_start_.unit, window_start_.line,
+                       window_start_.offset}) {
+      state = Mix64(state ^ Mix64(v));
+    }
+    SeededShuffle(state, &window_order_);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CriteoReader::BadLine(const Held& held, absl::string_view what) {
   ++bad_lines_;
-  const std::string where =
-      absl::StrCat(source_->path(), ":", line_index + 1, ": ");
+  const ReadUnit& unit = units_[held.unit];
+  const std::string& path = plan_.files()[unit.file].path;
+  // Only a unit that starts the file knows its lines' numbers in the file.
+  const std::string where = unit.begin == 0
+                                ? absl::StrCat(path, ":", held.line + 1, ": ")
+                                : absl::StrCat(path, ": line at byte ", held.offset, ": ");
   if (bad_lines_ <= kLogFirst || bad_lines_ % kLogEvery == 0) {
     LOG(WARNING) << where << what << " (malformed line #" << bad_lines_
                  << " of this reader, skipped)";
@@ -213,26 +281,14 @@ absl::Status CriteoReader::BadLine(uint64_t line_index, absl::string_view what) 
       options_.error_budget, ", data.error_budget)"));
 }
 
-absl::Status CriteoReader::ReadFromCurrent(int max_batch, Batch* batch) {
-  const size_t file_index = order_[file_ordinal_];
-  LineSource::Line line;
-  while (batch->size < max_batch) {
-    const uint64_t index = source_->next_line();
-    ASSIGN_OR_RETURN(const bool more, source_->Next(&line));
-    if (!more) {
-      source_.reset();
-      ++file_ordinal_;
-      return absl::OkStatus();
-    }
-    if (!Owns(file_index, index)) continue;
-    if (line.too_long) {
-      RETURN_IF_ERROR(BadLine(
-          index, absl::StrCat("longer than ", options_.max_line_bytes, " bytes")));
-      continue;
-    }
-    absl::Status status = parser_.Parse(line.text, batch);
-    if (!status.ok()) RETURN_IF_ERROR(BadLine(index, status.message()));
+absl::Status CriteoReader::Emit(Batch* batch) {
+  const Held& held = window_[window_order_[taken_++]];
+  if (held.too_long) {
+    return BadLine(held, absl::StrCat("longer than ", options_.max_line_bytes, " bytes"));
   }
+  const absl::string_view text(window_text_.data() + held.text_begin, held.text_size);
+  absl::Status status = parser_.Parse(text, batch);
+  if (!status.ok()) return BadLine(held, status.message());
   return absl::OkStatus();
 }
 
@@ -244,13 +300,15 @@ absl::StatusOr<bool> CriteoReader::NextBatch(int max_batch, Batch* batch) {
   RETURN_IF_ERROR(failed_);
   batch->Reset(options_.num_dense, static_cast<int>(options_.fields.size()));
   while (batch->size < max_batch && epoch_ < options_.epochs) {
-    if (file_ordinal_ >= order_.size()) {
+    absl::Status status;
+    if (taken_ < window_.size()) {
+      status = Emit(batch);
+    } else if (unit_ >= units_.size()) {
       StartEpoch(epoch_ + 1);
       continue;
+    } else {
+      status = FillWindow();
     }
-    absl::Status status =
-        source_ == nullptr ? OpenCurrent(0, 0) : absl::OkStatus();
-    if (status.ok()) status = ReadFromCurrent(max_batch, batch);
     if (!status.ok()) {
       failed_ = status;
       return status;

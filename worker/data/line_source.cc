@@ -1,5 +1,7 @@
 #include "worker/data/line_source.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -23,30 +25,86 @@ absl::StatusOr<std::unique_ptr<LineSource>> LineSource::Open(
   if (max_line_bytes < 16) {
     return absl::InvalidArgumentError("max_line_bytes must be >= 16");
   }
-  errno = 0;
-  gzFile gz = gzopen(path.c_str(), "rb");
-  if (gz == nullptr) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     const int err = errno;
-    const std::string what = absl::StrCat(path, ": cannot open: ",
-                                          err ? std::strerror(err) : "out of memory");
+    const std::string what = absl::StrCat(path, ": cannot open: ", std::strerror(err));
     if (err == ENOENT) return absl::NotFoundError(what);
     return absl::FailedPreconditionError(what);
   }
+  // The gzip magic; pread leaves the descriptor's offset at 0 for zlib.
+  unsigned char magic[2] = {0, 0};
+  ssize_t n;
+  do {
+    n = pread(fd, magic, 2, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    const std::string what = absl::StrCat(path, ": cannot read: ", std::strerror(errno));
+    close(fd);
+    return absl::FailedPreconditionError(what);
+  }
+  if (n < 2 || magic[0] != 0x1f || magic[1] != 0x8b) {
+    return std::unique_ptr<LineSource>(new LineSource(path, fd, nullptr, max_line_bytes));
+  }
+  gzFile gz = gzdopen(fd, "rb");
+  if (gz == nullptr) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(path, ": cannot open: out of memory"));
+  }
   gzbuffer(gz, kZlibBufferBytes);
-  return std::unique_ptr<LineSource>(new LineSource(path, gz, max_line_bytes));
+  return std::unique_ptr<LineSource>(new LineSource(path, -1, gz, max_line_bytes));
 }
 
-LineSource::LineSource(std::string path, void* gz, size_t max_line_bytes)
-    : path_(std::move(path)), gz_(gz), buf_(max_line_bytes) {}
+LineSource::LineSource(std::string path, int fd, void* gz, size_t max_line_bytes)
+    : path_(std::move(path)), fd_(fd), gz_(gz), compressed_(gz != nullptr),
+      buf_(max_line_bytes) {}
 
-LineSource::~LineSource() { gzclose(Gz(gz_)); }
+LineSource::~LineSource() {
+  if (gz_ != nullptr) gzclose(Gz(gz_));
+  if (fd_ >= 0) close(fd_);
+}
 
 absl::Status LineSource::ReadError(absl::string_view what) const {
-  int errnum = Z_OK;
-  const char* message = gzerror(Gz(gz_), &errnum);
-  return absl::DataLossError(absl::StrCat(
-      path_, ": ", what, " near uncompressed byte ", next_offset_, ": ",
-      errnum == Z_ERRNO ? std::strerror(errno) : message));
+  const char* message = std::strerror(errno);
+  if (gz_ != nullptr) {
+    int errnum = Z_OK;
+    const char* gz_message = gzerror(Gz(gz_), &errnum);
+    if (errnum != Z_ERRNO) message = gz_message;
+  }
+  return absl::DataLossError(absl::StrCat(path_, ": ", what, " near uncompressed byte ",
+                                          next_offset_, ": ", message));
+}
+
+int64_t LineSource::Read(char* dst, size_t n) {
+  if (gz_ != nullptr) {
+    const int got = gzread(Gz(gz_), dst, static_cast<unsigned>(n));
+    if (got > 0) bytes_decompressed_ += static_cast<uint64_t>(got);
+    return got;
+  }
+  ssize_t got;
+  do {
+    got = read(fd_, dst, n);
+  } while (got < 0 && errno == EINTR);
+  if (got > 0) bytes_read_ += static_cast<uint64_t>(got);
+  return got;
+}
+
+absl::Status LineSource::RawSeek(uint64_t offset) {
+  begin_ = end_ = 0;
+  eof_ = false;
+  next_offset_ = offset;
+  if (gz_ != nullptr) {
+    // zlib decompresses forward from where it is, or from the start when
+    // going back: count what it has to produce to get there.
+    const uint64_t before = static_cast<uint64_t>(gztell(Gz(gz_)));
+    if (gzseek(Gz(gz_), static_cast<z_off_t>(offset), SEEK_SET) < 0) {
+      return ReadError(absl::StrCat("cannot seek to byte ", offset));
+    }
+    bytes_decompressed_ += offset >= before ? offset - before : offset;
+  } else if (lseek(fd_, static_cast<off_t>(offset), SEEK_SET) < 0) {
+    return ReadError(absl::StrCat("cannot seek to byte ", offset));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LineSource::Fill() {
@@ -55,16 +113,15 @@ absl::Status LineSource::Fill() {
     end_ -= begin_;
     begin_ = 0;
   }
-  const int n = gzread(Gz(gz_), buf_.data() + end_,
-                       static_cast<unsigned>(buf_.size() - end_));
-  // gzdirect is only meaningful after the first read.
-  compressed_ = gzdirect(Gz(gz_)) == 0;
+  const int64_t n = Read(buf_.data() + end_, buf_.size() - end_);
   if (n < 0) return ReadError("read error");
   if (n == 0) {
-    int errnum = Z_OK;
-    gzerror(Gz(gz_), &errnum);
-    // Z_BUF_ERROR at the end: the gzip stream stopped mid-member.
-    if (errnum != Z_OK) return ReadError("truncated or corrupt gzip data");
+    if (gz_ != nullptr) {
+      int errnum = Z_OK;
+      gzerror(Gz(gz_), &errnum);
+      // Z_BUF_ERROR at the end: the gzip stream stopped mid-member.
+      if (errnum != Z_OK) return ReadError("truncated or corrupt gzip data");
+    }
     eof_ = true;
   }
   end_ += static_cast<size_t>(n);
@@ -126,30 +183,33 @@ absl::StatusOr<bool> LineSource::Next(Line* line) {
 }
 
 absl::Status LineSource::Seek(uint64_t offset, uint64_t line_index) {
-  begin_ = end_ = 0;
-  eof_ = false;
-  char prev = '\n';
-  if (offset > 0) {
-    if (gzseek(Gz(gz_), static_cast<z_off_t>(offset - 1), SEEK_SET) < 0) {
-      return ReadError(absl::StrCat("cannot seek to byte ", offset));
-    }
-    const int n = gzread(Gz(gz_), &prev, 1);
-    if (n < 0) return ReadError("read error");
-    if (n == 0) prev = 0;  // Past the end.
-  } else if (gzrewind(Gz(gz_)) != 0) {
-    return ReadError("cannot rewind");
-  }
-  next_offset_ = offset;
   next_line_ = line_index;
+  if (offset == 0) return RawSeek(0);
+  absl::Status status = RawSeek(offset - 1);
+  if (!status.ok()) return status;
+  char prev = '\n';
+  const int64_t n = Read(&prev, 1);
+  if (n < 0) return ReadError("read error");
+  if (n == 0) prev = 0;  // Past the end.
+  next_offset_ = offset;
   if (prev == '\n') return absl::OkStatus();
   // Also legal: the end of a file whose last line has no '\n'.
   if (prev != 0) {
-    absl::Status status = Fill();
+    status = Fill();
     if (!status.ok()) return status;
     if (eof_ && end_ == 0) return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
       path_, ": byte ", offset, " is not the start of a line of the file"));
+}
+
+absl::Status LineSource::SeekToLineAtOrAfter(uint64_t offset, uint64_t line_index) {
+  if (offset == 0) return Seek(0, line_index);
+  // The line holding byte offset - 1 ends at or after it: skip to its end.
+  absl::Status status = RawSeek(offset - 1);
+  if (status.ok()) status = SkipRestOfLine();
+  next_line_ = line_index;
+  return status;
 }
 
 }  // namespace data

@@ -112,6 +112,54 @@ TEST(LineSourceTest, SeekToALineStart) {
   }
 }
 
+TEST(LineSourceTest, SeekToLineAtOrAfterAByteFindsTheNextLineStart) {
+  for (const bool gzip : {false, true}) {
+    const std::string content = "l0\nline1\nl2\nl3";  // Lines at 0, 3, 9, 12.
+    const std::string path = gzip ? WriteGzip("after.gz", {content})
+                                  : WriteFile("after.tsv", content);
+    auto source = *LineSource::Open(path, 64);
+    LineSource::Line line;
+    const struct {
+      uint64_t offset;
+      const char* first;  // nullptr: no line starts at or after it.
+      uint64_t at;
+    } cases[] = {{0, "l0", 0},  {1, "line1", 3}, {3, "line1", 3}, {4, "l2", 9},
+                 {9, "l2", 9},  {10, "l3", 12}, {13, nullptr, 14}, {99, nullptr, 0}};
+    for (const auto& c : cases) {
+      SCOPED_TRACE(c.offset);
+      ASSERT_TRUE(source->SeekToLineAtOrAfter(c.offset, 0).ok());
+      if (c.first == nullptr) {
+        EXPECT_FALSE(*source->Next(&line));
+        continue;
+      }
+      EXPECT_EQ(source->next_offset(), c.at);
+      ASSERT_TRUE(*source->Next(&line));
+      EXPECT_EQ(line.text, c.first);
+      EXPECT_EQ(source->next_line(), 1u);  // Numbered from 0 at the seek.
+    }
+  }
+}
+
+TEST(LineSourceTest, CountsBytesReadAndDecompressed) {
+  const std::string content = testing::CriteoLines(0, 500);
+  auto plain = *LineSource::Open(WriteFile("count.tsv", content), 4096);
+  auto gz = *LineSource::Open(WriteGzip("count.gz", {content}), 4096);
+  // A plain seek reads nothing before the target; a gzip one decompresses it.
+  const uint64_t half = content.size() / 2;
+  ASSERT_TRUE(plain->SeekToLineAtOrAfter(half, 0).ok());
+  ASSERT_TRUE(gz->SeekToLineAtOrAfter(half, 0).ok());
+  LineSource::Line line;
+  while (*plain->Next(&line)) {
+  }
+  while (*gz->Next(&line)) {
+  }
+  EXPECT_GE(plain->bytes_read(), content.size() - half);
+  EXPECT_LE(plain->bytes_read(), content.size() - half + 1);  // + the byte before.
+  EXPECT_EQ(plain->bytes_decompressed(), 0u);
+  EXPECT_EQ(gz->bytes_decompressed(), content.size());
+  EXPECT_EQ(gz->bytes_read(), 0u);
+}
+
 }  // namespace
 }  // namespace data
 }  // namespace shardps
