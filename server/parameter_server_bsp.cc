@@ -99,14 +99,17 @@ void ParameterServerCore::ApplyClock(
     const size_t dim = table->dim();
     absl::flat_hash_map<uint64_t, size_t> index;
     std::vector<uint64_t> keys;
+    std::vector<uint32_t> occurrences;  // Ranks whose push carried the key.
     std::vector<float> sum;
     for (const BufferedTable* bt : parts) {
       for (size_t i = 0; i < bt->keys.size(); ++i) {
         auto [it, inserted] = index.try_emplace(bt->keys[i], keys.size());
         if (inserted) {
           keys.push_back(bt->keys[i]);
+          occurrences.push_back(0);
           sum.resize(sum.size() + dim, 0.0f);
         }
+        ++occurrences[it->second];
         float* dst = sum.data() + it->second * dim;
         const float* g = bt->grads.data() + i * dim;
         for (size_t j = 0; j < dim; ++j) dst[j] += g[j];
@@ -114,7 +117,9 @@ void ParameterServerCore::ApplyClock(
     }
     const float divisor = static_cast<float>(num_ranks);
     for (float& v : sum) v /= divisor;
-    table->Push(keys.data(), keys.size(), sum.data(), lr_scale);
+    // Admission counts each worker's batch that held the key, as SSP and
+    // ASP do push by push (a rank pushes a clock once: a retry is refused).
+    table->Push(keys.data(), keys.size(), sum.data(), lr_scale, occurrences.data());
   }
 }
 

@@ -96,6 +96,11 @@ std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(
       rows.payloads.insert(rows.payloads.end(), payload, payload + stride);
       ++snap->rows_;
     };
+    // Shared unadmitted rows: one record per partition under its reserved
+    // key (table.h), after the partition's rows.
+    const auto add_shared = [&](uint32_t, uint64_t key, const float* payload) {
+      add_row(key, payload);
+    };
     if (since.has_value()) {  // A delta: few rows, let the buffers grow.
       tables[t]->ForEachChangedRow(*since, add_row, [&](uint64_t key) {
         const int64_t i = index_of[PartitionOf(table_id, key, parts)];
@@ -103,6 +108,7 @@ std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(
         snap->rows_of_[i * num_tables + t].deleted.push_back(key);
         ++snap->deletions_;
       });
+      tables[t]->ForEachSharedRow(since, add_shared);
       continue;
     }
     // Rows spread evenly over partitions: reserve the expected count plus
@@ -117,6 +123,7 @@ std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(
       rows.payloads.reserve(reserve * stride);
     }
     tables[t]->ForEachRow(add_row);
+    tables[t]->ForEachSharedRow(std::nullopt, add_shared);
   }
   return snap;
 }

@@ -17,9 +17,12 @@
 //
 // Each record is one row: the key and the table's row payload
 // (Table::ForEachRow: row_stride() floats, weights + optimizer state + row
-// metadata, bit for bit). Pending admission counts of keys that have no row
-// yet are NOT saved (the Table does not expose them): after a restore such
-// keys count from zero again.
+// metadata, bit for bit). A table with shared unadmitted rows also writes,
+// per partition, its shared row under the partition's reserved key
+// (Table::ForEachSharedRow; deltas: those changed since the base), which
+// Table::RestoreRow puts back as the shared row. Pending admission counts
+// of keys that have no row yet are NOT saved (the Table does not expose
+// them): after a restore such keys count from zero again.
 //
 // ## Deltas
 //

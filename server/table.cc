@@ -31,23 +31,30 @@ uint32_t BlockLog2(size_t stride) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Table>> Table::Create(
-    const TableConfig& config, uint32_t dense_chunk_size, HelperPool* helpers) {
+    const TableConfig& config, uint32_t dense_chunk_size, HelperPool* helpers,
+    uint32_t num_partitions) {
   const bool dense = config.kind() == TableConfig::DENSE;
   const uint32_t dim = dense ? dense_chunk_size : config.dim();
   if (dim == 0) {
     return absl::InvalidArgumentError("table " + config.name() +
                                       ": row dimension must be > 0");
   }
+  if (num_partitions == 0 && !dense && config.admission().min_count() > 1) {
+    return absl::InvalidArgumentError("table " + config.name() +
+                                      ": admission needs the job's partitions (0 given)");
+  }
   auto optimizer = Optimizer::Create(config.optimizer(), dim);
   if (!optimizer.ok()) {
     return absl::InvalidArgumentError("table " + config.name() + ": " +
                                       std::string(optimizer.status().message()));
   }
-  return std::unique_ptr<Table>(new Table(config, dim, std::move(*optimizer), helpers));
+  return std::unique_ptr<Table>(
+      new Table(config, dim, std::move(*optimizer), helpers, num_partitions));
 }
 
 Table::Table(const TableConfig& config, uint32_t dim,
-             std::unique_ptr<Optimizer> optimizer, HelperPool* helpers)
+             std::unique_ptr<Optimizer> optimizer, HelperPool* helpers,
+             uint32_t num_partitions)
     : config_(config),
       dim_(dim),
       optimizer_(std::move(optimizer)),
@@ -63,13 +70,18 @@ Table::Table(const TableConfig& config, uint32_t dim,
       min_count_(config.kind() == TableConfig::DENSE
                      ? 1
                      : config.admission().min_count()),
+      num_partitions_(num_partitions),
+      shared_rows_(min_count_ > 1 &&
+                   config.admission().unadmitted() == AdmissionConfig::SHARED),
       num_chunks_(config.kind() == TableConfig::DENSE
                       ? (config.dense_size() + dim - 1) / dim
                       : 0),
       rows_per_block_log2_(BlockLog2(stride_)),
       helpers_(helpers),
       arena_(std::make_unique<BlockArena>()),
-      stripes_(std::make_unique<Stripe[]>(kNumStripes)) {}
+      stripes_(std::make_unique<Stripe[]>(kNumStripes)) {
+  ResetShared();
+}
 
 Table::~Table() = default;
 
@@ -100,17 +112,6 @@ float* Table::RowAt(const Stripe& stripe, uint32_t slot) const
          (slot & ((1u << rows_per_block_log2_) - 1)) * stride_;
 }
 
-// A batch's keys grouped by stripe (a stable counting sort of their
-// indices), so that each stripe's lock is taken once per batch and the
-// stripe's hash slots and rows can be prefetched together. Per thread, so
-// the hot path allocates only when a batch is larger than any before.
-struct Table::Batch {
-  std::vector<uint8_t> stripe_of;  // Of keys[i].
-  std::vector<uint32_t> order;    // Key indices, stripe by stripe.
-  std::vector<float*> rows;       // Row of keys[order[j]] (nullptr: none).
-  uint32_t start[kNumStripes + 1];  // Stripe s: order[start[s], start[s+1]).
-};
-
 Table::Batch& Table::GroupByStripe(const uint64_t* keys, size_t n) const {
   static_assert(kNumStripes <= 256, "stripe_of holds a byte");
   thread_local Batch batch;
@@ -119,6 +120,7 @@ Table::Batch& Table::GroupByStripe(const uint64_t* keys, size_t n) const {
     b.stripe_of.resize(n);
     b.order.resize(n);
     b.rows.resize(n);
+    b.to_shared.resize(n);
   }
   uint32_t count[kNumStripes] = {};
   for (size_t i = 0; i < n; ++i) {
@@ -172,7 +174,8 @@ float* Table::NewRow(Stripe& stripe, uint64_t key, const float* values)
 }
 
 float* Table::TouchRow(Stripe& stripe, uint64_t key, bool push,
-                       uint32_t now_seconds) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                       uint32_t now_seconds, uint32_t occurrences)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (RowIndex::Bucket* entry = stripe.index.Find(key)) {
     float* row = RowAt(stripe, entry->slot);
     Stamp(row, now_seconds);
@@ -184,11 +187,22 @@ float* Table::TouchRow(Stripe& stripe, uint64_t key, bool push,
     return nullptr;
   }
   if (min_count_ > 1) {
+    // Only pushes count: a worker pushes each key of its batch once, so a
+    // key counts once per batch (a pull and the push of one step used to
+    // count twice).
+    if (!push) return nullptr;
     Pending& p = stripe.pending[key];
     p.last_clock = clock_.load(std::memory_order_relaxed);
     p.last_seconds = now_seconds;
-    if (++p.count < min_count_) return nullptr;
+    p.count += std::min(occurrences, min_count_ - std::min(p.count, min_count_));
+    if (p.count < min_count_) return nullptr;
     stripe.pending.erase(key);
+    if (shared_rows_) {  // The new row starts where the key was reading.
+      MutexLock lock(&shared_mu_);
+      float* row = NewRow(stripe, key, SharedRowOf(key));
+      Stamp(row, now_seconds);
+      return row;
+    }
   }
   float* row = NewRow(stripe, key, nullptr);
   Stamp(row, now_seconds);
@@ -232,7 +246,7 @@ void Table::PullEncoded(const uint64_t* keys, size_t n, bool train,
         const uint64_t key = keys[b.order[j]];
         float* row = nullptr;
         if (train) {
-          row = TouchRow(stripe, key, /*push=*/false, now_seconds);
+          row = TouchRow(stripe, key, /*push=*/false, now_seconds, 1);
         } else {
           const RowIndex::Bucket* entry = stripe.index.Find(key);
           if (entry != nullptr) row = RowAt(stripe, entry->slot);
@@ -243,6 +257,7 @@ void Table::PullEncoded(const uint64_t* keys, size_t n, bool train,
       for (uint32_t j = begin; j < end; ++j) {
         const uint32_t i = b.order[j];
         const float* src = b.rows[j];
+        if (src == nullptr && shared_rows_) continue;  // PullShared.
         if (src == nullptr) {  // No row (yet): the initial value.
           thread_local std::vector<float> initial;
           initial.resize(dim_);
@@ -253,10 +268,11 @@ void Table::PullEncoded(const uint64_t* keys, size_t n, bool train,
       }
     }
   });
+  if (shared_rows_) PullShared(b, keys, n, encoding, out);
 }
 
 PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
-                       float lr_scale) {
+                       float lr_scale, const uint32_t* occurrences) {
   pushes_.fetch_add(1, std::memory_order_relaxed);
   const uint32_t now_seconds = NowSeconds();
   const bool skip_nonfinite = config_.non_finite() == SKIP_AND_COUNT;
@@ -275,13 +291,16 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
       for (uint32_t j = begin; j < end; ++j) {
         const uint32_t i = b.order[j];
         b.rows[j] = nullptr;
+        b.to_shared[j] = 0;
         if (skip_nonfinite && !AllFinite(grads + size_t{i} * dim_, dim_)) {
           ++counts.skipped_nonfinite;  // Only reached under SKIP_AND_COUNT.
           continue;
         }
-        float* row = TouchRow(stripe, keys[i], /*push=*/true, now_seconds);
+        float* row = TouchRow(stripe, keys[i], /*push=*/true, now_seconds,
+                              occurrences == nullptr ? 1 : occurrences[i]);
         if (row == nullptr) {
           ++counts.pending;
+          b.to_shared[j] = shared_rows_;
           continue;
         }
         PrefetchRow(row, /*write=*/true);
@@ -302,6 +321,7 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
   counts.applied = applied.load(std::memory_order_relaxed);
   counts.pending = pending.load(std::memory_order_relaxed);
   counts.skipped_nonfinite = skipped.load(std::memory_order_relaxed);
+  if (shared_rows_ && counts.pending > 0) PushShared(b, keys, n, grads, lr_scale);
   skipped_nonfinite_.fetch_add(counts.skipped_nonfinite,
                                std::memory_order_relaxed);
   return counts;

@@ -23,20 +23,43 @@
 // Semantics.
 //  - Sparse tables: a training pull or a push of a missing key creates the
 //    row from RowInitializer (after admission, below). An evaluation pull
-//    never inserts or counts: unseen keys read as the initial value.
+//    never inserts or counts: unseen keys read as the initial value (with
+//    shared unadmitted rows: as their shared row).
 //  - Dense tables: keys are chunk indices, rows are `dense_chunk_size`
 //    floats; the last chunk of a tensor is padded to the full chunk (the
 //    padding reads as the initializer's value and its gradients should be
 //    0). With init MODEL, missing chunks read as zeros, pulls never create
 //    them, InitRows writes them (if absent) and a push to a missing chunk
 //    creates it from zeros.
-//  - Admission (admission.min_count = N > 1, sparse only): each training
-//    touch (pull or push) of a key without a row counts; the touch that
-//    brings the count to N creates the row and acts on it. Before that,
-//    pulls read the initial value and pushes only count.
+//  - Admission (admission.min_count = N > 1, sparse only). Occurrences are
+//    counted once per key per push (a worker pushes each key of its batch
+//    once; Push's `occurrences` lets the BSP path count a clock's pushes of
+//    several workers); pulls never count. The push that brings a key's
+//    count to N creates its row and applies its gradient to it.
+//  - Shared unadmitted rows (admission.unadmitted SHARED, the default with
+//    N > 1). A key without a row reads, in training and evaluation pulls,
+//    the *shared row* of its partition (PartitionOf(id, key, P)); a push
+//    sums the gradients of its keys without a row per shared row, in batch
+//    order, and applies one optimizer step per shared row with the sum (the
+//    row is one embedding looked up many times, as a hashed or managed-
+//    collision table's default slot). A newly admitted row starts from its
+//    shared row's weights (fresh optimizer state). Shared rows start at zero
+//    weights. Partitions map to shared rows through a small table: a fresh
+//    table has one shared row for all partitions, so a server trains one
+//    per table; a restore gives each partition the shared row its
+//    checkpoint holds, partitions with bit-identical payloads sharing one
+//    (a checkpoint of S servers restores S rows, each partition reading the
+//    one its server trained). Checkpoints carry a shared row per partition
+//    as a record under a reserved key of that partition (SharedRowKey);
+//    ForEachSharedRow lists them, RestoreRow recognizes them. A real
+//    feature id equal to a reserved key (P keys in 2^64) is a normal row
+//    until a restore, which reads its record as the shared row.
+//    With INITIAL, a key without a row reads its initial value and its
+//    gradients are dropped (only counted), as before shared rows.
 //  - Eviction (eviction.ttl_clocks / ttl_seconds): Evict() drops rows (and
 //    pending counts) not touched by a training pull or push for that long. A
-//    later touch recreates the row at its initial value.
+//    later touch recreates the row at its initial value (with admission, the
+//    key is unadmitted again: it reads its shared row and counts from zero).
 //  - Each row update and each row read happens under the row's stripe lock,
 //    so it is atomic with respect to other pushes and pulls of that row.
 //  - Change tracking (delta checkpoints): each row's index bucket carries,
@@ -64,6 +87,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,12 +114,16 @@ struct TableCounters {
   uint64_t rows_skipped_nonfinite = 0;
   uint64_t pulls = 0;   // Pull calls.
   uint64_t pushes = 0;  // Push calls.
+  uint64_t shared_rows = 0;  // Shared unadmitted rows some partition uses.
+  uint64_t shared_updates = 0;  // Optimizer steps applied to them.
 };
 
 // What one Push did.
 struct PushCounts {
   uint64_t applied = 0;  // Rows an optimizer step was applied to.
-  uint64_t pending = 0;  // Rows only counted towards admission.
+  // Keys without a row, counted towards admission (their gradients went to
+  // their shared row, or were dropped under INITIAL).
+  uint64_t pending = 0;
   uint64_t skipped_nonfinite = 0;
 };
 
@@ -106,12 +134,17 @@ class Table {
   static constexpr size_t kParallelMinKeys = 512;
 
   // `config` must have been finalized (common/config.h). For DENSE tables the
-  // row width is `dense_chunk_size`. INVALID_ARGUMENT on a bad optimizer.
-  // Large batches are shared with `helpers` (nullptr: every batch runs on
-  // the calling thread alone); the pool must outlive the table.
+  // row width is `dense_chunk_size`. INVALID_ARGUMENT on a bad optimizer or
+  // num_partitions 0 with admission. Large batches are shared with `helpers` (nullptr:
+  // every batch runs on the calling thread alone); the pool must outlive the
+  // table. `num_partitions` is the job's P (cluster.num_partitions): shared
+  // unadmitted rows are per partition.
   static absl::StatusOr<std::unique_ptr<Table>> Create(
       const TableConfig& config, uint32_t dense_chunk_size,
-      HelperPool* helpers = &HelperPool::Shared());
+      HelperPool* helpers = &HelperPool::Shared(),
+      uint32_t num_partitions = kDefaultNumPartitions);
+  // The config's default cluster.num_partitions.
+  static constexpr uint32_t kDefaultNumPartitions = 4096;
 
   ~Table();
   Table(const Table&) = delete;
@@ -137,9 +170,11 @@ class Table {
                    Encoding encoding, char* out);
   // One optimizer step per key with grads[i*dim, (i+1)*dim). Keys unique.
   // Under SKIP_AND_COUNT, rows with a non-finite gradient are skipped and
-  // counted; under REJECT the caller has checked every gradient.
+  // counted; under REJECT the caller has checked every gradient. Keys
+  // without a row count `occurrences[i]` (nullptr: 1 each) towards
+  // admission; see the top for what their gradients do.
   PushCounts Push(const uint64_t* keys, size_t n, const float* grads,
-                  float lr_scale);
+                  float lr_scale, const uint32_t* occurrences = nullptr);
   // Whether `keys` holds a key twice (the first repeat found goes to *dup).
   // Uses the batch grouping of Push: no hashing, no allocation once warm.
   bool FindDuplicateKey(const uint64_t* keys, size_t n, uint64_t* dup) const;
@@ -167,7 +202,9 @@ class Table {
   void ForEachRow(
       const std::function<void(uint64_t key, const float* payload)>& visit)
       const;
-  // Writes `key`'s row from a payload (creating or overwriting it).
+  // Writes `key`'s row from a payload (creating or overwriting it). With
+  // shared unadmitted rows, a reserved key (SharedRowKey) writes its
+  // partition's shared row instead.
   void RestoreRow(uint64_t key, const float* payload);
   // Drops every row, pending count and logged deletion (before a restore).
   void Clear();
@@ -195,6 +232,24 @@ class Table {
   // Drops `key`'s row and pending count, if any, without logging a deletion
   // (applying a delta's deletion). Returns whether a row was dropped.
   bool DeleteRow(uint64_t key);
+
+  // ---- Shared unadmitted rows (see the top) ----
+  // Whether this table has them (sparse, min_count > 1, SHARED).
+  bool has_shared_rows() const { return shared_rows_; }
+  // The reserved key holding partition `p`'s shared row in checkpoints: the
+  // key whose MixKey is the lowest value of partition p.
+  uint64_t SharedRowKey(uint32_t partition) const;
+  // Calls `visit(partition, SharedRowKey(partition), payload)` for every
+  // partition (row_stride() floats; the eviction stamp is zero), or, with
+  // `since`, for those whose shared row changed after that generation.
+  // Nothing without shared rows. Holds the shared rows' lock: `visit` must
+  // not call back into the table.
+  void ForEachSharedRow(
+      std::optional<uint32_t> since,
+      const std::function<void(uint32_t partition, uint64_t key, const float* payload)>&
+          visit) const;
+  // The weights (dim floats) a key without a row reads.
+  void UnadmittedValue(uint64_t key, float* out) const;
   // Deletions logged and not trimmed (tests and stats).
   uint64_t LoggedDeletions() const;
 
@@ -220,23 +275,42 @@ class Table {
   class BlockArena;
 
   Table(const TableConfig& config, uint32_t dim,
-        std::unique_ptr<Optimizer> optimizer, HelperPool* helpers);
+        std::unique_ptr<Optimizer> optimizer, HelperPool* helpers,
+        uint32_t num_partitions);
 
   uint32_t StripeIndex(uint64_t key) const;
   Stripe& StripeOf(uint64_t key) const;
   // The row of `key` for a training touch, creating it if admitted; nullptr
-  // if the key is (still) pending. Counts admission. `push`: the caller
-  // updates the row (marks it changed; creates MODEL-initialized rows too).
-  float* TouchRow(Stripe& stripe, uint64_t key, bool push, uint32_t now_seconds);
+  // if the key is (still) pending. `push`: the caller updates the row (marks
+  // it changed; creates MODEL-initialized rows too) and the touch counts
+  // `occurrences` towards admission; a pull never creates a row of an
+  // admission table.
+  float* TouchRow(Stripe& stripe, uint64_t key, bool push, uint32_t now_seconds,
+                  uint32_t occurrences);
+  // The shared row of `key`'s partition (payload; caller holds shared_mu_).
+  float* SharedRowOf(uint64_t key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_mu_);
+  // The calling thread's scratch for a batch of `n` keys, grouped by stripe
+  // (valid until the thread's next call).
+  struct Batch;
+  Batch& GroupByStripe(const uint64_t* keys, size_t n) const;
+  // Applies the summed gradients of the keys `b` marks to their shared rows
+  // (Push's last step).
+  void PushShared(const Batch& b, const uint64_t* keys, size_t n, const float* grads,
+                  float lr_scale);
+  // Writes the values of the keys `b` found no row for (Pull's last step).
+  void PullShared(const Batch& b, const uint64_t* keys, size_t n, Encoding encoding,
+                  char* out);
+  // Resets the shared rows to one zero row for all partitions.
+  void ResetShared() ABSL_LOCKS_EXCLUDED(shared_mu_);
+  // Restores partition p's shared row from a payload.
+  void RestoreSharedRow(uint32_t partition, const float* payload);
+  // Whether `key` is its partition's reserved key (sets *partition).
+  bool IsSharedRowKey(uint64_t key, uint32_t* partition) const;
   float* NewRow(Stripe& stripe, uint64_t key, const float* values);
   void Stamp(float* row, uint32_t now_seconds) const;
   uint32_t CurrentGeneration() const {
     return generation_.load(std::memory_order_relaxed);
   }
-  // The calling thread's scratch for a batch of `n` keys, grouped by stripe
-  // (valid until the thread's next call).
-  struct Batch;
-  Batch& GroupByStripe(const uint64_t* keys, size_t n) const;
   // Calls fn(first, last) over ranges of stripes that together cover all of
   // them: once with [0, kNumStripes) for a batch of n < kParallelMinKeys keys,
   // else once per chunk, concurrently on the helper pool.
@@ -255,6 +329,8 @@ class Table {
   const size_t stride_;  // Floats per slot: a row's payload.
   const bool eviction_;
   const uint32_t min_count_;  // Admission; <= 1 = admit on first touch.
+  const uint32_t num_partitions_;
+  const bool shared_rows_;  // Shared unadmitted rows (see the top).
   const uint64_t num_chunks_;
   const uint32_t rows_per_block_log2_;
   HelperPool* const helpers_;  // Not owned; may be null.
@@ -268,6 +344,19 @@ class Table {
   std::atomic<uint64_t> skipped_nonfinite_{0};
   std::atomic<uint64_t> pulls_{0};
   std::atomic<uint64_t> pushes_{0};
+
+  // Shared unadmitted rows (only if shared_rows_). A leaf lock: taken under
+  // a stripe lock (an admitted row copies its shared row), never the other
+  // way round.
+  mutable Mutex shared_mu_;
+  // shared_of_[p]: the shared row partition p reads and trains.
+  std::vector<uint32_t> shared_of_ ABSL_GUARDED_BY(shared_mu_);
+  // Payloads (row_stride() floats each), change generations and how many
+  // partitions use each row (a row no partition uses is free for reuse).
+  std::vector<float> shared_ ABSL_GUARDED_BY(shared_mu_);
+  std::vector<uint32_t> shared_generation_ ABSL_GUARDED_BY(shared_mu_);
+  std::vector<uint32_t> shared_users_ ABSL_GUARDED_BY(shared_mu_);
+  uint64_t shared_updates_ ABSL_GUARDED_BY(shared_mu_) = 0;
 };
 
 }  // namespace shardps

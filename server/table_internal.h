@@ -1,6 +1,7 @@
 // Table internals shared by its implementation files (table.cc: rows,
 // batches, pulls and pushes; table_state.cc: eviction, checkpoint
-// iteration and restore, change tracking, counters). Not for other users.
+// iteration and restore, change tracking, counters; table_shared.cc: shared
+// unadmitted rows). Not for other users.
 #ifndef SHARDPS_SERVER_TABLE_INTERNAL_H_
 #define SHARDPS_SERVER_TABLE_INTERNAL_H_
 
@@ -88,6 +89,19 @@ class Table::BlockArena {
   size_t used_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
   std::future<char*> next_ ABSL_GUARDED_BY(mu_);  // The chunk after this one.
+};
+
+// A batch's keys grouped by stripe (a stable counting sort of their
+// indices), so that each stripe's lock is taken once per batch and the
+// stripe's hash slots and rows can be prefetched together. Per thread, so
+// the hot path allocates only when a batch is larger than any before.
+struct Table::Batch {
+  std::vector<uint8_t> stripe_of;  // Of keys[i].
+  std::vector<uint32_t> order;    // Key indices, stripe by stripe.
+  std::vector<float*> rows;       // Row of keys[order[j]] (nullptr: none).
+  std::vector<uint8_t> to_shared;  // Push: keys[order[j]]'s gradient goes to
+                                   // its shared row.
+  uint32_t start[kNumStripes + 1];  // Stripe s: order[start[s], start[s+1]).
 };
 
 struct Table::Stripe {

@@ -65,6 +65,11 @@ void Table::ForEachRow(
 }
 
 void Table::RestoreRow(uint64_t key, const float* payload) {
+  uint32_t partition;
+  if (shared_rows_ && IsSharedRowKey(key, &partition)) {
+    RestoreSharedRow(partition, payload);
+    return;
+  }
   Stripe& stripe = StripeOf(key);
   MutexLock lock(&stripe.mu);
   stripe.pending.erase(key);
@@ -90,6 +95,7 @@ void Table::Clear() {
     stripe.deleted.clear();
     stripe.deleted.shrink_to_fit();
   }
+  ResetShared();
 }
 
 uint32_t Table::AdvanceGeneration() {
@@ -170,6 +176,11 @@ TableCounters Table::Counters() const {
   c.rows_skipped_nonfinite = skipped_nonfinite_.load(std::memory_order_relaxed);
   c.pulls = pulls_.load(std::memory_order_relaxed);
   c.pushes = pushes_.load(std::memory_order_relaxed);
+  if (shared_rows_) {
+    MutexLock lock(&shared_mu_);
+    for (uint32_t users : shared_users_) c.shared_rows += users > 0;
+    c.shared_updates = shared_updates_;
+  }
   return c;
 }
 

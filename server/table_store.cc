@@ -14,7 +14,9 @@ absl::StatusOr<std::unique_ptr<TableStore>> TableStore::Create(
   std::map<uint32_t, std::unique_ptr<Table>> tables;
   for (const TableConfig& t : config.tables()) {
     ASSIGN_OR_RETURN(std::unique_ptr<Table> table,
-                     Table::Create(t, config.cluster().dense_chunk_size()));
+                     Table::Create(t, config.cluster().dense_chunk_size(),
+                                   &HelperPool::Shared(),
+                                   config.cluster().num_partitions()));
     if (!tables.emplace(t.id(), std::move(table)).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("table id ", t.id(), " appears twice"));

@@ -112,7 +112,8 @@ TEST(TableTest, LargeConcurrentPushesOnTheHelperPoolEndAtTheExactSum) {
 
 // The pooled path gives what the serial one gives: pulled values, push
 // counts, admission counts and every row's payload, bit for bit (Adagrad,
-// admission after 2 touches, pull batches with repeated keys).
+// admission after 2 pushes with the shared row trained and read, pull
+// batches with repeated keys).
 TEST(TableTest, HelperPoolGivesTheSameRowsAsASerialTable) {
   constexpr int kDim = 8;
   TableConfig config = SgdTable(kDim, 0.1f);
@@ -141,8 +142,9 @@ TEST(TableTest, HelperPoolGivesTheSameRowsAsASerialTable) {
     const PushCounts sc = (*serial)->Push(push_keys.data(), push_keys.size(), grads.data(), 1.0f);
     ASSERT_EQ(pc.applied, sc.applied) << round;
     ASSERT_EQ(pc.pending, sc.pending) << round;
-    ASSERT_GT(pc.applied, 0u);
+    ASSERT_GT(round == 0 ? pc.pending : pc.applied, 0u) << round;
   }
+  EXPECT_EQ((*pooled)->Counters().shared_updates, 20u);
   EXPECT_EQ((*pooled)->Counters().live_rows, (*serial)->Counters().live_rows);
   EXPECT_EQ((*pooled)->Counters().pending_rows, (*serial)->Counters().pending_rows);
   const size_t stride = (*serial)->row_stride();
@@ -249,30 +251,37 @@ TEST(TableTest, InitialRowsDependOnlyOnSeedAndKey) {
   }
 }
 
-TEST(TableTest, AdmissionCountsTouchesBeforeCreatingTheRow) {
+// Only pushes count (once per push); until admitted the key reads and trains
+// the shared row; the admitted row starts from it. More in admission_test.
+TEST(TableTest, AdmissionCountsPushesBeforeCreatingTheRow) {
   TableConfig t = SgdTable(2, 1.0f);
   t.mutable_admission()->set_min_count(3);
   auto table = MakeTable(t);
   const uint64_t key = 5;
   const float grad[2] = {1, 1};
   float row[2];
-  table->Pull(&key, 1, true, row);  // Touch 1.
-  PushCounts c = table->Push(&key, 1, grad, 1.0f);  // Touch 2: only counts.
+  table->Pull(&key, 1, true, row);  // A pull does not count.
+  PushCounts c = table->Push(&key, 1, grad, 1.0f);  // 1: the shared row.
   EXPECT_EQ(c.applied, 0u);
   EXPECT_EQ(c.pending, 1u);
   EXPECT_FALSE(table->Contains(key));
   EXPECT_EQ(table->Counters().pending_rows, 1u);
-  table->Pull(&key, 1, false, row);  // Eval: not a touch.
-  EXPECT_EQ(row[0], 0.0f);
-  c = table->Push(&key, 1, grad, 1.0f);  // Touch 3: admitted and applied.
+  table->Pull(&key, 1, false, row);  // Eval reads the shared row.
+  EXPECT_EQ(row[0], -1.0f);
+  c = table->Push(&key, 1, grad, 1.0f);  // 2.
+  EXPECT_EQ(c.applied, 0u);
+  table->Pull(&key, 1, true, row);
+  EXPECT_EQ(row[0], -2.0f);
+  c = table->Push(&key, 1, grad, 1.0f);  // 3: admitted from -2, applied.
   EXPECT_EQ(c.applied, 1u);
   EXPECT_TRUE(table->Contains(key));
   table->Pull(&key, 1, false, row);
-  EXPECT_EQ(row[0], -1.0f);
+  EXPECT_EQ(row[0], -3.0f);
   const TableCounters counters = table->Counters();
   EXPECT_EQ(counters.pending_rows, 0u);
   EXPECT_EQ(counters.admitted_rows, 1u);
   EXPECT_EQ(counters.live_rows, 1u);
+  EXPECT_EQ(counters.shared_updates, 2u);
 }
 
 TEST(TableTest, EvictionByClocksDropsIdleRows) {

@@ -2,7 +2,11 @@
 // a 2-server/2-worker BSP job writes a checkpoint at clock 30; ps_score on
 // the held-out file from that checkpoint gives the same AUC as the trainer's
 // own evaluation at step 30, and ps_export's files read back with the
-// embedding-file reader and LibTorch match the checkpoint's rows.
+// embedding-file reader and LibTorch match the checkpoint's rows. The sparse
+// table admits keys at their second batch, so unadmitted and unseen keys
+// read the shared unadmitted rows (server/table.h) the servers trained: in
+// the trainer's evaluation, in ps_score (restored from the checkpoint) and
+// in ps_export's unadmitted file alike.
 //
 // "The trainer's evaluation at step 30": the same job stopped after 30 steps
 // (--max_steps=30) evaluates the held-out file at its end (PS_JOB_RESULT). A
@@ -12,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +28,7 @@
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/checkpoint_file.h"
 #include "common/checkpoint/file_io.h"
+#include "common/partition.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 #include "torch/torch.h"
@@ -38,12 +44,24 @@ using testing::RunfilePath;
 using testing::Subprocess;
 
 constexpr uint64_t kCut = 30;
+constexpr uint32_t kPartitions = 256;  // cluster.num_partitions below.
+
+// Whether `key` is partition `p`'s reserved shared-row key of table 1: the
+// key whose MixKey is the lowest value of its partition (server/table.h).
+bool IsSharedRowKey(uint64_t key, uint32_t p) {
+  const auto partition = [](uint64_t mixed) {
+    return static_cast<uint32_t>((static_cast<unsigned __int128>(mixed) * kPartitions) >> 64);
+  };
+  const uint64_t mixed = MixKey(1, key);
+  return partition(mixed) == p && (mixed == 0 || partition(mixed - 1) != p);
+}
 
 constexpr char kConfig[] = R"pb(
 name: "export"
 tables {
   id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
   init { kind: UNIFORM scale: 0.05 }
+  admission { min_count: 2 }
   optimizer { adagrad { learning_rate: 0.05 } }
 }
 tables {
@@ -229,6 +247,7 @@ TEST_F(ExportTest, ExportReadsBackWithTheCheckpointsRows) {
   auto resolved = checkpoint::LoadCheckpoint(ckpt_, kCut);
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   std::map<uint64_t, std::vector<float>> sparse;  // Weights of table 1.
+  std::map<uint32_t, std::vector<float>> shared;  // Its shared rows, by partition.
   std::map<uint64_t, std::vector<float>> chunks;  // Table 2.
   for (const auto& f : resolved->manifest.files()) {
     auto reader = checkpoint::CheckpointFileReader::Open(
@@ -239,6 +258,10 @@ TEST_F(ExportTest, ExportReadsBackWithTheCheckpointsRows) {
       for (size_t i = 0; i < b.size(); ++i) {
         std::vector<float> w(dim);
         std::memcpy(w.data(), b.payload(i).data(), dim * sizeof(float));
+        if (b.table_id() == 1 && IsSharedRowKey(b.key(i), b.partition())) {
+          shared[b.partition()] = std::move(w);
+          continue;
+        }
         (b.table_id() == 1 ? sparse : chunks)[b.key(i)] = std::move(w);
       }
     }
@@ -257,6 +280,21 @@ TEST_F(ExportTest, ExportReadsBackWithTheCheckpointsRows) {
     ASSERT_EQ((*table)->key(i), key);
     const absl::Span<const float> row = (*table)->row(i++);
     ASSERT_EQ(std::vector<float>(row.begin(), row.end()), weights) << "key " << key;
+  }
+  // The shared rows: one per partition, trained (not the zeros they start
+  // at), two distinct ones (one per server), the export's row p each.
+  ASSERT_EQ(shared.size(), kPartitions);
+  std::set<std::vector<float>> distinct;
+  for (const auto& [p, weights] : shared) distinct.insert(weights);
+  EXPECT_EQ(distinct.size(), 2u);
+  EXPECT_EQ(distinct.count(std::vector<float>(8, 0.0f)), 0u);
+  auto unadmitted = exporter::EmbeddingFileReader::Open(out + "/table-1-unadmitted.emb");
+  ASSERT_TRUE(unadmitted.ok()) << unadmitted.status();
+  ASSERT_EQ((*unadmitted)->num_rows(), kPartitions);
+  for (const auto& [p, weights] : shared) {
+    ASSERT_EQ((*unadmitted)->key(p), p);
+    const absl::Span<const float> row = (*unadmitted)->row(p);
+    ASSERT_EQ(std::vector<float>(row.begin(), row.end()), weights) << "partition " << p;
   }
 
   // dense.pt: the dense chunks, as named tensors.
@@ -278,6 +316,8 @@ TEST_F(ExportTest, ExportReadsBackWithTheCheckpointsRows) {
   EXPECT_NE(manifest.find("format: shardps-export 1"), std::string::npos) << manifest;
   EXPECT_NE(manifest.find(absl::StrCat("table: id=1 name=categorical dim=8 rows=", sparse.size())),
             std::string::npos)
+      << manifest;
+  EXPECT_NE(manifest.find("unadmitted: table=1 file=table-1-unadmitted.emb"), std::string::npos)
       << manifest;
 }
 

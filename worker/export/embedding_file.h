@@ -26,8 +26,10 @@
 // Keys are the uint64 ids the trainer pulls (worker/data/fields.h:
 // CategoricalKey of field and hashed value). A key missing from the file was
 // never trained (or not admitted / evicted): as in the trainer's evaluation,
-// its row is the table's initial value, a function of (table seed, key)
-// (server/initializer.h); manifest.txt records each table's initializer.
+// its row is the table's shared unadmitted row of its partition if the table
+// has them (a second file, exporter.h), else the table's initial value, a
+// function of (table seed, key) (server/initializer.h); manifest.txt records
+// each table's initializer.
 //
 // Versioning: a reader refuses any other magic, and any version it does not
 // know, with FAILED_PRECONDITION naming both; a new version bumps

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -99,6 +100,10 @@ std::string EmbeddingFileName(uint32_t table_id) {
   return absl::StrCat("table-", table_id, ".emb");
 }
 
+std::string UnadmittedFileName(uint32_t table_id) {
+  return absl::StrCat("table-", table_id, "-unadmitted.emb");
+}
+
 absl::StatusOr<ExportSummary> ExportModel(const JobConfig& config, const ModelSpec& spec,
                                           int64_t num_dense_params, const TableStore& store,
                                           const LoadedCheckpoint& checkpoint,
@@ -129,6 +134,23 @@ absl::StatusOr<ExportSummary> ExportModel(const JobConfig& config, const ModelSp
     manifest += ManifestTableLine(table->config(), keys.size(), file);
     summary.rows += keys.size();
     summary.tables.push_back(std::move(file));
+    if (!table->has_shared_rows()) continue;
+    // Row p: partition p's shared row (keys are the partitions, increasing).
+    keys.clear();
+    weights.clear();
+    table->ForEachSharedRow(std::nullopt, [&](uint32_t p, uint64_t, const float* payload) {
+      keys.push_back(p);
+      weights.insert(weights.end(), payload, payload + table->dim());
+    });
+    const std::string shared_path =
+        checkpoint::JoinPath(out_dir, UnadmittedFileName(table->id()));
+    ASSIGN_OR_RETURN(WrittenEmbeddingFile shared,
+                     WriteEmbeddingFile(shared_path, header, keys, weights));
+    absl::StrAppend(&manifest, "unadmitted: table=", table->id(),
+                    " file=", UnadmittedFileName(table->id()), " size=", shared.size,
+                    " crc32c=", absl::Hex(shared.crc32c, absl::kZeroPad8),
+                    " num_partitions=", keys.size(), "\n");
+    summary.unadmitted.push_back(std::move(shared));
   }
   summary.manifest_path = checkpoint::JoinPath(out_dir, kExportManifestName);
   RETURN_IF_ERROR(checkpoint::WriteFileAtomically(summary.manifest_path, manifest));

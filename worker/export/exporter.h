@@ -8,6 +8,10 @@
 //   table-<id>.emb       one per SPARSE table: every row of the checkpoint
 //                        (the weights only, no optimizer state), keys sorted,
 //                        in the versioned format of embedding_file.h
+//   table-<id>-unadmitted.emb
+//                        one per SPARSE table with shared unadmitted rows
+//                        (admission, server/table.h): in the same format,
+//                        row p is partition p's shared row, keys 0..P-1
 //   manifest.txt         "key: value" lines describing all of it (below)
 //
 // manifest.txt:
@@ -23,9 +27,14 @@
 //   table: id=<id> name=<name> dim=<d> rows=<n> file=table-<id>.emb
 //          size=<bytes> crc32c=<hex> init=<kind> scale=<s> value=<v> seed=<seed>
 //                                    (one line per sparse table)
+//   unadmitted: table=<id> file=table-<id>-unadmitted.emb size=<bytes>
+//          crc32c=<hex> num_partitions=<P>   (tables with shared rows only)
 //
-// A key absent from a table file reads as the table's initial value
-// (init/scale/value/seed above; server/initializer.h), as evaluation pulls do.
+// A key absent from a table file reads, as evaluation pulls do, the table's
+// shared unadmitted row of its partition if the table has an "unadmitted"
+// line: row PartitionOf(id, key, P) of that file (common/partition.h);
+// otherwise the table's initial value (init/scale/value/seed above;
+// server/initializer.h).
 //
 // Thread-compatible; reads the store (nothing may write it meanwhile).
 #ifndef SHARDPS_WORKER_EXPORT_EXPORTER_H_
@@ -52,9 +61,13 @@ inline constexpr char kExportManifestName[] = "manifest.txt";
 
 // "table-<id>.emb".
 std::string EmbeddingFileName(uint32_t table_id);
+// "table-<id>-unadmitted.emb".
+std::string UnadmittedFileName(uint32_t table_id);
 
 struct ExportSummary {
   std::vector<WrittenEmbeddingFile> tables;  // In table id order.
+  // The shared unadmitted rows' files, in table id order.
+  std::vector<WrittenEmbeddingFile> unadmitted;
   uint64_t rows = 0;                         // Embedding rows written.
   int64_t dense_params = 0;
   std::string manifest_path;

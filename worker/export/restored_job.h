@@ -7,8 +7,9 @@
 // (checkpoint_loader.h: every table's rows as the servers had them at the
 // cut, all files verified first). Trainer::Evaluate then scores exactly as
 // the trainer's evaluation at the checkpoint's clock does: evaluation pulls
-// that never insert rows, unseen keys reading the table's initial value, the
-// config's batch size.
+// that never insert rows, unseen keys reading the table's initial value (with
+// admission: the shared unadmitted row of their partition, restored from the
+// checkpoint; server/table.h), the config's batch size.
 //
 // Errors: the config's (file:line), the checkpoint loader's (naming the
 // checkpoint file or directory), the trainer's.

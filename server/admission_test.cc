@@ -1,0 +1,355 @@
+// Admission and shared unadmitted rows (table.h): a key counts once per
+// push (in BSP once per rank whose push of the clock held it; a refused
+// retry not at all), reads and trains its partition's shared row until
+// admitted, starts from it once admitted, and goes back to it when evicted;
+// shared rows are one optimizer step per push with the summed gradient;
+// they travel through FULL and DELTA checkpoints, onto the same servers
+// bit for bit and onto another server count with each partition reading
+// the row its server trained.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/codec.h"
+#include "common/partition.h"
+#include "gtest/gtest.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/file_io.h"
+#include "common/checkpoint/manifest.h"
+#include "server/parameter_server_core.h"
+#include "server/table.h"
+
+namespace shardps {
+namespace {
+
+namespace ckpt = checkpoint;
+
+TableConfig AdmissionTable(uint32_t min_count) {
+  TableConfig t;
+  t.set_id(3);
+  t.set_name("emb");
+  t.set_kind(TableConfig::SPARSE);
+  t.set_dim(2);
+  t.set_seed(11);
+  t.mutable_init()->set_kind(InitializerConfig::UNIFORM);
+  t.mutable_init()->set_scale(0.5f);
+  t.mutable_optimizer()->mutable_sgd()->set_learning_rate(1.0f);
+  t.mutable_admission()->set_min_count(min_count);
+  return t;
+}
+
+std::unique_ptr<Table> MakeTable(const TableConfig& t, uint32_t parts = 4096) {
+  auto table = Table::Create(t, 4096, nullptr, parts);
+  EXPECT_TRUE(table.ok()) << table.status();
+  return std::move(*table);
+}
+
+std::vector<float> EvalPull(Table& table, uint64_t key) {
+  std::vector<float> row(table.dim());
+  table.Pull(&key, 1, /*train=*/false, row.data());
+  return row;
+}
+
+// Two unadmitted keys in one push: one Adagrad step with g_a + g_b (not two
+// steps), exactly what one row pushed that sum gets.
+TEST(AdmissionTest, SharedRowTakesOneStepWithTheSummedGradient) {
+  TableConfig t = AdmissionTable(5);
+  t.mutable_optimizer()->mutable_adagrad()->set_learning_rate(0.1f);
+  t.mutable_optimizer()->mutable_adagrad()->set_initial_accumulator(0.1f);
+  auto table = MakeTable(t);
+  TableConfig r = t;
+  r.clear_admission();
+  r.mutable_init()->set_kind(InitializerConfig::ZEROS);  // Shared rows start at 0.
+  auto reference = MakeTable(r);
+  EXPECT_EQ(EvalPull(*table, 77), std::vector<float>({0, 0}));
+  const uint64_t keys[2] = {10, 20};
+  const float grads[4] = {0.5f, -1.0f, 0.25f, 2.0f};
+  const PushCounts c = table->Push(keys, 2, grads, 1.0f);
+  EXPECT_EQ(c.pending, 2u);
+  EXPECT_EQ(c.applied, 0u);
+  const uint64_t one = 1;
+  const float sum[2] = {0.75f, 1.0f};
+  reference->Push(&one, 1, sum, 1.0f);
+  const std::vector<float> want = EvalPull(*reference, one);
+  for (uint64_t key : {uint64_t{10}, uint64_t{20}, uint64_t{12345}}) {
+    EXPECT_EQ(EvalPull(*table, key), want) << key;
+  }
+  std::vector<float> trained(2);
+  table->Pull(keys, 1, /*train=*/true, trained.data());  // Creates nothing.
+  EXPECT_EQ(trained, want);
+  EXPECT_FALSE(table->Contains(10));
+  EXPECT_EQ(table->Counters().shared_updates, 1u);
+  EXPECT_EQ(table->Counters().shared_rows, 1u);
+}
+
+// Push's occurrences (the BSP path's ranks) count as that many batches.
+TEST(AdmissionTest, OccurrencesCountAsThatManyBatches) {
+  auto table = MakeTable(AdmissionTable(3));
+  const uint64_t key = 9;
+  const float grad[2] = {1, 1};
+  const uint32_t two = 2;
+  EXPECT_EQ(table->Push(&key, 1, grad, 1.0f, &two).pending, 1u);  // 2 of 3.
+  EXPECT_FALSE(table->Contains(key));
+  EXPECT_EQ(table->Push(&key, 1, grad, 1.0f, &two).applied, 1u);  // 4 >= 3.
+  EXPECT_TRUE(table->Contains(key));
+}
+
+// Eviction sends an admitted key back to the shared row, counting from zero.
+TEST(AdmissionTest, EvictionSendsAKeyBackToTheSharedRow) {
+  TableConfig t = AdmissionTable(2);
+  t.mutable_eviction()->set_ttl_clocks(2);
+  auto table = MakeTable(t);
+  const uint64_t key = 4, other = 8;
+  const float grad[2] = {1, -1};
+  table->SetClock(1);
+  table->Push(&key, 1, grad, 1.0f);  // Shared: (-1, 1).
+  table->Push(&key, 1, grad, 1.0f);  // Admitted from (-1, 1): (-2, 2).
+  EXPECT_EQ(EvalPull(*table, key), std::vector<float>({-2, 2}));
+  table->Push(&other, 1, grad, 1.0f);  // Shared: (-2, 2).
+  EXPECT_EQ(EvalPull(*table, other), std::vector<float>({-2, 2}));
+  table->Push(&key, 1, grad, 1.0f);  // Own row: (-3, 3).
+  EXPECT_EQ(EvalPull(*table, key), std::vector<float>({-3, 3}));
+  EXPECT_EQ(table->Evict(3, 0), 1u);
+  EXPECT_FALSE(table->Contains(key));
+  EXPECT_EQ(EvalPull(*table, key), std::vector<float>({-2, 2}));
+  EXPECT_EQ(table->Push(&key, 1, grad, 1.0f).pending, 1u);  // Counts from 0.
+  EXPECT_FALSE(table->Contains(key));
+  EXPECT_EQ(EvalPull(*table, key), std::vector<float>({-3, 3}));  // Shared.
+}
+
+// INITIAL: the older behaviour, each key its own initial value, gradients
+// of unadmitted keys dropped; no shared rows anywhere.
+TEST(AdmissionTest, InitialModeReadsInitialValuesAndDropsGradients) {
+  TableConfig t = AdmissionTable(2);
+  t.mutable_admission()->set_unadmitted(AdmissionConfig::INITIAL);
+  auto table = MakeTable(t);
+  EXPECT_FALSE(table->has_shared_rows());
+  const uint64_t key = 6;
+  std::vector<float> initial(2);
+  table->InitialRow(key, initial.data());
+  const float grad[2] = {1, 1};
+  EXPECT_EQ(table->Push(&key, 1, grad, 1.0f).pending, 1u);
+  EXPECT_EQ(EvalPull(*table, key), initial);
+  EXPECT_EQ(table->Push(&key, 1, grad, 1.0f).applied, 1u);
+  EXPECT_EQ(EvalPull(*table, key), std::vector<float>({initial[0] - 1, initial[1] - 1}));
+  int shared = 0;
+  table->ForEachSharedRow(std::nullopt, [&](uint32_t, uint64_t, const float*) { ++shared; });
+  EXPECT_EQ(shared, 0);
+}
+
+// Each partition's reserved key lies in it; restoring one partition's record
+// changes only what that partition's keys read, and creates no row.
+TEST(AdmissionTest, SharedRowKeysAreInTheirPartitionsAndRestorePerPartition) {
+  for (uint32_t parts : {1u, 7u, 4096u}) {
+    auto table = MakeTable(AdmissionTable(2), parts);
+    uint32_t listed = 0;
+    table->ForEachSharedRow(std::nullopt, [&](uint32_t p, uint64_t key, const float* payload) {
+      EXPECT_EQ(p, listed++);
+      EXPECT_EQ(PartitionOf(table->id(), key, parts), p) << parts;
+      EXPECT_EQ(key, table->SharedRowKey(p));
+      EXPECT_EQ(payload[0], 0.0f);
+    });
+    EXPECT_EQ(listed, parts);
+    const uint32_t target = parts / 2;
+    std::vector<float> payload(table->row_stride(), 0.0f);
+    payload[0] = 7;
+    payload[1] = -7;
+    table->RestoreRow(table->SharedRowKey(target), payload.data());
+    EXPECT_FALSE(table->Contains(table->SharedRowKey(target)));
+    EXPECT_EQ(table->Counters().live_rows, 0u);
+    for (uint64_t key = 1; key < 200; ++key) {
+      const bool in = PartitionOf(table->id(), key, parts) == target;
+      EXPECT_EQ(EvalPull(*table, key), in ? std::vector<float>({7, -7})
+                                          : std::vector<float>({0, 0}))
+          << "P " << parts << " key " << key;
+    }
+  }
+}
+
+// ---- Through ParameterServerCore ----
+
+constexpr uint32_t kParts = 16;
+constexpr char kJob[] = "admission-test";
+
+JobConfig CoreConfig(ConsistencyMode mode, uint32_t servers, uint32_t min_count) {
+  JobConfig c;
+  c.set_name(kJob);
+  TableConfig* t = c.add_tables();
+  *t = AdmissionTable(min_count);
+  t->set_id(1);
+  ClusterConfig* k = c.mutable_cluster();
+  k->set_num_servers(servers);
+  k->set_num_workers(2);
+  k->set_num_partitions(kParts);
+  k->set_mode(mode);
+  k->set_max_message_bytes(64 << 20);
+  k->set_server_deadline_ms(60000);
+  k->set_dense_chunk_size(8);
+  return c;
+}
+
+std::unique_ptr<ParameterServerCore> MakeCore(const JobConfig& config, uint32_t index) {
+  CoreOptions options;
+  options.config = config;
+  options.server_index = index;
+  auto core = ParameterServerCore::Create(options);
+  EXPECT_TRUE(core.ok()) << core.status();
+  return std::move(*core);
+}
+
+// Keys 1.. whose owner under the contiguous map of `servers` is `server`.
+std::vector<uint64_t> OwnedKeys(uint32_t servers, uint32_t server, size_t n,
+                                uint64_t from = 1) {
+  auto map = PartitionMap::Contiguous(1, kParts, servers);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = from; keys.size() < n; ++k) {
+    if (map->ServerOf(1, k) == server) keys.push_back(k);
+  }
+  return keys;
+}
+
+PushRequest MakePush(uint32_t rank, uint64_t clock, const std::vector<uint64_t>& keys,
+                     float grad) {
+  PushRequest p;
+  p.set_map_version(1);
+  p.set_worker_rank(rank);
+  p.set_clock(clock);
+  TableGradients* tg = p.add_tables();
+  tg->set_table_id(1);
+  std::vector<float> g(keys.size() * 2, grad);
+  for (uint64_t k : keys) tg->add_keys(k);
+  if (!g.empty()) EncodeValues(g.data(), g.size(), Encoding::kFp32, tg->mutable_gradients());
+  return p;
+}
+
+std::vector<float> CorePull(ParameterServerCore& core, const std::vector<uint64_t>& keys,
+                            uint64_t clock = 0) {
+  PullRequest r;
+  r.set_map_version(1);
+  r.set_purpose(EVAL);
+  r.set_clock(clock);
+  TableKeys* tk = r.add_tables();
+  tk->set_table_id(1);
+  for (uint64_t k : keys) tk->add_keys(k);
+  PullResponse resp;
+  const absl::Status s = core.Pull(r, absl::InfiniteFuture(), &resp);
+  EXPECT_TRUE(s.ok()) << s;
+  std::vector<float> out(keys.size() * 2);
+  if (!out.empty()) {
+    EXPECT_TRUE(DecodeValues(resp.tables(0).values(), Encoding::kFp32, out.size(),
+                             out.data()).ok());
+  }
+  return out;
+}
+
+// BSP: a clock counts each rank whose push held the key; a refused retry
+// counts nothing; the shared row takes the mean of the ranks' sums.
+TEST(AdmissionCoreTest, BspCountsEveryRanksPushOnceAndRetriesNotAtAll) {
+  auto core = MakeCore(CoreConfig(BSP, 1, 4), 0);
+  const std::vector<uint64_t> key = {42};
+  PushResponse resp;
+  ASSERT_TRUE(core->Push(MakePush(0, 0, key, 1.0f), &resp).ok());
+  EXPECT_EQ(core->Push(MakePush(0, 0, key, 1.0f), &resp).code(),
+            absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(core->Push(MakePush(1, 0, {}, 0.0f), &resp).ok());  // Count 1.
+  EXPECT_EQ(CorePull(*core, key, 1), std::vector<float>({-0.5f, -0.5f}));  // -(1 + 0) / 2.
+  ASSERT_TRUE(core->Push(MakePush(0, 1, key, 1.0f), &resp).ok());
+  ASSERT_TRUE(core->Push(MakePush(1, 1, key, 3.0f), &resp).ok());  // Count 3.
+  Table* table = core->store()->FindTable(1);
+  EXPECT_FALSE(table->Contains(42));
+  EXPECT_EQ(CorePull(*core, key, 2), std::vector<float>({-2.5f, -2.5f}));  // -0.5 - 4/2.
+  ASSERT_TRUE(core->Push(MakePush(0, 2, key, 1.0f), &resp).ok());
+  ASSERT_TRUE(core->Push(MakePush(1, 2, key, 1.0f), &resp).ok());  // Count 5: admitted.
+  EXPECT_TRUE(table->Contains(42));
+  EXPECT_EQ(CorePull(*core, key, 3), std::vector<float>({-3.5f, -3.5f}));
+  EXPECT_EQ(CorePull(*core, {43}, 3), std::vector<float>({-2.5f, -2.5f}));  // Shared.
+}
+
+// Writes a checkpoint at `clock` on every core (a DELTA on `base` if given)
+// and its manifest, as the scheduler does. Returns the manifest.
+ckpt::CheckpointManifest Checkpoint(std::vector<std::unique_ptr<ParameterServerCore>>& cores,
+                                    const std::string& root, uint64_t clock,
+                                    const ckpt::CheckpointManifest* base) {
+  ckpt::CheckpointManifest m;
+  m.set_format_version(ckpt::kManifestFormatVersion);
+  m.set_checkpoint_id(ckpt::CheckpointId(clock));
+  m.set_clock(clock);
+  m.set_job_name(kJob);
+  m.set_config_fingerprint(1);
+  m.set_num_partitions(kParts);
+  m.set_kind(base ? ckpt::CheckpointManifest::DELTA : ckpt::CheckpointManifest::FULL);
+  if (base != nullptr) {
+    m.set_base_id(base->checkpoint_id());
+    *m.mutable_chain() = base->chain();
+  }
+  m.add_chain(m.checkpoint_id());
+  std::string dir;
+  for (auto& core : cores) {
+    core->SetCheckpointRoot(root);
+    CheckpointRequest request;
+    request.set_clock(clock);
+    request.set_delta(base != nullptr);
+    if (base != nullptr) request.set_base_clock(base->clock());
+    CheckpointResponse response;
+    const absl::Status st = core->Checkpoint(request, &response);
+    EXPECT_TRUE(st.ok()) << st;
+    for (const ckpt::CheckpointFile& f : response.written()) *m.add_files() = f;
+    dir = response.checkpoint_dir();
+  }
+  EXPECT_TRUE(ckpt::WriteManifest(dir, m).ok());
+  return m;
+}
+
+void Restore(ParameterServerCore& core, const std::string& root, uint64_t clock) {
+  core.SetCheckpointRoot(root);
+  RestoreRequest request;
+  request.set_clock(clock);
+  RestoreResponse response;
+  const absl::Status st = core.Restore(request, &response);
+  ASSERT_TRUE(st.ok()) << st;
+}
+
+// Two ASP servers train different shared rows; a FULL checkpoint, more
+// training, a DELTA. Restored onto two servers: every shared row bit for
+// bit. Restored onto one server: unseen keys of each old server's
+// partitions read that server's row, and both keep training apart.
+TEST(AdmissionCoreTest, SharedRowsTravelThroughFullAndDeltaCheckpoints) {
+  const std::string root = ::testing::TempDir() + "/admission_ckpt";
+  ASSERT_TRUE(ckpt::RemoveAll(root).ok());
+  const JobConfig config = CoreConfig(ASP, 2, 3);
+  std::vector<std::unique_ptr<ParameterServerCore>> cores;
+  for (uint32_t s = 0; s < 2; ++s) cores.push_back(MakeCore(config, s));
+  PushResponse resp;
+  for (uint32_t s = 0; s < 2; ++s) {  // Server s: gradient s + 1 on 4 keys.
+    ASSERT_TRUE(cores[s]->Push(MakePush(0, 0, OwnedKeys(2, s, 4), s + 1.0f), &resp).ok());
+  }
+  const ckpt::CheckpointManifest full = Checkpoint(cores, root, 1, nullptr);
+  for (uint32_t s = 0; s < 2; ++s) {
+    ASSERT_TRUE(cores[s]->Push(MakePush(0, 1, OwnedKeys(2, s, 1), 0.5f), &resp).ok());
+  }
+  Checkpoint(cores, root, 2, &full);
+  // Unseen keys of each server: shared rows -4(s+1) - 0.5.
+  std::vector<std::vector<uint64_t>> unseen = {OwnedKeys(2, 0, 3, 1000),
+                                               OwnedKeys(2, 1, 3, 1000)};
+  const std::vector<float> want0 = CorePull(*cores[0], unseen[0]);
+  const std::vector<float> want1 = CorePull(*cores[1], unseen[1]);
+  EXPECT_EQ(want0[0], -4.5f);
+  EXPECT_EQ(want1[0], -8.5f);
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto again = MakeCore(config, s);
+    Restore(*again, root, 2);
+    EXPECT_EQ(CorePull(*again, unseen[s]), s == 0 ? want0 : want1) << s;
+  }
+  auto one = MakeCore(CoreConfig(ASP, 1, 3), 0);
+  Restore(*one, root, 2);
+  EXPECT_EQ(CorePull(*one, unseen[0]), want0);
+  EXPECT_EQ(CorePull(*one, unseen[1]), want1);
+  EXPECT_EQ(one->store()->FindTable(1)->Counters().shared_rows, 2u);
+  ASSERT_TRUE(one->Push(MakePush(0, 2, {unseen[1][0]}, 1.0f), &resp).ok());
+  EXPECT_EQ(CorePull(*one, unseen[0]), want0);  // Only server 1's row moved.
+  EXPECT_EQ(CorePull(*one, {unseen[1][1]})[0], -9.5f);
+}
+
+}  // namespace
+}  // namespace shardps
