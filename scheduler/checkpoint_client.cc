@@ -125,13 +125,17 @@ class GrpcServerOps final : public ServerOps {
     st = checkpoint::WriteManifest(checkpoint::CheckpointPath(root, clock), manifest);
     if (!st.ok()) return st;
     chain_.assign(manifest.chain().begin(), manifest.chain().end());
+    CollectGarbage();
+    return absl::OkStatus();
+  }
+
+  void CollectGarbage() override {
     checkpoint::GcOptions gc;
     gc.keep = config_.checkpoint().keep();
     gc.verify_file_crcs = false;  // Sizes: the servers check CRCs when they read.
     gc.pinned = pinned_;
-    auto collected = checkpoint::GarbageCollect(root, gc);
+    auto collected = checkpoint::GarbageCollect(config_.checkpoint().dir(), gc);
     if (!collected.ok()) LOG(WARNING) << "checkpoint GC: " << collected.status();
-    return absl::OkStatus();
   }
 
   absl::StatusOr<std::vector<RestorePoint>> RestorePoints() override {

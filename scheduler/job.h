@@ -284,6 +284,9 @@ class JobCoordinator {
   void MaybeStopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checkpoints wait to be evaluated and some worker is left to do it.
   bool EvaluationsPendingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Once the job is done, a last GC (control thread): the checkpoints kept
+  // only to be evaluated go, the best one stays.
+  void FinalCollect();
   // The evaluation fields of JobStatus.
   void EvalStatusLocked(JobStatusResponse* response) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

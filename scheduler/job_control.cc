@@ -100,6 +100,7 @@ void JobCoordinator::ControlLoop() {
       AfterCut(*held, Cut(*held, NextCutAfter(*held), serving));
     }
   }
+  FinalCollect();
   MutexLock lock(&mu_);
   control_over_ = true;
   UpdateStateLocked();

@@ -73,6 +73,17 @@ void JobCoordinator::EvalStatusLocked(JobStatusResponse* response) const {
   }
 }
 
+void JobCoordinator::FinalCollect() {
+  std::vector<uint64_t> pinned;
+  {
+    MutexLock lock(&mu_);
+    if (!evals_.on() || state_ != State::kDone) return;
+    pinned = evals_.Pinned();
+  }
+  ops_->PinCheckpoints(pinned);
+  ops_->CollectGarbage();
+}
+
 absl::Status JobCoordinator::Evaluation(const EvaluationRequest& request,
                                         EvaluationResponse* response) {
   const uint32_t rank = request.rank();

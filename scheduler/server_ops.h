@@ -65,6 +65,9 @@ class ServerOps {
   // The checkpoints FinishCut's garbage collection keeps whatever
   // checkpoint.keep says (the best evaluated one, those not evaluated yet).
   virtual void PinCheckpoints(const std::vector<uint64_t>& clocks) { (void)clocks; }
+  // Garbage-collects as FinishCut does, without a cut (the job ended: the
+  // checkpoints pinned only for their evaluation go).
+  virtual void CollectGarbage() {}
 
   // The complete checkpoints of this job, newest first; empty if there are
   // none (or checkpoints are off). FAILED_PRECONDITION if the directory

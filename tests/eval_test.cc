@@ -12,6 +12,7 @@
 //    it;
 //  - the best checkpoint survives GC, BEST names it, PS_JOB_RESULT reports
 //    it, and ps_score loads it by default.
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -23,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_io.h"
@@ -191,6 +193,66 @@ TEST(EvalTest, PeriodicEvaluationStopsEarlyAndKeepsTheBest) {
   EXPECT_EQ(Score(config, ckpt, eval, -1).at("clock"), absl::StrCat(best));
   // The job's eval_auc is its final checkpoint's evaluation.
   EXPECT_EQ(job["eval_auc"], absl::StrFormat("%.6f", evals.at(stop).auc));
+}
+
+// The scheduler is SIGKILLed after the first evaluation and started again
+// on its address: it reads the evaluations back, takes the job over, and
+// the job ends with every complete due checkpoint evaluated once (those
+// from before the kill not again) and BEST naming the best of them.
+TEST(EvalTest, ARestartedSchedulerKeepsTheEvaluationsAndTheBest) {
+  ASSERT_TRUE(testing::MakeSyntheticData(DataDir(), 20000, 5000).ok());
+  const std::string ckpt = testing::TestDir("eval_restart_ckpt");
+  const std::string config = ::testing::TempDir() + "/eval_restart.pbtxt";
+  std::ofstream(config) << testing::kSmallDlrmTables
+                        << absl::StrReplaceAll(kJob, {{"@DATA@", DataDir()},
+                                                      {"@EVAL@", DataDir() + "/eval.tsv"},
+                                                      {"@CKPT@", ckpt},
+                                                      {"early_stopping { patience: 2 }", ""},
+                                                      {"keep: 1", "keep: 2"}});
+  LocalCluster::Options o;
+  o.config_path = config;
+  o.dir = testing::TestDir("eval_restart_job");
+  o.servers = 2;
+  o.workers = 2;
+  o.worker_flags = {"--max_steps=200", "--step_delay_ms=20"};
+  LocalCluster cluster(o);
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
+  const absl::Time deadline = absl::Now() + absl::Minutes(2);
+  std::map<uint64_t, Eval> before;
+  while (before.empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));  // Polls the file; bounded by `deadline`.
+    before = ReadEvaluations(ckpt);
+  }
+  ASSERT_FALSE(before.empty()) << "no evaluation within 2 minutes\n" << cluster.AllLogTails();
+  ASSERT_LT(before.rbegin()->first, 200u) << "the job ended before the kill";
+  cluster.scheduler().Signal(SIGKILL);
+  (void)cluster.scheduler().Wait(absl::Seconds(10));
+  ASSERT_TRUE(cluster.RestartScheduler({}).ok()) << cluster.AllLogTails();
+  auto code = cluster.WaitScheduler(absl::Minutes(10));
+  ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+  (void)cluster.WaitWorkers(absl::Seconds(60));
+  std::map<std::string, std::string> job = ParseResult(cluster.SchedulerResult());
+
+  // Every multiple of 10 up to 200 but, at most, the one whose cut the kill
+  // interrupted (no MANIFEST: no checkpoint to evaluate).
+  const std::map<uint64_t, Eval> evals = ReadEvaluations(ckpt);
+  for (const auto& [clock, e] : evals) {
+    EXPECT_TRUE(clock % kEvery == 0 && clock <= 200) << clock;
+  }
+  EXPECT_GE(evals.size(), 200 / kEvery - 1) << cluster.AllLogTails();
+  EXPECT_EQ(evals.count(200), 1u);
+  for (const auto& [clock, e] : before) {  // Kept as they were, not evaluated again.
+    EXPECT_EQ(evals.at(clock).auc, e.auc) << "clock " << clock;
+  }
+  uint64_t best = evals.begin()->first;
+  for (const auto& [clock, e] : evals) {
+    if (e.auc > evals.at(best).auc) best = clock;
+  }
+  EXPECT_EQ(job["evaluations"], absl::StrCat(evals.size()));
+  EXPECT_EQ(job["best_clock"], absl::StrCat(best));
+  EXPECT_EQ(testing::ReadFile(ckpt + "/BEST"), absl::StrCat(best, "\n"));
+  EXPECT_TRUE(checkpoint::LoadCheckpoint(ckpt, best).ok()) << "the best checkpoint is gone";
+  EXPECT_EQ(job["early_stopped_at"], "0");
 }
 
 }  // namespace
