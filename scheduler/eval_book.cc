@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -54,17 +55,29 @@ void EvalBook::Enqueue(uint64_t clock, bool final) {
   if (final || clock % o_.every_steps == 0) due_.try_emplace(clock);
 }
 
-std::optional<uint64_t> EvalBook::Take(uint32_t rank) {
+std::optional<uint64_t> EvalBook::Take(uint32_t rank, absl::Time now) {
   for (const auto& [clock, d] : due_) {
     if (d.holder == rank) return clock;  // Asked again (its answer was lost).
   }
   for (auto& [clock, d] : due_) {
     if (!d.holder) {
       d.holder = rank;
+      d.taken = now;
       return clock;
     }
   }
   return std::nullopt;
+}
+
+void EvalBook::ExpireLeases(absl::Time now) {
+  std::vector<std::pair<uint32_t, uint64_t>> expired;
+  for (const auto& [clock, d] : due_) {
+    if (d.holder && now - d.taken > o_.lease) expired.emplace_back(*d.holder, clock);
+  }
+  for (const auto& [rank, clock] : expired) {
+    Failed(rank, clock, absl::StrCat("no answer within ", absl::FormatDuration(o_.lease),
+                                     " of taking it"));
+  }
 }
 
 void EvalBook::Release(uint32_t rank) {

@@ -5,8 +5,10 @@
 // A checkpoint is *due* for evaluation when it is written at a clock that is
 // a multiple of every_steps, or it is the job's final one (Enqueue). A
 // worker's evaluator takes the oldest due checkpoint nobody holds (Take);
-// its lease ends when it reports (Record / Failed), or when the coordinator
-// says the holder is gone (Release). A checkpoint whose evaluation failed
+// its lease ends when it reports (Record / Failed), when the coordinator
+// says the holder is gone (Release), or when it has held the checkpoint for
+// longer than Options::lease (ExpireLeases: an evaluator alive but stuck
+// counts as a failed attempt). A checkpoint whose evaluation failed
 // kMaxAttempts times is dropped with a warning (the job does not wait for
 // it forever).
 //
@@ -53,6 +55,9 @@ class EvalBook {
     uint64_t every_steps = 0;  // 0: periodic evaluation off.
     uint32_t patience = 0;     // 0: no early stopping.
     double min_delta = 0;
+    // How long one evaluation may take before it is given to another
+    // worker (and counted as a failed attempt).
+    absl::Duration lease = absl::Hours(1);
   };
 
   explicit EvalBook(Options options);
@@ -66,8 +71,12 @@ class EvalBook {
   // The checkpoint at `clock` was written; `final`: the job's last one.
   // Queued if due and not evaluated yet.
   void Enqueue(uint64_t clock, bool final);
-  // The oldest due checkpoint not held by anyone, now held by `rank`.
-  std::optional<uint64_t> Take(uint32_t rank);
+  // The oldest due checkpoint not held by anyone, now held by `rank` from
+  // `now` on.
+  std::optional<uint64_t> Take(uint32_t rank, absl::Time now = absl::Now());
+  // Leases taken before now - Options::lease end as failed attempts, with a
+  // warning naming the worker and the clock.
+  void ExpireLeases(absl::Time now = absl::Now());
   // Every checkpoint held by `rank` is due again (its holder is gone).
   void Release(uint32_t rank);
   // The evaluation of e.clock() by `rank`: recorded and persisted. An
@@ -98,6 +107,7 @@ class EvalBook {
  private:
   struct Due {
     std::optional<uint32_t> holder;
+    absl::Time taken;  // When holder took it.
     int attempts = 0;
   };
   absl::Status Persist() const;

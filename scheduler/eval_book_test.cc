@@ -56,6 +56,27 @@ TEST(EvalBookTest, DueCheckpointsAreHandedOutOnceInClockOrder) {
   EXPECT_FALSE(book.Record(1, Eval(200, 1.5)).ok());
 }
 
+// An evaluator that is alive but never answers does not hold the job: its
+// lease ends after Options::lease, as a failed attempt, and the checkpoint
+// goes to another worker; after kMaxAttempts such leases it is dropped.
+TEST(EvalBookTest, AStuckEvaluationIsGivenToAnotherWorker) {
+  EvalBook::Options o = Opts("", 0);
+  o.lease = absl::Minutes(10);
+  EvalBook book(o);
+  book.Enqueue(100, false);
+  const absl::Time t0 = absl::FromUnixSeconds(1000000);
+  EXPECT_EQ(book.Take(0, t0), 100u);
+  book.ExpireLeases(t0 + absl::Minutes(9));
+  EXPECT_FALSE(book.Take(1, t0 + absl::Minutes(9)).has_value()) << "still worker 0's";
+  book.ExpireLeases(t0 + absl::Minutes(11));
+  EXPECT_EQ(book.Take(1, t0 + absl::Minutes(11)), 100u);
+  book.ExpireLeases(t0 + absl::Minutes(22));
+  EXPECT_EQ(book.Take(2, t0 + absl::Minutes(22)), 100u);
+  book.ExpireLeases(t0 + absl::Minutes(33));  // The third expiry: given up.
+  EXPECT_FALSE(book.Outstanding());
+  EXPECT_FALSE(book.Take(0, t0 + absl::Minutes(33)).has_value());
+}
+
 TEST(EvalBookTest, FailedEvaluationsAreRetriedThenDropped) {
   EvalBook book(Opts("", 0));
   book.Enqueue(100, false);

@@ -117,6 +117,7 @@ absl::Status JobCoordinator::Evaluation(const EvaluationRequest& request,
       for (const Member& m : members_.Members()) {
         if (m.role == WORKER && m.state == DEAD) evals_.Release(m.index);
       }
+      evals_.ExpireLeases();
       if (std::optional<uint64_t> clock = evals_.Take(rank)) {
         response->set_clock(*clock);
         return absl::OkStatus();
