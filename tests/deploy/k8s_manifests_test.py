@@ -208,9 +208,9 @@ class ManifestsTest(unittest.TestCase):
             self.assertEqual(pdb["spec"]["selector"]["matchLabels"],
                              sts["spec"]["selector"]["matchLabels"])
 
-    def checkpoint_mounts(self, obj):
+    def checkpoint_mounts(self, obj, read_only=False):
         """{container name: mountPath} of every container of `obj` that mounts
-        the shardps-checkpoints claim."""
+        the shardps-checkpoints claim (read-only if `read_only`)."""
         spec = pod_spec(obj)
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
         out = {}
@@ -218,7 +218,8 @@ class ManifestsTest(unittest.TestCase):
             for m in c.get("volumeMounts", []):
                 claim = volumes.get(m["name"], {}).get("persistentVolumeClaim", {})
                 if claim.get("claimName") == "shardps-checkpoints":
-                    self.assertFalse(m.get("readOnly", False), (obj["kind"], c["name"]))
+                    self.assertEqual(m.get("readOnly", False), read_only,
+                                     (obj["kind"], c["name"]))
                     self.assertFalse(claim.get("readOnly", False), obj["kind"])
                     out[c["name"]] = m["mountPath"]
         return out
@@ -252,8 +253,9 @@ class ManifestsTest(unittest.TestCase):
                 # fsGroup makes the volume writable by the pods' user.
                 self.assertEqual(spec["securityContext"]["fsGroup"],
                                  spec["securityContext"]["runAsGroup"], obj["kind"])
-                if obj["kind"] == "Job":  # Workers read no checkpoints.
-                    self.assertEqual(self.checkpoint_mounts(obj), {}, overlay)
+                if obj["kind"] == "Job":  # Workers read checkpoints to evaluate them.
+                    self.assertEqual(self.checkpoint_mounts(obj, read_only=True),
+                                     {"worker": ckpt_dir}, overlay)
 
     def test_gpu_only_in_the_gpu_overlay(self):
         self.assertNotIn("nvidia.com/gpu", yaml.safe_dump_all(self.rendered["cpu"]))
