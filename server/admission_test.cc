@@ -1,7 +1,8 @@
 // Admission and shared unadmitted rows (table.h): a key counts once per
 // push (in BSP once per rank whose push of the clock held it; a refused
 // retry not at all), reads and trains its partition's shared row until
-// admitted, starts from it once admitted, and goes back to it when evicted;
+// admitted (its own row then starts at its initial value), and goes back to
+// it when evicted;
 // shared rows are one optimizer step per push with the summed gradient;
 // they travel through FULL and DELTA checkpoints, onto the same servers
 // bit for bit and onto another server count with each partition reading
@@ -98,18 +99,20 @@ TEST(AdmissionTest, OccurrencesCountAsThatManyBatches) {
 // Eviction sends an admitted key back to the shared row, counting from zero.
 TEST(AdmissionTest, EvictionSendsAKeyBackToTheSharedRow) {
   TableConfig t = AdmissionTable(2);
+  t.mutable_init()->set_kind(InitializerConfig::ZEROS);
   t.mutable_eviction()->set_ttl_clocks(2);
   auto table = MakeTable(t);
   const uint64_t key = 4, other = 8;
   const float grad[2] = {1, -1};
   table->SetClock(1);
   table->Push(&key, 1, grad, 1.0f);  // Shared: (-1, 1).
-  table->Push(&key, 1, grad, 1.0f);  // Admitted from (-1, 1): (-2, 2).
-  EXPECT_EQ(EvalPull(*table, key), std::vector<float>({-2, 2}));
+  table->Push(&key, 1, grad, 1.0f);  // Admitted at 0: (-1, 1).
+  EXPECT_TRUE(table->Contains(key));
+  EXPECT_EQ(EvalPull(*table, key), std::vector<float>({-1, 1}));
   table->Push(&other, 1, grad, 1.0f);  // Shared: (-2, 2).
   EXPECT_EQ(EvalPull(*table, other), std::vector<float>({-2, 2}));
-  table->Push(&key, 1, grad, 1.0f);  // Own row: (-3, 3).
-  EXPECT_EQ(EvalPull(*table, key), std::vector<float>({-3, 3}));
+  table->Push(&key, 1, grad, 1.0f);  // Own row: (-2, 2).
+  EXPECT_EQ(EvalPull(*table, key), std::vector<float>({-2, 2}));
   EXPECT_EQ(table->Evict(3, 0), 1u);
   EXPECT_FALSE(table->Contains(key));
   EXPECT_EQ(EvalPull(*table, key), std::vector<float>({-2, 2}));
@@ -178,6 +181,7 @@ JobConfig CoreConfig(ConsistencyMode mode, uint32_t servers, uint32_t min_count)
   TableConfig* t = c.add_tables();
   *t = AdmissionTable(min_count);
   t->set_id(1);
+  t->mutable_init()->set_kind(InitializerConfig::ZEROS);
   ClusterConfig* k = c.mutable_cluster();
   k->set_num_servers(servers);
   k->set_num_workers(2);
@@ -262,7 +266,7 @@ TEST(AdmissionCoreTest, BspCountsEveryRanksPushOnceAndRetriesNotAtAll) {
   ASSERT_TRUE(core->Push(MakePush(0, 2, key, 1.0f), &resp).ok());
   ASSERT_TRUE(core->Push(MakePush(1, 2, key, 1.0f), &resp).ok());  // Count 5: admitted.
   EXPECT_TRUE(table->Contains(42));
-  EXPECT_EQ(CorePull(*core, key, 3), std::vector<float>({-3.5f, -3.5f}));
+  EXPECT_EQ(CorePull(*core, key, 3), std::vector<float>({-1.0f, -1.0f}));  // From 0.
   EXPECT_EQ(CorePull(*core, {43}, 3), std::vector<float>({-2.5f, -2.5f}));  // Shared.
 }
 

@@ -42,8 +42,8 @@
 //    sums the gradients of its keys without a row per shared row, in batch
 //    order, and applies one optimizer step per shared row with the sum (the
 //    row is one embedding looked up many times, as a hashed or managed-
-//    collision table's default slot). A newly admitted row starts from its
-//    shared row's weights (fresh optimizer state). Shared rows start at zero
+//    collision table's default slot). A newly admitted row starts at its
+//    initial value, as without admission. Shared rows start at zero
 //    weights. Partitions map to shared rows through a small table: a fresh
 //    table has one shared row for all partitions, so a server trains one
 //    per table; a restore gives each partition the shared row its
@@ -345,9 +345,8 @@ class Table {
   std::atomic<uint64_t> pulls_{0};
   std::atomic<uint64_t> pushes_{0};
 
-  // Shared unadmitted rows (only if shared_rows_). A leaf lock: taken under
-  // a stripe lock (an admitted row copies its shared row), never the other
-  // way round.
+  // Shared unadmitted rows (only if shared_rows_). Never held while a
+  // stripe lock is taken.
   mutable Mutex shared_mu_;
   // shared_of_[p]: the shared row partition p reads and trains.
   std::vector<uint32_t> shared_of_ ABSL_GUARDED_BY(shared_mu_);

@@ -252,7 +252,8 @@ TEST(TableTest, InitialRowsDependOnlyOnSeedAndKey) {
 }
 
 // Only pushes count (once per push); until admitted the key reads and trains
-// the shared row; the admitted row starts from it. More in admission_test.
+// the shared row; the admitted row starts at its initial value. More in
+// admission_test.
 TEST(TableTest, AdmissionCountsPushesBeforeCreatingTheRow) {
   TableConfig t = SgdTable(2, 1.0f);
   t.mutable_admission()->set_min_count(3);
@@ -272,11 +273,11 @@ TEST(TableTest, AdmissionCountsPushesBeforeCreatingTheRow) {
   EXPECT_EQ(c.applied, 0u);
   table->Pull(&key, 1, true, row);
   EXPECT_EQ(row[0], -2.0f);
-  c = table->Push(&key, 1, grad, 1.0f);  // 3: admitted from -2, applied.
+  c = table->Push(&key, 1, grad, 1.0f);  // 3: admitted at 0, applied.
   EXPECT_EQ(c.applied, 1u);
   EXPECT_TRUE(table->Contains(key));
   table->Pull(&key, 1, false, row);
-  EXPECT_EQ(row[0], -3.0f);
+  EXPECT_EQ(row[0], -1.0f);
   const TableCounters counters = table->Counters();
   EXPECT_EQ(counters.pending_rows, 0u);
   EXPECT_EQ(counters.admitted_rows, 1u);
