@@ -107,9 +107,8 @@ void RunSharded() {
   g.eval_lines = 0;
   g.train_shards = absl::GetFlag(FLAGS_shards);
   uint64_t data_bytes = 0;  // Uncompressed: the plain copy's size.
-  for (const std::string& path : GenerateSynthetic(g).value().train_files) {
-    data_bytes += FileSize(path);
-  }
+  const std::vector<std::string> plain = GenerateSynthetic(g).value().train_files;
+  for (const std::string& path : plain) data_bytes += FileSize(path);
   g.gzip = true;
   const std::vector<std::string> gz = GenerateSynthetic(g).value().train_files;
   uint64_t gz_bytes = 0;
