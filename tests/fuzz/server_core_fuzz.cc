@@ -11,10 +11,11 @@
 // directory of this process emptied before each input (requests name no
 // path: whatever they hold, nothing is written elsewhere).
 // The core is server 0 of 2, 2 workers, 16 partitions, tables: sparse "emb"
-// (dim 4, Adam, admission after 2 touches, REJECT non-finite), sparse "skip"
-// (dim 3, Adagrad, SKIP_AND_COUNT) and dense "mlp" (60 elements in chunks of
-// 8, SGD). Messages are capped at 64 KiB. BSP pulls get a deadline that has
-// already passed, so a pull that would block answers DEADLINE_EXCEEDED.
+// (dim 4, Adam, admission after 2 pushes, unadmitted keys on the shared row,
+// REJECT non-finite), sparse "skip" (dim 3, Adagrad, SKIP_AND_COUNT) and dense
+// "mlp" (60 elements in chunks of 8, SGD). Messages are capped at 64 KiB. BSP
+// pulls get a deadline that has already passed, so a pull that would block
+// answers DEADLINE_EXCEEDED.
 //
 // Checked: every status is one of the codes the header documents; an
 // accepted pull answers every table in order with keys * dim values of the
