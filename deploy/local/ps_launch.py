@@ -381,6 +381,10 @@ def main():
         say("test AUC %s (best achievable %s), test logloss %s (best achievable %s)" % (
             auc.group(1), best.get("best_auc", "?"), ll.group(1) if ll else "?",
             best.get("best_logloss", "?")))
+    kept = re.search(r"best_clock=(\d+) best_auc=([\d.]+)", result)
+    if kept and "state=done" in result:
+        say("best evaluated checkpoint: clock %s, test AUC %s (kept; what ps_score and ps_export "
+            "load by default)" % kept.groups())
     if stopping["why"] == "interrupted":
         return 130
     if failed:
