@@ -19,17 +19,9 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+from bench_util import ROOT, bazel_bin  # noqa: E402
 BIN = None  # Set by main().
 
-
-def bazel_bin(mode):
-    """The output directory of compilation mode `mode`."""
-    out = subprocess.run(["bazel", "info", "--compilation_mode=" + mode, "bazel-bin"], cwd=ROOT,
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit("bazel info failed:\n" + out.stderr)
-    return out.stdout.strip()
 
 
 def samples_per_sec(output):

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+from bench_util import ROOT, bazel_bin, fields  # noqa: E402
 
 # name -> (ps_config_check flags, launcher flags)
 OFF = ["--prefetch=false"]
@@ -43,16 +43,6 @@ SETTINGS = [
 ]
 
 
-def bazel_bin(mode):
-    out = subprocess.run(["bazel", "info", "--compilation_mode=" + mode, "bazel-bin"], cwd=ROOT,
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit("bazel info failed:\n" + out.stderr)
-    return out.stdout.strip()
-
-
-def fields(line):
-    return dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
 
 
 def run_job(bin_dir, base_config, data, run_dir, check_flags, launch_flags):
