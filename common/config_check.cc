@@ -9,6 +9,9 @@
 // so that every process of a job loads the same, final config.
 #include <cinttypes>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "common/config.h"
 #include "common/init.h"
@@ -88,6 +91,17 @@ absl::Status ApplyOverrides(shardps::JobConfig* c) {
   return shardps::FinalizeJobConfig(c);
 }
 
+// `path`'s text parsed without defaults or checks; false if it cannot be
+// read or is not text-format JobConfig.
+bool ParseUnchecked(const std::string& path, shardps::JobConfig* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream text;
+  text << in.rdbuf();
+  google::protobuf::TextFormat::Parser parser;
+  return parser.ParseFromString(text.str(), out);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,16 +114,28 @@ int main(int argc, char** argv) {
   int bad = 0;
   for (const std::string& path : files) {
     auto config = shardps::LoadJobConfig(path);
-    if (!config.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(config.status().message()).c_str());
-      ++bad;
-      continue;
-    }
     if (!absl::GetFlag(FLAGS_write).empty()) {
-      if (absl::Status st = ApplyOverrides(&*config); !st.ok()) {
-        std::fprintf(stderr, "%s: %s\n", path.c_str(), std::string(st.message()).c_str());
+      // The flags may set what the file lacks (a config that evaluates
+      // periodically, given its checkpoint.dir by --checkpoint_dir): when
+      // the file alone does not validate, its text is parsed unchecked, the
+      // flags applied, and the result checked. If that fails too, the
+      // file's own error (with its line) is what is reported.
+      shardps::JobConfig base;
+      if (config.ok()) {
+        base = *config;
+      } else if (!ParseUnchecked(path, &base)) {
+        std::fprintf(stderr, "%s\n", std::string(config.status().message()).c_str());
         return 1;
       }
+      if (absl::Status st = ApplyOverrides(&base); !st.ok()) {
+        if (!config.ok()) {
+          std::fprintf(stderr, "%s\n", std::string(config.status().message()).c_str());
+        } else {
+          std::fprintf(stderr, "%s: %s\n", path.c_str(), std::string(st.message()).c_str());
+        }
+        return 1;
+      }
+      config = std::move(base);
       std::string text;
       google::protobuf::TextFormat::PrintToString(*config, &text);
       std::FILE* out = std::fopen(absl::GetFlag(FLAGS_write).c_str(), "w");
@@ -117,6 +143,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "cannot write %s\n", absl::GetFlag(FLAGS_write).c_str());
         return 1;
       }
+    } else if (!config.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(config.status().message()).c_str());
+      ++bad;
+      continue;
     }
     std::printf("%s: ok, job \"%s\", %d tables, %u servers, %u workers, "
                 "fingerprint %016" PRIx64 "\n",
