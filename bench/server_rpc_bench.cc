@@ -2,13 +2,18 @@
 // client draws 4096 Zipf(1.0) ids over 1e6, dedups them (~2450), pulls those
 // rows (TRAIN) and pushes a gradient for each (SGD on the server). rows/s =
 // unique rows x steps / wall, summed over clients; median of --reps runs.
+// Dims 64 and 16, fp32 and bf16 on the wire. Clients: serial (one step at a
+// time, a raw stub) and pipelined (the real PsClient as a prefetching worker
+// uses it: step t's push and step t + 1's pull in flight at once;
+// server_rpc_bench_pipelined.cc), 1 client each, and 2 serial clients.
 // In the same run, a raw TCP request/response loop over one loopback
 // connection moves the same message sizes (blocking sockets, TCP_NODELAY, the
-// server copying through its own buffers); the ratio to it is printed.
+// server copying through its own buffers); the ratio to it is printed, and
+// issue 17's ratios (W/raw loop per dim, bf16/fp32) on one line per client.
 // Figures only: nothing here passes or fails on time.
 //
 //   bazel run -c opt //bench:server_rpc_bench -- [--steps=3000] [--reps=3]
-//       [--ps_server_before=/path/to/old/ps_server]
+//       [--two_clients=false] [--ps_server_before=/path/to/old/ps_server]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -39,7 +44,8 @@
 
 extern char** environ;
 
-ABSL_FLAG(std::string, role, "main", "main | client | tcp_server | tcp_client");
+ABSL_FLAG(std::string, role, "main",
+          "main | client | pipelined_client | tcp_server | tcp_client");
 ABSL_FLAG(std::string, address, "", "Server address (client roles).");
 ABSL_FLAG(int, dim, 64, "Row width.");
 ABSL_FLAG(std::string, encoding, "fp32", "fp32 | bf16 (wire values).");
@@ -48,6 +54,7 @@ ABSL_FLAG(int, warmup, 200, "Untimed steps first.");
 ABSL_FLAG(int, reps, 3, "Runs per case (median reported).");
 ABSL_FLAG(uint64_t, seed, 1, "Client's Zipf seed.");
 ABSL_FLAG(std::string, ps_server, "server/ps_server", "ps_server binary.");
+ABSL_FLAG(bool, two_clients, true, "Also run 2 serial clients per case.");
 ABSL_FLAG(std::string, ps_server_before, "",
           "Optional second ps_server binary, run in the same reps; its rates "
           "and after/before ratios are printed too.");
@@ -211,8 +218,8 @@ double MedianOf(const std::vector<Run>& runs, Field field) {
 }
 
 // One run of `clients` clients against a fresh `ps_server`.
-Run GrpcRun(const std::string& ps_server, int dim, const std::string& encoding,
-               int clients) {
+Run GrpcRun(const std::string& ps_server, const std::string& role, int dim,
+            const std::string& encoding, int clients) {
   const std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   const std::string config = absl::StrCat(tmp, "/server_rpc_bench_", getpid(), ".pbtxt");
   std::ofstream(config) << "name: \"w\"\n"
@@ -231,7 +238,7 @@ Run GrpcRun(const std::string& ps_server, int dim, const std::string& encoding,
     std::fprintf(stderr, "%s did not start\n", ps_server.c_str());
     std::exit(1);
   }
-  Run run = RunClients("client", lines[1], clients, dim, encoding);
+  Run run = RunClients(role, lines[1], clients, dim, encoding);
   const std::string metrics = ScrapeMetrics(lines[0]);
   run.server_pull = ServerSecondsPerCall(metrics, "pull") * 1e3;
   run.server_push = ServerSecondsPerCall(metrics, "push") * 1e3;
@@ -250,9 +257,9 @@ Run TcpRun(int dim, const std::string& encoding) {
 }
 
 // This machine's speed drifts by 2x over minutes (a shared VM), so every
-// figure that is a ratio is taken within one rep: a rep runs the raw TCP
-// loop and then each gRPC case of every (dim, encoding), back to back; the
-// printed ratio is the median over reps of the per-rep ratios.
+// figure that is a ratio is taken within one rep: a rep runs, for each
+// (dim, encoding), the raw TCP loop and then each gRPC mode, back to back;
+// the printed ratio is the median over reps of the per-rep ratios.
 int RunMain() {
   const int reps = absl::GetFlag(FLAGS_reps);
   const std::string after = absl::GetFlag(FLAGS_ps_server);
@@ -262,50 +269,55 @@ int RunMain() {
               static_cast<unsigned long long>(kIds), kDraws,
               absl::GetFlag(FLAGS_steps), reps,
               before.empty() ? "" : "; before = --ps_server_before, same reps");
+  std::printf("clients: serial = one step at a time (draw, pull, push), raw stub; "
+              "pipelined = the real PsClient, step t's push and step t+1's pull in "
+              "flight at once while the next batch is drawn (a worker with prefetch); "
+              "the raw TCP loop is serial\n");
   struct Case {
     int dim;
     const char* encoding;
   };
-  const std::vector<Case> cases = {{64, "fp32"}, {16, "fp32"}, {64, "bf16"}};
-  const std::vector<int> client_counts = {1, 2};
-  // [case][clients] per rep.
-  const size_t n = cases.size() * client_counts.size();
+  const std::vector<Case> cases = {{64, "fp32"}, {16, "fp32"}, {64, "bf16"}, {16, "bf16"}};
+  struct Mode {
+    const char* role;
+    int clients;
+    const char* name;
+  };
+  std::vector<Mode> modes = {{"client", 1, "serial"}, {"pipelined_client", 1, "pipelined"}};
+  if (absl::GetFlag(FLAGS_two_clients)) modes.push_back({"client", 2, "serial"});
+  // [case][mode], per rep.
+  const size_t n = cases.size() * modes.size();
   std::vector<std::vector<double>> rate(n), ratio(n), before_rate(n), speedup(n);
-  // Per case, per rep: the raw loop's run and the 1-client gRPC run.
-  std::vector<std::vector<Run>> tcp_runs(cases.size()), grpc_runs(cases.size());
-  std::vector<double> bf16_fp32;
+  std::vector<std::vector<Run>> runs(n);
+  std::vector<std::vector<Run>> tcp_runs(cases.size());
   for (int rep = 0; rep < reps; ++rep) {
-    double fp32_64 = 0, bf16_64 = 0;
     for (size_t c = 0; c < cases.size(); ++c) {
       tcp_runs[c].push_back(TcpRun(cases[c].dim, cases[c].encoding));
       const double t = tcp_runs[c].back().rate;
-      for (size_t k = 0; k < client_counts.size(); ++k) {
-        const size_t i = c * client_counts.size() + k;
-        const Run run = GrpcRun(after, cases[c].dim, cases[c].encoding, client_counts[k]);
-        const double r = run.rate;
-        if (client_counts[k] == 1) grpc_runs[c].push_back(run);
-        rate[i].push_back(r);
-        ratio[i].push_back(r / t);
+      for (size_t m = 0; m < modes.size(); ++m) {
+        const size_t i = c * modes.size() + m;
+        const Run run = GrpcRun(after, modes[m].role, cases[c].dim, cases[c].encoding,
+                                modes[m].clients);
+        runs[i].push_back(run);
+        rate[i].push_back(run.rate);
+        ratio[i].push_back(run.rate / t);
         if (!before.empty()) {
-          const double rb =
-              GrpcRun(before, cases[c].dim, cases[c].encoding, client_counts[k]).rate;
+          const double rb = GrpcRun(before, modes[m].role, cases[c].dim,
+                                    cases[c].encoding, modes[m].clients)
+                                .rate;
           before_rate[i].push_back(rb);
-          speedup[i].push_back(r / rb);
-        }
-        if (cases[c].dim == 64 && client_counts[k] == 1) {
-          (std::string(cases[c].encoding) == "fp32" ? fp32_64 : bf16_64) = r;
+          speedup[i].push_back(run.rate / rb);
         }
       }
     }
-    if (fp32_64 > 0 && bf16_64 > 0) bf16_fp32.push_back(bf16_64 / fp32_64);
     std::fprintf(stderr, "rep %d of %d done\n", rep + 1, reps);
   }
   for (size_t c = 0; c < cases.size(); ++c) {
-    for (size_t k = 0; k < client_counts.size(); ++k) {
-      const size_t i = c * client_counts.size() + k;
-      std::printf("dim %2d %s %d client(s): %6.3f M rows/s; raw TCP loop %6.3f M "
+    for (size_t m = 0; m < modes.size(); ++m) {
+      const size_t i = c * modes.size() + m;
+      std::printf("dim %2d %s %d client(s) %-9s: %6.3f M rows/s; raw TCP loop %6.3f M "
                   "rows/s; ratio %.2f",
-                  cases[c].dim, cases[c].encoding, client_counts[k],
+                  cases[c].dim, cases[c].encoding, modes[m].clients, modes[m].name,
                   Median(rate[i]) / 1e6,
                   MedianOf(tcp_runs[c], [](const Run& r) { return r.rate; }) / 1e6,
                   Median(ratio[i]));
@@ -316,29 +328,51 @@ int RunMain() {
       std::printf("\n");
     }
   }
-  if (!bf16_fp32.empty()) {
-    std::printf("bf16/fp32 (dim 64, 1 client): %.2f\n", Median(bf16_fp32));
+  // The issue-17 figures: 1 client, gRPC against the raw loop of the same
+  // rep, and bf16 against fp32 (both gRPC, same rep, same dim and mode).
+  auto index = [&](int dim, const char* encoding, size_t m) {
+    for (size_t c = 0; c < cases.size(); ++c) {
+      if (cases[c].dim == dim && std::string(cases[c].encoding) == encoding) {
+        return c * modes.size() + m;
+      }
+    }
+    return size_t{0};
+  };
+  for (size_t m = 0; m < 2; ++m) {
+    std::vector<double> bf16_64, bf16_16;
+    for (int rep = 0; rep < reps; ++rep) {
+      bf16_64.push_back(rate[index(64, "bf16", m)][rep] / rate[index(64, "fp32", m)][rep]);
+      bf16_16.push_back(rate[index(16, "bf16", m)][rep] / rate[index(16, "fp32", m)][rep]);
+    }
+    std::printf("W ratios, 1 client %-9s: W/raw loop dim 64 fp32 %.2f (target >= 0.97), "
+                "dim 16 fp32 %.2f (target >= 0.86); bf16/fp32 dim 64 %.2f, dim 16 %.2f "
+                "(target >= 1.5)\n",
+                modes[m].name, Median(ratio[index(64, "fp32", m)]),
+                Median(ratio[index(16, "fp32", m)]), Median(bf16_64), Median(bf16_16));
   }
-  // With one client a step is serial: draw, pull round trip, push round
-  // trip. A round trip minus the server's handler time is transport (gRPC,
-  // HTTP/2, kernel, wake-ups, both sides' copies); the raw loop's round trip
-  // is nearly all transport (its server only copies).
+  // A serial step: draw, pull round trip, push round trip. A round trip
+  // minus the server's handler time is transport (gRPC, HTTP/2, kernel,
+  // wake-ups, both sides' copies); the raw loop's round trip is nearly all
+  // transport (its server only copies). A pipelined step's pull and push are
+  // the client's waits for them.
   std::printf("where a 1-client step goes, ms (medians over reps; server = "
               "ps_server's handler time per call, warmup calls included):\n");
   for (size_t c = 0; c < cases.size(); ++c) {
     const auto& t = tcp_runs[c];
-    const auto& g = grpc_runs[c];
-    std::printf("  dim %2d %s: raw loop: draw %.3f, pull %.3f, push %.3f | gRPC: "
-                "draw %.3f, pull %.3f (server %.3f), push %.3f (server %.3f)\n",
-                cases[c].dim, cases[c].encoding,
-                MedianOf(t, [](const Run& r) { return r.client.draw; }),
+    std::printf("  dim %2d %s: raw loop: draw %.3f, pull %.3f, push %.3f\n", cases[c].dim,
+                cases[c].encoding, MedianOf(t, [](const Run& r) { return r.client.draw; }),
                 MedianOf(t, [](const Run& r) { return r.client.pull; }),
-                MedianOf(t, [](const Run& r) { return r.client.push; }),
-                MedianOf(g, [](const Run& r) { return r.client.draw; }),
-                MedianOf(g, [](const Run& r) { return r.client.pull; }),
-                MedianOf(g, [](const Run& r) { return r.server_pull; }),
-                MedianOf(g, [](const Run& r) { return r.client.push; }),
-                MedianOf(g, [](const Run& r) { return r.server_push; }));
+                MedianOf(t, [](const Run& r) { return r.client.push; }));
+    for (size_t m = 0; m < 2; ++m) {
+      const auto& g = runs[c * modes.size() + m];
+      std::printf("    gRPC %-9s: draw %.3f, pull %.3f (server %.3f), push %.3f "
+                  "(server %.3f)\n",
+                  modes[m].name, MedianOf(g, [](const Run& r) { return r.client.draw; }),
+                  MedianOf(g, [](const Run& r) { return r.client.pull; }),
+                  MedianOf(g, [](const Run& r) { return r.server_pull; }),
+                  MedianOf(g, [](const Run& r) { return r.client.push; }),
+                  MedianOf(g, [](const Run& r) { return r.server_push; }));
+    }
   }
   std::fflush(stdout);
   return 0;
@@ -353,6 +387,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   const std::string role = absl::GetFlag(FLAGS_role);
   if (role == "client") return shardps::bench::RunGrpcClient();
+  if (role == "pipelined_client") return shardps::bench::RunPipelinedClient();
   if (role == "tcp_server") return shardps::bench::RunTcpServer();
   if (role == "tcp_client") return shardps::bench::RunTcpClient();
   return shardps::RunMain();

@@ -26,6 +26,7 @@ namespace shardps::bench {
 using Clock = std::chrono::steady_clock;
 inline constexpr uint64_t kIds = 1000000;
 inline constexpr int kDraws = 4096;
+inline constexpr uint32_t kPartitions = 4096;  // The server's partitions.
 
 inline double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -44,6 +45,9 @@ struct StepTimes {
 
 // The gRPC W client (--role=client): prints its rows/s and TIMES.
 int RunGrpcClient();
+// The pipelined gRPC W client (--role=pipelined_client): the real PsClient,
+// step t's push and step t + 1's pull in flight at once.
+int RunPipelinedClient();
 // The raw TCP loop's server and client (--role=tcp_server / tcp_client).
 int RunTcpServer();
 int RunTcpClient();
