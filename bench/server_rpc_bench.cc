@@ -14,6 +14,7 @@
 //
 //   bazel run -c opt //bench:server_rpc_bench -- [--steps=3000] [--reps=3]
 //       [--two_clients=false] [--ps_server_before=/path/to/old/ps_server]
+//       [--client_before=/path/to/old/server_rpc_bench]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -54,6 +55,10 @@ ABSL_FLAG(int, warmup, 200, "Untimed steps first.");
 ABSL_FLAG(int, reps, 3, "Runs per case (median reported).");
 ABSL_FLAG(uint64_t, seed, 1, "Client's Zipf seed.");
 ABSL_FLAG(std::string, ps_server, "server/ps_server", "ps_server binary.");
+ABSL_FLAG(std::string, client_before, "",
+          "With --ps_server_before: the server_rpc_bench binary whose client "
+          "roles run against it (an older build, to measure a client change "
+          "in the same reps); default this binary.");
 ABSL_FLAG(bool, two_clients, true, "Also run 2 serial clients per case.");
 ABSL_FLAG(std::string, ps_server_before, "",
           "Optional second ps_server binary, run in the same reps; its rates "
@@ -174,12 +179,13 @@ struct Run {
 };
 
 // Runs `clients` client processes against `address`.
-Run RunClients(const std::string& role, const std::string& address,
-               int clients, int dim, const std::string& encoding) {
+Run RunClients(const std::string& binary, const std::string& role,
+               const std::string& address, int clients, int dim,
+               const std::string& encoding) {
   std::vector<Child> children;
   for (int i = 0; i < clients; ++i) {
     children.push_back(Spawn(
-        {SelfPath(), "--role=" + role, "--address=" + address,
+        {binary, "--role=" + role, "--address=" + address,
          absl::StrCat("--dim=", dim), "--encoding=" + encoding,
          absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
          absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
@@ -218,8 +224,8 @@ double MedianOf(const std::vector<Run>& runs, Field field) {
 }
 
 // One run of `clients` clients against a fresh `ps_server`.
-Run GrpcRun(const std::string& ps_server, const std::string& role, int dim,
-            const std::string& encoding, int clients) {
+Run GrpcRun(const std::string& ps_server, const std::string& client,
+            const std::string& role, int dim, const std::string& encoding, int clients) {
   const std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   const std::string config = absl::StrCat(tmp, "/server_rpc_bench_", getpid(), ".pbtxt");
   std::ofstream(config) << "name: \"w\"\n"
@@ -238,7 +244,7 @@ Run GrpcRun(const std::string& ps_server, const std::string& role, int dim,
     std::fprintf(stderr, "%s did not start\n", ps_server.c_str());
     std::exit(1);
   }
-  Run run = RunClients(role, lines[1], clients, dim, encoding);
+  Run run = RunClients(client, role, lines[1], clients, dim, encoding);
   const std::string metrics = ScrapeMetrics(lines[0]);
   run.server_pull = ServerSecondsPerCall(metrics, "pull") * 1e3;
   run.server_push = ServerSecondsPerCall(metrics, "push") * 1e3;
@@ -251,7 +257,7 @@ Run TcpRun(int dim, const std::string& encoding) {
   Child server = Spawn({SelfPath(), "--role=tcp_server",
                         absl::StrCat("--dim=", dim), "--encoding=" + encoding});
   const std::string address = ReadLine(server, "TCP_LISTENING ");
-  const Run run = RunClients("tcp_client", address, 1, dim, encoding);
+  const Run run = RunClients(SelfPath(), "tcp_client", address, 1, dim, encoding);
   Finish(server, false);
   return run;
 }
@@ -264,6 +270,9 @@ int RunMain() {
   const int reps = absl::GetFlag(FLAGS_reps);
   const std::string after = absl::GetFlag(FLAGS_ps_server);
   const std::string before = absl::GetFlag(FLAGS_ps_server_before);
+  const std::string client_before = absl::GetFlag(FLAGS_client_before).empty()
+                                        ? SelfPath()
+                                        : absl::GetFlag(FLAGS_client_before);
   std::printf("workload W: Zipf(1.0) over %llu ids, %d draws/step, %d steps, "
               "median of %d reps%s\n",
               static_cast<unsigned long long>(kIds), kDraws,
@@ -296,13 +305,13 @@ int RunMain() {
       const double t = tcp_runs[c].back().rate;
       for (size_t m = 0; m < modes.size(); ++m) {
         const size_t i = c * modes.size() + m;
-        const Run run = GrpcRun(after, modes[m].role, cases[c].dim, cases[c].encoding,
-                                modes[m].clients);
+        const Run run = GrpcRun(after, SelfPath(), modes[m].role, cases[c].dim,
+                                cases[c].encoding, modes[m].clients);
         runs[i].push_back(run);
         rate[i].push_back(run.rate);
         ratio[i].push_back(run.rate / t);
         if (!before.empty()) {
-          const double rb = GrpcRun(before, modes[m].role, cases[c].dim,
+          const double rb = GrpcRun(before, client_before, modes[m].role, cases[c].dim,
                                     cases[c].encoding, modes[m].clients)
                                 .rate;
           before_rate[i].push_back(rb);

@@ -98,8 +98,12 @@ class PsClient::Impl {
     std::vector<std::vector<std::pair<uint32_t, std::vector<uint32_t>>>> per_server(servers);
     for (const auto& [t, positions] : subset) {
       std::vector<std::vector<uint32_t>> by_server(servers);
-      for (uint32_t pos : positions) {
-        by_server[map->ServerOf(tables[t].table_id, tables[t].keys[pos])].push_back(pos);
+      if (servers == 1) {
+        by_server[0] = positions;  // One server owns every key.
+      } else {
+        for (uint32_t pos : positions) {
+          by_server[map->ServerOf(tables[t].table_id, tables[t].keys[pos])].push_back(pos);
+        }
       }
       for (uint32_t s = 0; s < servers; ++s) {
         if (!by_server[s].empty()) per_server[s].emplace_back(t, std::move(by_server[s]));

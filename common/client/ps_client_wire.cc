@@ -36,6 +36,22 @@ bool AddSparse(const TableRef& ref, const std::vector<uint32_t>& positions, Enco
   return true;
 }
 
+// Calls fn(k, first, count) for each maximal run of consecutive positions:
+// positions[k + r] == first + r for r < count. A single-server op's
+// positions are one run (0..n-1), so its rows move in one encode or decode.
+template <typename Fn>
+void ForEachRun(const std::vector<uint32_t>& positions, Fn fn) {
+  size_t k = 0;
+  while (k < positions.size()) {
+    size_t count = 1;
+    while (k + count < positions.size() && positions[k + count] == positions[k] + count) {
+      ++count;
+    }
+    fn(k, positions[k], count);
+    k += count;
+  }
+}
+
 }  // namespace
 
 void AddPullTable(const TableRef& ref, const std::vector<uint32_t>& positions,
@@ -44,7 +60,9 @@ void AddPullTable(const TableRef& ref, const std::vector<uint32_t>& positions,
   tk->set_table_id(ref.table_id);
   auto* keys = tk->mutable_keys();
   keys->Reserve(positions.size());
-  for (uint32_t pos : positions) keys->AddAlreadyReserved(ref.keys[pos]);
+  ForEachRun(positions, [&](size_t, uint32_t first, size_t count) {
+    keys->Add(ref.keys + first, ref.keys + first + count);
+  });
 }
 
 void AddPushTable(const TableRef& ref, const std::vector<uint32_t>& positions,
@@ -54,12 +72,14 @@ void AddPushTable(const TableRef& ref, const std::vector<uint32_t>& positions,
   auto* keys = tg->mutable_keys();
   keys->Reserve(positions.size());
   if (ref.sparse && AddSparse(ref, positions, encoding, tg)) return;
+  const size_t row_bytes = size_t{ref.dim} * BytesPerValue(encoding);
   std::string* bytes = tg->mutable_gradients();
-  bytes->reserve(positions.size() * ref.dim * BytesPerValue(encoding));
-  for (uint32_t pos : positions) {
-    keys->AddAlreadyReserved(ref.keys[pos]);
-    EncodeValues(ref.grads + size_t{pos} * ref.dim, ref.dim, encoding, bytes);
-  }
+  bytes->resize(positions.size() * row_bytes);
+  ForEachRun(positions, [&](size_t k, uint32_t first, size_t count) {
+    keys->Add(ref.keys + first, ref.keys + first + count);
+    EncodeValuesTo(ref.grads + size_t{first} * ref.dim, count * ref.dim, encoding,
+                   bytes->data() + k * row_bytes);
+  });
 }
 
 absl::Status ScatterPull(const std::vector<TableRef>& tables, const Part& part,
@@ -77,12 +97,13 @@ absl::Status ScatterPull(const std::vector<TableRef>& tables, const Part& part,
                                               values.size(), " bytes, expected ",
                                               positions.size() * row_bytes));
     }
-    for (size_t k = 0; k < positions.size(); ++k) {
-      const absl::Status st =
-          DecodeValues(absl::string_view(values).substr(k * row_bytes, row_bytes), encoding,
-                       ref.dim, ref.out + size_t{positions[k]} * ref.dim);
-      if (!st.ok()) return st;
-    }
+    absl::Status st;
+    ForEachRun(positions, [&](size_t k, uint32_t first, size_t count) {
+      if (!st.ok()) return;
+      st = DecodeValues(absl::string_view(values).substr(k * row_bytes, count * row_bytes),
+                        encoding, count * ref.dim, ref.out + size_t{first} * ref.dim);
+    });
+    if (!st.ok()) return st;
   }
   return absl::OkStatus();
 }
