@@ -205,9 +205,11 @@ float* Table::TouchRow(Stripe& stripe, uint64_t key, bool push,
   return row;
 }
 
-// Pull and Push visit the batch stripe by stripe: under the stripe's lock,
-// prefetch the hash slots of all its keys, look them up (the misses overlap)
-// and prefetch their rows, then copy or update the rows. Keys of one stripe
+// Pull and Push visit the batch stripe by stripe (StagedStripes): under the
+// stripe's lock, prefetch the hash slots of all its keys, look them up (the
+// misses overlap) and prefetch their rows, then copy or update the rows; the
+// stages of consecutive stripes overlap, so a stripe's first lookup and
+// first row are not a full memory latency each. Keys of one stripe
 // keep their batch order, so admission counts of repeated pull keys are
 // those of a key-by-key pass.
 void Table::ForStripes(size_t n, absl::FunctionRef<void(int begin, int end)> fn) const {
@@ -217,6 +219,36 @@ void Table::ForStripes(size_t n, absl::FunctionRef<void(int begin, int end)> fn)
     return;
   }
   helpers_->ParallelFor(kChunks, [&fn](int c) { fn(c * kStripes, (c + 1) * kStripes); });
+}
+
+void Table::StagedStripes(const Batch& b, const uint64_t* keys, int first, int last,
+                          StripeStage lookup, StripeStage use) const
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Locks and unlocks stripes in turn.
+  int with_keys[kNumStripes];
+  int m = 0;
+  for (int s = first; s < last; ++s) {
+    if (b.start[s] != b.start[s + 1]) with_keys[m++] = s;
+  }
+  // Step k: stripe k's buckets, stripe k - 1's lookup, stripe k - 2's use.
+  for (int k = 0; k < m + 2; ++k) {
+    if (k < m) {
+      Stripe& stripe = stripes_[with_keys[k]];
+      stripe.mu.Lock();
+      const uint32_t end = b.start[with_keys[k] + 1];
+      for (uint32_t j = b.start[with_keys[k]]; j < end; ++j) {
+        stripe.index.Prefetch(keys[b.order[j]]);
+      }
+    }
+    if (k >= 1 && k - 1 < m) {
+      const int s = with_keys[k - 1];
+      lookup(stripes_[s], b.start[s], b.start[s + 1]);
+    }
+    if (k >= 2) {
+      const int s = with_keys[k - 2];
+      use(stripes_[s], b.start[s], b.start[s + 1]);
+      stripes_[s].mu.Unlock();
+    }
+  }
 }
 
 void Table::Pull(const uint64_t* keys, size_t n, bool train, float* out) {
@@ -230,39 +262,36 @@ void Table::PullEncoded(const uint64_t* keys, size_t n, bool train,
   const uint32_t now_seconds = train ? NowSeconds() : 0;
   Batch& b = GroupByStripe(keys, n);
   ForStripes(n, [&](int first, int last) {
-    for (int s = first; s < last; ++s) {
-      const uint32_t begin = b.start[s], end = b.start[s + 1];
-      if (begin == end) continue;
-      Stripe& stripe = stripes_[s];
-      MutexLock lock(&stripe.mu);
-      for (uint32_t j = begin; j < end; ++j) {
-        stripe.index.Prefetch(keys[b.order[j]]);
-      }
-      for (uint32_t j = begin; j < end; ++j) {
-        const uint64_t key = keys[b.order[j]];
-        float* row = nullptr;
-        if (train) {
-          row = TouchRow(stripe, key, /*push=*/false, now_seconds, 1);
-        } else {
-          const RowIndex::Bucket* entry = stripe.index.Find(key);
-          if (entry != nullptr) row = RowAt(stripe, entry->slot);
-        }
-        if (row != nullptr) PrefetchRow(row, /*write=*/false);
-        b.rows[j] = row;
-      }
-      for (uint32_t j = begin; j < end; ++j) {
-        const uint32_t i = b.order[j];
-        const float* src = b.rows[j];
-        if (src == nullptr && shared_rows_) continue;  // PullShared.
-        if (src == nullptr) {  // No row (yet): the initial value.
-          thread_local std::vector<float> initial;
-          initial.resize(dim_);
-          initializer_.Fill(keys[i], initial.data());
-          src = initial.data();
-        }
-        EncodeValuesTo(src, dim_, encoding, out + i * row_bytes);
-      }
-    }
+    StagedStripes(
+        b, keys, first, last,
+        [&](Stripe& stripe, uint32_t begin, uint32_t end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          for (uint32_t j = begin; j < end; ++j) {
+            const uint64_t key = keys[b.order[j]];
+            float* row = nullptr;
+            if (train) {
+              row = TouchRow(stripe, key, /*push=*/false, now_seconds, 1);
+            } else {
+              const RowIndex::Bucket* entry = stripe.index.Find(key);
+              if (entry != nullptr) row = RowAt(stripe, entry->slot);
+            }
+            if (row != nullptr) PrefetchRow(row, /*write=*/false);
+            b.rows[j] = row;
+          }
+        },
+        [&](Stripe&, uint32_t begin, uint32_t end) {
+          for (uint32_t j = begin; j < end; ++j) {
+            const uint32_t i = b.order[j];
+            const float* src = b.rows[j];
+            if (src == nullptr && shared_rows_) continue;  // PullShared.
+            if (src == nullptr) {  // No row (yet): the initial value.
+              thread_local std::vector<float> initial;
+              initial.resize(dim_);
+              initializer_.Fill(keys[i], initial.data());
+              src = initial.data();
+            }
+            EncodeValuesTo(src, dim_, encoding, out + i * row_bytes);
+          }
+        });
   });
   if (shared_rows_) PullShared(b, keys, n, encoding, out);
 }
@@ -276,39 +305,36 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
   std::atomic<uint64_t> applied{0}, pending{0}, skipped{0};
   ForStripes(n, [&](int first, int last) {
     PushCounts counts;
-    for (int s = first; s < last; ++s) {
-      const uint32_t begin = b.start[s], end = b.start[s + 1];
-      if (begin == end) continue;
-      Stripe& stripe = stripes_[s];
-      MutexLock lock(&stripe.mu);
-      for (uint32_t j = begin; j < end; ++j) {
-        stripe.index.Prefetch(keys[b.order[j]]);
-      }
-      for (uint32_t j = begin; j < end; ++j) {
-        const uint32_t i = b.order[j];
-        b.rows[j] = nullptr;
-        b.to_shared[j] = 0;
-        if (skip_nonfinite && !AllFinite(grads + size_t{i} * dim_, dim_)) {
-          ++counts.skipped_nonfinite;  // Only reached under SKIP_AND_COUNT.
-          continue;
-        }
-        float* row = TouchRow(stripe, keys[i], /*push=*/true, now_seconds,
-                              occurrences == nullptr ? 1 : occurrences[i]);
-        if (row == nullptr) {
-          ++counts.pending;
-          b.to_shared[j] = shared_rows_;
-          continue;
-        }
-        PrefetchRow(row, /*write=*/true);
-        b.rows[j] = row;
-      }
-      for (uint32_t j = begin; j < end; ++j) {
-        float* row = b.rows[j];
-        if (row == nullptr) continue;
-        optimizer_->Update(row, row + dim_, grads + size_t{b.order[j]} * dim_, lr_scale);
-        ++counts.applied;
-      }
-    }
+    StagedStripes(
+        b, keys, first, last,
+        [&](Stripe& stripe, uint32_t begin, uint32_t end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          for (uint32_t j = begin; j < end; ++j) {
+            const uint32_t i = b.order[j];
+            b.rows[j] = nullptr;
+            b.to_shared[j] = 0;
+            if (skip_nonfinite && !AllFinite(grads + size_t{i} * dim_, dim_)) {
+              ++counts.skipped_nonfinite;  // Only reached under SKIP_AND_COUNT.
+              continue;
+            }
+            float* row = TouchRow(stripe, keys[i], /*push=*/true, now_seconds,
+                                  occurrences == nullptr ? 1 : occurrences[i]);
+            if (row == nullptr) {
+              ++counts.pending;
+              b.to_shared[j] = shared_rows_;
+              continue;
+            }
+            PrefetchRow(row, /*write=*/true);
+            b.rows[j] = row;
+          }
+        },
+        [&](Stripe&, uint32_t begin, uint32_t end) {
+          for (uint32_t j = begin; j < end; ++j) {
+            float* row = b.rows[j];
+            if (row == nullptr) continue;
+            optimizer_->Update(row, row + dim_, grads + size_t{b.order[j]} * dim_, lr_scale);
+            ++counts.applied;
+          }
+        });
     applied.fetch_add(counts.applied, std::memory_order_relaxed);
     pending.fetch_add(counts.pending, std::memory_order_relaxed);
     skipped.fetch_add(counts.skipped_nonfinite, std::memory_order_relaxed);

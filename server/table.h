@@ -315,6 +315,15 @@ class Table {
   // them: once with [0, kNumStripes) for a batch of n < kParallelMinKeys keys,
   // else once per chunk, concurrently on the helper pool.
   void ForStripes(size_t n, absl::FunctionRef<void(int first, int last)> fn) const;
+  // Visits the stripes in [first, last) that hold keys of `b` in three
+  // overlapping stages, each stripe locked from its first stage to its last:
+  // prefetch the hash buckets of its keys; lookup(stripe, begin, end), which
+  // finds its rows (and prefetches them); use(stripe, begin, end). While one
+  // stripe's rows are used, the next one's rows and the one after's buckets
+  // are on their way from memory. Locks are taken in stripe order.
+  using StripeStage = absl::FunctionRef<void(Stripe& stripe, uint32_t begin, uint32_t end)>;
+  void StagedStripes(const Batch& b, const uint64_t* keys, int first, int last,
+                     StripeStage lookup, StripeStage use) const;
   // Issues prefetches for a row's weights (and, to `write` it, its state).
   void PrefetchRow(const float* row, bool write) const;
   float* RowAt(const Stripe& stripe, uint32_t slot) const;
