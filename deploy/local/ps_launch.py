@@ -14,12 +14,18 @@ checkpoint; a restarted scheduler takes the running job over; a restarted
 worker resumes from its last step). Exit 0 of a server or worker means the
 job ended for it. With no config, the embedded default job runs: DLRM on
 generated Criteo-format data (generated once, cached in data/synthetic),
-2 servers, 2 workers, SSP(2). Every setting can be overridden by flags.
+2 servers, 2 workers, SSP(2), evaluated every half epoch, keeping the best
+checkpoint and stopping early. Every setting can be overridden by flags.
+
+Checkpoints: --checkpoint_dir is used as given (a job found there is
+resumed). Without it, a config whose checkpoint.dir is relative (the default
+config's) gets <run_dir>/checkpoints, emptied first: each run is a new job.
 """
 
 import argparse
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -136,7 +142,8 @@ def parse_args():
     p.add_argument("--max_steps", type=int, default=0)
     p.add_argument("--epochs", type=int, default=0)
     p.add_argument("--checkpoint_dir", default="",
-                   help="checkpoints (a job started again over it resumes from the latest)")
+                   help="checkpoints (a job started again over it resumes from the latest); "
+                   "default: <run_dir>/checkpoints, emptied first, if the config's dir is relative")
     p.add_argument("--max_restarts", type=int, default=3,
                    help="times each process is started again after it died")
     p.add_argument("--bin_dir", default="")
@@ -327,8 +334,18 @@ def main():
     out = subprocess.run(check, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit("ps_launch: bad job config:\n" + out.stderr)
-    say(out.stdout.strip())
     text = open(job_config).read()
+    ckpt = re.search(r'^checkpoint \{\n  dir: "(.*)"$', text, re.M)
+    if ckpt and not args.checkpoint_dir and not os.path.isabs(ckpt.group(1)):
+        # A relative dir would be each process's cwd's: the run gets its own.
+        own = os.path.join(os.path.abspath(args.run_dir), "checkpoints")
+        shutil.rmtree(own, ignore_errors=True)
+        out = subprocess.run(check + ["--checkpoint_dir=" + own], capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit("ps_launch: bad job config:\n" + out.stderr)
+        text = open(job_config).read()
+        say("checkpoints in %s (a new job: emptied first; --checkpoint_dir to keep one)" % own)
+    say(out.stdout.strip())
     num_servers = int(re.search(r"num_servers: (\d+)", text).group(1))
     num_workers = int(re.search(r"num_workers: (\d+)", text).group(1))
     max_steps_m = re.search(r"max_steps: (\d+)", text)
@@ -377,14 +394,20 @@ def main():
     if recoveries and int(recoveries.group(1)) > 0:
         say("the job recovered %s times, %s s in all (ps_status shows each recovery's phases)" % (
             recoveries.group(1), recoveries.group(2)))
-    if auc and best and "state=done" in result:
+    kept = re.search(r"best_clock=(\d+) best_auc=([\d.]+)", result)
+    if kept and "state=done" in result:
+        # Keep-best: the job's model is the kept checkpoint, not the last state.
+        final_clock = re.search(r"max_clock=(\d+)", result)
+        final = ("the final one" if final_clock and final_clock.group(1) == kept.group(1)
+                 else "the final state's test AUC %s" % (auc.group(1) if auc else "?"))
+        say("test AUC %s of the kept model: the best evaluated checkpoint, clock %s, what "
+            "ps_score and ps_export load by default%s; %s" % (
+                kept.group(2), kept.group(1),
+                " (best achievable %s)" % best["best_auc"] if "best_auc" in best else "", final))
+    elif auc and best and "state=done" in result:
         say("test AUC %s (best achievable %s), test logloss %s (best achievable %s)" % (
             auc.group(1), best.get("best_auc", "?"), ll.group(1) if ll else "?",
             best.get("best_logloss", "?")))
-    kept = re.search(r"best_clock=(\d+) best_auc=([\d.]+)", result)
-    if kept and "state=done" in result:
-        say("best evaluated checkpoint: clock %s, test AUC %s (kept; what ps_score and ps_export "
-            "load by default)" % kept.groups())
     if stopping["why"] == "interrupted":
         return 130
     if failed:
