@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench_util import ROOT, bazel_bin, fields  # noqa: E402
+from bench_util import ROOT, bazel_bin, fields, training_only  # noqa: E402
 
 
 
@@ -87,7 +87,7 @@ def main():
         sys.exit("--min_counts: each must be > 1")
     bin_dir = args.bin_dir or bazel_bin(args.compilation_mode)
     with open(args.job) as f:
-        base = f.read()
+        base = training_only(f.read())  # AUC at the end of the epoch, not keep-best
     settings = [("off", 0, "SHARED")]
     for n in min_counts:
         settings += [("min_count %d shared" % n, n, "SHARED"),

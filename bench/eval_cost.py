@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench_util import ROOT, bazel_bin, fields  # noqa: E402
+from bench_util import ROOT, bazel_bin, fields, training_only_default  # noqa: E402
 
 
 
@@ -50,7 +50,7 @@ def run_job(bin_dir, data, run_dir, every, ckpt_every):
     os.makedirs(ckpt)
     config = os.path.join(run_dir, "setting.pbtxt")
     subprocess.run([os.path.join(bin_dir, "common/ps_config_check"),
-                    os.path.join(ROOT, "configs/default.pbtxt"), "--write=" + config,
+                    training_only_default(run_dir), "--write=" + config,
                     "--synthetic_dir=" + data, "--checkpoint_dir=" + ckpt,
                     "--eval_every_steps=%d" % every],
                    check=True, capture_output=True)

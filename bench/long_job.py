@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from bench_util import ROOT, bazel_bin  # noqa: E402
+from bench_util import ROOT, bazel_bin, training_only_default  # noqa: E402
 
 
 
@@ -69,7 +69,7 @@ def main():
                         "--train_shards=8"], check=True, capture_output=True)
     config = os.path.join(args.dir, "job.pbtxt")
     subprocess.run([os.path.join(bin_dir, "common/ps_config_check"),
-                    os.path.join(ROOT, "configs/default.pbtxt"), "--write=" + config,
+                    training_only_default(args.dir), "--write=" + config,
                     "--synthetic_dir=" + data, "--servers=2", "--workers=2"],
                    check=True, capture_output=True)
     log_path = os.path.join(args.dir, "launcher.log")

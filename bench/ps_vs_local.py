@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench_util import ROOT, bazel_bin  # noqa: E402
+from bench_util import ROOT, bazel_bin, training_only_default  # noqa: E402
 BIN = None  # Set by main().
 
 
@@ -50,7 +50,7 @@ def main():
                    check=True, capture_output=True)
     config = os.path.join(tmp, "job.pbtxt")
     subprocess.run([os.path.join(BIN, "common/ps_config_check"),
-                    os.path.join(ROOT, "configs/default.pbtxt"), "--write=" + config,
+                    training_only_default(tmp), "--write=" + config,
                     "--synthetic_dir=" + data, "--servers=1", "--workers=1", "--mode=SSP",
                     "--staleness=1"], check=True, capture_output=True)
     local, ps = [], []

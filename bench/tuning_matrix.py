@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench_util import ROOT, bazel_bin, fields  # noqa: E402
+from bench_util import ROOT, bazel_bin, fields, training_only  # noqa: E402
 
 # name -> (ps_config_check flags, launcher flags)
 OFF = ["--prefetch=false"]
@@ -101,7 +101,7 @@ def main():
     args = p.parse_args()
     bin_dir = bazel_bin(args.config)
     tmp = tempfile.mkdtemp(prefix="tuning_matrix.")
-    default = open(os.path.join(ROOT, "configs/default.pbtxt")).read()
+    default = training_only(open(os.path.join(ROOT, "configs/default.pbtxt")).read())
     big = default.replace("top_mlp: [64, 32]", "top_mlp: [1024, 1024]")
     assert big != default, "configs/default.pbtxt's top_mlp changed: update the bench"
     settings = [s for s in SETTINGS

@@ -1,8 +1,10 @@
 // Convergence: the default job's model, trained in local mode on 3.2M lines
-// of generated data (one epoch), reaches an AUC within 0.02 of the data
+// of generated data (one epoch), reaches an AUC within 0.015 of the data
 // set's best achievable AUC (the AUC of the generator's true probabilities
 // on the same held-out lines). Local mode is the baseline every PS mode is
-// compared against in e2e_test.
+// compared against in e2e_test. Measured: 0.8541 against 0.8668 (gap
+// 0.0127; 0.0145 before the embeddings' initial accumulator, which this
+// bound would refuse).
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -17,7 +19,7 @@ namespace {
 
 using testing::ReadFile;
 
-TEST(QualityTest, DefaultModelReachesTheBestAchievableAucWithin002) {
+TEST(QualityTest, DefaultModelReachesTheBestAchievableAucWithin0015) {
   const std::string data = ::testing::TempDir() + "/quality_data";
   ASSERT_TRUE(testing::MakeSyntheticData(data, 3200000, 50000, 16).ok());
   const std::string config = ::testing::TempDir() + "/quality.pbtxt";
@@ -34,7 +36,7 @@ TEST(QualityTest, DefaultModelReachesTheBestAchievableAucWithin002) {
   ASSERT_GT(best, 0.8);
   const double auc = std::stod((*result)["eval_auc"]);
   std::printf("trained AUC %.4f, best achievable %.4f, gap %.4f\n", auc, best, best - auc);
-  EXPECT_GE(auc, best - 0.02);
+  EXPECT_GE(auc, best - 0.015);
 }
 
 }  // namespace

@@ -293,7 +293,8 @@ class EntrypointJobTest(unittest.TestCase):
         config = os.path.join(tmp, "job.pbtxt")
         data = os.path.join(tmp, "data")
         subprocess.run([BINARIES["ps_config_check"], small, "--servers=1", "--workers=1",
-                        "--synthetic_dir=" + data, "--max_steps=10", "--write=" + config],
+                        "--synthetic_dir=" + data, "--checkpoint_dir=" + os.path.join(tmp, "ckpt"),
+                        "--max_steps=10", "--write=" + config],
                        check=True, stdout=subprocess.DEVNULL)
         env = {"PATH": bindir + ":/usr/bin:/bin", "SHARDPS_CONFIG": config}
         scheduler = "127.0.0.1:%d" % free_port()

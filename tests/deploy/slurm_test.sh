@@ -133,11 +133,14 @@ done
 echo "slurm up after $(($(date +%s) - start))s"
 
 # --- a small shardps job ------------------------------------------------------
+# Without the default's checkpoint block: each job below names its own.
 sed -e 's/synthetic_train_lines: [0-9]*/synthetic_train_lines: 4000/' \
     -e 's/synthetic_eval_lines: [0-9]*/synthetic_eval_lines: 1000/' \
+    -e '/^checkpoint {/,/^}/d' \
     configs/default.pbtxt >"$T/small.pbtxt"
 common/ps_config_check "$T/small.pbtxt" --servers=1 --workers=1 \
-  --synthetic_dir="$T/data/synthetic" --max_steps=20 --write="$T/job.pbtxt"
+  --synthetic_dir="$T/data/synthetic" --checkpoint_dir="$T/ckpt_plain" --max_steps=20 \
+  --write="$T/job.pbtxt"
 
 # submit <output file> <server port> [config]: the job's id. Settings the
 # caller puts in the environment (SHARDPS_WORKER_FLAGS=...) reach the job too.
