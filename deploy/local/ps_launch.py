@@ -346,6 +346,13 @@ def main():
         text = open(job_config).read()
         say("checkpoints in %s (a new job: emptied first; --checkpoint_dir to keep one)" % own)
     say(out.stdout.strip())
+    every = re.search(r"eval_every_steps: (\d+)", text)
+    if every and (args.train_files or "train_files:" in text) and not args.eval_every_steps:
+        # The default config's cadence is half an epoch of its generated data.
+        say("the config evaluates every %s clocks, half an epoch of the generated data: for "
+            "these files set --eval_every_steps to about half an epoch, lines / (2 x workers x "
+            "batch_size) (evaluations slower than the cadence queue up, with their checkpoints)"
+            % every.group(1))
     num_servers = int(re.search(r"num_servers: (\d+)", text).group(1))
     num_workers = int(re.search(r"num_workers: (\d+)", text).group(1))
     max_steps_m = re.search(r"max_steps: (\d+)", text)
