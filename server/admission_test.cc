@@ -19,6 +19,7 @@
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
 #include "server/parameter_server_core.h"
+#include "server/snapshot_test_util.h"
 #include "server/table.h"
 
 namespace shardps {
@@ -270,39 +271,12 @@ TEST(AdmissionCoreTest, BspCountsEveryRanksPushOnceAndRetriesNotAtAll) {
   EXPECT_EQ(CorePull(*core, {43}, 3), std::vector<float>({-2.5f, -2.5f}));  // Shared.
 }
 
-// Writes a checkpoint at `clock` on every core (a DELTA on `base` if given)
-// and its manifest, as the scheduler does. Returns the manifest.
+// A checkpoint at `clock` on every core (a DELTA on `base` if given) and its
+// manifest, as the scheduler writes them.
 ckpt::CheckpointManifest Checkpoint(std::vector<std::unique_ptr<ParameterServerCore>>& cores,
                                     const std::string& root, uint64_t clock,
                                     const ckpt::CheckpointManifest* base) {
-  ckpt::CheckpointManifest m;
-  m.set_format_version(ckpt::kManifestFormatVersion);
-  m.set_checkpoint_id(ckpt::CheckpointId(clock));
-  m.set_clock(clock);
-  m.set_job_name(kJob);
-  m.set_config_fingerprint(1);
-  m.set_num_partitions(kParts);
-  m.set_kind(base ? ckpt::CheckpointManifest::DELTA : ckpt::CheckpointManifest::FULL);
-  if (base != nullptr) {
-    m.set_base_id(base->checkpoint_id());
-    *m.mutable_chain() = base->chain();
-  }
-  m.add_chain(m.checkpoint_id());
-  std::string dir;
-  for (auto& core : cores) {
-    core->SetCheckpointRoot(root);
-    CheckpointRequest request;
-    request.set_clock(clock);
-    request.set_delta(base != nullptr);
-    if (base != nullptr) request.set_base_clock(base->clock());
-    CheckpointResponse response;
-    const absl::Status st = core->Checkpoint(request, &response);
-    EXPECT_TRUE(st.ok()) << st;
-    for (const ckpt::CheckpointFile& f : response.written()) *m.add_files() = f;
-    dir = response.checkpoint_dir();
-  }
-  EXPECT_TRUE(ckpt::WriteManifest(dir, m).ok());
-  return m;
+  return testing::CheckpointCores(cores, root, clock, base, kJob, kParts);
 }
 
 void Restore(ParameterServerCore& core, const std::string& root, uint64_t clock) {

@@ -20,6 +20,7 @@
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
 #include "server/parameter_server_core.h"
+#include "server/snapshot_test_util.h"
 
 namespace shardps {
 namespace {
@@ -157,43 +158,11 @@ class Job {
     return dump;
   }
 
-  // A checkpoint at `clock` on every server, FULL or a DELTA on `base`
-  // (whose manifest chain it extends), then its manifest, as the scheduler
-  // writes them. Returns the checkpoint's manifest.
+  // A checkpoint at `clock` on every server, FULL or a DELTA on `base`,
+  // and its manifest (testing::CheckpointCores).
   ckpt::CheckpointManifest Checkpoint(const std::string& root, uint64_t clock,
                                       const ckpt::CheckpointManifest* base) {
-    ckpt::CheckpointManifest m;
-    m.set_format_version(ckpt::kManifestFormatVersion);
-    m.set_checkpoint_id(ckpt::CheckpointId(clock));
-    m.set_clock(clock);
-    m.set_job_name(kJob);
-    m.set_config_fingerprint(1);
-    m.set_num_partitions(kParts);
-    m.set_kind(base ? ckpt::CheckpointManifest::DELTA
-                    : ckpt::CheckpointManifest::FULL);
-    if (base != nullptr) {
-      m.set_base_id(base->checkpoint_id());
-      *m.mutable_chain() = base->chain();
-    }
-    m.add_chain(m.checkpoint_id());
-    std::string dir;
-    for (auto& core : cores_) {
-      core->SetCheckpointRoot(root);
-      CheckpointRequest request;
-      request.set_clock(clock);
-      request.set_delta(base != nullptr);
-      if (base != nullptr) request.set_base_clock(base->clock());
-      CheckpointResponse response;
-      const absl::Status st = core->Checkpoint(request, &response);
-      EXPECT_TRUE(st.ok()) << st;
-      for (const ckpt::CheckpointFile& f : response.written()) {
-        *m.add_files() = f;
-      }
-      dir = response.checkpoint_dir();
-    }
-    const absl::Status st = ckpt::WriteManifest(dir, m);
-    EXPECT_TRUE(st.ok()) << st;
-    return m;
+    return testing::CheckpointCores(cores_, root, clock, base, kJob, kParts);
   }
 
   // Restore on every server from `root` at `clock`; the first error.

@@ -74,6 +74,46 @@ inline JobConfig Config(uint32_t num_servers, uint32_t user_dim = 3) {
 // Every row of every table: (table, key) -> payload, bit for bit.
 using Dump = std::map<std::pair<uint32_t, uint64_t>, std::vector<float>>;
 
+// A checkpoint at `clock` on every core, FULL or a DELTA on `base` (whose
+// manifest chain it extends), then its manifest naming `job` and
+// `num_partitions`, written as the scheduler writes it. Returns the manifest;
+// `dir`, if given, gets the checkpoint's directory.
+inline ckpt::CheckpointManifest CheckpointCores(
+    std::vector<std::unique_ptr<ParameterServerCore>>& cores, const std::string& root,
+    uint64_t clock, const ckpt::CheckpointManifest* base, const std::string& job,
+    uint32_t num_partitions, std::string* dir = nullptr) {
+  ckpt::CheckpointManifest m;
+  m.set_format_version(ckpt::kManifestFormatVersion);
+  m.set_checkpoint_id(ckpt::CheckpointId(clock));
+  m.set_clock(clock);
+  m.set_job_name(job);
+  m.set_config_fingerprint(1);
+  m.set_num_partitions(num_partitions);
+  m.set_kind(base ? ckpt::CheckpointManifest::DELTA : ckpt::CheckpointManifest::FULL);
+  if (base != nullptr) {
+    m.set_base_id(base->checkpoint_id());
+    *m.mutable_chain() = base->chain();
+  }
+  m.add_chain(m.checkpoint_id());
+  std::string written;
+  for (auto& core : cores) {
+    core->SetCheckpointRoot(root);
+    CheckpointRequest request;
+    request.set_clock(clock);
+    request.set_delta(base != nullptr);
+    if (base != nullptr) request.set_base_clock(base->clock());
+    CheckpointResponse response;
+    const absl::Status st = core->Checkpoint(request, &response);
+    EXPECT_TRUE(st.ok()) << st;
+    for (const ckpt::CheckpointFile& f : response.written()) *m.add_files() = f;
+    written = response.checkpoint_dir();
+  }
+  const absl::Status st = ckpt::WriteManifest(written, m);
+  EXPECT_TRUE(st.ok()) << st;
+  if (dir != nullptr) *dir = written;
+  return m;
+}
+
 // The servers of one job with the contiguous map, driven as one BSP worker.
 class Job {
  public:
@@ -180,30 +220,8 @@ class Job {
   // Checkpoint on every server at `clock`, then the manifest from the
   // responses (as the scheduler does). Returns the checkpoint's directory.
   std::string Checkpoint(const std::string& root, uint64_t clock) {
-    ckpt::CheckpointManifest manifest;
-    manifest.set_format_version(ckpt::kManifestFormatVersion);
-    manifest.set_checkpoint_id(ckpt::CheckpointId(clock));
-    manifest.set_clock(clock);
-    manifest.set_job_name(kJob);
-    manifest.set_config_fingerprint(1);
-    manifest.set_num_partitions(kParts);
-    manifest.set_kind(ckpt::CheckpointManifest::FULL);
-    manifest.add_chain(ckpt::CheckpointId(clock));
     std::string dir;
-    for (auto& core : cores_) {
-      core->SetCheckpointRoot(root);
-      CheckpointRequest request;
-      request.set_clock(clock);
-      CheckpointResponse response;
-      const absl::Status st = core->Checkpoint(request, &response);
-      EXPECT_TRUE(st.ok()) << st;
-      for (const ckpt::CheckpointFile& f : response.written()) {
-        *manifest.add_files() = f;
-      }
-      dir = response.checkpoint_dir();
-    }
-    const absl::Status st = ckpt::WriteManifest(dir, manifest);
-    EXPECT_TRUE(st.ok()) << st;
+    CheckpointCores(cores_, root, clock, /*base=*/nullptr, kJob, kParts, &dir);
     return dir;
   }
 
