@@ -22,6 +22,7 @@ namespace {
 using testing::CriteoLines;
 using testing::MakeReader;
 using testing::Options;
+using testing::WarningSink;
 using testing::ReadIds;
 using testing::ReadIdsPerEpoch;
 using testing::WriteFile;
@@ -169,16 +170,6 @@ TEST(CriteoReaderShardTest, WindowsSpanFilesAndFileOrderFollowsTheEpoch) {
     EXPECT_EQ(got, expected) << "epoch " << e;
   }
 }
-
-// Captures glog warnings.
-class WarningSink : public google::LogSink {
- public:
-  void send(google::LogSeverity severity, const char*, const char*, int,
-            const struct ::tm*, const char* message, size_t length) override {
-    if (severity == google::GLOG_WARNING) lines.emplace_back(message, length);
-  }
-  std::vector<std::string> lines;
-};
 
 TEST(CriteoReaderShardTest, OnlyTheOwnerCountsABadLineAndNamesItsByte) {
   const std::string head = CriteoLines(0, 40);

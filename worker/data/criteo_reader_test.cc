@@ -26,6 +26,7 @@ using testing::MakeReader;
 using testing::Options;
 using testing::ReadIds;
 using testing::WriteFile;
+using testing::WarningSink;
 using testing::WriteGzip;
 
 TEST(CriteoReaderTest, ReadsPlainAndGzipInOrder) {
@@ -58,16 +59,6 @@ TEST(CriteoReaderTest, BatchesAreFullExceptTheLast) {
   EXPECT_EQ(reader->NextBatch(0, &batch).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
-
-// Captures glog warnings.
-class WarningSink : public google::LogSink {
- public:
-  void send(google::LogSeverity severity, const char*, const char*, int,
-            const struct ::tm*, const char* message, size_t length) override {
-    if (severity == google::GLOG_WARNING) lines.emplace_back(message, length);
-  }
-  std::vector<std::string> lines;
-};
 
 TEST(CriteoReaderTest, BadLinesAreReportedAndTheBudgetEnforced) {
   std::string content;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "worker/data/criteo_reader.h"
 
@@ -76,6 +77,16 @@ inline std::vector<std::vector<int>> ReadIdsPerEpoch(CriteoReader* reader) {
   }
   return epochs;
 }
+
+// Captures glog warnings while registered (google::AddLogSink).
+class WarningSink : public google::LogSink {
+ public:
+  void send(google::LogSeverity severity, const char*, const char*, int,
+            const struct ::tm*, const char* message, size_t length) override {
+    if (severity == google::GLOG_WARNING) lines.emplace_back(message, length);
+  }
+  std::vector<std::string> lines;
+};
 
 }  // namespace testing
 }  // namespace data
