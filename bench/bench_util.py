@@ -41,3 +41,26 @@ def training_only_default(directory):
     with open(path, "w") as f:
         f.write(text)
     return path
+
+
+def generate_data(bin_dir, out_dir, train_lines, eval_lines, shards=8, seed=None):
+    """Generates a synthetic data set into `out_dir` with ps_datagen (once:
+    best.txt, written last, marks it complete) and returns best.txt's
+    {key: value}. `bin_dir` is laid out like bazel-bin, or flat."""
+    best_txt = os.path.join(out_dir, "best.txt")
+    if not os.path.exists(best_txt):
+        gen = os.path.join(bin_dir, "worker/data/ps_datagen")
+        if not os.path.exists(gen):
+            gen = os.path.join(bin_dir, "ps_datagen")
+        argv = [gen, "--out_dir=" + out_dir, "--train_lines=%d" % train_lines,
+                "--eval_lines=%d" % eval_lines, "--train_shards=%d" % shards]
+        if seed is not None:
+            argv.append("--seed=%d" % seed)
+        subprocess.run(argv, check=True, capture_output=True)
+    best = {}
+    with open(best_txt) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 2:
+                best[parts[0]] = parts[1]
+    return best

@@ -26,7 +26,7 @@ import re
 import subprocess
 import sys
 
-from bench_util import ROOT, bazel_bin, fields  # noqa: E402
+from bench_util import ROOT, bazel_bin, fields, generate_data  # noqa: E402
 
 
 def data_set(cache, bin_dir, spec):
@@ -34,19 +34,7 @@ def data_set(cache, bin_dir, spec):
     lines, _, seed = spec.partition(":")
     seed = seed or "2024"
     out = os.path.join(cache, "%s_%s" % (lines, seed))
-    if not os.path.exists(os.path.join(out, "best.txt")):
-        gen = os.path.join(bin_dir, "worker/data/ps_datagen")
-        if not os.path.exists(gen):
-            gen = os.path.join(bin_dir, "ps_datagen")  # A flat --bin_dir.
-        subprocess.run([gen, "--out_dir=" + out,
-                        "--train_lines=" + lines, "--eval_lines=50000", "--seed=" + seed,
-                        "--train_shards=8"], check=True, stdout=subprocess.DEVNULL)
-    best = {}
-    with open(os.path.join(out, "best.txt")) as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) == 2:
-                best[parts[0]] = parts[1]
+    best = generate_data(bin_dir, out, int(lines), 50000, seed=int(seed))
     return out, float(best["best_auc"])
 
 

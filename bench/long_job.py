@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from bench_util import ROOT, bazel_bin, training_only_default  # noqa: E402
+from bench_util import ROOT, bazel_bin, generate_data, training_only_default  # noqa: E402
 
 
 
@@ -64,9 +64,7 @@ def main():
     data = os.path.join(args.dir, "data")
     if not os.path.exists(os.path.join(data, "best.txt")):
         print("generating %d lines into %s" % (args.lines, data), flush=True)
-        subprocess.run([os.path.join(bin_dir, "worker/data/ps_datagen"), "--out_dir=" + data,
-                        "--train_lines=%d" % args.lines, "--eval_lines=50000",
-                        "--train_shards=8"], check=True, capture_output=True)
+    generate_data(bin_dir, data, args.lines, 50000)
     config = os.path.join(args.dir, "job.pbtxt")
     subprocess.run([os.path.join(bin_dir, "common/ps_config_check"),
                     training_only_default(args.dir), "--write=" + config,

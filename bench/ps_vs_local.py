@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench_util import ROOT, bazel_bin, training_only_default  # noqa: E402
+from bench_util import ROOT, bazel_bin, generate_data, training_only_default  # noqa: E402
 BIN = None  # Set by main().
 
 
@@ -45,9 +45,7 @@ def main():
     BIN = os.path.abspath(args.bin_dir) if args.bin_dir else bazel_bin(args.config)
     tmp = tempfile.mkdtemp(prefix="ps_vs_local.")
     data = os.path.join(tmp, "data")
-    subprocess.run([os.path.join(BIN, "worker/data/ps_datagen"), "--out_dir=" + data,
-                    "--train_lines=%d" % args.lines, "--eval_lines=1000", "--train_shards=4"],
-                   check=True, capture_output=True)
+    generate_data(BIN, data, args.lines, 1000, shards=4)
     config = os.path.join(tmp, "job.pbtxt")
     subprocess.run([os.path.join(BIN, "common/ps_config_check"),
                     training_only_default(tmp), "--write=" + config,

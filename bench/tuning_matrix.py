@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench_util import ROOT, bazel_bin, fields, training_only  # noqa: E402
+from bench_util import ROOT, bazel_bin, fields, generate_data, training_only  # noqa: E402
 
 # name -> (ps_config_check flags, launcher flags)
 OFF = ["--prefetch=false"]
@@ -111,10 +111,7 @@ def main():
     for title, text, lines in [("default DLRM, top MLP [64, 32]", default, args.lines),
                                ("DLRM with top MLP [1024, 1024]", big, args.big_lines)]:
         data = os.path.join(tmp, "data%d" % lines)
-        if not os.path.isdir(data):
-            subprocess.run([os.path.join(bin_dir, "worker/data/ps_datagen"), "--out_dir=" + data,
-                            "--train_lines=%d" % lines, "--eval_lines=%d" % args.eval_lines,
-                            "--train_shards=8"], check=True, capture_output=True)
+        generate_data(bin_dir, data, lines, args.eval_lines)
         base_config = os.path.join(tmp, "base%d.pbtxt" % len(title))
         with open(base_config, "w") as f:
             f.write(text)
