@@ -191,6 +191,30 @@ absl::Status ParameterServerCore::WaitForClock(uint64_t clock, uint64_t generati
   return absl::OkStatus();
 }
 
+namespace {
+
+// Values a pulled row of `tk` has: the weights, and the state if asked.
+uint32_t PulledWidth(const TableKeys& tk, const Table& table) {
+  return table.dim() + (tk.with_state() ? static_cast<uint32_t>(table.state_size()) : 0);
+}
+
+// A pull with optimizer state is a training read of fp32 rows that every
+// push updates in place: no admission (a pending key has no state).
+absl::Status CheckStatePull(const PullRequest& request, const Table& table) {
+  if (request.purpose() != TRAIN || request.encoding() != FP32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", table.config().name(), ": a pull with_state must be a TRAIN pull in FP32"));
+  }
+  if (table.has_admission()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", table.config().name(),
+        " has admission: its rows cannot be pulled with_state (a pending key has none)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ParameterServerCore::Pull(const PullRequest& request,
                                        absl::Time deadline, PullSink* sink) {
   ASSIGN_OR_RETURN(const Encoding encoding, ToEncoding(request.encoding()));
@@ -203,7 +227,8 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
     }
     RETURN_IF_ERROR(TableStore::CheckDenseKeys(*table, tk.keys().data(),
                                                tk.keys_size()));
-    bytes += uint64_t(tk.keys_size()) * table->dim() * BytesPerValue(encoding);
+    if (tk.with_state()) RETURN_IF_ERROR(CheckStatePull(request, *table));
+    bytes += uint64_t(tk.keys_size()) * PulledWidth(tk, *table) * BytesPerValue(encoding);
   }
   if (bytes > config_.cluster().max_message_bytes()) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -232,11 +257,14 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
   for (const TableKeys& tk : request.tables()) {
     Table* table = store_->FindTable(tk.table_id());
     const size_t n = tk.keys_size();
-    const size_t values = n * table->dim();
-    char* room = sink->AddTable(tk.table_id(), table->dim(),
-                                values * BytesPerValue(encoding));
-    RETURN_IF_ERROR(store_->PullEncoded(tk.table_id(), tk.keys().data(), n,
-                                        train, encoding, room));
+    const uint32_t width = PulledWidth(tk, *table);
+    char* room = sink->AddTable(tk.table_id(), width, n * width * BytesPerValue(encoding));
+    if (tk.with_state()) {
+      table->PullWithState(tk.keys().data(), n, reinterpret_cast<float*>(room));
+    } else {
+      RETURN_IF_ERROR(store_->PullEncoded(tk.table_id(), tk.keys().data(), n,
+                                          train, encoding, room));
+    }
   }
   return absl::OkStatus();
 }

@@ -11,7 +11,9 @@
 //                      dim"); key count not matching the values; a table
 //                      twice in one push; duplicate keys in one push; a
 //                      non-finite gradient in a REJECT table; non-finite
-//                      lr_scale; a dense chunk index out of range.
+//                      lr_scale; a dense chunk index out of range; a pull
+//                      with_state that is not a TRAIN pull in FP32, or of
+//                      a table with admission.
 //   ABORTED            the request's map version is not the server's, or a
 //                      key's partition belongs to another server. The message
 //                      contains "map version N" (N = the server's version):

@@ -257,8 +257,19 @@ void Table::Pull(const uint64_t* keys, size_t n, bool train, float* out) {
 
 void Table::PullEncoded(const uint64_t* keys, size_t n, bool train,
                         Encoding encoding, char* out) {
+  PullRows(keys, n, train, encoding, /*with_state=*/false, out);
+}
+
+void Table::PullWithState(const uint64_t* keys, size_t n, float* out) {
+  PullRows(keys, n, /*train=*/true, Encoding::kFp32, /*with_state=*/true,
+           reinterpret_cast<char*>(out));
+}
+
+void Table::PullRows(const uint64_t* keys, size_t n, bool train, Encoding encoding,
+                     bool with_state, char* out) {
   pulls_.fetch_add(1, std::memory_order_relaxed);
-  const size_t row_bytes = dim_ * BytesPerValue(encoding);
+  const size_t width = with_state ? dim_ + state_size_ : dim_;
+  const size_t row_bytes = width * BytesPerValue(encoding);
   const uint32_t now_seconds = train ? NowSeconds() : 0;
   Batch& b = GroupByStripe(keys, n);
   ForStripes(n, [&](int first, int last) {
@@ -282,18 +293,19 @@ void Table::PullEncoded(const uint64_t* keys, size_t n, bool train,
           for (uint32_t j = begin; j < end; ++j) {
             const uint32_t i = b.order[j];
             const float* src = b.rows[j];
-            if (src == nullptr && shared_rows_) continue;  // PullShared.
+            if (src == nullptr && shared_rows_ && !with_state) continue;  // PullShared.
             if (src == nullptr) {  // No row (yet): the initial value.
               thread_local std::vector<float> initial;
-              initial.resize(dim_);
+              initial.resize(width);
               initializer_.Fill(keys[i], initial.data());
+              if (with_state) optimizer_->InitState(initial.data() + dim_);
               src = initial.data();
             }
-            EncodeValuesTo(src, dim_, encoding, out + i * row_bytes);
+            EncodeValuesTo(src, width, encoding, out + i * row_bytes);
           }
         });
   });
-  if (shared_rows_) PullShared(b, keys, n, encoding, out);
+  if (shared_rows_ && !with_state) PullShared(b, keys, n, encoding, out);
 }
 
 PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,

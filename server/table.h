@@ -168,6 +168,17 @@ class Table {
   // on its way out, with no fp32 copy in between.
   void PullEncoded(const uint64_t* keys, size_t n, bool train,
                    Encoding encoding, char* out);
+  // A training pull of n rows with their optimizer state: out[n * (dim +
+  // state_size())], each row's weights then its state, fp32, as Push will
+  // find them. For a worker that replays its own pending step on rows it
+  // prefetched. Not for tables with admission: a pending key has no state
+  // (it reads as its initial value and fresh state, which its next push
+  // does not update).
+  void PullWithState(const uint64_t* keys, size_t n, float* out);
+  // Floats of optimizer state a row (server/optimizer.h).
+  size_t state_size() const { return state_size_; }
+  // Whether keys wait for admission before they get a row.
+  bool has_admission() const { return min_count_ > 1; }
   // One optimizer step per key with grads[i*dim, (i+1)*dim). Keys unique.
   // Under SKIP_AND_COUNT, rows with a non-finite gradient are skipped and
   // counted; under REJECT the caller has checked every gradient. Keys
@@ -297,6 +308,9 @@ class Table {
   // (Push's last step).
   void PushShared(const Batch& b, const uint64_t* keys, size_t n, const float* grads,
                   float lr_scale);
+  // Pull and PullWithState: rows of dim_ (or dim_ + state) values.
+  void PullRows(const uint64_t* keys, size_t n, bool train, Encoding encoding,
+                bool with_state, char* out);
   // Writes the values of the keys `b` found no row for (Pull's last step).
   void PullShared(const Batch& b, const uint64_t* keys, size_t n, Encoding encoding,
                   char* out);

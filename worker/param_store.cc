@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/table.h"
 #include "server/table_store.h"
 
 namespace shardps {
@@ -34,6 +37,7 @@ class RemoteParamStore final : public ParamStore {
                         size_t n, const float* values) override {
     return client_->InitRows(table_id, dim, keys, n, values);
   }
+  bool PullsWithState() const override { return client_->encoding() == Encoding::kFp32; }
 
  private:
   const std::unique_ptr<PsClient> client_;
@@ -48,6 +52,11 @@ class LocalParamStore final : public ParamStore {
   std::unique_ptr<PsClient::Op> Pull(std::vector<TablePull> tables,
                                      PullPurpose purpose, uint64_t clock) override {
     for (const TablePull& t : tables) {
+      if (t.state > 0) {
+        absl::Status st = PullWithState(t, purpose);
+        if (!st.ok()) return std::make_unique<DoneOp>(std::move(st));
+        continue;
+      }
       absl::Status st = store_->Pull(t.table_id, t.keys, t.n, purpose == TRAIN, t.out);
       if (!st.ok()) return std::make_unique<DoneOp>(std::move(st));
     }
@@ -69,6 +78,21 @@ class LocalParamStore final : public ParamStore {
   TableStore* local_tables() override { return store_.get(); }
 
  private:
+  // As a server serves TableKeys.with_state (and refuses what it refuses).
+  absl::Status PullWithState(const TablePull& t, PullPurpose purpose) {
+    Table* table = store_->FindTable(t.table_id);
+    if (table == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown table id ", t.table_id));
+    RETURN_IF_ERROR(TableStore::CheckDenseKeys(*table, t.keys, t.n));
+    if (purpose != TRAIN || table->has_admission() || t.state != table->state_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", table->config().name(), ": a pull with ", t.state,
+          " floats of state must be a TRAIN pull of a table without admission whose optimizer "
+          "has that many (", table->state_size(), ")"));
+    }
+    table->PullWithState(t.keys, t.n, t.out);
+    return absl::OkStatus();
+  }
+
   const std::unique_ptr<TableStore> store_;
 };
 

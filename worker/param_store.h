@@ -32,6 +32,10 @@ class ParamStore {
                                              uint64_t clock, float lr_scale) = 0;
   virtual absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys,
                                 size_t n, const float* values) = 0;
+  // Whether Pull serves TablePull::state (rows with their optimizer state):
+  // remote stores with fp32 on the wire. Local ops complete at once, so
+  // nothing is gained by them there.
+  virtual bool PullsWithState() const { return false; }
   // The tables, when they are in this process (local mode); else nullptr.
   virtual TableStore* local_tables() { return nullptr; }
 };

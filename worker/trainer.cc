@@ -93,6 +93,7 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
   env.max_steps = o_.max_steps ? o_.max_steps : o_.config.training().max_steps();
   env.step_delay = o_.step_delay;
   env.seen = o_.track_keys ? &seen_ : nullptr;
+  env.config = &o_.config;
   const auto pipeline = trainer_internal::ChooseStepPipeline(o_.config, o_.clock != nullptr);
   ASSIGN_OR_RETURN(final_step_, trainer_internal::RunSteps(pipeline, env));
   return progress.Summary(final_step_ - o_.start_step);

@@ -42,8 +42,12 @@ struct Prepared {
     std::vector<std::vector<uint64_t>> keys;
     std::vector<std::vector<uint32_t>> pos;
     std::vector<std::vector<float>> rows;
+    // kOwnWrites: each key's position in the previous step's unique keys.
+    std::vector<std::vector<uint32_t>> prev_pos;
   };
   PullPart parts[2];  // [kUntouched], [kOwnWrites].
+  // Replayed own writes: the dense chunks with their optimizer state.
+  std::vector<float> dense_state;
 };
 
 // Turns batches into Prepared steps with one deduper per table.

@@ -7,12 +7,29 @@
 //    by step t's push, so this part may be pulled before step t's push is
 //    acknowledged (as soon as step t - 1's is), while step t computes.
 //  - kOwnWrites: the keys step t pushes, and every dense chunk (step t
-//    always pushes the whole dense gradient). Pulled only once step t's push
-//    is acknowledged, so they include it.
+//    always pushes the whole dense gradient). Two ways to read them:
+//    * waited for: pulled once step t's push is acknowledged, so they
+//      include it;
+//    * replayed (EnableReplay): pulled with their optimizer state at the
+//      same time as kUntouched, and before step t's push is sent; Replay()
+//      then applies step t's gradients to them on the worker with the
+//      servers' own optimizer code (server/optimizer.h), which is what the
+//      servers will do with that push. Step t + 1 then needs no answer to
+//      step t's push at all: the servers apply it while step t + 1
+//      computes.
 // The two parts together fill exactly the buffers StepParams::StartPull
 // fills, with values that include every push of this worker before step
 // t + 1 (and whatever other workers pushed by then). With one worker the
-// values are the same as a synchronous step's, bit for bit.
+// values are the same as a synchronous step's, bit for bit, either way.
+//
+// Replay holds only where the servers apply a push to the rows a pull
+// read: it is refused (EnableReplay's error) for a table with admission (a
+// pending key has no row and no state), and when the wire is not fp32 (the
+// servers would apply rounded gradients). Under SKIP_AND_COUNT a row with
+// a non-finite gradient is skipped, as the server skips it. A row evicted
+// between the pull and the push is recreated by the push at its initial
+// value, which the replay does not know: with eviction the replayed value
+// of such a row is the evicted row's plus the step.
 //
 // Thread-safety: a SplitPuller and the Prepared it splits are used by one
 // thread at a time; the two parts' ops write disjoint buffers and may be in
@@ -22,8 +39,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "proto/config.pb.h"
+#include "server/optimizer.h"
 #include "worker/model/model.h"
 #include "worker/param_store.h"
 #include "worker/trainer_data.h"
@@ -39,22 +60,48 @@ class SplitPuller {
   // `params` and `spec` are not owned and must outlive this.
   SplitPuller(StepParams* params, const ModelSpec& spec) : params_(params), spec_(spec) {}
 
+  // Turns replay on for the tables of `config` (finalized), if it can hold:
+  // FAILED_PRECONDITION naming why not (replay stays off). Before Split.
+  absl::Status EnableReplay(const JobConfig& config);
+  bool replay() const { return !replay_.empty(); }
+
   // Splits p's unique keys against `prev`'s (the step before p's) into
   // p->parts. Must precede the two StartPart calls for p.
   void Split(Prepared* p, const Prepared& prev);
 
   // Starts the pull of one part of p (Split done) as of `step`. The op's
   // Wait() copies the part's rows into p->rows (kUntouched) or p->rows and
-  // p->dense_params (kOwnWrites); it may be called more than once. An empty
-  // part gives an op that is already done. p must stay untouched but for
-  // the other part's op until Wait() returns.
+  // p->dense_params (kOwnWrites; with replay on, Replay() does that); it
+  // may be called more than once. An empty part gives an op that is
+  // already done. p must stay untouched but for the other part's op until
+  // Wait() returns. With replay on, p's kOwnWrites op must be done before
+  // the previous step's push is sent.
   std::unique_ptr<PsClient::Op> StartPart(Prepared* p, PullPartKind part, PullPurpose purpose,
                                           uint64_t step);
 
+  // Replay on: applies the previous step's push to p's kOwnWrites part
+  // (done): its gradients `prev` (as pushed for the sparse tables),
+  // `prev_dense` (the dense gradient as pushed: StepParams::StartPush's
+  // buffer) and `lr_scale`. Writes the weights into p->rows and
+  // p->dense_params.
+  void Replay(Prepared* p, const StepResult& prev, const std::vector<float>& prev_dense,
+              float lr_scale);
+
  private:
+  // One table's replay: the servers' optimizer and its policy.
+  struct ReplayTable {
+    std::unique_ptr<Optimizer> optimizer;
+    uint32_t dim = 0;
+    uint32_t state = 0;  // Floats of state a row.
+    bool skip_nonfinite = false;
+    // Applies `grad` to `row` (weights then state) as the server does.
+    void Apply(float* row, const float* grad, float lr_scale) const;
+  };
+
   StepParams* const params_;
   const ModelSpec& spec_;
-  absl::flat_hash_set<uint64_t> prev_keys_;  // Scratch of Split().
+  std::vector<ReplayTable> replay_;  // Per model table, then the dense one.
+  absl::flat_hash_map<uint64_t, uint32_t> prev_index_;  // Scratch of Split().
 };
 
 }  // namespace trainer_internal

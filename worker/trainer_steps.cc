@@ -209,26 +209,49 @@ class SynchronousSteps final : public StepLoop {
 // SSP/ASP with prefetch: read-your-own-writes prefetch
 // (worker/trainer_split_pull.h). Step t computes once its kUntouched part
 // (prefetched) and its kOwnWrites part are pulled; its push is then started
-// and a chain runs behind it on a thread of its own while the trainer waits
-// for step t + 1's kOwnWrites part:
-//  1. step t's push is acknowledged; if step t + 1 was prefetched, its
-//     kOwnWrites part is started and handed to the trainer at once;
+// and a chain runs behind it on a thread of its own while the trainer goes
+// on to step t + 1:
+//  1. step t's push is acknowledged; if step t + 1 was prefetched and its
+//     kOwnWrites part is waited for (no replay), that part is started and
+//     handed to the trainer at once;
 //  2. clock t + 1 is ticked;
 //  3. if step t + 2 may start now, its kUntouched part (against step t + 1's
-//     keys) is started, to be pulled while step t + 1 computes.
-// A step that was not prefetched waits for the whole chain, then for the
-// clock, and is pulled whole. Every row of step t thus includes this
-// worker's pushes of steps < t; the ticks and clock probes stay off the
-// path from one compute to the next.
+//     keys) is started, to be pulled while step t + 1 computes; with replay,
+//     so is its kOwnWrites part, with optimizer state.
+// With replay, step t + 1 waits for nothing of step t's push: its
+// kOwnWrites part was read before that push was sent (the trainer waits
+// for it first), and step t's gradients are replayed on it before step
+// t + 1 computes. Without, step t + 1 waits for step t's acknowledgement
+// and then its kOwnWrites part. A step that was not prefetched waits for
+// the whole chain, then for the clock, and is pulled whole. Every row of
+// step t thus includes this worker's pushes of steps < t; the ticks and
+// clock probes stay off the path from one compute to the next. Step t's
+// gradients live in a buffer of two (results_[t % 2]) until its push is
+// acknowledged, while step t + 1 computes into the other.
 class PrefetchingSteps final : public StepLoop {
  public:
   explicit PrefetchingSteps(const StepEnv& env)
-      : StepLoop(env), split_(env.params, env.model->spec()) {}
+      : StepLoop(env), split_(env.params, env.model->spec()) {
+    if (env.config == nullptr) return;
+    const absl::Status st = split_.EnableReplay(*env.config);
+    if (st.ok()) {
+      LOG(INFO) << "worker " << env.rank << " prefetches and replays its own pending step "
+                << "on the rows it prefetched (read-your-own-writes without waiting)";
+    } else {
+      LOG(INFO) << "worker " << env.rank << " prefetches and waits for each push's answer "
+                << "before reading the rows it pushed: " << st.message();
+    }
+  }
 
  private:
   struct Started {
     absl::Status status;
     OpPtr op;  // Null: none started.
+  };
+  // A prefetched step's parts in flight (null: not started).
+  struct Prefetch {
+    OpPtr untouched;
+    OpPtr own;  // Replay only: kOwnWrites with state.
   };
 
   class PushChain {
@@ -240,28 +263,33 @@ class PrefetchingSteps final : public StepLoop {
               Prepared* next, bool next_prefetched, Prepared* after)
         : batch_(std::move(batch)), push_(std::move(push)), own_(own_promise_.get_future()) {
       done_ = std::async(std::launch::async, [this, steps, t, next, next_prefetched,
-                                              after]() -> absl::StatusOr<OpPtr> {
+                                              after]() -> absl::StatusOr<Prefetch> {
+        SplitPuller& split = steps->split_;
         Started own{push_->Wait(), nullptr};
-        if (own.status.ok() && next_prefetched) {
-          own.op = steps->split_.StartPart(next, kOwnWrites, TRAIN, t + 1);
+        if (own.status.ok() && next_prefetched && !split.replay()) {
+          own.op = split.StartPart(next, kOwnWrites, TRAIN, t + 1);
         }
         const absl::Status pushed = own.status;
         own_promise_.set_value(std::move(own));
         RETURN_IF_ERROR(pushed);
         RETURN_IF_ERROR(steps->clock_.Tick(t + 1, *batch_));
-        if (after == nullptr) return nullptr;
+        if (after == nullptr) return Prefetch{};
         ASSIGN_OR_RETURN(const bool may_start, steps->clock_.TryStart(t + 2));
-        if (!may_start) return nullptr;
-        steps->split_.Split(after, *next);
-        return steps->split_.StartPart(after, kUntouched, TRAIN, t + 2);
+        if (!may_start) return Prefetch{};
+        split.Split(after, *next);
+        Prefetch f;
+        f.untouched = split.StartPart(after, kUntouched, TRAIN, t + 2);
+        if (split.replay()) f.own = split.StartPart(after, kOwnWrites, TRAIN, t + 2);
+        return f;
       });
     }
     // Step t + 1's kOwnWrites part once step t's push is acknowledged (null
-    // if step t + 1 was not prefetched), or the push's error. Once.
+    // if step t + 1 was not prefetched, or is replayed), or the push's
+    // error. Once.
     Started TakeOwn() { return own_.get(); }
-    // Waits for the whole chain: step t + 2's kUntouched part (null if not
-    // started), or the chain's first error. Once.
-    absl::StatusOr<OpPtr> Join() { return done_.get(); }
+    // Waits for the whole chain: step t + 2's parts (null if not started),
+    // or the chain's first error. Once.
+    absl::StatusOr<Prefetch> Join() { return done_.get(); }
     std::unique_ptr<Prepared> TakeBatch() { return std::move(batch_); }
 
    private:
@@ -269,16 +297,24 @@ class PrefetchingSteps final : public StepLoop {
     OpPtr push_;
     std::promise<Started> own_promise_;
     std::future<Started> own_;
-    std::future<absl::StatusOr<OpPtr>> done_;  // Destroyed first: waits.
+    std::future<absl::StatusOr<Prefetch>> done_;  // Destroyed first: waits.
   };
 
-  // Waits for the chain of the previous step: its next kUntouched part
-  // becomes next_pull_.
+  // Waits for the chain of the previous step: its prefetch becomes next_.
   absl::Status JoinChain() {
-    ASSIGN_OR_RETURN(next_pull_, chain_->Join());
+    ASSIGN_OR_RETURN(Prefetch f, chain_->Join());
+    next_pull_ = std::move(f.untouched);
+    next_own_ = std::move(f.own);
     env_.data->Recycle(chain_->TakeBatch());
     chain_.reset();
     return absl::OkStatus();
+  }
+
+  // Starts step step_ + 1's prefetch (next_ read, the clock allows it).
+  void Prefetch1() {
+    split_.Split(next_.get(), *cur_);
+    next_pull_ = split_.StartPart(next_.get(), kUntouched, TRAIN, step_ + 1);
+    if (split_.replay()) next_own_ = split_.StartPart(next_.get(), kOwnWrites, TRAIN, step_ + 1);
   }
 
   absl::Status Steps() override {
@@ -287,17 +323,18 @@ class PrefetchingSteps final : public StepLoop {
       ASSIGN_OR_RETURN(next_, NextBatch());
       if (next_) {
         ASSIGN_OR_RETURN(const bool may_start, clock_.TryStart(step_ + 1));
-        if (may_start) {
-          split_.Split(next_.get(), *cur_);
-          next_pull_ = split_.StartPart(next_.get(), kUntouched, TRAIN, step_ + 1);
-        }
+        if (may_start) Prefetch1();
       }
     }
     while (cur_ && InRange(step_)) {
       const uint64_t t = step_;
       OpPtr own;  // Step t's kOwnWrites part.
+      bool replay = false;  // Step t - 1's push is replayed on it.
       absl::Time t0 = absl::Now();
-      if (chain_ && pull_) {
+      if (chain_ && pull_ && split_.replay()) {
+        own = std::move(own_);  // Done before step t - 1's push was sent.
+        replay = true;
+      } else if (chain_ && pull_) {
         Started started = chain_->TakeOwn();
         RETURN_IF_ERROR(started.status);
         own = std::move(started.op);
@@ -312,12 +349,21 @@ class PrefetchingSteps final : public StepLoop {
       }
       t0 = absl::Now();
       if (own) RETURN_IF_ERROR(own->Wait());
+      if (replay) {
+        split_.Replay(cur_.get(), results_[(t - 1) % 2], dense_grads_[(t - 1) % 2],
+                      LrScale(t - 1));
+      }
       RETURN_IF_ERROR(WaitPull(t0));
-      RETURN_IF_ERROR(Compute(&result_));
+      StepResult& result = results_[t % 2];
+      RETURN_IF_ERROR(Compute(&result));
       t0 = absl::Now();
       if (chain_) RETURN_IF_ERROR(JoinChain());  // Ran during the compute.
-      OpPtr push = env_.params->StartPush(cur_.get(), t, LrScale(t), result_, &dense_grad_);
-      Done(result_);
+      // Replay: step t + 1's kOwnWrites part is read before step t's push
+      // can change it (it was started after step t - 1's acknowledgement).
+      if (next_own_) RETURN_IF_ERROR(next_own_->Wait());
+      OpPtr push =
+          env_.params->StartPush(cur_.get(), t, LrScale(t), result, &dense_grads_[t % 2]);
+      Done(result);
       std::unique_ptr<Prepared> after;  // Step t + 2's batch.
       if (next_ && InRange(t + 2)) {
         ASSIGN_OR_RETURN(after, NextBatch());
@@ -327,12 +373,14 @@ class PrefetchingSteps final : public StepLoop {
       times_.push += Seconds(t0);
       cur_ = std::move(next_);
       pull_ = std::move(next_pull_);
+      own_ = std::move(next_own_);
       next_ = std::move(after);
     }
     if (chain_) {  // The last push: acknowledged and ticked before the end.
       const absl::Time t0 = absl::Now();
       RETURN_IF_ERROR(JoinChain());
       if (next_pull_) (void)next_pull_->Wait();
+      if (next_own_) (void)next_own_->Wait();
       times_.push += Seconds(t0);
     }
     return absl::OkStatus();
@@ -341,6 +389,10 @@ class PrefetchingSteps final : public StepLoop {
   SplitPuller split_;  // Used by one thread at a time: the chain's, or this.
   std::unique_ptr<Prepared> next_;  // Step step_ + 1's batch, when read.
   OpPtr next_pull_;                 // Its kUntouched part, once started.
+  OpPtr next_own_;                  // Replay: its kOwnWrites part, once started.
+  OpPtr own_;                       // Replay: step step_'s kOwnWrites part.
+  StepResult results_[2];           // Step t's in [t % 2] until its push is done.
+  std::vector<float> dense_grads_[2];  // Step t's pushed dense gradient, likewise.
   // Declared last: destroyed (and so waited for) before what it uses.
   std::unique_ptr<PushChain> chain_;
 };

@@ -54,6 +54,9 @@ struct StepEnv {
   absl::Duration step_delay = absl::ZeroDuration();  // Slept in every step.
   // Every key trained on, per model table; null: not tracked.
   std::vector<absl::flat_hash_set<uint64_t>>* seen = nullptr;
+  // The job's tables (finalized): with prefetch, the trainer replays its
+  // own pending step where it can (trainer_split_pull.h). Null: never.
+  const JobConfig* config = nullptr;
 };
 
 // Runs steps start_step, start_step + 1, ... until max_steps or the end of

@@ -129,6 +129,10 @@ class RecordingStore final : public ParamStore {
                         const float* values) override {
     return store_->InitRows(table_id, dim, keys, n, values);
   }
+  // Local tables serve state pulls; saying so makes the trainer replay its
+  // own pending step on them (worker/trainer_split_pull.h).
+  bool PullsWithState() const override { return pulls_with_state; }
+  bool pulls_with_state = false;
 
  private:
   const std::unique_ptr<ParamStore> store_;

@@ -379,6 +379,8 @@ PsClient::~PsClient() = default;
 
 uint64_t PsClient::map_version() const { return impl_->map_version(); }
 
+Encoding PsClient::encoding() const { return impl_->options().encoding; }
+
 std::map<uint32_t, TableTraffic> PsClient::Traffic() const { return impl_->Traffic(); }
 
 void PsClient::set_generation(uint64_t generation) { impl_->set_generation(generation); }
@@ -389,7 +391,8 @@ std::unique_ptr<PsClient::Op> PsClient::PullAsync(std::vector<TablePull> tables,
                                                   PullPurpose purpose, uint64_t clock) {
   std::vector<TableRef> refs;
   for (const TablePull& t : tables) {
-    refs.push_back({t.table_id, t.dim, t.keys, t.n, t.out, nullptr, false});
+    refs.push_back({t.table_id, t.dim + t.state, t.keys, t.n, t.out, nullptr, false,
+                    t.state > 0});
   }
   return std::make_unique<RpcOp>(impl_.get(), true, std::move(refs), purpose, clock,
                                  1.0f, false);
@@ -400,7 +403,7 @@ std::unique_ptr<PsClient::Op> PsClient::PushAsync(std::vector<TablePush> tables,
                                                   bool to_every_server) {
   std::vector<TableRef> refs;
   for (const TablePush& t : tables) {
-    refs.push_back({t.table_id, t.dim, t.keys, t.n, nullptr, t.grads, t.sparse});
+    refs.push_back({t.table_id, t.dim, t.keys, t.n, nullptr, t.grads, t.sparse, false});
   }
   return std::make_unique<RpcOp>(impl_.get(), false, std::move(refs), TRAIN, clock,
                                  lr_scale, to_every_server);
@@ -413,7 +416,7 @@ absl::Status PsClient::InitRows(uint32_t table_id, uint32_t dim, const uint64_t*
   std::vector<std::shared_ptr<ParameterServer::Stub>> stubs;
   std::vector<std::pair<uint32_t, std::vector<uint32_t>>> all;
   for (int attempt = 0; attempt < impl_->options().max_attempts; ++attempt) {
-    std::vector<TableRef> refs = {{table_id, dim, keys, n, nullptr, values, false}};
+    std::vector<TableRef> refs = {{table_id, dim, keys, n, nullptr, values, false, false}};
     std::vector<uint32_t> positions(n);
     for (uint32_t i = 0; i < n; ++i) positions[i] = i;
     std::vector<Part> parts = impl_->Group(refs, {{0, positions}}, false, &map, &stubs);

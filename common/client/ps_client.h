@@ -54,6 +54,13 @@ struct TablePull {
   const uint64_t* keys = nullptr;
   size_t n = 0;
   float* out = nullptr;
+  // Floats of optimizer state to pull after each row's weights (the table's
+  // optimizer's StateSize(), server/optimizer.h); then `out` holds
+  // n * (dim + state) floats. 0: weights only. A TRAIN pull of a client
+  // with FP32 encoding, of a table without admission; the server refuses
+  // any other (INVALID_ARGUMENT), and a state size other than its own
+  // (DATA_LOSS).
+  uint32_t state = 0;
 };
 
 // One table's part of a push: `grads` holds n * dim floats.
@@ -129,6 +136,8 @@ class PsClient {
   std::map<uint32_t, TableTraffic> Traffic() const;
 
   uint64_t map_version() const;
+  // Values on the wire (Options::encoding).
+  Encoding encoding() const;
   // The job generation of the pulls and pushes issued from now on.
   void set_generation(uint64_t generation);
   // Adopts `map` unless the client holds a newer one.

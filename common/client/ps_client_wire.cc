@@ -58,6 +58,7 @@ void AddPullTable(const TableRef& ref, const std::vector<uint32_t>& positions,
                   PullRequest* request) {
   TableKeys* tk = request->add_tables();
   tk->set_table_id(ref.table_id);
+  tk->set_with_state(ref.with_state);
   auto* keys = tk->mutable_keys();
   keys->Reserve(positions.size());
   ForEachRun(positions, [&](size_t, uint32_t first, size_t count) {
@@ -90,6 +91,11 @@ absl::Status ScatterPull(const std::vector<TableRef>& tables, const Part& part,
   for (size_t i = 0; i < part.items.size(); ++i) {
     const auto& [t, positions] = part.items[i];
     const TableRef& ref = tables[t];
+    if (answer.tables(i).dim() != ref.dim) {
+      return absl::DataLossError(absl::StrCat(
+          "pull answer for table ", ref.table_id, " has rows of ", answer.tables(i).dim(),
+          " values, expected ", ref.dim, ref.with_state ? " (weights and optimizer state)" : ""));
+    }
     const std::string& values = answer.tables(i).values();
     const size_t row_bytes = size_t{ref.dim} * BytesPerValue(encoding);
     if (values.size() != positions.size() * row_bytes) {

@@ -21,12 +21,13 @@ namespace ps_client_internal {
 // A table's keys and values as an op sees them (pull or push).
 struct TableRef {
   uint32_t table_id;
-  uint32_t dim;
+  uint32_t dim;  // Values a row: with_state, the weights' and the state's.
   const uint64_t* keys;
   size_t n;
   float* out;          // Pull.
   const float* grads;  // Push.
   bool sparse;         // Push: non-zeros only, where smaller.
+  bool with_state;     // Pull: rows with their optimizer state.
 };
 
 // One request to one server: for each table (index into the op's tables),

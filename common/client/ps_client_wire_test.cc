@@ -88,6 +88,7 @@ TEST(PsClientWireTest, ScatterPullWritesEachRowAtItsPositionOnly) {
     for (const std::vector<uint32_t>& positions : kPositions) {
       PullResponse answer;
       TableValues* tv = answer.add_tables();
+      tv->set_dim(kDim);
       for (uint32_t pos : positions) {
         EncodeValues(rows.data() + pos * kDim, kDim, encoding, tv->mutable_values());
       }
@@ -107,6 +108,12 @@ TEST(PsClientWireTest, ScatterPullWritesEachRowAtItsPositionOnly) {
           EXPECT_EQ(out[i * kDim + j], want) << i << " " << j;
         }
       }
+      // Rows of another width (e.g. with optimizer state not asked for):
+      // refused, as data loss.
+      tv->set_dim(kDim + 1);
+      EXPECT_EQ(ScatterPull(tables, part, answer, encoding).code(),
+                absl::StatusCode::kDataLoss);
+      tv->set_dim(kDim);
       // One row short: refused, as data loss.
       tv->mutable_values()->resize(tv->values().size() - BytesPerValue(encoding) * kDim);
       EXPECT_EQ(ScatterPull(tables, part, answer, encoding).code(),
