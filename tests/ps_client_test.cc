@@ -22,6 +22,11 @@ tables {
   init { kind: ZEROS }
   optimizer { sgd { learning_rate: 0.5 } }
 }
+tables {
+  id: 2 name: "ada" dim: 4 seed: 3
+  init { kind: ZEROS }
+  optimizer { adagrad { learning_rate: 0.5 initial_accumulator: 0.25 } }
+}
 data { train_files: "unused.tsv" }
 cluster { num_servers: 2 num_workers: 1 num_partitions: 64 mode: ASP }
 )pb";
@@ -150,6 +155,37 @@ TEST_F(PsClientTest, SparsePushIsAppliedAsTheFullPushInFewerBytes) {
   dense.sparse = true;
   ASSERT_TRUE(third->PushAsync({dense}, 2, 1.0f, false)->Wait().ok());
   EXPECT_EQ(third->Traffic()[1].push_bytes, full_bytes);
+}
+
+// Rows with their optimizer state (what a replaying worker reads), across
+// both servers: the weights, then Adagrad's sums. A state width other
+// than the server's is data loss; a bf16 client is refused.
+TEST_F(PsClientTest, PullWithStateReadsWeightsAndOptimizerState) {
+  auto client = Client(PsClient::Options(), map_);
+  const std::vector<uint64_t> keys = Keys(300);
+  std::vector<float> grads(keys.size() * 4);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 3);  // 0, 1, 2
+  ASSERT_TRUE(client->PushAsync({{2, 4, keys.data(), keys.size(), grads.data()}}, 0, 1.0f, false)
+                  ->Wait().ok());
+  std::vector<float> rows(keys.size() * 8, -1.0f);
+  TablePull pull{2, 4, keys.data(), keys.size(), rows.data()};
+  pull.state = 4;
+  ASSERT_TRUE(client->PullAsync({pull}, TRAIN, 1)->Wait().ok());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (size_t j = 0; j < 4; ++j) {
+      const float g = grads[i * 4 + j];
+      const float sum = 0.25f + g * g;  // Exact: small integers and a quarter.
+      ASSERT_EQ(rows[i * 8 + 4 + j], sum) << i;
+      ASSERT_EQ(rows[i * 8 + j], -0.5f * g / (std::sqrt(sum) + 1e-10f)) << i;
+    }
+  }
+  pull.state = 3;
+  EXPECT_EQ(client->PullAsync({pull}, TRAIN, 1)->Wait().code(), absl::StatusCode::kDataLoss);
+  PsClient::Options bf16;
+  bf16.encoding = Encoding::kBf16;
+  pull.state = 4;
+  EXPECT_EQ(Client(bf16, map_)->PullAsync({pull}, TRAIN, 1)->Wait().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(PsClientTest, BadRequestIsReportedNotRetried) {
