@@ -51,6 +51,22 @@ ModelInputs StepParams::Inputs(Prepared* p) const {
 std::unique_ptr<PsClient::Op> StepParams::StartPush(Prepared* p, uint64_t step, float lr_scale,
                                                     const StepResult& r,
                                                     std::vector<float>* dense_buf) {
+  PrepareDense(r, dense_buf);
+  return SendPush(p, step, lr_scale, r, *dense_buf);
+}
+
+void StepParams::PrepareDense(const StepResult& r, std::vector<float>* dense_buf) {
+  dense_buf->resize(num_chunks_ * chunk_);  // The tail past the model stays 0.
+  if (compressor_) {
+    compressor_->Compress(r.dense_grad, dense_buf->data());
+  } else {
+    std::copy(r.dense_grad.begin(), r.dense_grad.end(), dense_buf->begin());
+  }
+}
+
+std::unique_ptr<PsClient::Op> StepParams::SendPush(Prepared* p, uint64_t step, float lr_scale,
+                                                   const StepResult& r,
+                                                   const std::vector<float>& dense_buf) {
   std::vector<TablePush> pushes;
   const auto& tables = model_->spec().tables;
   for (size_t t = 0; t < tables.size(); ++t) {
@@ -59,13 +75,7 @@ std::unique_ptr<PsClient::Op> StepParams::StartPush(Prepared* p, uint64_t step, 
                       p->unique_keys[t].data(), p->unique_keys[t].size(),
                       r.table_grads[t].data()});
   }
-  dense_buf->resize(num_chunks_ * chunk_);  // The tail past the model stays 0.
-  if (compressor_) {
-    compressor_->Compress(r.dense_grad, dense_buf->data());
-  } else {
-    std::copy(r.dense_grad.begin(), r.dense_grad.end(), dense_buf->begin());
-  }
-  TablePush dense{dense_table_, chunk_, chunk_keys_.data(), num_chunks_, dense_buf->data()};
+  TablePush dense{dense_table_, chunk_, chunk_keys_.data(), num_chunks_, dense_buf.data()};
   dense.sparse = compressor_ != nullptr;
   pushes.push_back(dense);
   return store_->Push(std::move(pushes), step, lr_scale);

@@ -51,6 +51,12 @@ class StepParams {
   // are compressed in the order StartPush is called.
   std::unique_ptr<PsClient::Op> StartPush(Prepared* p, uint64_t step, float lr_scale,
                                           const StepResult& r, std::vector<float>* dense_buf);
+  // StartPush in two halves: the dense gradient as it will be pushed
+  // (copied, or compressed: call in step order), then the send, which may
+  // run on another thread.
+  void PrepareDense(const StepResult& r, std::vector<float>* dense_buf);
+  std::unique_ptr<PsClient::Op> SendPush(Prepared* p, uint64_t step, float lr_scale,
+                                         const StepResult& r, const std::vector<float>& dense_buf);
 
   // Writes `init` (num_chunks() * chunk() floats) as the dense rows where
   // they are missing.

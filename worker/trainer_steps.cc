@@ -1,6 +1,7 @@
 #include "worker/trainer_steps.h"
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <memory>
 #include <utility>
@@ -208,9 +209,10 @@ class SynchronousSteps final : public StepLoop {
 
 // SSP/ASP with prefetch: read-your-own-writes prefetch
 // (worker/trainer_split_pull.h). Step t computes once its kUntouched part
-// (prefetched) and its kOwnWrites part are pulled; its push is then started
-// and a chain runs behind it on a thread of its own while the trainer goes
-// on to step t + 1:
+// (prefetched) and its kOwnWrites part are pulled; its dense gradient is
+// made ready (in step order) and a chain runs behind it on a thread of its
+// own while the trainer goes on to step t + 1:
+//  0. step t's push is encoded and sent (off the trainer's thread);
 //  1. step t's push is acknowledged; if step t + 1 was prefetched and its
 //     kOwnWrites part is waited for (no replay), that part is started and
 //     handed to the trainer at once;
@@ -256,15 +258,17 @@ class PrefetchingSteps final : public StepLoop {
 
   class PushChain {
    public:
-    // Step t's chain: `batch` is step t's, `next` step t + 1's (its
-    // kUntouched part in flight iff `next_prefetched`), `after` step t + 2's
-    // (null: none).
-    PushChain(PrefetchingSteps* steps, uint64_t t, std::unique_ptr<Prepared> batch, OpPtr push,
-              Prepared* next, bool next_prefetched, Prepared* after)
-        : batch_(std::move(batch)), push_(std::move(push)), own_(own_promise_.get_future()) {
-      done_ = std::async(std::launch::async, [this, steps, t, next, next_prefetched,
-                                              after]() -> absl::StatusOr<Prefetch> {
+    // Step t's chain: `batch` is step t's, `send` sends its push (on the
+    // chain's thread), `next` is step t + 1's batch (its kUntouched part in
+    // flight iff `next_prefetched`), `after` step t + 2's (null: none).
+    PushChain(PrefetchingSteps* steps, uint64_t t, std::unique_ptr<Prepared> batch,
+              std::function<OpPtr(Prepared*)> send, Prepared* next, bool next_prefetched,
+              Prepared* after)
+        : batch_(std::move(batch)), own_(own_promise_.get_future()) {
+      done_ = std::async(std::launch::async, [this, steps, t, send = std::move(send), next,
+                                              next_prefetched, after]() -> absl::StatusOr<Prefetch> {
         SplitPuller& split = steps->split_;
+        push_ = send(batch_.get());
         Started own{push_->Wait(), nullptr};
         if (own.status.ok() && next_prefetched && !split.replay()) {
           own.op = split.StartPart(next, kOwnWrites, TRAIN, t + 1);
@@ -361,14 +365,21 @@ class PrefetchingSteps final : public StepLoop {
       // Replay: step t + 1's kOwnWrites part is read before step t's push
       // can change it (it was started after step t - 1's acknowledgement).
       if (next_own_) RETURN_IF_ERROR(next_own_->Wait());
-      OpPtr push =
-          env_.params->StartPush(cur_.get(), t, LrScale(t), result, &dense_grads_[t % 2]);
+      // The push's dense gradient here, in step order (compression keeps a
+      // residual); the encoding and sending on the chain's thread.
+      std::vector<float>* dense = &dense_grads_[t % 2];
+      env_.params->PrepareDense(result, dense);
+      StepParams* params = env_.params;
+      const float lr_scale = LrScale(t);
+      auto send = [params, t, lr_scale, &result, dense](Prepared* batch) {
+        return params->SendPush(batch, t, lr_scale, result, *dense);
+      };
       Done(result);
       std::unique_ptr<Prepared> after;  // Step t + 2's batch.
       if (next_ && InRange(t + 2)) {
         ASSIGN_OR_RETURN(after, NextBatch());
       }
-      chain_ = std::make_unique<PushChain>(this, t, std::move(cur_), std::move(push), next_.get(),
+      chain_ = std::make_unique<PushChain>(this, t, std::move(cur_), std::move(send), next_.get(),
                                            next_pull_ != nullptr, after.get());
       times_.push += Seconds(t0);
       cur_ = std::move(next_);
