@@ -27,11 +27,10 @@ rows the servers hold at the end, and the differences against "off".
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
-from bench_util import ROOT, bazel_bin, fields, training_only  # noqa: E402
+from bench_util import ROOT, bazel_bin, fields, launch_job, training_only  # noqa: E402
 
 
 
@@ -48,22 +47,13 @@ def config_with_admission(base_text, min_count, unadmitted):
 
 
 def run_job(bin_dir, config_text, args, run_dir):
-    os.makedirs(run_dir, exist_ok=True)
-    config = os.path.join(run_dir, "job.pbtxt")
-    with open(config, "w") as f:
-        f.write(config_text)
-    cmd = [sys.executable, os.path.join(ROOT, "deploy/local/ps_launch.py"), "--config=" + config,
-           "--data_dir=" + args.data_dir, "--quiet", "--bin_dir=" + bin_dir,
-           "--run_dir=" + run_dir, "--mode=" + args.mode]
+    flags = ["--mode=" + args.mode]
     if args.max_steps > 0:
-        cmd.append("--max_steps=%d" % args.max_steps)
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    text = out.stdout + out.stderr
-    job = re.search(r"PS_JOB_RESULT (.*)", text)
+        flags.append("--max_steps=%d" % args.max_steps)
+    job, text = launch_job(bin_dir, config_text, args.data_dir, run_dir, flags)
     servers = [fields(m) for m in re.findall(r"PS_SERVER_RESULT (.*)", text)]
-    if out.returncode != 0 or not job or not servers:
-        sys.exit("job failed:\n" + text[-4000:])
-    job = fields(job.group(1))
+    if not servers:
+        sys.exit("no PS_SERVER_RESULT in:\n" + text[-4000:])
     return {"auc": float(job["eval_auc"]), "logloss": float(job["eval_logloss"]),
             "rows": sum(int(s["rows"]) for s in servers),
             "sec": float(job["elapsed_sec"])}

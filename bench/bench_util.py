@@ -43,6 +43,27 @@ def training_only_default(directory):
     return path
 
 
+def launch_job(bin_dir, config_text, data_dir, run_dir, flags=()):
+    """Runs one job of `config_text` on `data_dir` through the real launcher
+    (deploy/local/ps_launch.py --quiet, binaries of `bin_dir`), in `run_dir`,
+    with extra launcher `flags`. Returns (the PS_JOB_RESULT's {key: value},
+    the whole output); exits with the output's tail if the job fails."""
+    import re
+    os.makedirs(run_dir, exist_ok=True)
+    config = os.path.join(run_dir, "job_in.pbtxt")
+    with open(config, "w") as f:
+        f.write(config_text)
+    cmd = [sys.executable, os.path.join(ROOT, "deploy/local/ps_launch.py"), "--config=" + config,
+           "--data_dir=" + data_dir, "--quiet", "--bin_dir=" + bin_dir,
+           "--run_dir=" + run_dir] + list(flags)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    text = out.stdout + out.stderr
+    job = re.search(r"PS_JOB_RESULT (.*)", text)
+    if out.returncode != 0 or not job:
+        sys.exit("job failed:\n" + text[-4000:])
+    return fields(job.group(1)), text
+
+
 def generate_data(bin_dir, out_dir, train_lines, eval_lines, shards=8, seed=None):
     """Generates a synthetic data set into `out_dir` with ps_datagen (once:
     best.txt, written last, marks it complete) and returns best.txt's

@@ -22,11 +22,9 @@ overrides the config's; a config with early stopping may stop before.
 """
 import argparse
 import os
-import re
 import subprocess
-import sys
 
-from bench_util import ROOT, bazel_bin, fields, generate_data  # noqa: E402
+from bench_util import ROOT, bazel_bin, generate_data, launch_job  # noqa: E402
 
 
 def data_set(cache, bin_dir, spec):
@@ -39,19 +37,7 @@ def data_set(cache, bin_dir, spec):
 
 
 def run_job(bin_dir, config_text, data_dir, epochs, run_dir):
-    os.makedirs(run_dir, exist_ok=True)
-    config = os.path.join(run_dir, "job_in.pbtxt")
-    with open(config, "w") as f:
-        f.write(config_text)
-    cmd = [sys.executable, os.path.join(ROOT, "deploy/local/ps_launch.py"), "--config=" + config,
-           "--data_dir=" + data_dir, "--quiet", "--bin_dir=" + bin_dir, "--run_dir=" + run_dir,
-           "--epochs=%d" % epochs]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    text = out.stdout + out.stderr
-    job = re.search(r"PS_JOB_RESULT (.*)", text)
-    if out.returncode != 0 or not job:
-        sys.exit("job failed:\n" + text[-4000:])
-    job = fields(job.group(1))
+    job, _ = launch_job(bin_dir, config_text, data_dir, run_dir, ["--epochs=%d" % epochs])
     final = float(job["eval_auc"])
     kept = float(job["best_auc"]) if "best_auc" in job else final
     return {"kept": kept, "final": final, "evals": int(job.get("evaluations", "1")),

@@ -17,29 +17,15 @@ spread (issue 17 asks for |diff| <= 0.005 on the mean of 3).
 """
 import argparse
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 
-from bench_util import ROOT, bazel_bin, fields, generate_data, training_only  # noqa: E402
+from bench_util import ROOT, bazel_bin, generate_data, launch_job, training_only  # noqa: E402
 
 
 def run_job(bin_dir, config_text, mode, data_dir, run_dir):
-    os.makedirs(run_dir, exist_ok=True)
-    config = os.path.join(run_dir, "job.pbtxt")
-    with open(config, "w") as f:
-        f.write(config_text)
-    cmd = [sys.executable, os.path.join(ROOT, "deploy/local/ps_launch.py"), "--config=" + config,
-           "--data_dir=" + data_dir, "--quiet", "--bin_dir=" + bin_dir, "--run_dir=" + run_dir,
-           "--mode=" + mode]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    text = out.stdout + out.stderr
-    job = re.search(r"PS_JOB_RESULT (.*)", text)
-    if out.returncode != 0 or not job:
-        sys.exit("job failed:\n" + text[-4000:])
-    job = fields(job.group(1))
+    job, _ = launch_job(bin_dir, config_text, data_dir, run_dir, ["--mode=" + mode])
     return float(job["eval_auc"]), float(job["samples_per_sec"])
 
 

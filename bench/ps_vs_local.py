@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Samples/s of PS mode (1 worker, 1 server, SSP(1), prefetch on) against
 local mode, in the same run, with the default job's model and batch size and
-the same thread counts. Prints both figures and the ratio (target >= 0.8).
+the same thread counts. Prints both figures and the ratio (target >= 0.95).
 
   bazel build //worker:ps_worker //server:ps_server //scheduler:all \\
       //worker/data:ps_datagen //common:ps_config_check

@@ -32,7 +32,7 @@ ASAN_TARGETS=(
 TSAN_TARGETS=(
   //common:mutex_test
   //server:table_test //server:table_store_test //server:optimizer_test //server:helper_pool_test
-  //server:parameter_server_core_test
+  //server:parameter_server_core_test //server:state_pull_test
   //scheduler:clock_test //scheduler:membership_test //scheduler:job_test
   //scheduler:job_recovery_test
   //common/checkpoint/...
