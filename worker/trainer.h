@@ -19,11 +19,15 @@
 // writes (trainer_split_pull.h): step t + 1's pull is split against step
 // t's keys. The rows step t does not push are pulled while step t computes
 // (if the clock allows step t + 1 right then: a probe, WaitClock with a
-// zero timeout); the rows it pushes and the dense chunks are pulled once
-// step t's push is acknowledged. A chain on its own thread waits for that
-// acknowledgement, starts the second pull, ticks clock t + 1 and probes and
-// starts step t + 2's first part. So every step sees all of this worker's
-// earlier pushes; with one worker, prefetch changes nothing, bit for bit.
+// zero timeout). The rows it pushes and the dense chunks are pulled at the
+// same time with their optimizer state, before step t's push is sent, and
+// step t's gradients are replayed on them with the servers' optimizer
+// (where that holds: fp32 on the wire, no admission); otherwise they are
+// pulled once step t's push is acknowledged. A chain on its own thread
+// sends step t's push, waits for its acknowledgement, ticks clock t + 1 and
+// probes and starts step t + 2's pulls. So every step sees all of this
+// worker's earlier pushes; with one worker, prefetch changes nothing, bit
+// for bit.
 // In BSP there is no prefetch: the next pull must see this step's
 // (aggregated) push.
 //
