@@ -315,7 +315,7 @@ class PrefetchingSteps final : public StepLoop {
   }
 
   // Starts step step_ + 1's prefetch (next_ read, the clock allows it).
-  void Prefetch1() {
+  void PrefetchNext() {
     split_.Split(next_.get(), *cur_);
     next_pull_ = split_.StartPart(next_.get(), kUntouched, TRAIN, step_ + 1);
     if (split_.replay()) next_own_ = split_.StartPart(next_.get(), kOwnWrites, TRAIN, step_ + 1);
@@ -327,7 +327,7 @@ class PrefetchingSteps final : public StepLoop {
       ASSIGN_OR_RETURN(next_, NextBatch());
       if (next_) {
         ASSIGN_OR_RETURN(const bool may_start, clock_.TryStart(step_ + 1));
-        if (may_start) Prefetch1();
+        if (may_start) PrefetchNext();
       }
     }
     while (cur_ && InRange(step_)) {
