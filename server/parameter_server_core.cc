@@ -198,21 +198,6 @@ uint32_t PulledWidth(const TableKeys& tk, const Table& table) {
   return table.dim() + (tk.with_state() ? static_cast<uint32_t>(table.state_size()) : 0);
 }
 
-// A pull with optimizer state is a training read of fp32 rows that every
-// push updates in place: no admission (a pending key has no state).
-absl::Status CheckStatePull(const PullRequest& request, const Table& table) {
-  if (request.purpose() != TRAIN || request.encoding() != FP32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table ", table.config().name(), ": a pull with_state must be a TRAIN pull in FP32"));
-  }
-  if (table.has_admission()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table ", table.config().name(),
-        " has admission: its rows cannot be pulled with_state (a pending key has none)"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status ParameterServerCore::Pull(const PullRequest& request,
@@ -227,7 +212,10 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
     }
     RETURN_IF_ERROR(TableStore::CheckDenseKeys(*table, tk.keys().data(),
                                                tk.keys_size()));
-    if (tk.with_state()) RETURN_IF_ERROR(CheckStatePull(request, *table));
+    if (tk.with_state()) {
+      RETURN_IF_ERROR(
+          TableStore::CheckStatePull(*table, request.purpose() == TRAIN, encoding));
+    }
     bytes += uint64_t(tk.keys_size()) * PulledWidth(tk, *table) * BytesPerValue(encoding);
   }
   if (bytes > config_.cluster().max_message_bytes()) {

@@ -77,6 +77,19 @@ absl::Status TableStore::PullEncoded(uint32_t table_id, const uint64_t* keys,
   return absl::OkStatus();
 }
 
+absl::Status TableStore::CheckStatePull(const Table& table, bool train, Encoding encoding) {
+  if (!train || encoding != Encoding::kFp32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", table.config().name(), ": a pull with_state must be a TRAIN pull in FP32"));
+  }
+  if (table.has_admission()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", table.config().name(),
+        " has admission: its rows cannot be pulled with_state (a pending key has none)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckLrScale(float lr_scale) {
   if (std::isfinite(lr_scale) && lr_scale >= 0 && lr_scale <= kMaxLrScale) {
     return absl::OkStatus();

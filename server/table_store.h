@@ -79,6 +79,10 @@ class TableStore {
   // INVALID_ARGUMENT if a key is a dense chunk index out of range.
   static absl::Status CheckDenseKeys(const Table& table, const uint64_t* keys,
                                      size_t n);
+  // INVALID_ARGUMENT unless `table` may be pulled with its optimizer state
+  // (Table::PullWithState): a training pull, in fp32, of a table without
+  // admission (a pending key has no state).
+  static absl::Status CheckStatePull(const Table& table, bool train, Encoding encoding);
 
   // Writes absent rows (idempotent); returns rows written.
   absl::StatusOr<uint64_t> InitRows(uint32_t table_id, const uint64_t* keys,

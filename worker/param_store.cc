@@ -83,11 +83,11 @@ class LocalParamStore final : public ParamStore {
     Table* table = store_->FindTable(t.table_id);
     if (table == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown table id ", t.table_id));
     RETURN_IF_ERROR(TableStore::CheckDenseKeys(*table, t.keys, t.n));
-    if (purpose != TRAIN || table->has_admission() || t.state != table->state_size()) {
+    RETURN_IF_ERROR(TableStore::CheckStatePull(*table, purpose == TRAIN, Encoding::kFp32));
+    if (t.state != table->state_size()) {  // What a remote client sees as DATA_LOSS.
       return absl::InvalidArgumentError(absl::StrCat(
           "table ", table->config().name(), ": a pull with ", t.state,
-          " floats of state must be a TRAIN pull of a table without admission whose optimizer "
-          "has that many (", table->state_size(), ")"));
+          " floats of state, but its optimizer has ", table->state_size()));
     }
     table->PullWithState(t.keys, t.n, t.out);
     return absl::OkStatus();
