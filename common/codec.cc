@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 
 namespace shardps {
@@ -63,6 +67,68 @@ float HalfToFloat(uint16_t h) {
   return BitsFloat(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
+namespace {
+
+void EncodeBf16Scalar(const float* values, size_t n, char* dst) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t b = FloatToBf16(values[i]);
+    std::memcpy(dst + 2 * i, &b, 2);
+  }
+}
+
+#if defined(__x86_64__)
+// FloatToBf16 on 8 lanes: the same integer steps, NaN test in signed lanes
+// (the magnitude is below 2^31).
+__attribute__((target("avx2"))) inline __m256i Bf16Lanes(__m256i x) {
+  const __m256i hi = _mm256_srli_epi32(x, 16);
+  const __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                       _mm256_and_si256(hi, _mm256_set1_epi32(1))),
+      16);
+  const __m256i nan = _mm256_cmpgt_epi32(
+      _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  return _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+}
+
+// 16 values a round, the rest one by one. GCC 12 vectorizes the scalar loop
+// at -O3 but narrows 32 -> 16 bits slowly: on rows of 64 values this takes
+// 0.43x the time of the value-by-value loop, on rows of 16 0.76x
+// (bench/codec_bench).
+__attribute__((target("avx2"))) void EncodeBf16Avx2(const float* values, size_t n,
+                                                    char* dst) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i a =
+        Bf16Lanes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + i)));
+    const __m256i b =
+        Bf16Lanes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + i + 8)));
+    // packus packs within 128-bit halves (a0-3 b0-3 a4-7 b4-7): reorder.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i), packed);
+  }
+  if (i < n) EncodeBf16Scalar(values + i, n - i, dst + 2 * i);
+}
+
+// Read once at load, not on every call (a row is often 16 values). A call
+// made before this is initialized sees false and takes the scalar loop.
+const bool kHasAvx2 = [] {
+  __builtin_cpu_init();  // Required before __builtin_cpu_supports at load.
+  return __builtin_cpu_supports("avx2") != 0;
+}();
+#endif
+
+void EncodeBf16(const float* values, size_t n, char* dst) {
+#if defined(__x86_64__)
+  if (kHasAvx2) {
+    EncodeBf16Avx2(values, n, dst);
+    return;
+  }
+#endif
+  EncodeBf16Scalar(values, n, dst);
+}
+
+}  // namespace
+
 void EncodeValuesTo(const float* values, size_t n, Encoding encoding, char* dst) {
   if (n == 0) return;  // values and dst may be null for an empty array.
   switch (encoding) {
@@ -76,10 +142,7 @@ void EncodeValuesTo(const float* values, size_t n, Encoding encoding, char* dst)
       }
       return;
     case Encoding::kBf16:
-      for (size_t i = 0; i < n; ++i) {
-        const uint16_t b = FloatToBf16(values[i]);
-        std::memcpy(dst + 2 * i, &b, 2);
-      }
+      EncodeBf16(values, n, dst);
       return;
   }
 }

@@ -1,6 +1,8 @@
 #include "common/codec.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -82,6 +84,38 @@ TEST(Bf16Test, ReferenceValuesAndRounding) {
     const float f = Bf16ToFloat(static_cast<uint16_t>(b));
     if (!std::isnan(f)) {
       ASSERT_EQ(FloatToBf16(f), b);
+    }
+  }
+}
+
+// EncodeValuesTo narrows bf16 arrays 16 values at a time where the CPU
+// has AVX2: every value, at every position of a run and in the tail, must
+// be what FloatToBf16 gives (ties, carries into the exponent, Inf, NaN
+// payloads, subnormals, both signs).
+TEST(Bf16Test, ArrayEncodingEqualsTheScalarRoundingForEveryPattern) {
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu,
+                                0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu,
+                                0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u,
+                                0xffc12345u, 0x7fffffffu, 0x7f7f8000u, 0x0000ffffu};
+  uint64_t x = 0x9e3779b97f4a7c15ull;  // splitmix64: any 32-bit pattern.
+  while (bits.size() < 100003) {
+    x += 0x9e3779b97f4a7c15ull;
+    uint64_t z = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    bits.push_back(static_cast<uint32_t>(z ^ (z >> 31)));
+    bits.push_back((bits.back() & 0xffff0000u) | 0x8000u);  // A tie.
+  }
+  std::vector<float> values(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) values[i] = BitsFloat(bits[i]);
+  for (size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{64},
+                   values.size()}) {
+    std::string wire(2 * n, '\0');
+    EncodeValuesTo(values.data(), n, Encoding::kBf16, wire.data());
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t got;
+      std::memcpy(&got, wire.data() + 2 * i, 2);
+      ASSERT_EQ(got, FloatToBf16(values[i]))
+          << "n " << n << " at " << i << " float bits 0x" << std::hex << bits[i];
     }
   }
 }
