@@ -10,6 +10,9 @@
 // connection moves the same message sizes (blocking sockets, TCP_NODELAY, the
 // server copying through its own buffers); the ratio to it is printed, and
 // issue 17's ratios (W/raw loop per dim, bf16/fp32) on one line per client.
+// Also in each rep, the gRPC ceiling: the pipelined client against a gRPC
+// server that only copies the bytes, as the raw loop's server does
+// (server_rpc_bench_null.cc); no table behind unary gRPC can beat it here.
 // Figures only: nothing here passes or fails on time.
 //
 //   bazel run -c opt //bench:server_rpc_bench -- [--steps=3000] [--reps=3]
@@ -253,6 +256,20 @@ Run GrpcRun(const std::string& ps_server, const std::string& client,
   return run;
 }
 
+// The pipelined client against the gRPC ceiling (--role=null_server).
+Run NullRun(int dim, const std::string& encoding) {
+  Child server = Spawn({SelfPath(), "--role=null_server",
+                        absl::StrCat("--dim=", dim), "--encoding=" + encoding});
+  const std::string address = ReadLine(server, "NULL_LISTENING ");
+  if (address.empty()) {
+    std::fprintf(stderr, "the null gRPC server did not start\n");
+    std::exit(1);
+  }
+  const Run run = RunClients(SelfPath(), "pipelined_client", address, 1, dim, encoding);
+  Finish(server, true);
+  return run;
+}
+
 Run TcpRun(int dim, const std::string& encoding) {
   Child server = Spawn({SelfPath(), "--role=tcp_server",
                         absl::StrCat("--dim=", dim), "--encoding=" + encoding});
@@ -299,10 +316,14 @@ int RunMain() {
   std::vector<std::vector<double>> rate(n), ratio(n), before_rate(n), speedup(n);
   std::vector<std::vector<Run>> runs(n);
   std::vector<std::vector<Run>> tcp_runs(cases.size());
+  // The gRPC ceiling per case: its rate and its ratio to the raw loop.
+  std::vector<std::vector<double>> null_rate(cases.size()), null_ratio(cases.size());
   for (int rep = 0; rep < reps; ++rep) {
     for (size_t c = 0; c < cases.size(); ++c) {
       tcp_runs[c].push_back(TcpRun(cases[c].dim, cases[c].encoding));
       const double t = tcp_runs[c].back().rate;
+      null_rate[c].push_back(NullRun(cases[c].dim, cases[c].encoding).rate);
+      null_ratio[c].push_back(null_rate[c].back() / t);
       for (size_t m = 0; m < modes.size(); ++m) {
         const size_t i = c * modes.size() + m;
         const Run run = GrpcRun(after, SelfPath(), modes[m].role, cases[c].dim,
@@ -336,6 +357,29 @@ int RunMain() {
       }
       std::printf("\n");
     }
+  }
+  // What no table behind unary gRPC can beat here: the pipelined client
+  // against a server that only copies the bytes (server_rpc_bench_null.cc).
+  for (size_t c = 0; c < cases.size(); ++c) {
+    std::printf("dim %2d %s gRPC ceiling (pipelined, a server that only copies the bytes): "
+                "%6.3f M rows/s; ratio to the raw loop %.2f\n",
+                cases[c].dim, cases[c].encoding, Median(null_rate[c]) / 1e6,
+                Median(null_ratio[c]));
+  }
+  {
+    std::vector<double> bf16_64, bf16_16;
+    for (int rep = 0; rep < reps; ++rep) {
+      bf16_64.push_back(null_rate[2][rep] / null_rate[0][rep]);
+      bf16_16.push_back(null_rate[3][rep] / null_rate[1][rep]);
+    }
+    std::vector<double> raw_64, raw_16;
+    for (int rep = 0; rep < reps; ++rep) {
+      raw_64.push_back(tcp_runs[2][rep].rate / tcp_runs[0][rep].rate);
+      raw_16.push_back(tcp_runs[3][rep].rate / tcp_runs[1][rep].rate);
+    }
+    std::printf("bf16/fp32 of the raw loop: dim 64 %.2f, dim 16 %.2f; of the gRPC ceiling: "
+                "dim 64 %.2f, dim 16 %.2f\n",
+                Median(raw_64), Median(raw_16), Median(bf16_64), Median(bf16_16));
   }
   // The issue-17 figures: 1 client, gRPC against the raw loop of the same
   // rep, and bf16 against fp32 (both gRPC, same rep, same dim and mode).
@@ -399,5 +443,6 @@ int main(int argc, char** argv) {
   if (role == "pipelined_client") return shardps::bench::RunPipelinedClient();
   if (role == "tcp_server") return shardps::bench::RunTcpServer();
   if (role == "tcp_client") return shardps::bench::RunTcpClient();
+  if (role == "null_server") return shardps::bench::RunNullServer();
   return shardps::RunMain();
 }

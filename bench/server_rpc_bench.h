@@ -51,6 +51,9 @@ int RunPipelinedClient();
 // The raw TCP loop's server and client (--role=tcp_server / tcp_client).
 int RunTcpServer();
 int RunTcpClient();
+// The gRPC ceiling's server (--role=null_server): ps_server's data path with
+// no table, copying the bytes as the raw TCP server does.
+int RunNullServer();
 // A blocking TCP connection to host:port on loopback, or -1.
 int ConnectLoopback(const std::string& address);
 // Writes all `n` bytes to `fd`; false on an error.
