@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -57,8 +58,8 @@ float HalfToFloat(uint16_t h) {
   const uint32_t sign = uint32_t{h & 0x8000u} << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   const uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) {  // Inf or NaN.
-    return BitsFloat(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0x1f) {  // Inf, or NaN (quieted, as F16C's conversion does).
+    return BitsFloat(sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x400000u : 0));
   }
   if (exp == 0) {  // Zero or subnormal: mant * 2^-24, exact in fp32.
     const float v = static_cast<float>(mant) * BitsFloat(103u << 23);
@@ -110,11 +111,47 @@ __attribute__((target("avx2"))) void EncodeBf16Avx2(const float* values, size_t 
 }
 
 // Read once at load, not on every call (a row is often 16 values). A call
-// made before this is initialized sees false and takes the scalar loop.
+// made before these are initialized sees false and takes the scalar loop.
 const bool kHasAvx2 = [] {
   __builtin_cpu_init();  // Required before __builtin_cpu_supports at load.
   return __builtin_cpu_supports("avx2") != 0;
 }();
+// F16C (CPUID.1:ECX): asked directly, clang 14 has no "f16c" for
+// __builtin_cpu_supports. With AVX2 the OS keeps the YMM state.
+const bool kHasF16c = [] {
+  unsigned a, b, c, d;
+  return kHasAvx2 && __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}();
+
+// FloatToHalf and HalfToFloat, 8 values an instruction. The hardware rounds
+// as FloatToHalf does for every one of the 2^32 floats, and widens as
+// HalfToFloat does for every half (checked once, exhaustively, when this
+// was written; codec_test holds both to it on a sample and on all halves).
+__attribute__((target("avx,f16c"))) void EncodeHalfF16c(const float* values, size_t n,
+                                                        char* dst) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(values + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), h);
+  }
+  for (; i < n; ++i) {
+    const uint16_t h = FloatToHalf(values[i]);
+    std::memcpy(dst + 2 * i, &h, 2);
+  }
+}
+__attribute__((target("avx,f16c"))) void DecodeHalfF16c(const char* src, size_t n,
+                                                        float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    out[i] = HalfToFloat(h);
+  }
+}
 #endif
 
 void EncodeBf16(const float* values, size_t n, char* dst) {
@@ -136,6 +173,12 @@ void EncodeValuesTo(const float* values, size_t n, Encoding encoding, char* dst)
       std::memcpy(dst, values, n * sizeof(float));
       return;
     case Encoding::kFp16:
+#if defined(__x86_64__)
+      if (kHasF16c) {
+        EncodeHalfF16c(values, n, dst);
+        return;
+      }
+#endif
       for (size_t i = 0; i < n; ++i) {
         const uint16_t h = FloatToHalf(values[i]);
         std::memcpy(dst + 2 * i, &h, 2);
@@ -170,6 +213,12 @@ absl::Status DecodeValues(absl::string_view bytes, Encoding encoding, size_t n,
       std::memcpy(out, src, n * sizeof(float));
       break;
     case Encoding::kFp16:
+#if defined(__x86_64__)
+      if (kHasF16c) {
+        DecodeHalfF16c(src, n, out);
+        break;
+      }
+#endif
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, src + 2 * i, 2);

@@ -3,7 +3,11 @@
 // On the wire, values are little-endian arrays of fp32, fp16 (IEEE binary16)
 // or bf16 (the top half of an fp32). Narrowing rounds to nearest, ties to
 // even; overflow gives +-Inf; Inf stays Inf and NaN stays NaN (quieted, sign
-// and top payload bits kept). Widening is exact.
+// and top payload bits kept). Widening is exact, but for an fp16 signalling
+// NaN, which comes back quiet (as x86's F16C conversion does).
+//
+// Where the CPU has them, arrays are converted with AVX2 (bf16) and F16C
+// (fp16) instructions, with exactly the results of the scalar functions.
 //
 // Thread-safety: all functions are pure. Only little-endian hosts are
 // supported (a static_assert says so).

@@ -88,36 +88,74 @@ TEST(Bf16Test, ReferenceValuesAndRounding) {
   }
 }
 
-// EncodeValuesTo narrows bf16 arrays 16 values at a time where the CPU
-// has AVX2: every value, at every position of a run and in the tail, must
-// be what FloatToBf16 gives (ties, carries into the exponent, Inf, NaN
-// payloads, subnormals, both signs).
-TEST(Bf16Test, ArrayEncodingEqualsTheScalarRoundingForEveryPattern) {
+// EncodeValuesTo narrows arrays with AVX2 (bf16) and F16C (fp16) where the
+// CPU has them: every value, at every position of a run and in the tail,
+// must be what the scalar FloatToBf16 / FloatToHalf give (ties, carries into
+// the exponent, overflow, Inf, NaN payloads, subnormals, both signs).
+std::vector<uint32_t> FloatPatterns() {
   std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu,
                                 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu,
                                 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u,
-                                0xffc12345u, 0x7fffffffu, 0x7f7f8000u, 0x0000ffffu};
+                                0xffc12345u, 0x7fffffffu, 0x7f7f8000u, 0x0000ffffu,
+                                0x477ff000u, 0x477fefffu, 0x38800000u, 0x33000000u,
+                                0x33000001u, 0xb3800000u, 0x3f801000u, 0x3f803000u};
   uint64_t x = 0x9e3779b97f4a7c15ull;  // splitmix64: any 32-bit pattern.
-  while (bits.size() < 100003) {
+  while (bits.size() < 150003) {
     x += 0x9e3779b97f4a7c15ull;
     uint64_t z = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    bits.push_back(static_cast<uint32_t>(z ^ (z >> 31)));
-    bits.push_back((bits.back() & 0xffff0000u) | 0x8000u);  // A tie.
+    const uint32_t r = static_cast<uint32_t>(z ^ (z >> 31));
+    bits.push_back(r);
+    bits.push_back((r & 0xffff0000u) | 0x8000u);  // A bf16 tie.
+    bits.push_back((r & 0xffffe000u) | 0x1000u);  // An fp16 tie (in range or not).
   }
+  return bits;
+}
+
+TEST(CodecTest, ArrayNarrowingEqualsTheScalarRoundingForEveryPattern) {
+  const std::vector<uint32_t> bits = FloatPatterns();
   std::vector<float> values(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) values[i] = BitsFloat(bits[i]);
-  for (size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{64},
-                   values.size()}) {
-    std::string wire(2 * n, '\0');
-    EncodeValuesTo(values.data(), n, Encoding::kBf16, wire.data());
-    for (size_t i = 0; i < n; ++i) {
-      uint16_t got;
-      std::memcpy(&got, wire.data() + 2 * i, 2);
-      ASSERT_EQ(got, FloatToBf16(values[i]))
-          << "n " << n << " at " << i << " float bits 0x" << std::hex << bits[i];
+  for (Encoding e : {Encoding::kBf16, Encoding::kFp16}) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{15}, size_t{16},
+                     size_t{17}, size_t{64}, values.size()}) {
+      std::string wire(2 * n, '\0');
+      EncodeValuesTo(values.data(), n, e, wire.data());
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t got;
+        std::memcpy(&got, wire.data() + 2 * i, 2);
+        const uint16_t want =
+            e == Encoding::kBf16 ? FloatToBf16(values[i]) : FloatToHalf(values[i]);
+        ASSERT_EQ(got, want) << (e == Encoding::kBf16 ? "bf16" : "fp16") << " n " << n
+                             << " at " << i << " float bits 0x" << std::hex << bits[i];
+      }
     }
   }
+}
+
+// DecodeValues widens fp16 arrays with F16C where the CPU has it: all 65536
+// halves, in one array and in short ones, come back as HalfToFloat gives,
+// a signalling NaN quieted.
+TEST(HalfTest, ArrayWideningEqualsHalfToFloatForEveryHalf) {
+  std::string wire(2 * 0x10000, '\0');
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint16_t v = static_cast<uint16_t>(h);
+    std::memcpy(wire.data() + 2 * h, &v, 2);
+  }
+  std::vector<float> out(0x10000);
+  for (size_t n : {size_t{0x10000}, size_t{13}}) {
+    for (size_t start = 0; start + n <= 0x10000; start += n) {
+      ASSERT_TRUE(DecodeValues(absl::string_view(wire).substr(2 * start, 2 * n),
+                               Encoding::kFp16, n, out.data() + start)
+                      .ok());
+    }
+    for (uint32_t h = 0; h < 0x10000 / n * n; ++h) {
+      ASSERT_EQ(FloatBits(out[h]), FloatBits(HalfToFloat(static_cast<uint16_t>(h))))
+          << "n " << n << " half 0x" << std::hex << h;
+    }
+  }
+  EXPECT_EQ(FloatBits(HalfToFloat(0x7c01)), 0x7fc02000u);  // Quieted, payload kept.
+  EXPECT_EQ(FloatBits(HalfToFloat(0xfe00)), 0xffc00000u);
 }
 
 TEST(CodecTest, ArraysRoundTripInEveryEncoding) {
