@@ -55,6 +55,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/server_context.h"
@@ -120,6 +121,18 @@ bool TlsEnabledFromFlags();
 // without TLS anyone who reaches the port is trusted as a peer).
 void ConfigureListener(const std::string& listen, const char* role,
                        grpc::ServerBuilder* builder);
+
+// What every client channel of a job (PsClient, the scheduler's calls to
+// servers, SchedulerClient) sets on its arguments: a lost peer is retried
+// after 100 ms and then at most every second (gRPC's default backoff grows to
+// two minutes), so a restarted server or scheduler is reached within a second
+// of it listening; and each connection attempt (TCP, the TLS handshake,
+// HTTP/2's settings) gets kMinConnectMs to finish. gRPC's C core takes
+// GRPC_ARG_MIN_RECONNECT_BACKOFF_MS as that minimum; at 100 ms a peer whose
+// handshake needs more than the 1 s backoff cap (a loaded node, a slow link)
+// was never reached, the client retrying for ever (tests/tls_test.cc).
+inline constexpr int kMinConnectMs = 5000;
+void ConfigureChannel(grpc::ChannelArguments* args);
 
 // Whether the host of `listen` (host:port, or a gRPC peer string such as
 // "ipv4:127.0.0.1:5000" / "ipv6:[::1]:5000") is a loopback address.

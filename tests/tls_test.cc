@@ -24,6 +24,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/slow_link.h"
 #include "tests/testing/subprocess.h"
 
 namespace shardps {
@@ -242,6 +243,51 @@ TEST_F(TlsTest, PlaintextClientIsRefusedAndServerKeepsServing) {
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
   EXPECT_TRUE(Alive(server));
   EXPECT_TRUE(CallTableInfo(*address, Creds(Files("client_a", "ca_a"))).ok());
+}
+
+// A link on which a connection's setup (TCP, the TLS handshake, HTTP/2's
+// settings) takes longer than the 1 s reconnect backoff cap: a channel built
+// as every client of the job builds it (ConfigureChannel) still connects.
+// With gRPC's minimum connect time at 100 ms, as it was, every attempt was
+// cut short and the client retried for ever; that is what left a worker
+// unable to register with a busy scheduler.
+TEST_F(TlsTest, ChannelsConnectOverALinkSlowerThanTheReconnectBackoff) {
+  Subprocess server;
+  auto address = StartServer(&server, Flags(Files("node_a", "ca_a")), "server_slow.log");
+  ASSERT_TRUE(address.ok()) << address.status();
+  const int port = std::atoi(address->substr(address->rfind(':') + 1).c_str());
+  testing::SlowLink link(port, absl::Milliseconds(400));
+  ASSERT_FALSE(link.address().empty());
+
+  auto connect_within = [&](const grpc::ChannelArguments& args, absl::Duration limit) {
+    auto channel =
+        grpc::CreateCustomChannel(link.address(), Creds(Files("client_a", "ca_a")), args);
+    return channel->WaitForConnected(absl::ToChronoTime(absl::Now() + limit));
+  };
+  grpc::ChannelArguments args;
+  ConfigureChannel(&args);
+  // The local pool: this channel does not share a subchannel with another.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  EXPECT_TRUE(connect_within(args, absl::Seconds(20)));
+
+  // The old arguments, for contrast: the same link is never reached.
+  grpc::ChannelArguments old;
+  old.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  old.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  old.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  old.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  EXPECT_FALSE(connect_within(old, absl::Seconds(8)));
+
+  // A call through the link, on the job's channel.
+  auto stub = ParameterServer::NewStub(
+      grpc::CreateCustomChannel(link.address(), Creds(Files("client_a", "ca_a")), args));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  TableInfoRequest request;
+  TableInfoResponse response;
+  const grpc::Status st = stub->TableInfo(&ctx, request, &response);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(Alive(server));
 }
 
 TEST_F(TlsTest, TlsClientAgainstPlaintextServerFails) {

@@ -13,11 +13,7 @@ namespace {
 
 grpc::ChannelArguments Limits(uint64_t max_message_bytes) {
   grpc::ChannelArguments args;
-  // Reach a restarted server within 100 ms of it listening (gRPC's default
-  // reconnect backoff starts at 1 s and grows), as the scheduler channel.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  ConfigureChannel(&args);  // Reconnects within a second (common/tls.h).
   if (max_message_bytes > 0) {
     // Twice the limit: a part of a request may exceed the budget by a row.
     const int limit = static_cast<int>(std::min<uint64_t>(max_message_bytes * 2, INT32_MAX));

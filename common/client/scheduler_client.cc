@@ -19,11 +19,7 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
 
 std::shared_ptr<grpc::Channel> SchedulerChannel(const std::string& address) {
   grpc::ChannelArguments args;
-  // Reconnect within a second of a restarted scheduler coming back (gRPC's
-  // default backoff grows to minutes).
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  ConfigureChannel(&args);  // Reconnects within a second (common/tls.h).
   return grpc::CreateCustomChannel(address, ChannelCredentialsFromFlagsOrDie(), args);
 }
 
