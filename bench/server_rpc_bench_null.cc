@@ -40,25 +40,45 @@ struct HotRows {
   char* row(size_t i) { return bytes.data() + (i % 4096) * row_bytes; }
 };
 
+// A call on a queue: Proceed runs when its request has arrived (then it asks
+// for the next one and serves this one) and when its answer has been sent.
 class Call {
  public:
+  Call(NullServiceBase* service, grpc::ServerCompletionQueue* cq, HotRows* rows)
+      : service_(service), cq_(cq), rows_(rows) {}
   virtual ~Call() = default;
-  virtual void Proceed(bool ok) = 0;
-};
-
-class NullPull final : public Call {
- public:
-  NullPull(NullServiceBase* service, grpc::ServerCompletionQueue* cq, HotRows* rows)
-      : service_(service), cq_(cq), rows_(rows), responder_(&context_) {
-    service_->RequestPull(&context_, &request_bytes_, &responder_, cq_, cq_, this);
-  }
-  void Proceed(bool ok) override {
+  void Proceed(bool ok) {
     if (!ok || finishing_) {
       delete this;
       return;
     }
     finishing_ = true;
-    new NullPull(service_, cq_, rows_);
+    Rearm();
+    Serve();
+  }
+
+ protected:
+  virtual void Rearm() = 0;
+  virtual void Serve() = 0;
+  NullServiceBase* const service_;
+  grpc::ServerCompletionQueue* const cq_;
+  HotRows* const rows_;
+  grpc::ServerContext context_;
+
+ private:
+  bool finishing_ = false;
+};
+
+class NullPull final : public Call {
+ public:
+  NullPull(NullServiceBase* service, grpc::ServerCompletionQueue* cq, HotRows* rows)
+      : Call(service, cq, rows), responder_(&context_) {
+    service_->RequestPull(&context_, &request_bytes_, &responder_, cq_, cq_, this);
+  }
+
+ private:
+  void Rearm() override { new NullPull(service_, cq_, rows_); }
+  void Serve() override {
     PullRequest request;
     if (!grpc::SerializationTraits<PullRequest>::Deserialize(&request_bytes_, &request)
              .ok()) {
@@ -67,9 +87,9 @@ class NullPull final : public Call {
       return;
     }
     PullResponseSlices slices;
+    const uint32_t dim = static_cast<uint32_t>(absl::GetFlag(FLAGS_dim));
     for (const TableKeys& t : request.tables()) {
       const size_t n = static_cast<size_t>(t.keys_size());
-      const uint32_t dim = static_cast<uint32_t>(absl::GetFlag(FLAGS_dim));
       char* out = slices.AddTable(t.table_id(), dim, n * rows_->row_bytes);
       for (size_t i = 0; i < n; ++i) {
         std::memcpy(out + i * rows_->row_bytes, rows_->row(i), rows_->row_bytes);
@@ -80,29 +100,20 @@ class NullPull final : public Call {
     responder_.Finish(response, grpc::Status::OK, this);
   }
 
- private:
-  NullServiceBase* const service_;
-  grpc::ServerCompletionQueue* const cq_;
-  HotRows* const rows_;
-  grpc::ServerContext context_;
   grpc::ByteBuffer request_bytes_;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
-  bool finishing_ = false;
 };
 
 class NullPush final : public Call {
  public:
   NullPush(NullServiceBase* service, grpc::ServerCompletionQueue* cq, HotRows* rows)
-      : service_(service), cq_(cq), rows_(rows), responder_(&context_) {
+      : Call(service, cq, rows), responder_(&context_) {
     service_->RequestPush(&context_, &request_, &responder_, cq_, cq_, this);
   }
-  void Proceed(bool ok) override {
-    if (!ok || finishing_) {
-      delete this;
-      return;
-    }
-    finishing_ = true;
-    new NullPush(service_, cq_, rows_);
+
+ private:
+  void Rearm() override { new NullPush(service_, cq_, rows_); }
+  void Serve() override {
     PushResponse response;
     for (const TableGradients& t : request_.tables()) {
       const size_t n = std::min<size_t>(t.keys_size(), t.gradients().size() / rows_->row_bytes);
@@ -115,14 +126,8 @@ class NullPush final : public Call {
     responder_.Finish(response, grpc::Status::OK, this);
   }
 
- private:
-  NullServiceBase* const service_;
-  grpc::ServerCompletionQueue* const cq_;
-  HotRows* const rows_;
-  grpc::ServerContext context_;
   PushRequest request_;
   grpc::ServerAsyncResponseWriter<PushResponse> responder_;
-  bool finishing_ = false;
 };
 
 }  // namespace
