@@ -70,10 +70,24 @@ float HalfToFloat(uint16_t h) {
 
 namespace {
 
+// The scalar loops: the fallbacks, and the tails of the vector loops.
 void EncodeBf16Scalar(const float* values, size_t n, char* dst) {
   for (size_t i = 0; i < n; ++i) {
     const uint16_t b = FloatToBf16(values[i]);
     std::memcpy(dst + 2 * i, &b, 2);
+  }
+}
+void EncodeHalfScalar(const float* values, size_t n, char* dst) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = FloatToHalf(values[i]);
+    std::memcpy(dst + 2 * i, &h, 2);
+  }
+}
+void DecodeHalfScalar(const char* src, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    out[i] = HalfToFloat(h);
   }
 }
 
@@ -134,10 +148,7 @@ __attribute__((target("avx,f16c"))) void EncodeHalfF16c(const float* values, siz
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(values + i), _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), h);
   }
-  for (; i < n; ++i) {
-    const uint16_t h = FloatToHalf(values[i]);
-    std::memcpy(dst + 2 * i, &h, 2);
-  }
+  if (i < n) EncodeHalfScalar(values + i, n - i, dst + 2 * i);
 }
 __attribute__((target("avx,f16c"))) void DecodeHalfF16c(const char* src, size_t n,
                                                         float* out) {
@@ -146,22 +157,28 @@ __attribute__((target("avx,f16c"))) void DecodeHalfF16c(const char* src, size_t 
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
     _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
   }
-  for (; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    out[i] = HalfToFloat(h);
-  }
+  if (i < n) DecodeHalfScalar(src + i * 2, n - i, out + i);
 }
 #endif
 
+// The vector loop where the CPU has it, else the scalar one.
 void EncodeBf16(const float* values, size_t n, char* dst) {
 #if defined(__x86_64__)
-  if (kHasAvx2) {
-    EncodeBf16Avx2(values, n, dst);
-    return;
-  }
+  if (kHasAvx2) return EncodeBf16Avx2(values, n, dst);
 #endif
   EncodeBf16Scalar(values, n, dst);
+}
+void EncodeHalf(const float* values, size_t n, char* dst) {
+#if defined(__x86_64__)
+  if (kHasF16c) return EncodeHalfF16c(values, n, dst);
+#endif
+  EncodeHalfScalar(values, n, dst);
+}
+void DecodeHalf(const char* src, size_t n, float* out) {
+#if defined(__x86_64__)
+  if (kHasF16c) return DecodeHalfF16c(src, n, out);
+#endif
+  DecodeHalfScalar(src, n, out);
 }
 
 }  // namespace
@@ -173,16 +190,7 @@ void EncodeValuesTo(const float* values, size_t n, Encoding encoding, char* dst)
       std::memcpy(dst, values, n * sizeof(float));
       return;
     case Encoding::kFp16:
-#if defined(__x86_64__)
-      if (kHasF16c) {
-        EncodeHalfF16c(values, n, dst);
-        return;
-      }
-#endif
-      for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToHalf(values[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
+      EncodeHalf(values, n, dst);
       return;
     case Encoding::kBf16:
       EncodeBf16(values, n, dst);
@@ -213,17 +221,7 @@ absl::Status DecodeValues(absl::string_view bytes, Encoding encoding, size_t n,
       std::memcpy(out, src, n * sizeof(float));
       break;
     case Encoding::kFp16:
-#if defined(__x86_64__)
-      if (kHasF16c) {
-        DecodeHalfF16c(src, n, out);
-        break;
-      }
-#endif
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        out[i] = HalfToFloat(h);
-      }
+      DecodeHalf(src, n, out);
       break;
     case Encoding::kBf16:
       for (size_t i = 0; i < n; ++i) {

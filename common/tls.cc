@@ -278,7 +278,7 @@ void ConfigureListener(const std::string& listen, const char* role,
 void ConfigureChannel(grpc::ChannelArguments* args) {
   args->SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args->SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args->SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kMinConnectMs);
+  args->SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);  // Least time an attempt gets.
 }
 
 absl::Status CheckTlsFiles(const TlsFiles& files) {

@@ -55,10 +55,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "grpcpp/security/credentials.h"
-#include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/channel_arguments.h"
 
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
@@ -127,11 +127,10 @@ void ConfigureListener(const std::string& listen, const char* role,
 // after 100 ms and then at most every second (gRPC's default backoff grows to
 // two minutes), so a restarted server or scheduler is reached within a second
 // of it listening; and each connection attempt (TCP, the TLS handshake,
-// HTTP/2's settings) gets kMinConnectMs to finish. gRPC's C core takes
+// HTTP/2's settings) gets at least 5 s to finish. gRPC's C core takes
 // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS as that minimum; at 100 ms a peer whose
 // handshake needs more than the 1 s backoff cap (a loaded node, a slow link)
 // was never reached, the client retrying for ever (tests/tls_test.cc).
-inline constexpr int kMinConnectMs = 5000;
 void ConfigureChannel(grpc::ChannelArguments* args);
 
 // Whether the host of `listen` (host:port, or a gRPC peer string such as
