@@ -165,6 +165,7 @@ void FillDefaults(JobConfig* c) {
   if (k->server_deadline_ms() == 0) k->set_server_deadline_ms(60000);
   if (k->worker_deadline_ms() == 0) k->set_worker_deadline_ms(60000);
   if (k->start_deadline_ms() == 0) k->set_start_deadline_ms(600000);
+  k->set_on_worker_loss(EffectiveOnWorkerLoss(*k));
   if (k->max_message_bytes() == 0) k->set_max_message_bytes(64ull << 20);
   if (k->dense_chunk_size() == 0) k->set_dense_chunk_size(4096);
   DataConfig* d = c->mutable_data();
@@ -451,6 +452,13 @@ uint32_t EffectiveStaleness(const ClusterConfig& cluster) {
     default:
       return static_cast<uint32_t>(cluster.staleness());
   }
+}
+
+ClusterConfig::OnWorkerLoss EffectiveOnWorkerLoss(const ClusterConfig& cluster) {
+  if (cluster.on_worker_loss() != ClusterConfig::ON_WORKER_LOSS_UNSPECIFIED) {
+    return cluster.on_worker_loss();
+  }
+  return cluster.mode() == BSP ? ClusterConfig::WAIT : ClusterConfig::REASSIGN;
 }
 
 }  // namespace shardps

@@ -43,6 +43,9 @@ const TableConfig* FindTable(const JobConfig& config, absl::string_view name);
 // The effective staleness of the config's mode: 0 for BSP, `staleness` for
 // SSP, "unbounded" (UINT32_MAX) for ASP.
 uint32_t EffectiveStaleness(const ClusterConfig& cluster);
+// cluster.on_worker_loss, with its default for the mode when unset (WAIT for
+// BSP, REASSIGN otherwise).
+ClusterConfig::OnWorkerLoss EffectiveOnWorkerLoss(const ClusterConfig& cluster);
 
 }  // namespace shardps
 

@@ -30,6 +30,7 @@ JobCoordinator::JobCoordinator(JobConfig config, ServerNotifier notifier, Server
       ops_(ops),
       start_time_(absl::Now()),
       checkpoints_on_(!config_.checkpoint().dir().empty()),
+      on_loss_(EffectiveOnWorkerLoss(config_.cluster())),
       members_(config_, fingerprint_),
       clock_(config_.cluster().num_workers(),
              EffectiveStaleness(config_.cluster()) == UINT32_MAX
@@ -119,58 +120,99 @@ void JobCoordinator::Sweep(absl::Time now) {
   const std::vector<Member> died = members_.Sweep(now, Ms(k.dead_after_ms()));
   bool workers_changed = false;
   {
-  MutexLock lock(&mu_);
-  for (const Member& m : died) {
-    if (m.role == WORKER) {
-      LOG(WARNING) << "worker " << m.index << " missed heartbeats: declared dead"
-                   << "; it leaves the clock minimum";
-      clock_.MarkDead(m.index);
-      awaiting_rewind_.erase(m.index);
-      workers_changed = true;
-    } else if (formed_ && !Ended()) {
-      ServerFailedLocked(m.index,
-                         absl::StrCat("server ", m.index, " (", m.address,
-                                      ") missed heartbeats for ", k.dead_after_ms(), " ms"),
-                         m.last_heartbeat, now, /*lost=*/false);
+    MutexLock lock(&mu_);
+    for (const Member& m : died) {
+      if (m.role == WORKER) {
+        LOG(WARNING) << "worker " << m.index << " missed heartbeats: declared dead; "
+                     << (LeavesClock() ? "it leaves the clock minimum"
+                                       : "the clocks wait for it")
+                     << " (cluster.on_worker_loss "
+                     << ClusterConfig::OnWorkerLoss_Name(on_loss_) << ")";
+        workers_changed |= WorkerLostLocked(m.index);
+      } else if (formed_ && !Ended()) {
+        ServerFailedLocked(m.index,
+                           absl::StrCat("server ", m.index, " (", m.address,
+                                        ") missed heartbeats for ", k.dead_after_ms(), " ms"),
+                           m.last_heartbeat, now, /*lost=*/false);
+      }
     }
-  }
-  if (takeover_ && now - start_time_ > Ms(k.dead_after_ms())) {
-    // A worker that has not rejoined by now is gone (it may have finished
-    // and exited while there was no scheduler): it counts as dead.
-    for (uint32_t rank : members_.ExpireUnregistered(WORKER, now)) {
-      LOG(WARNING) << "worker " << rank << " did not rejoin the restarted scheduler within "
-                   << k.dead_after_ms() << " ms: declared dead";
-      clock_.MarkDead(rank);
-      workers_changed = true;
+    if (takeover_ && now - start_time_ > Ms(k.dead_after_ms())) {
+      // A worker that has not rejoined by now is gone (it may have finished
+      // and exited while there was no scheduler): it counts as dead.
+      for (uint32_t rank : members_.ExpireUnregistered(WORKER, now)) {
+        LOG(WARNING) << "worker " << rank << " did not rejoin the restarted scheduler within "
+                     << k.dead_after_ms() << " ms: declared dead";
+        workers_changed |= WorkerLostLocked(rank);
+      }
     }
+    const std::vector<Member> members = members_.Members();
+    if (!formed_ && now - start_time_ > Ms(k.start_deadline_ms())) {
+      std::vector<uint32_t> missing;
+      for (const Member& m : members) {
+        if (m.role == SERVER && m.state != ALIVE) missing.push_back(m.index);
+      }
+      if (!missing.empty()) {
+        FailLocked(absl::StrCat("servers [", absl::StrJoin(missing, ","),
+                                "] did not register within start_deadline_ms (",
+                                k.start_deadline_ms(), " ms)"));
+      }
+    }
+    for (const Member& s : members) {
+      if (s.role == SERVER && s.state == DEAD &&
+          now - s.state_since > Ms(k.server_deadline_ms())) {
+        FailLocked(absl::StrCat("server ", s.index, " (", s.address, ") dead for more than ",
+                                k.server_deadline_ms(), " ms: no replacement registered"));
+      }
+    }
+    CheckWorkerDeadlinesLocked(members, now);
+    workers_changed |= ResumeAfterRewindLocked(now);
+    UpdateStateLocked();
+    changed_.SignalAll();
   }
-  const std::vector<Member> members = members_.Members();
-  if (!formed_ && now - start_time_ > Ms(k.start_deadline_ms())) {
-    std::vector<uint32_t> missing;
+  if (workers_changed) NotifyServers();
+}
+
+bool JobCoordinator::WorkerLostLocked(uint32_t rank) {
+  awaiting_rewind_.erase(rank);
+  if (!LeavesClock()) return false;
+  clock_.MarkDead(rank);
+  return true;
+}
+
+void JobCoordinator::CheckWorkerDeadlinesLocked(const std::vector<Member>& members,
+                                                absl::Time now) {
+  const ClusterConfig& k = config_.cluster();
+  if (!formed_ || Ended()) return;
+  if (on_loss_ != ClusterConfig::DROP) {
+    // Every lost worker's share must be trained: it has to come back.
+    const auto states = clock_.States();
     for (const Member& m : members) {
-      if (m.role == SERVER && m.state != ALIVE) missing.push_back(m.index);
+      if (m.role != WORKER || m.state != DEAD || final_[m.index] ||
+          states[m.index] == ClockService::WorkerState::kFinished) {
+        continue;
+      }
+      if (now - m.state_since > Ms(k.worker_deadline_ms())) {
+        FailLocked(absl::StrCat(
+            "worker ", m.index, " dead for more than worker_deadline_ms (",
+            k.worker_deadline_ms(), " ms) with its data unfinished at clock ",
+            clock_.Clocks()[m.index], " (cluster.on_worker_loss ",
+            ClusterConfig::OnWorkerLoss_Name(on_loss_), "; ", m.reason, "):\n",
+            SummaryLocked()));
+        return;
+      }
     }
-    if (!missing.empty()) {
-      FailLocked(absl::StrCat("servers [", absl::StrJoin(missing, ","),
-                              "] did not register within start_deadline_ms (",
-                              k.start_deadline_ms(), " ms)"));
-    }
+    return;
   }
-  for (const Member& s : members) {
-    if (s.role == SERVER && s.state == DEAD &&
-        now - s.state_since > Ms(k.server_deadline_ms())) {
-      FailLocked(absl::StrCat("server ", s.index, " (", s.address, ") dead for more than ",
-                              k.server_deadline_ms(), " ms: no replacement registered"));
-    }
-  }
-  // Every worker dead (none finished): the job fails unless one comes back.
-  bool gone = formed_;
+  // DROP: every worker dead (none finished): the job fails unless one comes
+  // back.
+  bool gone = true;
   for (const Member& m : members) {
     if (m.role != WORKER) continue;
-    const bool never = m.state == STATE_UNSPECIFIED && now - start_time_ > Ms(k.start_deadline_ms());
+    const bool never =
+        m.state == STATE_UNSPECIFIED && now - start_time_ > Ms(k.start_deadline_ms());
     if ((m.state != DEAD && !never) || final_[m.index]) gone = false;
   }
-  if (!gone || Ended()) {
+  if (!gone) {
     workers_gone_since_.reset();
   } else if (!workers_gone_since_) {
     workers_gone_since_ = now;
@@ -180,10 +222,29 @@ void JobCoordinator::Sweep(absl::Time now) {
     FailLocked(absl::StrCat("every worker died and none came back within ",
                             k.worker_deadline_ms(), " ms:\n", SummaryLocked()));
   }
-  UpdateStateLocked();
-  changed_.SignalAll();
+}
+
+bool JobCoordinator::ResumeAfterRewindLocked(absl::Time now) {
+  if (!rewind_waits_since_ || Ended() || pending_ || !recovering_.empty()) return false;
+  std::vector<uint32_t> missing;
+  for (const Member& m : members_.Members()) {
+    if (m.role == WORKER && m.state != ALIVE && m.state != FINISHED) missing.push_back(m.index);
   }
-  if (workers_changed) NotifyServers();
+  const bool expired = now - *rewind_waits_since_ > Ms(config_.cluster().start_deadline_ms());
+  if (!missing.empty() && !expired) return false;
+  rewind_waits_since_.reset();
+  bool changed = false;
+  if (!missing.empty()) {
+    LOG(WARNING) << "workers [" << absl::StrJoin(missing, ",")
+                 << "] did not register within start_deadline_ms after the rollback; "
+                 << (LeavesClock() ? "the clocks resume without them"
+                                   : "the clocks keep waiting for them");
+    for (uint32_t rank : missing) changed |= WorkerLostLocked(rank);
+  } else {
+    LOG(INFO) << "every worker registered after the rollback: the clocks resume";
+  }
+  clock_.SetPaused(false);
+  return changed;
 }
 
 void JobCoordinator::NotifyServers() {
@@ -211,17 +272,25 @@ void JobCoordinator::UpdateStateLocked() {
     state_ = State::kRunning;
   }
   if (!formed_ || pending_ || !recovering_.empty()) return;
+  // A dead worker is over once its data is trained (it reported done), or
+  // when the job may drop its share.
+  const auto clock_states = clock_.States();
   bool any_final = false, all_over = true;
   for (const Member& m : members_.Members()) {
     if (m.role != WORKER) continue;
+    const bool trained = clock_states[m.index] == ClockService::WorkerState::kFinished;
     if (final_[m.index]) any_final = true;
-    else if (m.state != DEAD) all_over = false;
+    else if (m.state != DEAD || !(trained || on_loss_ == ClusterConfig::DROP)) all_over = false;
   }
   // The job ends after the control thread took the final cut (servers exit
   // when it ends).
   if (all_over && any_final && (!checkpoints_on_ || final_cut_done_) &&
       !EvaluationsPendingLocked()) {
     state_ = State::kDone;
+    if (const uint64_t untrained = UntrainedSamplesLocked(); untrained > 0) {
+      LOG(WARNING) << "the job ends without the shares of the workers it lost: about "
+                   << untrained << " samples untrained (cluster.on_worker_loss DROP)";
+    }
     LOG(INFO) << "job done\n" << SummaryLocked();
     clock_.Abort("job done");
   }
@@ -229,20 +298,45 @@ void JobCoordinator::UpdateStateLocked() {
 
 std::string JobCoordinator::SummaryLocked() const {
   std::string out;
+  const std::vector<uint64_t> clocks = clock_.Clocks();
   for (const Member& m : members_.Members()) {
     if (m.role != WORKER) continue;
+    // Steps acknowledged: the worker's clock (its reports may be older).
     auto it = reports_.find(m.index);
-    const uint64_t step = it == reports_.end() ? 0 : it->second.step();
-    absl::StrAppend(&out, "  worker ", m.index, ": ",
-                    final_[m.index] ? "finished" : "DEAD, data unfinished",
-                    " after ", step, " steps");
-    if (!final_[m.index]) {
-      absl::StrAppend(&out, " (its shard from step ", step, " on was not trained)");
+    const uint64_t step =
+        std::max(clocks[m.index], it == reports_.end() ? 0 : it->second.step());
+    const char* what = final_[m.index]        ? "finished"
+                       : m.state == DEAD      ? "DEAD, data unfinished"
+                                              : "training";
+    absl::StrAppend(&out, "  worker ", m.index, ": ", what, " after ", step, " steps");
+    if (!final_[m.index] && m.state == DEAD) {
+      absl::StrAppend(&out, on_loss_ == ClusterConfig::DROP
+                                ? " (its shard from step "
+                                : " (waited for; its shard from step ",
+                      step, on_loss_ == ClusterConfig::DROP ? " on was not trained)"
+                                                             : " on is not trained yet)");
       if (!m.reason.empty()) absl::StrAppend(&out, ": ", m.reason);
     }
     absl::StrAppend(&out, "\n");
   }
   return out;
+}
+
+uint64_t JobCoordinator::UntrainedSamplesLocked() const {
+  if (on_loss_ != ClusterConfig::DROP) return 0;
+  const std::vector<uint64_t> clocks = clock_.Clocks();
+  uint64_t longest = 0;  // The most steps a finished worker trained.
+  for (const auto& [rank, r] : reports_) {
+    if (final_[rank]) longest = std::max(longest, r.step());
+  }
+  uint64_t untrained = 0;
+  for (const Member& m : members_.Members()) {
+    if (m.role != WORKER || final_[m.index] || m.state != DEAD) continue;
+    if (longest > clocks[m.index]) {
+      untrained += (longest - clocks[m.index]) * config_.training().batch_size();
+    }
+  }
+  return untrained;
 }
 
 absl::Status JobCoordinator::WaitDone(absl::Time deadline) {
@@ -311,6 +405,7 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
   if (n > 0) response->set_train_loss(loss / n);
   if (n > 0) response->set_train_auc(train_auc / n);
   response->set_summary(SummaryLocked());
+  response->set_untrained_samples(UntrainedSamplesLocked());
 }
 
 }  // namespace shardps

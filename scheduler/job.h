@@ -19,8 +19,25 @@
 // every worker has sent its final report or died (at least one finished)
 // and the final checkpoint is written; "failed: <why>" when a server stays
 // dead past cluster.server_deadline_ms, a server is missing at
-// cluster.start_deadline_ms, every worker is dead for
-// cluster.worker_deadline_ms, or a restore fails. Heartbeat answers carry
+// cluster.start_deadline_ms, a worker is lost past cluster.worker_deadline_ms
+// (see below), or a restore fails.
+//
+// Worker loss (cluster.on_worker_loss; missed heartbeats or a reported
+// training error declare a worker dead):
+//  - WAIT (BSP's default): the worker stays in the clock minimum and in the
+//    servers' active set, so no clock closes without it; a restarted worker
+//    resumes at its last acknowledged step and the job goes on as if nothing
+//    happened. Dead past worker_deadline_ms: the job fails naming it.
+//  - REASSIGN (SSP/ASP's default): it leaves the clock minimum and the
+//    others go on; its share is trained when it is back, and the job is not
+//    done while a share is unfinished (dead past worker_deadline_ms: the job
+//    fails naming it).
+//  - DROP: it leaves the clock minimum; the job may end "done" without its
+//    share (JobStatusResponse.untrained_samples, a warning); it fails only
+//    when every worker is dead for worker_deadline_ms.
+// After a rollback the clocks resume only once every worker has registered
+// (or finished), bounded by start_deadline_ms; then WAIT keeps waiting for
+// the missing ones and REASSIGN and DROP go on without them. Heartbeat answers carry
 // stop = true once the job ended, so servers and workers exit.
 //
 // Recovery (the coordinator owns it; supervisors only restart what died,
@@ -154,7 +171,7 @@ class JobCoordinator {
   // (clock.h).
   absl::Status Tick(const TickRequest& request, TickResponse* response);
   // Blocks until every worker has entered barrier `name`, finished (reported
-  // done) or died.
+  // done) or, with on_worker_loss DROP, died.
   absl::Status Barrier(const BarrierRequest& request);
   // INVALID_ARGUMENT, naming the field, for a report no worker can send
   // (ValidateReport): a non-finite or negative number, an AUC outside
@@ -220,6 +237,21 @@ class JobCoordinator {
   // Marks worker `rank` as restarted in the current generation (the rewind
   // phase of a recovery ends when every live worker is).
   void WorkerStartedLocked(uint32_t rank, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A dead worker leaves the clock minimum (REASSIGN, DROP), or holds the
+  // clocks until it is back (WAIT).
+  bool LeavesClock() const { return on_loss_ != ClusterConfig::WAIT; }
+  // Declares worker `rank` dead in the clock service per on_worker_loss;
+  // true if the servers' active set changed (NotifyServers).
+  bool WorkerLostLocked(uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the job for workers lost past worker_deadline_ms (see above).
+  void CheckWorkerDeadlinesLocked(const std::vector<Member>& members, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unpauses the clocks held after a rollback once every worker registered
+  // again, or at start_deadline_ms (the missing ones are then lost as
+  // on_worker_loss says). True if the servers' active set changed.
+  bool ResumeAfterRewindLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DROP: the estimated samples of unfinished dead workers' shares.
+  uint64_t UntrainedSamplesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Ended() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return state_ == State::kDone || state_ == State::kFailed;
   }
@@ -297,6 +329,7 @@ class JobCoordinator {
   ServerOps* const ops_;
   const absl::Time start_time_;
   const bool checkpoints_on_;  // checkpoint.dir is set.
+  const ClusterConfig::OnWorkerLoss on_loss_;
 
   Membership members_;
   ClockService clock_;
@@ -319,6 +352,9 @@ class JobCoordinator {
   // point's.
   std::map<uint32_t, std::pair<uint64_t, std::string>> positions_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> workers_gone_since_ ABSL_GUARDED_BY(mu_);
+  // After a rollback: the clocks stay paused from then until every worker
+  // has registered or start_deadline_ms passed (ResumeAfterRewindLocked).
+  std::optional<absl::Time> rewind_waits_since_ ABSL_GUARDED_BY(mu_);
 
   // Recovery.
   std::optional<PendingRecovery> pending_ ABSL_GUARDED_BY(mu_);

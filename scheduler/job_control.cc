@@ -76,10 +76,16 @@ void JobCoordinator::ControlLoop() {
         }
         if (!need) continue;
         const auto states = clock_.States();
-        const bool all_finished =
-            std::all_of(states.begin(), states.end(),
-                        [](auto s) { return s == ClockService::WorkerState::kFinished; });
-        if (all_finished && clock_.MaxClock() > last) {
+        const auto finished = [](auto s) { return s == ClockService::WorkerState::kFinished; };
+        const bool all_finished = std::all_of(states.begin(), states.end(), finished);
+        // Dead workers with data left: their shares are still to be
+        // trained (WAIT, REASSIGN), or, when none finished, the job waits
+        // for one to come back; the cuts and the final one go on then.
+        if (!all_finished && (on_loss_ != ClusterConfig::DROP ||
+                              std::none_of(states.begin(), states.end(), finished))) {
+          continue;
+        }
+        if (clock_.MaxClock() > last) {
           const uint64_t clock = clock_.MaxClock();
           // A failed final cut is taken again at the same clock (nothing
           // trains any more) before the job may end.
@@ -89,7 +95,7 @@ void JobCoordinator::ControlLoop() {
         }
         MutexLock lock(&mu_);
         // The job's last state is evaluated too (when it was cut before).
-        if (all_finished && last_complete_ > 0) evals_.Enqueue(last_complete_, /*final=*/true);
+        if (last_complete_ > 0) evals_.Enqueue(last_complete_, /*final=*/true);
         final_cut_done_ = true;
         UpdateStateLocked();
         changed_.SignalAll();
@@ -299,13 +305,19 @@ void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
   for (const auto& [rank, position] : point.positions) {
     positions_[rank] = {point.clock, position};
   }
-  std::vector<bool> live(final_.size(), false);
+  // Every worker trains again from the point, the missing ones included:
+  // after a failure (not at a new job's start) the clocks stay paused until
+  // they have registered (or start_deadline_ms passed:
+  // ResumeAfterRewindLocked).
+  const bool after_failure = formed_ || takeover_;
+  std::vector<bool> live(final_.size(), true);
   awaiting_rewind_.clear();
+  bool missing = false;
   for (const Member& m : members_.Members()) {
     if (m.role != WORKER) continue;
-    live[m.index] = m.state != DEAD;
     if (m.state == FINISHED) members_.Reopen(m.index, now);
     if (m.state == ALIVE || m.state == FINISHED) awaiting_rewind_.insert(m.index);
+    else missing = true;
   }
   std::fill(final_.begin(), final_.end(), false);
   reports_.clear();
@@ -333,7 +345,14 @@ void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
   } else {
     awaiting_rewind_.clear();
   }
-  clock_.SetPaused(false);
+  if (missing && after_failure) {
+    rewind_waits_since_ = now;
+    LOG(INFO) << "the clocks resume once every worker has registered (at most "
+              << config_.cluster().start_deadline_ms() << " ms, start_deadline_ms)";
+  } else {
+    rewind_waits_since_.reset();
+    clock_.SetPaused(false);
+  }
   UpdateStateLocked();
   changed_.SignalAll();
 }
@@ -370,7 +389,7 @@ void JobCoordinator::Recover() {
       RecordLocked(report);
       pending_.reset();
       recovering_.clear();
-      clock_.SetPaused(false);
+      if (!rewind_waits_since_) clock_.SetPaused(false);
       UpdateStateLocked();
       changed_.SignalAll();
       return;
@@ -430,7 +449,7 @@ void JobCoordinator::Recover() {
       report.set_complete(true);
       RecordLocked(report);
       recovering_.clear();
-      clock_.SetPaused(false);
+      if (!rewind_waits_since_) clock_.SetPaused(false);
       UpdateStateLocked();
       changed_.SignalAll();
       return;

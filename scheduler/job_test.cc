@@ -164,9 +164,12 @@ TEST(JobCheckpointTest, CheckpointNowReportsTheWriteError) {
 
 // Every worker failed (here: reported an error it cannot recover from) and
 // none came back: the job fails, naming each and why.
+// With on_worker_loss DROP the job fails only once every worker is dead
+// (job_worker_loss_test: WAIT and REASSIGN fail at the first lost worker).
 TEST(JobLifecycleTest, EveryWorkerDeadFailsTheJobWithTheirReasons) {
   JobConfig c = Config(0, ASP, "");
   c.mutable_cluster()->set_worker_deadline_ms(300);
+  c.mutable_cluster()->set_on_worker_loss(ClusterConfig::DROP);
   FakeServerOps ops;
   JobCoordinator job(c, nullptr, &ops);
   RegisterAll(&job, c);

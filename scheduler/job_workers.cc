@@ -226,12 +226,15 @@ absl::Status JobCoordinator::Barrier(const BarrierRequest& request) {
     RETURN_IF_ERROR(CheckGeneration("the scheduler", generation, generation_));
     bool all = true;
     const std::vector<bool>& now_entered = barriers_[request.name()];
+    const auto states = clock_.States();
     for (const Member& m : members_.Members()) {
-      // A worker that finished (reported done) or died no longer counts.
-      if (m.role == WORKER && !now_entered[m.index] && m.state != DEAD &&
-          m.state != FINISHED) {
-        all = false;
-      }
+      if (m.role != WORKER) continue;
+      // A worker that finished (reported done) no longer counts, nor one
+      // that died after it, or (on_worker_loss DROP) before.
+      const bool trained = m.state == FINISHED ||
+                           states[m.index] == ClockService::WorkerState::kFinished;
+      const bool dropped = m.state == DEAD && on_loss_ == ClusterConfig::DROP;
+      if (!now_entered[m.index] && !trained && !dropped) all = false;
     }
     if (all) return absl::OkStatus();
     if (!changed_.WaitUntil(&mu_, deadline)) {
@@ -260,14 +263,14 @@ absl::Status JobCoordinator::ReportMetrics(const MetricsReport& report) {
     const std::string why = absl::StrCat("failed: ", report.error());
     LOG(ERROR) << "worker " << rank << " " << why;
     members_.MarkDead(WORKER, rank, why, now);
-    clock_.MarkDead(rank);
+    bool notify;
     {
       MutexLock lock(&mu_);
-      awaiting_rewind_.erase(rank);
+      notify = WorkerLostLocked(rank);
       UpdateStateLocked();
       changed_.SignalAll();
     }
-    NotifyServers();
+    if (notify) NotifyServers();
     return absl::OkStatus();
   }
   {

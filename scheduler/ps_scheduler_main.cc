@@ -13,7 +13,9 @@
 // Prints "PS_SCHEDULER_LISTENING host:port" once serving, and at the end
 // "PS_JOB_RESULT state=... recoveries=N recovery_sec=S ...", with periodic
 // evaluation also "evaluations=N best_clock=C best_auc=A early_stopped_at=S"
-// (the checkpoint kept as the best one; S = 0: not stopped early). Exit status: 0
+// (the checkpoint kept as the best one; S = 0: not stopped early), and with
+// cluster.on_worker_loss DROP "untrained_samples=N" when a lost worker's
+// share was left untrained (an estimate: job.h). Exit status: 0
 // when the job is done, 1 when it failed, 2 on bad flags or config.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -208,7 +210,7 @@ int main(int argc, char** argv) {
   }
   std::printf("PS_JOB_RESULT state=%s samples=%llu samples_per_sec=%.0f eval_auc=%.6f eval_logloss=%.6f "
               "max_clock=%llu max_spread=%llu elapsed_sec=%.1f recoveries=%d recovery_sec=%.2f "
-              "generation=%llu%s\n",
+              "generation=%llu%s%s\n",
               status.state().c_str(),
               static_cast<unsigned long long>(status.total_samples()),
               status.elapsed_sec() > 0 ? status.total_samples() / status.elapsed_sec() : 0.0,
@@ -217,7 +219,10 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(status.max_spread()),
               status.elapsed_sec(), recoveries, recovery_sec,
               static_cast<unsigned long long>(status.generation()),
-              EvaluationFields(status).c_str());
+              EvaluationFields(status).c_str(),
+              status.untrained_samples() > 0
+                  ? absl::StrCat(" untrained_samples=", status.untrained_samples()).c_str()
+                  : "");
   std::fflush(stdout);
   if (!result.ok()) {
     LOG(ERROR) << result.message() << "\n" << status.summary();

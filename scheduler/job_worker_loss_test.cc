@@ -1,0 +1,343 @@
+// JobCoordinator: what a lost worker does to the job under each
+// cluster.on_worker_loss (job.h, "Worker loss"), with fake servers and
+// workers driven by hand. A worker is lost by going silent: the others keep
+// heartbeating and the coordinator's own sweeper declares it dead.
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/config.h"
+#include "common/mutex.h"
+#include "gtest/gtest.h"
+#include "scheduler/job.h"
+#include "scheduler/job_test_util.h"
+
+namespace shardps {
+namespace {
+
+using testing::Config;
+using testing::FakeServerOps;
+using testing::Finish;
+using testing::RegisterAll;
+using testing::Req;
+using testing::StartOf;
+using testing::Step;
+using testing::WaitCheckpoints;
+
+// Incarnations RegisterAll gives: server 0 is 1, worker r is 2 + r.
+constexpr uint64_t kServerIncarnation = 1;
+
+JobConfig LossConfig(ConsistencyMode mode, uint64_t every_steps,
+                     ClusterConfig::OnWorkerLoss policy =
+                         ClusterConfig::ON_WORKER_LOSS_UNSPECIFIED) {
+  JobConfig c = Config(every_steps, mode);
+  c.mutable_cluster()->set_dead_after_ms(400);
+  c.mutable_cluster()->set_worker_deadline_ms(60000);
+  if (policy != ClusterConfig::ON_WORKER_LOSS_UNSPECIFIED) {
+    c.mutable_cluster()->set_on_worker_loss(policy);
+  }
+  return c;
+}
+
+// Heartbeats for the given members every 50 ms until destroyed.
+class Heartbeats {
+ public:
+  struct Who {
+    Role role;
+    uint32_t index;
+    uint64_t incarnation;
+  };
+  Heartbeats(JobCoordinator* job, const JobConfig& c, std::vector<Who> who)
+      : thread_([this, job, fp = ConfigFingerprint(c), who = std::move(who)] {
+          while (!stop_) {
+            for (const Who& w : who) {
+              HeartbeatRequest r;
+              r.set_job_id(fp);
+              r.set_role(w.role);
+              r.set_index(w.index);
+              r.set_incarnation(w.incarnation);
+              HeartbeatResponse resp;
+              (void)job->Heartbeat(r, &resp);
+            }
+            absl::SleepFor(absl::Milliseconds(50));
+          }
+        }) {}
+  ~Heartbeats() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Polls JobStatus until worker `rank` is in `state` (20 s at most).
+bool WaitWorkerState(const JobCoordinator& job, uint32_t rank, MemberState state) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline) {
+    JobStatusResponse s;
+    job.JobStatus(&s);
+    for (const MemberStatus& m : s.members()) {
+      if (m.role() == WORKER && m.index() == rank && m.state() == state) return true;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+// Whether worker `rank` may start `step` now (the clock does not hold it).
+absl::StatusCode TryStep(JobCoordinator* job, uint32_t rank, uint64_t generation, uint64_t t) {
+  return Step(job, rank, generation, t, /*timeout_ms=*/300).code();
+}
+
+// Records the active worker sets the coordinator sends the servers.
+class ActiveSets {
+ public:
+  JobCoordinator::ServerNotifier Notifier() {
+    return [this](const PartitionMapProto&, const std::vector<uint32_t>& active) {
+      MutexLock lock(&mu_);
+      sets_.push_back(active);
+    };
+  }
+  std::vector<uint32_t> Last() const {
+    MutexLock lock(&mu_);
+    return sets_.empty() ? std::vector<uint32_t>{} : sets_.back();
+  }
+
+ private:
+  mutable Mutex mu_;
+  std::vector<std::vector<uint32_t>> sets_ ABSL_GUARDED_BY(mu_);
+};
+
+// WAIT (BSP's default): the lost worker holds the clocks and stays in the
+// servers' active set; its replacement resumes at its last tick and the
+// job goes on.
+TEST(WorkerLossTest, WaitHoldsTheClocksUntilTheWorkerIsBack) {
+  const JobConfig c = LossConfig(BSP, 0);
+  ASSERT_EQ(c.cluster().on_worker_loss(), ClusterConfig::WAIT);
+  FakeServerOps ops;
+  ActiveSets active;
+  JobCoordinator job(c, active.Notifier(), &ops);
+  RegisterAll(&job, c);
+  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
+  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
+  job.Start();
+  auto s0 = StartOf(&job, 0);
+  auto s1 = StartOf(&job, 1);
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  const uint64_t g = s0->generation();
+  for (uint64_t t = 0; t < 3; ++t) {
+    ASSERT_TRUE(Step(&job, 0, g, t).ok());
+    ASSERT_TRUE(Step(&job, 1, g, t).ok());
+  }
+  lost.reset();
+  ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
+  ASSERT_TRUE(Step(&job, 0, g, 3).ok());
+  EXPECT_EQ(TryStep(&job, 0, g, 4), absl::StatusCode::kDeadlineExceeded)
+      << "a BSP clock went on without the lost worker";
+  EXPECT_EQ(active.Last(), (std::vector<uint32_t>{0, 1}));
+  // The supervisor starts worker 1 again: it resumes at clock 3.
+  RegisterResponse resp;
+  ASSERT_TRUE(job.Register(Req(c, WORKER, 1, 30), &resp).ok());
+  auto back = StartOf(&job, 1);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->clock(), 3u);
+  EXPECT_EQ(back->generation(), g);
+  std::thread w0([&] { EXPECT_TRUE(Step(&job, 0, g, 4).ok()); });
+  Heartbeats beats1(&job, c, {{WORKER, 1, 30}});
+  EXPECT_TRUE(Step(&job, 1, g, 3).ok());
+  EXPECT_TRUE(Step(&job, 1, g, 4).ok());
+  w0.join();
+  ASSERT_TRUE(Finish(&job, 0, g).ok());
+  ASSERT_TRUE(Finish(&job, 1, g).ok());
+  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
+}
+
+// WAIT: a worker not back within worker_deadline_ms fails the job, naming it.
+TEST(WorkerLossTest, WaitFailsTheJobNamingAWorkerPastItsDeadline) {
+  JobConfig c = LossConfig(BSP, 0);
+  c.mutable_cluster()->set_worker_deadline_ms(300);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  RegisterAll(&job, c);
+  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
+  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
+  job.Start();
+  ASSERT_TRUE(StartOf(&job, 0).ok());
+  ASSERT_TRUE(StartOf(&job, 1).ok());
+  lost.reset();
+  const absl::Status st = job.WaitDone(absl::Now() + absl::Seconds(20));
+  EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
+  EXPECT_NE(st.message().find("worker 1 dead for more than worker_deadline_ms"),
+            std::string::npos)
+      << st;
+}
+
+// REASSIGN (SSP's default): the others go on past the staleness bound, but
+// the job is not done until the lost worker is back and has trained its
+// share.
+TEST(WorkerLossTest, ReassignGoesOnButEndsOnlyWithEveryShareTrained) {
+  const JobConfig c = LossConfig(SSP, 0);
+  ASSERT_EQ(c.cluster().on_worker_loss(), ClusterConfig::REASSIGN);
+  FakeServerOps ops;
+  ActiveSets active;
+  JobCoordinator job(c, active.Notifier(), &ops);
+  RegisterAll(&job, c);
+  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
+  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
+  job.Start();
+  auto s0 = StartOf(&job, 0);
+  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
+  const uint64_t g = s0->generation();
+  ASSERT_TRUE(Step(&job, 1, g, 0).ok());
+  lost.reset();
+  ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
+  for (uint64_t t = 0; t < 6; ++t) ASSERT_TRUE(Step(&job, 0, g, t).ok()) << t;
+  EXPECT_EQ(active.Last(), std::vector<uint32_t>{0});
+  ASSERT_TRUE(Finish(&job, 0, g).ok());
+  EXPECT_EQ(job.WaitDone(absl::Now() + absl::Milliseconds(500)).code(),
+            absl::StatusCode::kDeadlineExceeded)
+      << "the job ended with worker 1's share untrained";
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  EXPECT_NE(status.summary().find("worker 1: DEAD, data unfinished after 1 steps"),
+            std::string::npos)
+      << status.summary();
+  RegisterResponse resp;
+  ASSERT_TRUE(job.Register(Req(c, WORKER, 1, 30), &resp).ok());
+  Heartbeats beats1(&job, c, {{WORKER, 1, 30}});
+  auto back = StartOf(&job, 1);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->clock(), 1u);
+  for (uint64_t t = 1; t < 6; ++t) ASSERT_TRUE(Step(&job, 1, g, t).ok()) << t;
+  ASSERT_TRUE(Finish(&job, 1, g).ok());
+  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
+  job.JobStatus(&status);
+  EXPECT_EQ(status.untrained_samples(), 0u);
+}
+
+// DROP: the job ends done without the lost worker's share, says how much
+// was left untrained, and still takes its final checkpoint.
+TEST(WorkerLossTest, DropEndsDoneCountingTheUntrainedSamples) {
+  const JobConfig c = LossConfig(SSP, 4, ClusterConfig::DROP);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
+  RegisterAll(&job, c);
+  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
+  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
+  job.Start();
+  auto s0 = StartOf(&job, 0);
+  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
+  const uint64_t g = s0->generation();
+  ASSERT_TRUE(Step(&job, 1, g, 0).ok());
+  lost.reset();
+  ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
+  for (uint64_t t = 0; t < 6; ++t) ASSERT_TRUE(Step(&job, 0, g, t).ok()) << t;
+  MetricsReport done;
+  done.set_rank(0);
+  done.set_step(6);
+  done.set_done(true);
+  done.set_final(true);
+  done.set_generation(g);
+  ASSERT_TRUE(job.ReportMetrics(done).ok());
+  ASSERT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  // Worker 1 stopped at clock 1 of the 6 worker 0 trained.
+  EXPECT_EQ(status.untrained_samples(), 5u * c.training().batch_size());
+  const std::vector<uint64_t> cuts = job.Checkpoints();
+  ASSERT_FALSE(cuts.empty());
+  EXPECT_EQ(cuts.back(), 6u) << "no final checkpoint";
+}
+
+// Every worker lost at once and back later (REASSIGN): the periodic cuts,
+// and the final one, go on after they are back.
+TEST(WorkerLossTest, CutsGoOnAfterEveryWorkerWasLost) {
+  const JobConfig c = LossConfig(SSP, 4);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
+  RegisterAll(&job, c);
+  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}});
+  auto lost = std::make_unique<Heartbeats>(
+      &job, c, std::vector<Heartbeats::Who>{{WORKER, 0, 2}, {WORKER, 1, 3}});
+  job.Start();
+  auto s0 = StartOf(&job, 0);
+  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
+  const uint64_t g = s0->generation();
+  ASSERT_TRUE(Step(&job, 0, g, 0).ok());
+  ASSERT_TRUE(Step(&job, 1, g, 0).ok());
+  lost.reset();
+  ASSERT_TRUE(WaitWorkerState(job, 0, DEAD));
+  ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
+  RegisterResponse resp;
+  ASSERT_TRUE(job.Register(Req(c, WORKER, 0, 20), &resp).ok());
+  ASSERT_TRUE(job.Register(Req(c, WORKER, 1, 30), &resp).ok());
+  Heartbeats beats01(&job, c, {{WORKER, 0, 20}, {WORKER, 1, 30}});
+  std::vector<std::thread> workers;
+  for (uint32_t r = 0; r < 2; ++r) {
+    workers.emplace_back([&job, r] {
+      auto start = StartOf(&job, r);
+      ASSERT_TRUE(start.ok()) << start.status();
+      EXPECT_EQ(start->clock(), 1u);
+      for (uint64_t t = 1; t < 10; ++t) {
+        ASSERT_TRUE(Step(&job, r, start->generation(), t).ok()) << t;
+      }
+      ASSERT_TRUE(Finish(&job, r, start->generation()).ok());
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  ASSERT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
+  EXPECT_EQ(job.Checkpoints(), (std::vector<uint64_t>{4, 8, 10}));
+}
+
+// After a rollback the clocks resume only once every worker has registered
+// again, so a worker back a little later than the others trains the same
+// clocks as without the fault (REASSIGN would otherwise let the others go
+// on).
+TEST(WorkerLossTest, ClocksResumeAfterARollbackOnceEveryWorkerRegistered) {
+  const JobConfig c = LossConfig(SSP, 0);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
+  RegisterAll(&job, c);
+  auto beats = std::make_unique<Heartbeats>(
+      &job, c, std::vector<Heartbeats::Who>{{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
+  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
+  job.Start();
+  auto s0 = StartOf(&job, 0);
+  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
+  const uint64_t g = s0->generation();
+  ASSERT_TRUE(Step(&job, 0, g, 0).ok());
+  ASSERT_TRUE(Step(&job, 1, g, 0).ok());
+  lost.reset();
+  ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
+  // A node lost: the server is replaced too.
+  RegisterResponse resp;
+  beats.reset();
+  // A new process takes the slot once its holder is silent (two periods).
+  absl::Status replaced;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  do {
+    replaced = job.Register(Req(c, SERVER, 0, 11), &resp);
+    if (!replaced.ok()) absl::SleepFor(absl::Milliseconds(20));
+  } while (!replaced.ok() && absl::Now() < deadline);
+  ASSERT_TRUE(replaced.ok()) << replaced;
+  beats = std::make_unique<Heartbeats>(
+      &job, c, std::vector<Heartbeats::Who>{{SERVER, 0, 11}, {WORKER, 0, 2}});
+  auto r0 = StartOf(&job, 0, g);
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  ASSERT_GT(r0->generation(), g);
+  EXPECT_EQ(TryStep(&job, 0, r0->generation(), 0), absl::StatusCode::kDeadlineExceeded)
+      << "the clocks resumed before worker 1 registered";
+  ASSERT_TRUE(job.Register(Req(c, WORKER, 1, 30), &resp).ok());
+  Heartbeats beats1(&job, c, {{WORKER, 1, 30}});
+  EXPECT_TRUE(Step(&job, 0, r0->generation(), 0, 20000).ok());
+}
+
+}  // namespace
+}  // namespace shardps
