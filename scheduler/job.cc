@@ -192,12 +192,17 @@ void JobCoordinator::CheckWorkerDeadlinesLocked(const std::vector<Member>& membe
         continue;
       }
       if (now - m.state_since > Ms(k.worker_deadline_ms())) {
+        const bool all = std::all_of(members.begin(), members.end(), [&](const Member& w) {
+          return w.role != WORKER || w.state == DEAD || final_[w.index];
+        });
         FailLocked(absl::StrCat(
-            "worker ", m.index, " dead for more than worker_deadline_ms (",
-            k.worker_deadline_ms(), " ms) with its data unfinished at clock ",
-            clock_.Clocks()[m.index], " (cluster.on_worker_loss ",
-            ClusterConfig::OnWorkerLoss_Name(on_loss_), "; ", m.reason, "):\n",
-            SummaryLocked()));
+            all ? "every worker died and none came back within worker_deadline_ms ("
+                : absl::StrCat("worker ", m.index,
+                               " dead for more than worker_deadline_ms (").c_str(),
+            k.worker_deadline_ms(), " ms); worker ", m.index,
+            " left its data unfinished at clock ", clock_.Clocks()[m.index],
+            " (cluster.on_worker_loss ", ClusterConfig::OnWorkerLoss_Name(on_loss_), "; ",
+            m.reason, "):\n", SummaryLocked()));
         return;
       }
     }
