@@ -7,6 +7,7 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/thread_state.h"
 
 namespace shardps {
 namespace {
@@ -22,12 +23,10 @@ TEST(ClockTest, BspWaitsForEveryWorker) {
   EXPECT_EQ(clock.WaitToStart(0, 1, Soon()).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   clock.NoteGranted(0, 1);  // Worker 1 started step 0 (not asked here).
-  std::thread slow([&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    ASSERT_TRUE(clock.Tick(1, 1).ok());
-  });
-  EXPECT_TRUE(clock.WaitToStart(0, 1, Later()).ok());
-  slow.join();
+  testing::BackgroundCall waiter([&] { return clock.WaitToStart(0, 1, Later()).status(); });
+  ASSERT_TRUE(waiter.WaitUntilBlocked().ok()) << "worker 0 did not wait for worker 1";
+  ASSERT_TRUE(clock.Tick(1, 1).ok());
+  EXPECT_TRUE(waiter.Join().ok());
 }
 
 TEST(ClockTest, SspAllowsExactlySStepsOfLead) {
@@ -147,25 +146,20 @@ TEST(ClockTest, StopWakesAWaiter) {
   ClockService clock(2, 0);
   clock.NoteGranted(0, 0);
   ASSERT_TRUE(clock.Tick(0, 1).ok());
-  std::thread stopper([&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    clock.StopAt(1, "early stopping");
-  });
-  const auto st = clock.WaitToStart(0, 1, Later()).status();
-  stopper.join();
-  EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange);
+  testing::BackgroundCall waiter([&] { return clock.WaitToStart(0, 1, Later()).status(); });
+  ASSERT_TRUE(waiter.WaitUntilBlocked().ok());
+  clock.StopAt(1, "early stopping");
+  EXPECT_EQ(waiter.Join().code(), absl::StatusCode::kOutOfRange);
 }
 
 TEST(ClockTest, AbortWakesWaiters) {
   ClockService clock(2, 0);
   clock.NoteGranted(0, 0);
   ASSERT_TRUE(clock.Tick(0, 1).ok());
-  std::thread aborter([&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    clock.Abort("server 1 dead past its deadline");
-  });
-  const auto st = clock.WaitToStart(0, 1, Later()).status();
-  aborter.join();
+  testing::BackgroundCall waiter([&] { return clock.WaitToStart(0, 1, Later()).status(); });
+  ASSERT_TRUE(waiter.WaitUntilBlocked().ok());
+  clock.Abort("server 1 dead past its deadline");
+  const absl::Status st = waiter.Join();
   EXPECT_EQ(st.code(), absl::StatusCode::kAborted);
   EXPECT_EQ(st.message(), "server 1 dead past its deadline");
 }

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "scheduler/job.h"
 #include "scheduler/job_test_util.h"
+#include "tests/testing/thread_state.h"
 
 namespace shardps {
 namespace {
@@ -47,21 +48,24 @@ TEST(JobRecoveryTest, ReplacedServerRollsTheJobBackToTheLastCheckpoint) {
   ASSERT_EQ(job.Checkpoints(), std::vector<uint64_t>{5});
   // Worker 0 waits for step 7; the server is replaced meanwhile (its last
   // heartbeat is older than two periods).
-  std::atomic<bool> refused{false};
-  std::thread waiter([&] {
+  testing::BackgroundCall waiter([&] {
     WaitClockRequest w;
     w.set_rank(0);
     w.set_step(9);  // SSP(1): needs worker 1 at 8, which never comes.
     w.set_timeout_ms(20000);
     w.set_generation(g0);
     WaitClockResponse wr;
-    refused = IsStaleGeneration(job.WaitClock(w, &wr));
+    return job.WaitClock(w, &wr);
   });
+  ASSERT_TRUE(waiter.WaitUntilBlocked().ok()) << "worker 0's clock wait did not block";
+  // The old server's silence: a replacement is taken once its last
+  // heartbeat is older than two periods (detect_sec reports it below).
   absl::SleepFor(absl::Milliseconds(150));
   RegisterResponse resp;
   ASSERT_TRUE(job.Register(Req(c, SERVER, 0, 99), &resp).ok());
-  waiter.join();
-  EXPECT_TRUE(refused) << "a clock wait of the old generation was not refused";
+  const absl::Status waited = waiter.Join();
+  EXPECT_TRUE(IsStaleGeneration(waited))
+      << "a clock wait of the old generation was not refused: " << waited;
   auto r0 = StartOf(&job, 0, g0);
   ASSERT_TRUE(r0.ok()) << r0.status();
   EXPECT_GT(r0->generation(), g0);
@@ -137,9 +141,14 @@ TEST(JobRecoveryTest, StalledServerThatComesBackIsNotRolledBack) {
   ASSERT_TRUE(s0.ok());
   ASSERT_TRUE(Step(&job, 0, s0->generation(), 0).ok());
   server_beats = false;
-  absl::SleepFor(absl::Milliseconds(600));  // Declared dead.
+  // Declared dead after dead_after_ms (300): the job pauses.
   JobStatusResponse status;
-  job.JobStatus(&status);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  do {
+    absl::SleepFor(absl::Milliseconds(10));  // Polls; bounded by `deadline`.
+    status.Clear();
+    job.JobStatus(&status);
+  } while (status.state() != "recovering" && absl::Now() < deadline);
   EXPECT_EQ(status.state(), "recovering");
   EXPECT_EQ(Step(&job, 0, s0->generation(), 1, 100).code(),
             absl::StatusCode::kDeadlineExceeded);  // Paused.

@@ -16,6 +16,7 @@
 #include "common/codec.h"
 #include "common/generation.h"
 #include "gtest/gtest.h"
+#include "tests/testing/thread_state.h"
 
 namespace shardps {
 namespace {
@@ -242,25 +243,21 @@ TEST(CoreTest, RestoreWakesAWaitingBspPullAndRefusesIt) {
   const std::vector<uint64_t> key = OwnedKeys(1, 0, 1);
   PushResponse resp;
   ASSERT_TRUE(core->Push(MakePush(0, 0, 1, key, {1, 1, 1, 1}), &resp).ok());
-  std::atomic<bool> done{false};
-  absl::Status waited;
-  std::thread waiter([&] {
+  testing::BackgroundCall waiter([&] {
     PullRequest r;
     r.set_map_version(1);
     r.set_clock(1);  // Waits for clock 0, which ranks 1 and 2 never close.
     r.add_tables()->set_table_id(1);
     PullResponse presp;
-    waited = core->Pull(r, absl::Now() + absl::Seconds(30), &presp);
-    done = true;
+    return core->Pull(r, absl::Now() + absl::Seconds(30), &presp);
   });
-  absl::SleepFor(absl::Milliseconds(100));
-  EXPECT_FALSE(done) << "the pull did not wait";
+  ASSERT_TRUE(waiter.WaitUntilBlocked().ok()) << "the pull did not wait";
   RestoreRequest reset;
   reset.set_initial(true);
   reset.set_generation(5);
   RestoreResponse rresp;
   ASSERT_TRUE(core->Restore(reset, &rresp).ok());
-  waiter.join();
+  const absl::Status waited = waiter.Join();
   EXPECT_TRUE(IsStaleGeneration(waited)) << waited;
   // Rank 0's buffered push of clock 0 was dropped: it may push clock 0 again.
   PushRequest again = MakePush(0, 0, 1, key, {1, 1, 1, 1});

@@ -17,6 +17,7 @@
 #include <future>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
+#include "tests/testing/thread_state.h"
 
 extern char** environ;
 
@@ -123,6 +125,7 @@ class ServerProcess {
     return exit_status_;
   }
   const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = 0;
@@ -430,11 +433,28 @@ TEST(PsServerBspTest, WaitingPullsAreAnsweredOnCloseDeadlineAndShutdown) {
     return stub->Push(&ctx, p, &resp);
   };
 
+  // The connection is up before the server's threads are noted: a BSP pull
+  // that has to wait does so on a thread the server starts for it, the one
+  // new thread that blocks.
+  {
+    grpc::ClientContext ctx;
+    TableInfoResponse info;
+    ASSERT_TRUE(stub->TableInfo(&ctx, TableInfoRequest(), &info).ok());
+  }
+  std::set<pid_t> threads = testing::ThreadIds(server.pid());
   auto waiting = pull_async(1, 20000);
-  EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+  const absl::Status blocked =
+      testing::WaitForNewBlockedThread(server.pid(), threads, absl::Seconds(20));
+  ASSERT_TRUE(blocked.ok()) << "the BSP pull for clock 1 did not wait: " << blocked;
+  EXPECT_EQ(waiting.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
       << "a BSP pull for clock 1 was answered before clock 0 closed";
   ASSERT_TRUE(push(0, 1.0f).ok());
-  EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+  // Clock 0 is still open with one of two ranks pushed: another pull for
+  // clock 1 ends at its deadline (were it closed, it would be answered).
+  auto [open, unused_open] = pull_async(1, 300).get();
+  EXPECT_EQ(open.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << "clock 0 closed with one of two ranks: " << open.error_message();
+  EXPECT_EQ(waiting.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
       << "clock 0 closed with one of two ranks";
   ASSERT_TRUE(push(1, 3.0f).ok());
   ASSERT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready);
@@ -449,8 +469,12 @@ TEST(PsServerBspTest, WaitingPullsAreAnsweredOnCloseDeadlineAndShutdown) {
 
   // A pull waiting when the server is stopped is answered, and the server
   // exits cleanly.
+  threads = testing::ThreadIds(server.pid());
   auto at_stop = pull_async(2, 60000);
-  EXPECT_EQ(at_stop.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  const absl::Status waits =
+      testing::WaitForNewBlockedThread(server.pid(), threads, absl::Seconds(20));
+  EXPECT_TRUE(waits.ok()) << "the pull for clock 2 did not wait: " << waits;
+  EXPECT_EQ(at_stop.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
   EXPECT_EQ(server.Stop(), 0);
   ASSERT_EQ(at_stop.wait_for(std::chrono::seconds(10)), std::future_status::ready)
       << "a waiting pull was not answered at shutdown";
