@@ -279,7 +279,7 @@ absl::StatusOr<Outcome> TrainGeneration(const JobConfig& config, uint32_t rank,
   MetricsReport done;
   done.set_rank(rank);
   done.set_step(out.summary.steps + start.clock());
-  done.set_samples(out.summary.samples);
+  done.set_samples(out.summary.job_samples);
   done.set_train_loss(out.summary.last_loss);
   done.set_done(true);
   RETURN_IF_ERROR(scheduler->ReportMetrics(done));

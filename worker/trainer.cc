@@ -79,8 +79,10 @@ absl::StatusOr<std::unique_ptr<data::CriteoReader>> Trainer::Impl::OpenTrainData
 
 absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
   ASSIGN_OR_RETURN(auto reader, OpenTrainData());
+  const uint64_t samples_before = reader->position().samples;
   DataPipeline data(std::move(reader), model_->spec(), o_.config.training().batch_size(), 4);
-  trainer_internal::TrainProgress progress(o_.rank, o_.clock, o_.loss_log, o_.report_every);
+  trainer_internal::TrainProgress progress(o_.rank, o_.clock, o_.loss_log, o_.report_every,
+                                           samples_before);
   trainer_internal::StepEnv env;
   env.data = &data;
   env.params = &params_;

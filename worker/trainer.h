@@ -123,7 +123,10 @@ struct StepTimes {
 
 struct TrainSummary {
   uint64_t steps = 0;
-  uint64_t samples = 0;
+  uint64_t samples = 0;  // Trained by this Train().
+  // Trained into the model by this worker's share from the data's start:
+  // `samples` plus those before the start position (MetricsReport.samples).
+  uint64_t job_samples = 0;
   double seconds = 0;
   double samples_per_sec = 0;
   double mean_loss = 0;  // Over all steps.

@@ -45,8 +45,8 @@ void StepMetrics::Report(double samples_per_sec, double loss) {
 }
 
 TrainProgress::TrainProgress(uint32_t rank, JobClock* clock, const std::string& loss_log,
-                             absl::Duration report_every)
-    : rank_(rank), clock_(clock), report_every_(report_every),
+                             absl::Duration report_every, uint64_t samples_before)
+    : rank_(rank), clock_(clock), report_every_(report_every), samples_before_(samples_before),
       loss_log_(loss_log.empty() ? nullptr : std::fopen(loss_log.c_str(), "w")),
       metrics_(rank), start_(absl::Now()), last_report_(start_) {}
 
@@ -78,7 +78,7 @@ void TrainProgress::Report(uint64_t clock) {
     MetricsReport r;
     r.set_rank(rank_);
     r.set_step(clock);
-    r.set_samples(samples_);
+    r.set_samples(samples_before_ + samples_);
     r.set_samples_per_sec(report_samples_ / secs);
     r.set_train_loss(report_loss_ / report_steps_);
     const double auc = window_.Auc();
@@ -100,6 +100,7 @@ TrainSummary TrainProgress::Summary(uint64_t steps) const {
   TrainSummary s;
   s.steps = steps;
   s.samples = samples_;
+  s.job_samples = samples_before_ + samples_;
   s.times = times_;
   s.seconds = Seconds(start_);
   s.samples_per_sec = s.seconds > 0 ? s.samples / s.seconds : 0;

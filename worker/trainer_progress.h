@@ -46,9 +46,11 @@ class StepMetrics {
 class TrainProgress {
  public:
   // Opens `loss_log` if set (a file that cannot be opened is not logged to).
-  // `clock` (may be null) receives the reports; not owned.
+  // `clock` (may be null) receives the reports; not owned. `samples_before`:
+  // samples of this worker's share trained before its start position (the
+  // reports count them too).
   TrainProgress(uint32_t rank, JobClock* clock, const std::string& loss_log,
-                absl::Duration report_every);
+                absl::Duration report_every, uint64_t samples_before = 0);
   TrainProgress(const TrainProgress&) = delete;
   TrainProgress& operator=(const TrainProgress&) = delete;
 
@@ -71,6 +73,7 @@ class TrainProgress {
   const uint32_t rank_;
   JobClock* const clock_;
   const absl::Duration report_every_;
+  const uint64_t samples_before_;
   const std::unique_ptr<FILE, CloseFile> loss_log_;
   StepMetrics metrics_;
   const absl::Time start_;

@@ -462,6 +462,10 @@ TEST_P(TrainerPipelineTest, ResumesAtStartStepAndPosition) {
     EXPECT_EQ(ticks[i].position, full_ticks[kStart + i].position) << "clock " << ticks[i].n;
   }
   EXPECT_EQ(LossSteps(run), Range(kStart, kSteps));
+  // The job's samples of this share count those before the start too.
+  EXPECT_EQ(run.summary.samples, (kSteps - kStart) * kBatch);
+  EXPECT_EQ(run.summary.job_samples, kSteps * kBatch);
+  EXPECT_EQ(full.summary.job_samples, kSteps * kBatch);
 }
 
 // max_steps 7, or the clock refusing step 7 (early stopping): same steps.

@@ -28,8 +28,10 @@ namespace data {
 // shuffled order) were already returned. `unit` = the epoch's unit count
 // with line = offset = 0 is the end of the epoch; line = offset = 0 is also
 // the start of any unit. `bad_lines` is the number of malformed lines met
-// so far (so a restored reader keeps its error budget). A default position
-// is the start of the data.
+// so far (so a restored reader keeps its error budget); `samples` the
+// number of lines returned in batches from the start of the data to here (so
+// a worker resumed from a position counts every sample it trained). A
+// default position is the start of the data.
 struct ReaderPosition {
   uint64_t epoch = 0;
   uint64_t unit = 0;
@@ -37,10 +39,11 @@ struct ReaderPosition {
   uint64_t offset = 0;
   uint64_t taken = 0;
   uint64_t bad_lines = 0;
+  uint64_t samples = 0;
 
   bool operator==(const ReaderPosition& o) const {
     return epoch == o.epoch && unit == o.unit && line == o.line && offset == o.offset &&
-           taken == o.taken && bad_lines == o.bad_lines;
+           taken == o.taken && bad_lines == o.bad_lines && samples == o.samples;
   }
   bool operator!=(const ReaderPosition& o) const { return !(*this == o); }
 };

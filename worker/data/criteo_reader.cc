@@ -82,7 +82,8 @@ absl::StatusOr<ReaderOptions> ReaderOptionsFromConfig(
 
 std::string EncodePosition(const ReaderPosition& p) {
   return absl::StrCat("v2 epoch=", p.epoch, " unit=", p.unit, " line=", p.line,
-                      " offset=", p.offset, " taken=", p.taken, " bad=", p.bad_lines);
+                      " offset=", p.offset, " taken=", p.taken, " bad=", p.bad_lines,
+                      " samples=", p.samples);
 }
 
 absl::StatusOr<ReaderPosition> DecodePosition(absl::string_view text) {
@@ -92,12 +93,14 @@ absl::StatusOr<ReaderPosition> DecodePosition(absl::string_view text) {
         "\" is of the older line-stripe reader (v1), which cannot be resumed by this one"));
   }
   const std::vector<absl::string_view> parts = absl::StrSplit(text, ' ');
-  const char* const kNames[] = {"epoch=", "unit=", "line=", "offset=", "taken=", "bad="};
+  const char* const kNames[] = {"epoch=", "unit=",  "line=",   "offset=",
+                                "taken=", "bad=",   "samples="};
   ReaderPosition p;
-  uint64_t* const values[] = {&p.epoch,  &p.unit,  &p.line,
-                              &p.offset, &p.taken, &p.bad_lines};
-  bool ok = parts.size() == 7 && parts[0] == "v2";
-  for (int i = 0; ok && i < 6; ++i) {
+  uint64_t* const values[] = {&p.epoch, &p.unit,      &p.line,   &p.offset,
+                              &p.taken, &p.bad_lines, &p.samples};
+  // Positions written before `samples` was recorded have 6 fields (0 then).
+  bool ok = (parts.size() == 7 || parts.size() == 8) && parts[0] == "v2";
+  for (size_t i = 0; ok && i + 1 < parts.size(); ++i) {
     absl::string_view part = parts[i + 1];
     ok = absl::ConsumePrefix(&part, kNames[i]) && absl::SimpleAtoi(part, values[i]);
   }
@@ -154,6 +157,7 @@ ReaderPosition CriteoReader::position() const {
   ReaderPosition p = in_window ? window_start_ : Cursor();
   p.taken = in_window ? taken_ : 0;
   p.bad_lines = bad_lines_;
+  p.samples = samples_;
   return p;
 }
 
@@ -209,6 +213,7 @@ absl::Status CriteoReader::Seek(const ReaderPosition& p) {
   StartEpoch(p.epoch);
   unit_ = p.unit;
   bad_lines_ = p.bad_lines;
+  samples_ = p.samples;
   failed_ = absl::OkStatus();
   if (!at_start) failed_ = OpenUnit(false, p.offset, p.line);
   if (failed_.ok() && p.taken > 0) {
@@ -314,6 +319,7 @@ absl::StatusOr<bool> CriteoReader::NextBatch(int max_batch, Batch* batch) {
       return status;
     }
   }
+  samples_ += batch->size;
   batch->end_position = position();
   return batch->size > 0;
 }

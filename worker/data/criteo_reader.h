@@ -94,7 +94,8 @@ absl::StatusOr<ReaderOptions> ReaderOptionsFromConfig(
     uint32_t num_workers, bool training);
 
 // Text form of a position:
-// "v2 epoch=E unit=U line=L offset=O taken=T bad=B".
+// "v2 epoch=E unit=U line=L offset=O taken=T bad=B samples=S" (a text
+// without " samples=S", as written before it was recorded, decodes with 0).
 std::string EncodePosition(const ReaderPosition& position);
 // INVALID_ARGUMENT if `text` is not an EncodePosition result.
 absl::StatusOr<ReaderPosition> DecodePosition(absl::string_view text);
@@ -189,6 +190,7 @@ class CriteoReader {
   std::vector<uint32_t> window_order_;
   uint64_t taken_ = 0;
   uint64_t bad_lines_ = 0;
+  uint64_t samples_ = 0;  // Lines returned in batches from the data's start.
   absl::Status failed_;
 };
 

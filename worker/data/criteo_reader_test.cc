@@ -137,9 +137,35 @@ TEST(CriteoReaderTest, BadPositionsAreRefused) {
   const auto v1 = DecodePosition("v1 epoch=1 file=0 line=0 offset=0 bad=0");
   EXPECT_EQ(v1.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(v1.status().message().find("older line-stripe reader"), std::string::npos);
-  p = ReaderPosition{3, 1, 4, 100, 5, 9};
-  EXPECT_EQ(EncodePosition(p), "v2 epoch=3 unit=1 line=4 offset=100 taken=5 bad=9");
+  p = ReaderPosition{3, 1, 4, 100, 5, 9, 77};
+  EXPECT_EQ(EncodePosition(p),
+            "v2 epoch=3 unit=1 line=4 offset=100 taken=5 bad=9 samples=77");
   EXPECT_EQ(*DecodePosition(EncodePosition(p)), p);
+  // A position written before samples were recorded decodes with 0.
+  p.samples = 0;
+  EXPECT_EQ(*DecodePosition("v2 epoch=3 unit=1 line=4 offset=100 taken=5 bad=9"), p);
+  EXPECT_EQ(DecodePosition("v2 epoch=3 unit=1 line=4 offset=100 taken=5 bad=9 taken=3")
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A reader counts the samples it returned, and a reader moved to a batch's
+// end position goes on counting from there.
+TEST(CriteoReaderTest, PositionsCountTheSamplesReturnedSoFar) {
+  const std::string path = WriteFile("count.tsv", CriteoLines(0, 10));
+  auto reader = MakeReader(Options({path}));
+  Batch batch;
+  ASSERT_TRUE(*reader->NextBatch(4, &batch));
+  EXPECT_EQ(batch.end_position.samples, 4u);
+  ASSERT_TRUE(*reader->NextBatch(4, &batch));
+  const ReaderPosition after8 = batch.end_position;
+  EXPECT_EQ(after8.samples, 8u);
+  auto resumed = MakeReader(Options({path}));
+  ASSERT_TRUE(resumed->Seek(after8).ok());
+  ASSERT_TRUE(*resumed->NextBatch(4, &batch));
+  EXPECT_EQ(batch.size, 2);
+  EXPECT_EQ(batch.end_position.samples, 10u);
 }
 
 TEST(CriteoReaderTest, CreateValidatesOptions) {
