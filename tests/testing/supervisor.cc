@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "tests/testing/netbox.h"
 
 namespace shardps::testing {
 
@@ -19,7 +20,9 @@ Supervisor::~Supervisor() {
 
 absl::Status Supervisor::StartLocked(Entry* e) {
   e->process = std::make_unique<Subprocess>();
-  return e->process->Start(e->spec.argv, e->spec.log_path);
+  return e->process->Start(
+      e->spec.netns.empty() ? e->spec.argv : InNetns(e->spec.netns, e->spec.argv),
+      e->spec.log_path);
 }
 
 absl::StatusOr<int> Supervisor::Add(Spec spec) {
@@ -36,6 +39,11 @@ void Supervisor::Signal(int id, int sig) {
   MutexLock lock(&mu_);
   Entry& e = *entries_[id];
   if (e.process && !e.process->Poll()) e.process->Signal(sig);
+}
+
+void Supervisor::SetNextRestartDelay(int id, absl::Duration delay) {
+  MutexLock lock(&mu_);
+  entries_[id]->next_delay = delay;
 }
 
 pid_t Supervisor::Pid(int id) const {
@@ -98,7 +106,8 @@ void Supervisor::Monitor() {
           changed_.SignalAll();
           continue;
         }
-        e->restart_at = now + options_.restart_delay;
+        e->restart_at = now + e->next_delay.value_or(options_.restart_delay);
+        e->next_delay.reset();
       } else if (now >= e->restart_at) {
         ++e->restarts;
         if (!StartLocked(e.get()).ok()) e->final = true;

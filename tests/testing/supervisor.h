@@ -6,7 +6,8 @@
 // scheduler's business, as on a cluster.
 //
 // Every incarnation's stdout is kept (Output) and its stderr appended to the
-// spec's log file. Thread-safe; one monitor thread polls the children every
+// spec's log file. A spec may name a network namespace to run in (a host of
+// tests/testing/netbox.h). Thread-safe; one monitor thread polls the children every
 // 20 ms. The destructor SIGKILLs whatever still runs.
 #ifndef SHARDPS_TESTS_TESTING_SUPERVISOR_H_
 #define SHARDPS_TESTS_TESTING_SUPERVISOR_H_
@@ -15,6 +16,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -41,6 +43,10 @@ class Supervisor {
     // it). {0} for servers and workers; {0, 1, 2} for the scheduler (done,
     // failed, bad flags).
     std::set<int> final_codes = {0};
+    // If set, every incarnation runs inside this network namespace (a host
+    // of a NetBox, tests/testing/netbox.h: `ip netns exec`, which execs, so
+    // Pid() is the program's own).
+    std::string netns;
   };
 
   explicit Supervisor(Options options);
@@ -52,6 +58,9 @@ class Supervisor {
   absl::StatusOr<int> Add(Spec spec);
   // Sends `sig` to the current incarnation (a no-op if it is down).
   void Signal(int id, int sig);
+  // The next restart of `id` waits `delay` instead of Options::restart_delay
+  // (once: later restarts wait the usual delay). Set it before the kill.
+  void SetNextRestartDelay(int id, absl::Duration delay);
   pid_t Pid(int id) const;
   int Restarts(int id) const;
   // Waits until the process is down for good (a final exit status, or it
@@ -72,6 +81,7 @@ class Supervisor {
     bool final = false;
     int last_code = -1;
     absl::Time restart_at;
+    std::optional<absl::Duration> next_delay;  // SetNextRestartDelay.
   };
   void Monitor();
   absl::Status StartLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
