@@ -183,40 +183,38 @@ void JobCoordinator::CheckWorkerDeadlinesLocked(const std::vector<Member>& membe
                                                 absl::Time now) {
   const ClusterConfig& k = config_.cluster();
   if (!formed_ || Ended()) return;
-  if (on_loss_ != ClusterConfig::DROP) {
-    // Every lost worker's share must be trained: it has to come back.
-    const auto states = clock_.States();
+  const auto states = clock_.States();
+  const auto unfinished = [&](const Member& m) {
+    return m.role == WORKER && m.state == DEAD && !final_[m.index] &&
+           states[m.index] != ClockService::WorkerState::kFinished;
+  };
+  if (on_loss_ == ClusterConfig::WAIT) {
+    // The clocks wait for every lost worker: it has to come back.
     for (const Member& m : members) {
-      if (m.role != WORKER || m.state != DEAD || final_[m.index] ||
-          states[m.index] == ClockService::WorkerState::kFinished) {
-        continue;
-      }
-      if (now - m.state_since > Ms(k.worker_deadline_ms())) {
-        const bool all = std::all_of(members.begin(), members.end(), [&](const Member& w) {
-          return w.role != WORKER || w.state == DEAD || final_[w.index];
-        });
-        FailLocked(absl::StrCat(
-            all ? "every worker died and none came back within worker_deadline_ms ("
-                : absl::StrCat("worker ", m.index,
-                               " dead for more than worker_deadline_ms (").c_str(),
-            k.worker_deadline_ms(), " ms); worker ", m.index,
-            " left its data unfinished at clock ", clock_.Clocks()[m.index],
-            " (cluster.on_worker_loss ", ClusterConfig::OnWorkerLoss_Name(on_loss_), "; ",
-            m.reason, "):\n", SummaryLocked()));
-        return;
-      }
+      if (!unfinished(m) || now - m.state_since <= Ms(k.worker_deadline_ms())) continue;
+      FailLocked(absl::StrCat(
+          "worker ", m.index, " dead for more than worker_deadline_ms (",
+          k.worker_deadline_ms(), " ms) with its data unfinished at clock ",
+          clock_.Clocks()[m.index], " (cluster.on_worker_loss WAIT; ", m.reason, "):\n",
+          SummaryLocked()));
+      return;
     }
     return;
   }
-  // DROP: every worker dead (none finished): the job fails unless one comes
-  // back.
-  bool gone = true;
+  // REASSIGN and DROP: the job fails once no worker is left to train (with
+  // REASSIGN: to take over a lost share, or to finish; with DROP: none has
+  // finished) for worker_deadline_ms.
+  bool gone = true, any_unfinished = false;
   for (const Member& m : members) {
     if (m.role != WORKER) continue;
+    any_unfinished |= unfinished(m);
     const bool never =
         m.state == STATE_UNSPECIFIED && now - start_time_ > Ms(k.start_deadline_ms());
-    if ((m.state != DEAD && !never) || final_[m.index]) gone = false;
+    const bool here = (m.state != DEAD && !never) ||
+                      (on_loss_ == ClusterConfig::DROP && final_[m.index]);
+    if (here) gone = false;
   }
+  if (on_loss_ == ClusterConfig::REASSIGN && !any_unfinished) gone = false;
   if (!gone) {
     workers_gone_since_.reset();
   } else if (!workers_gone_since_) {
@@ -224,8 +222,10 @@ void JobCoordinator::CheckWorkerDeadlinesLocked(const std::vector<Member>& membe
     LOG(WARNING) << "every worker is dead; the job fails unless one is back within "
                  << k.worker_deadline_ms() << " ms";
   } else if (now - *workers_gone_since_ > Ms(k.worker_deadline_ms())) {
-    FailLocked(absl::StrCat("every worker died and none came back within ",
-                            k.worker_deadline_ms(), " ms:\n", SummaryLocked()));
+    FailLocked(absl::StrCat("every worker died and none came back within worker_deadline_ms (",
+                            k.worker_deadline_ms(), " ms; cluster.on_worker_loss ",
+                            ClusterConfig::OnWorkerLoss_Name(on_loss_), "):\n",
+                            SummaryLocked()));
   }
 }
 

@@ -153,7 +153,11 @@ class JobCoordinator {
                                PartitionMapProto* response);
   // Where worker `rank` starts (see WaitStartRequest). FAILED_PRECONDITION
   // for a rank that did not register with this scheduler; ABORTED once the
-  // job failed.
+  // job failed. With on_worker_loss REASSIGN, a worker that has finished its
+  // share and waits for the next generation may be answered adopt_rank
+  // instead: the share of a worker lost for dead_after_ms or more, leased
+  // to it (not offered again for 2 x dead_after_ms, time to register as
+  // that rank).
   absl::Status WaitStart(const WaitStartRequest& request, WaitStartResponse* response);
   //
   // WaitClock, Tick, Barrier and ReportMetrics come from registered workers
@@ -232,6 +236,10 @@ class JobCoordinator {
   void UpdateStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllRegisteredOnce() const;
   std::string SummaryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // REASSIGN: the lost worker whose share `rank` (done with its own) may
+  // train, leased to it; nullopt if none.
+  std::optional<uint32_t> LeaseOrphanLocked(uint32_t rank, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What WaitStart waits for, for its timeout message.
   std::string StartWaitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks worker `rank` as restarted in the current generation (the rewind
@@ -355,6 +363,8 @@ class JobCoordinator {
   // After a rollback: the clocks stay paused from then until every worker
   // has registered or start_deadline_ms passed (ResumeAfterRewindLocked).
   std::optional<absl::Time> rewind_waits_since_ ABSL_GUARDED_BY(mu_);
+  // REASSIGN: lost shares offered to a finished worker (rank -> when).
+  std::map<uint32_t, absl::Time> leases_ ABSL_GUARDED_BY(mu_);
 
   // Recovery.
   std::optional<PendingRecovery> pending_ ABSL_GUARDED_BY(mu_);

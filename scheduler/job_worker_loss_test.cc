@@ -219,6 +219,47 @@ TEST(WorkerLossTest, ReassignGoesOnButEndsOnlyWithEveryShareTrained) {
   EXPECT_EQ(status.untrained_samples(), 0u);
 }
 
+// REASSIGN: a worker done with its own share is offered a lost worker's
+// (once it has been lost for dead_after_ms), takes its slot as a new
+// process and trains it to the end; the share is offered to one worker at
+// a time.
+TEST(WorkerLossTest, ReassignHandsALostShareToAFinishedWorker) {
+  const JobConfig c = LossConfig(SSP, 0);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  RegisterAll(&job, c);
+  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
+  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
+  job.Start();
+  auto s0 = StartOf(&job, 0);
+  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
+  const uint64_t g = s0->generation();
+  ASSERT_TRUE(Step(&job, 1, g, 0).ok());
+  ASSERT_TRUE(Step(&job, 1, g, 1).ok());
+  lost.reset();
+  ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
+  for (uint64_t t = 0; t < 6; ++t) ASSERT_TRUE(Step(&job, 0, g, t).ok()) << t;
+  ASSERT_TRUE(Finish(&job, 0, g).ok());
+  auto offer = StartOf(&job, 0, g);
+  ASSERT_TRUE(offer.ok()) << offer.status();
+  ASSERT_TRUE(offer->has_adopt_rank()) << offer->DebugString();
+  EXPECT_EQ(offer->adopt_rank(), 1u);
+  // Not offered twice while the lease runs.
+  EXPECT_EQ(StartOf(&job, 0, g, /*timeout_ms=*/200).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // Worker 0's process registers for rank 1 and trains its share.
+  RegisterResponse resp;
+  ASSERT_TRUE(job.Register(Req(c, WORKER, 1, 40), &resp).ok());
+  Heartbeats adopter(&job, c, {{WORKER, 1, 40}});
+  auto start = StartOf(&job, 1);
+  ASSERT_TRUE(start.ok()) << start.status();
+  EXPECT_EQ(start->clock(), 2u);
+  EXPECT_EQ(start->position(), "w1@2");
+  for (uint64_t t = 2; t < 6; ++t) ASSERT_TRUE(Step(&job, 1, g, t).ok()) << t;
+  ASSERT_TRUE(Finish(&job, 1, g).ok());
+  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
+}
+
 // DROP: the job ends done without the lost worker's share, says how much
 // was left untrained, and still takes its final checkpoint.
 TEST(WorkerLossTest, DropEndsDoneCountingTheUntrainedSamples) {

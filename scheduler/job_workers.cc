@@ -131,6 +131,29 @@ void JobCoordinator::WorkerStartedLocked(uint32_t rank, absl::Time now) {
   }
 }
 
+std::optional<uint32_t> JobCoordinator::LeaseOrphanLocked(uint32_t rank, absl::Time now) {
+  if (on_loss_ != ClusterConfig::REASSIGN || !formed_ || pending_ || !recovering_.empty() ||
+      rewind_waits_since_ || !final_[rank]) {
+    return std::nullopt;
+  }
+  const absl::Duration dead_after = Ms(config_.cluster().dead_after_ms());
+  const auto states = clock_.States();
+  for (const Member& m : members_.Members()) {
+    if (m.role != WORKER || m.index == rank || m.state != DEAD || final_[m.index] ||
+        states[m.index] != ClockService::WorkerState::kDead || now - m.state_since < dead_after) {
+      continue;
+    }
+    auto lease = leases_.find(m.index);
+    if (lease != leases_.end() && now - lease->second < 2 * dead_after) continue;
+    leases_[m.index] = now;
+    LOG(INFO) << "worker " << rank << " finished its share and takes over worker " << m.index
+              << "'s, unfinished at clock " << clock_.Clocks()[m.index] << " ("
+              << m.reason << ")";
+    return m.index;
+  }
+  return std::nullopt;
+}
+
 std::string JobCoordinator::StartWaitLocked() const {
   if (!formed_) {
     std::vector<uint32_t> missing;
@@ -167,6 +190,13 @@ absl::Status JobCoordinator::WaitStart(const WaitStartRequest& request,
     const bool newer =
         !request.has_after_generation() || generation_ > request.after_generation();
     if (formed_ && !pending_ && recovering_.empty() && newer) break;
+    if (request.has_after_generation() && request.after_generation() == generation_) {
+      if (const std::optional<uint32_t> orphan = LeaseOrphanLocked(rank, absl::Now())) {
+        response->set_generation(generation_);
+        response->set_adopt_rank(*orphan);
+        return absl::OkStatus();
+      }
+    }
     if (!changed_.WaitUntil(&mu_, deadline)) {
       return absl::DeadlineExceededError(
           absl::StrCat("worker ", rank, " waits for ", StartWaitLocked()));

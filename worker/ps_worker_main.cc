@@ -318,6 +318,88 @@ bool Transient(const absl::Status& st) {
 
 std::atomic<bool> g_job_failed{false};
 
+// One worker rank's connection to the servers, made at its first start.
+struct Remote {
+  std::unique_ptr<ParamStore> params;
+  PsClient* client = nullptr;  // Owned by params.
+};
+
+// Creates `remote` for `rank` at its first start, or moves it to `start`'s
+// generation and map.
+absl::Status Connect(const JobConfig& config, uint32_t rank, const WaitStartResponse& start,
+                     SchedulerClient* scheduler, Remote* remote) {
+  if (remote->params != nullptr) {
+    remote->client->set_generation(start.generation());
+    return remote->client->UpdateMap(start.map());
+  }
+  const ClusterConfig& k = config.cluster();
+  PsClient::Options co;
+  co.worker_rank = rank;
+  co.encoding = WireEncoding(absl::GetFlag(FLAGS_wire));
+  co.max_message_bytes = k.max_message_bytes();
+  co.generation = start.generation();
+  // A server being replaced and restored must not fail the worker.
+  co.retry_budget = absl::Milliseconds(k.server_deadline_ms()) + absl::Seconds(60);
+  co.newest_generation = [scheduler] { return scheduler->scheduler_generation(); };
+  auto created = PsClient::Create(co, start.map(), [scheduler](uint64_t v) {
+    // Short: after ABORTED the scheduler has the newer map already; after
+    // UNAVAILABLE it may not (yet: a server restarting at another address),
+    // and the client retries.
+    return scheduler->GetPartitionMap(v, absl::Milliseconds(300));
+  });
+  if (!created.ok()) return created.status();
+  remote->client = created->get();
+  remote->params = MakeRemoteParamStore(*std::move(created), k.mode() == BSP);
+  return absl::OkStatus();
+}
+
+RegisterRequest WorkerRegistration(const JobConfig& config, std::optional<uint32_t> rank) {
+  RegisterRequest request;
+  request.set_role(WORKER);
+  if (rank) request.set_requested_index(*rank);
+  request.set_config_fingerprint(ConfigFingerprint(config));
+  return request;
+}
+
+// cluster.on_worker_loss REASSIGN: trains lost worker `rank`'s unfinished
+// share in this process, which has finished its own: registers for that
+// rank (a new process taking its silent slot), trains from its clock and
+// data position, reports it done. Gives the share up (returns) when the
+// job rolls back, when its own process comes back first or takes the slot
+// back, or on an error: the scheduler then offers it again.
+absl::Status TrainAdopted(const JobConfig& config, uint32_t rank,
+                          const std::vector<std::string>& train,
+                          const std::vector<std::string>& eval) {
+  const ClusterConfig& k = config.cluster();
+  SchedulerClient scheduler(absl::GetFlag(FLAGS_scheduler));
+  RegisterRequest request = WorkerRegistration(config, rank);
+  ASSIGN_OR_RETURN(const RegisterResponse reg,
+                   scheduler.Register(request, absl::Milliseconds(2 * k.dead_after_ms())));
+  LOG(INFO) << "training lost worker " << rank << "'s share";
+  scheduler.EnableRejoin(request, nullptr);
+  // Losing the slot ends the adoption at the next refused request.
+  scheduler.StartHeartbeats(WORKER, rank, reg.job_id(), absl::Milliseconds(k.heartbeat_ms()),
+                            absl::Milliseconds(k.dead_after_ms() * 3),
+                            [rank](bool job_ended, const std::string& why) {
+                              if (!job_ended) LOG(WARNING) << "worker " << rank << ": " << why;
+                            });
+  ASSIGN_OR_RETURN(const WaitStartResponse start,
+                   scheduler.WaitStart(rank, std::nullopt,
+                                       absl::Milliseconds(k.start_deadline_ms())));
+  if (start.job_ended() || start.has_adopt_rank()) return absl::OkStatus();
+  scheduler.NoteStart(start.generation(), start.clock(), start.position());
+  Remote remote;
+  RETURN_IF_ERROR(Connect(config, rank, start, &scheduler, &remote));
+  LOG(INFO) << "worker " << rank << "'s share resumes at clock " << start.clock()
+            << " (job generation " << start.generation() << ")";
+  auto result = TrainGeneration(config, rank, reg.shard().num_workers(), train, eval, start,
+                                &scheduler, remote.params.get(), remote.client);
+  if (!result.ok()) return result.status();
+  LOG(INFO) << "worker " << rank << "'s share is trained (" << result->summary.steps
+            << " steps in this process)";
+  return absl::OkStatus();
+}
+
 int RunPs(JobConfig config) {
   std::vector<std::string> train, eval;
   if (absl::Status st = ResolveData(&config, &train, &eval); !st.ok()) {
@@ -326,10 +408,9 @@ int RunPs(JobConfig config) {
   }
   const ClusterConfig& k = config.cluster();
   SchedulerClient scheduler(absl::GetFlag(FLAGS_scheduler));
-  RegisterRequest request;
-  request.set_role(WORKER);
-  if (absl::GetFlag(FLAGS_rank) >= 0) request.set_requested_index(absl::GetFlag(FLAGS_rank));
-  request.set_config_fingerprint(ConfigFingerprint(config));
+  std::optional<uint32_t> requested;
+  if (absl::GetFlag(FLAGS_rank) >= 0) requested = absl::GetFlag(FLAGS_rank);
+  RegisterRequest request = WorkerRegistration(config, requested);
   auto reg = scheduler.Register(request, absl::Milliseconds(k.start_deadline_ms()));
   if (!reg.ok()) {
     LOG(ERROR) << "registration refused: " << reg.status();
@@ -366,8 +447,7 @@ int RunPs(JobConfig config) {
   const absl::Duration start_timeout =
       absl::Milliseconds(uint64_t{k.start_deadline_ms()} + k.server_deadline_ms()) +
       absl::Minutes(30);
-  std::unique_ptr<ParamStore> params;
-  PsClient* client = nullptr;
+  Remote remote;
   std::optional<uint64_t> after;  // Wait for a generation newer than this.
   std::optional<Outcome> outcome;
   int transient_failures = 0;
@@ -383,44 +463,27 @@ int RunPs(JobConfig config) {
       return 1;
     }
     if (start->job_ended()) break;
+    if (start->has_adopt_rank()) {
+      const absl::Status adopted = TrainAdopted(config, start->adopt_rank(), train, eval);
+      if (!adopted.ok()) {
+        LOG(WARNING) << "gave worker " << start->adopt_rank() << "'s share up: " << adopted;
+      }
+      continue;  // `after` unchanged: the job's end, a rollback, or another share.
+    }
     const uint64_t generation = start->generation();
     scheduler.NoteStart(generation, start->clock(), start->position());
-    if (params == nullptr) {
-      PsClient::Options co;
-      co.worker_rank = rank;
-      co.encoding = WireEncoding(absl::GetFlag(FLAGS_wire));
-      co.max_message_bytes = k.max_message_bytes();
-      co.generation = generation;
-      // A server being replaced and restored must not fail the worker.
-      co.retry_budget = absl::Milliseconds(k.server_deadline_ms()) + absl::Seconds(60);
-      co.newest_generation = [&scheduler] { return scheduler.scheduler_generation(); };
-      auto created = PsClient::Create(co, start->map(), [&scheduler](uint64_t v) {
-        // Short: after ABORTED the scheduler has the newer map already; after
-        // UNAVAILABLE it may not (yet: a server restarting at another
-        // address), and the client retries.
-        return scheduler.GetPartitionMap(v, absl::Milliseconds(300));
-      });
-      if (!created.ok()) {
-        LOG(ERROR) << created.status();
-        return 2;
-      }
-      client = created->get();
-      params = MakeRemoteParamStore(*std::move(created), k.mode() == BSP);
-    } else {
-      client->set_generation(generation);
-      if (absl::Status st = client->UpdateMap(start->map()); !st.ok()) {
-        LOG(ERROR) << st;
-        return 2;
-      }
+    if (absl::Status st = Connect(config, rank, *start, &scheduler, &remote); !st.ok()) {
+      LOG(ERROR) << st;
+      return 2;
     }
     LOG(INFO) << "worker " << rank << " starts at clock " << start->clock()
               << " (job generation " << generation << ")";
     auto result = TrainGeneration(config, rank, reg->shard().num_workers(), train, eval,
-                                  *start, &scheduler, params.get(), client);
+                                  *start, &scheduler, remote.params.get(), remote.client);
     if (result.ok()) {
       outcome = *std::move(result);
       transient_failures = 0;
-      after = generation;  // Done: wait for the job's end, or a rollback.
+      after = generation;  // Done: wait for the job's end, a rollback or a lost share.
       continue;
     }
     const absl::Status& st = result.status();
