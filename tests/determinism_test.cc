@@ -77,8 +77,8 @@ TEST_F(DeterminismTest, PsBspWithOneWorkerIsBitIdenticalToLocalMode) {
   auto code = cluster.WaitScheduler(absl::Minutes(10));
   ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
   auto workers = cluster.WaitWorkers(absl::Seconds(60));
-  ASSERT_TRUE(workers.ok());
-  auto& ps = (*workers)[0];
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  auto& ps = workers->at(0);
 
   EXPECT_EQ(ps["steps"], "220");
   EXPECT_EQ((*local)["steps"], "220");
@@ -101,7 +101,7 @@ TEST_F(DeterminismTest, TwoBspJobsEndWithBitIdenticalWeights) {
     auto code = cluster.WaitScheduler(absl::Minutes(10));
     ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
     auto workers = cluster.WaitWorkers(absl::Seconds(60));
-    ASSERT_TRUE(workers.ok());
+    ASSERT_TRUE(workers.ok()) << workers.status();
     ASSERT_EQ(workers->size(), 2u) << cluster.AllLogTails();
     for (auto& [rank, result] : *workers) {
       ASSERT_NE(result["checksum"], "") << rank;
@@ -133,7 +133,7 @@ TEST_F(DeterminismTest, SspPrefetchWithOneWorkerIsBitIdenticalToNoPrefetch) {
     auto code = cluster.WaitScheduler(absl::Minutes(10));
     ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
     auto workers = cluster.WaitWorkers(absl::Seconds(60));
-    ASSERT_TRUE(workers.ok());
+    ASSERT_TRUE(workers.ok()) << workers.status();
     ASSERT_EQ(workers->size(), 1u) << cluster.AllLogTails();
     results[prefetch] = (*workers)[0];
     losses[prefetch] = ReadFile(loss_log);

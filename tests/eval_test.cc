@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -75,22 +76,42 @@ std::string FlippedEvalFile() {
 struct Eval {
   double auc = 0;
   double logloss = 0;
+  std::string line;  // The whole record: "eval <clock> <auc> <logloss> <examples> <seconds>".
 };
 
-// <ckpt>/EVALUATIONS: clock -> evaluation.
+// <ckpt>/EVALUATIONS: clock -> evaluation. A line that is neither a comment,
+// "stopped_at <clock>" nor a well-formed record fails the test.
 std::map<uint64_t, Eval> ReadEvaluations(const std::string& ckpt) {
   std::map<uint64_t, Eval> out;
   for (absl::string_view line :
        absl::StrSplit(testing::ReadFile(ckpt + "/EVALUATIONS"), '\n', absl::SkipEmpty())) {
+    if (absl::StartsWith(line, "#") || absl::StartsWith(line, "stopped_at ")) continue;
     std::vector<std::string> f = absl::StrSplit(line, ' ');
-    uint64_t clock = 0;
+    uint64_t clock = 0, examples = 0;
+    double seconds = 0;
     Eval e;
+    e.line = std::string(line);
     if (f.size() == 6 && f[0] == "eval" && absl::SimpleAtoi(f[1], &clock) &&
-        absl::SimpleAtod(f[2], &e.auc) && absl::SimpleAtod(f[3], &e.logloss)) {
+        absl::SimpleAtod(f[2], &e.auc) && absl::SimpleAtod(f[3], &e.logloss) &&
+        absl::SimpleAtoi(f[4], &examples) && absl::SimpleAtod(f[5], &seconds)) {
       out[clock] = e;
+    } else {
+      ADD_FAILURE() << "malformed line in " << ckpt << "/EVALUATIONS: " << line;
     }
   }
   return out;
+}
+
+// How many times the workers' logs say they evaluated the checkpoint at
+// `clock` (CheckpointEvaluator logs each evaluation once).
+int TimesEvaluated(const std::string& job_dir, int workers, uint64_t clock) {
+  const std::string needle = absl::StrCat("evaluated the checkpoint at clock ", clock, ":");
+  int n = 0;
+  for (int r = 0; r < workers; ++r) {
+    const std::string log = testing::ReadFile(absl::StrCat(job_dir, "/worker-", r, ".log"));
+    for (size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1)) ++n;
+  }
+  return n;
 }
 
 // Runs ps_score on the checkpoint at `clock` (-1: the default one).
@@ -130,6 +151,7 @@ TEST(EvalTest, PeriodicEvaluationStopsEarlyAndKeepsTheBest) {
   ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
   auto workers = cluster.WaitWorkers(absl::Seconds(60));
   ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->size(), 2u);
   std::map<std::string, std::string> job = ParseResult(cluster.SchedulerResult());
   std::printf("%s\n", cluster.SchedulerResult().c_str());
 
@@ -138,7 +160,10 @@ TEST(EvalTest, PeriodicEvaluationStopsEarlyAndKeepsTheBest) {
   ASSERT_TRUE(absl::SimpleAtoi(job["early_stopped_at"], &stop)) << cluster.SchedulerResult();
   EXPECT_GT(stop, 0u);
   EXPECT_LT(stop, kStepsOfData);
-  for (const auto& [rank, r] : *workers) EXPECT_EQ(r.at("steps"), absl::StrCat(stop)) << rank;
+  for (const auto& [rank, r] : *workers) {
+    ASSERT_EQ(r.count("steps"), 1u) << rank;
+    EXPECT_EQ(r.at("steps"), absl::StrCat(stop)) << rank;
+  }
 
   // Every multiple of kEvery up to the stop, and the final checkpoint.
   const std::map<uint64_t, Eval> evals = ReadEvaluations(ckpt);
@@ -198,7 +223,9 @@ TEST(EvalTest, PeriodicEvaluationStopsEarlyAndKeepsTheBest) {
 // The scheduler is SIGKILLed after the first evaluation and started again
 // on its address: it reads the evaluations back, takes the job over, and
 // the job ends with every complete due checkpoint evaluated once (those
-// from before the kill not again) and BEST naming the best of them.
+// from before the kill not again: their records are unchanged, seconds
+// included, and no worker evaluated them a second time) and BEST naming the
+// best of them.
 TEST(EvalTest, ARestartedSchedulerKeepsTheEvaluationsAndTheBest) {
   ASSERT_TRUE(testing::MakeSyntheticData(DataDir(), 20000, 5000).ok());
   const std::string ckpt = testing::TestDir("eval_restart_ckpt");
@@ -209,12 +236,15 @@ TEST(EvalTest, ARestartedSchedulerKeepsTheEvaluationsAndTheBest) {
                                                       {"@CKPT@", ckpt},
                                                       {"early_stopping { patience: 2 }", ""},
                                                       {"keep: 1", "keep: 2"}});
+  constexpr uint64_t kSteps = 200;
   LocalCluster::Options o;
   o.config_path = config;
   o.dir = testing::TestDir("eval_restart_job");
   o.servers = 2;
   o.workers = 2;
-  o.worker_flags = {"--max_steps=200", "--step_delay_ms=20"};
+  // 20 ms a step: at least 4 s of training, so that the kill after the
+  // first evaluation finds the job running.
+  o.worker_flags = {absl::StrCat("--max_steps=", kSteps), "--step_delay_ms=20"};
   LocalCluster cluster(o);
   ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
   const absl::Time deadline = absl::Now() + absl::Minutes(2);
@@ -224,25 +254,36 @@ TEST(EvalTest, ARestartedSchedulerKeepsTheEvaluationsAndTheBest) {
     before = ReadEvaluations(ckpt);
   }
   ASSERT_FALSE(before.empty()) << "no evaluation within 2 minutes\n" << cluster.AllLogTails();
-  ASSERT_LT(before.rbegin()->first, 200u) << "the job ended before the kill";
+  // Still training: the kill interrupts the job, not a job that has ended.
+  auto running = cluster.WaitForJob(
+      "a running job", [](const JobStatusResponse& s) { return s.state() == "running"; },
+      absl::Minutes(1));
+  ASSERT_TRUE(running.ok()) << running.status();
+  ASSERT_LT(running->max_clock(), kSteps) << "the job ended before the kill";
   cluster.scheduler().Signal(SIGKILL);
-  (void)cluster.scheduler().Wait(absl::Seconds(10));
+  auto killed = cluster.scheduler().Wait(absl::Seconds(10));
+  ASSERT_TRUE(killed.ok() && *killed == 128 + SIGKILL) << "the scheduler was not running";
   ASSERT_TRUE(cluster.RestartScheduler({}).ok()) << cluster.AllLogTails();
   auto code = cluster.WaitScheduler(absl::Minutes(10));
   ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
-  (void)cluster.WaitWorkers(absl::Seconds(60));
+  auto workers = cluster.WaitWorkers(absl::Seconds(60));
+  EXPECT_TRUE(workers.ok()) << workers.status();
   std::map<std::string, std::string> job = ParseResult(cluster.SchedulerResult());
 
   // Every multiple of 10 up to 200 but, at most, the one whose cut the kill
   // interrupted (no MANIFEST: no checkpoint to evaluate).
   const std::map<uint64_t, Eval> evals = ReadEvaluations(ckpt);
   for (const auto& [clock, e] : evals) {
-    EXPECT_TRUE(clock % kEvery == 0 && clock <= 200) << clock;
+    EXPECT_TRUE(clock % kEvery == 0 && clock <= kSteps) << clock;
+    // An evaluation in flight at the kill may be done again; none twice more.
+    EXPECT_GE(TimesEvaluated(o.dir, 2, clock), 1) << "clock " << clock;
   }
-  EXPECT_GE(evals.size(), 200 / kEvery - 1) << cluster.AllLogTails();
-  EXPECT_EQ(evals.count(200), 1u);
+  EXPECT_GE(evals.size(), kSteps / kEvery - 1) << cluster.AllLogTails();
+  EXPECT_EQ(evals.count(kSteps), 1u);
   for (const auto& [clock, e] : before) {  // Kept as they were, not evaluated again.
-    EXPECT_EQ(evals.at(clock).auc, e.auc) << "clock " << clock;
+    ASSERT_EQ(evals.count(clock), 1u) << "the evaluation at clock " << clock << " was lost";
+    EXPECT_EQ(evals.at(clock).line, e.line) << "clock " << clock << " was evaluated again";
+    EXPECT_EQ(TimesEvaluated(o.dir, 2, clock), 1) << "clock " << clock << " was evaluated again";
   }
   uint64_t best = evals.begin()->first;
   for (const auto& [clock, e] : evals) {

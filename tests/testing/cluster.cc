@@ -8,8 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/client/scheduler_client.h"
 #include "gtest/gtest.h"
 
 namespace shardps::testing {
@@ -138,13 +140,81 @@ absl::StatusOr<int> LocalCluster::WaitScheduler(absl::Duration timeout) {
 absl::StatusOr<std::map<int, std::map<std::string, std::string>>> LocalCluster::WaitWorkers(
     absl::Duration timeout) {
   std::map<int, std::map<std::string, std::string>> results;
+  std::string missing;
   const absl::Time deadline = absl::Now() + timeout;
   for (int r = 0; r < static_cast<int>(workers_.size()); ++r) {
     auto line = workers_[r]->WaitForLine("PS_WORKER_RESULT ", deadline - absl::Now());
+    auto code = workers_[r]->Wait(absl::Seconds(30));
+    // Wait read what was left on stdout: the line may have come late.
+    if (!line.ok()) line = workers_[r]->WaitForLine("PS_WORKER_RESULT ", absl::ZeroDuration());
     if (line.ok()) results[r] = ParseResult(*line);
-    (void)workers_[r]->Wait(absl::Seconds(30));
+    if (!line.ok()) {
+      absl::StrAppend(&missing, "worker ", r, " printed no PS_WORKER_RESULT: ",
+                      line.status().message(), "\n", LogTail(absl::StrCat("worker-", r), 15));
+    } else if (!code.ok() || *code != 0) {
+      absl::StrAppend(&missing, "worker ", r, " did not exit 0: ",
+                      code.ok() ? absl::StrCat("exit status ", *code) : code.status().ToString(),
+                      "\n", LogTail(absl::StrCat("worker-", r), 15));
+    }
   }
+  if (!missing.empty()) return absl::NotFoundError(missing);
   return results;
+}
+
+uint64_t WorkerClock(const JobStatusResponse& status, uint32_t rank) {
+  for (const MemberStatus& m : status.members()) {
+    if (m.role() == WORKER && m.index() == rank) return m.clock();
+  }
+  return 0;
+}
+
+std::string Describe(const JobStatusResponse& status) {
+  std::string out = absl::StrCat("state=", status.state(), " min_clock=", status.min_clock(),
+                                 " max_clock=", status.max_clock(),
+                                 " generation=", status.generation());
+  for (const MemberStatus& m : status.members()) {
+    absl::StrAppend(&out, "; ", m.role() == WORKER ? "worker " : "server ", m.index(), ": ",
+                    MemberState_Name(m.state()));
+    if (m.role() == WORKER) absl::StrAppend(&out, " clock ", m.clock());
+  }
+  for (const RecoveryReport& r : status.recoveries()) {
+    absl::StrAppend(&out, "; recovery ", r.kind(), " to generation ", r.generation(),
+                    r.complete() ? " (complete)" : " (running)");
+  }
+  return out;
+}
+
+absl::StatusOr<JobStatusResponse> WaitForJob(
+    const std::string& address, const std::string& what,
+    const std::function<bool(const JobStatusResponse&)>& condition, absl::Duration timeout) {
+  SchedulerClient client(address);
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string last = "no answer from the scheduler";
+  while (true) {
+    auto status = client.JobStatus();
+    if (status.ok()) {
+      if (condition(*status)) return *status;
+      last = Describe(*status);
+      if (status->state() == "done" || absl::StartsWith(status->state(), "failed")) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the job ended before ", what, ": ", last));
+      }
+    } else if (!absl::IsUnavailable(status.status()) &&
+               !absl::IsDeadlineExceeded(status.status())) {
+      last = status.status().ToString();
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("waited ", absl::FormatDuration(timeout),
+                                                      " for ", what, "; last status: ", last));
+    }
+    absl::SleepFor(absl::Milliseconds(20));  // Polls; bounded by `deadline`.
+  }
+}
+
+absl::StatusOr<JobStatusResponse> LocalCluster::WaitForJob(
+    const std::string& what, const std::function<bool(const JobStatusResponse&)>& condition,
+    absl::Duration timeout) const {
+  return testing::WaitForJob(scheduler_address_, what, condition, timeout);
 }
 
 absl::StatusOr<uint64_t> LocalCluster::WaitServersChecksum(absl::Duration timeout) {

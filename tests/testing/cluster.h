@@ -5,9 +5,16 @@
 // Every process's stderr goes to <dir>/<role>-<index>.log (appended, so a
 // restarted process adds to its log); the test's failure messages quote the
 // tails. Not thread-safe.
+//
+// Faults are gated on the job's progress, never on time: WaitForJob polls
+// the scheduler's JobStatus until a condition on it holds (e.g. a worker's
+// clock reached the step a kill is planned at), and says so when the job
+// ended first, so that a test whose job is too short fails by name instead
+// of passing without its fault.
 #ifndef SHARDPS_TESTS_TESTING_CLUSTER_H_
 #define SHARDPS_TESTS_TESTING_CLUSTER_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "proto/scheduler.pb.h"
 #include "tests/testing/subprocess.h"
 
 namespace shardps::testing {
@@ -53,6 +61,23 @@ absl::StatusOr<std::map<std::string, std::string>> RunLocal(
     const std::string& config_path, const std::vector<std::string>& extra_flags,
     const std::string& log_path);
 
+// Polls the JobStatus of the scheduler at `address` (every 20 ms; answers
+// UNAVAILABLE while it is down or restarting are skipped) until
+// `condition(status)` holds, and returns that status. FAILED_PRECONDITION
+// if the job ended (done or failed) before the condition held,
+// DEADLINE_EXCEEDED after `timeout`; both name `what` (what the caller
+// waited for) and the last status seen.
+absl::StatusOr<JobStatusResponse> WaitForJob(
+    const std::string& address, const std::string& what,
+    const std::function<bool(const JobStatusResponse&)>& condition, absl::Duration timeout);
+
+// Worker `rank`'s completed clock in `status` (0 if it is not listed).
+uint64_t WorkerClock(const JobStatusResponse& status, uint32_t rank);
+
+// "state=running min_clock=5 max_clock=7 generation=1 worker 0: alive clock 7 ...",
+// for failure messages.
+std::string Describe(const JobStatusResponse& status);
+
 class LocalCluster {
  public:
   struct Options {
@@ -80,9 +105,17 @@ class LocalCluster {
   absl::Status RestartServer(int index);
   // Waits for the scheduler to exit; returns its exit code.
   absl::StatusOr<int> WaitScheduler(absl::Duration timeout);
-  // Waits for every worker; returns their PS_WORKER_RESULT lines by rank.
+  // Waits for every worker to print its PS_WORKER_RESULT line and exit;
+  // returns the lines by rank, one for every worker. NOT_FOUND naming the
+  // ranks (and their log tails) if a worker printed no result within
+  // `timeout` or did not exit 0; every worker is still waited for (each up
+  // to 30 s more to exit).
   absl::StatusOr<std::map<int, std::map<std::string, std::string>>> WaitWorkers(
       absl::Duration timeout);
+  // WaitForJob on this cluster's scheduler.
+  absl::StatusOr<JobStatusResponse> WaitForJob(
+      const std::string& what, const std::function<bool(const JobStatusResponse&)>& condition,
+      absl::Duration timeout) const;
 
   Subprocess& scheduler() { return *scheduler_; }
   Subprocess& server(int i) { return *servers_[i]; }
