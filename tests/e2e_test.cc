@@ -115,20 +115,50 @@ TEST_F(E2eTest, AspJobMatchesLocalAucAndNeverWaits) {
   EXPECT_GT(std::stoi(r["max_spread"]), 3);  // The fast worker was not held back.
 }
 
+// cluster.on_worker_loss DROP: worker 1 is SIGKILLed and not restarted.
+// Worker 1 steps slowly (--step_delay_ms, over its ~156 steps), so that the
+// kill lands mid-job on any machine: it comes once the scheduler has seen
+// worker 1 complete kKillAt steps. The SIGKILL must find it running (exit by
+// the signal, not a worker that had already finished), the scheduler must
+// declare it dead, and worker 0 must then train past the SSP(1) bound
+// around worker 1's last clock (k + s + 1), which it could not were the dead
+// worker still in the minimum; the job ends done, saying what it left
+// untrained.
 TEST_F(E2eTest, KilledWorkerLeavesTheMinimumAndTheJobFinishes) {
-  const std::string log = testing::TestDir("kill") + "/worker-1.log";
-  auto r = RunJob("kill", "mode: SSP staleness: 1", {}, [&log](LocalCluster& c) {
-    // Once worker 1 has joined (its start-up is slow on a loaded machine),
-    // let it train a little, then kill it without warning.
-    const absl::Time deadline = absl::Now() + absl::Seconds(120);
-    while (testing::ReadFile(log).find("worker rank 1 of") == std::string::npos &&
-           absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    absl::SleepFor(absl::Seconds(1));
+  constexpr uint64_t kKillAt = 20;
+  uint64_t killed_at = 0;
+  auto r = RunJob("kill", "mode: SSP staleness: 1 on_worker_loss: DROP",
+                  {{1, {"--step_delay_ms=40"}}},
+                  [&killed_at](LocalCluster& c) {
+    auto status = c.WaitForJob(
+        absl::StrCat("worker 1 to complete ", kKillAt, " steps"),
+        [](const JobStatusResponse& s) { return testing::WorkerClock(s, 1) >= kKillAt; },
+        absl::Minutes(3));
+    ASSERT_TRUE(status.ok()) << status.status() << "\n" << c.AllLogTails();
     c.worker(1).Signal(SIGKILL);
+    auto code = c.worker(1).Wait(absl::Seconds(30));
+    ASSERT_TRUE(code.ok()) << code.status();
+    ASSERT_EQ(*code, 128 + SIGKILL) << "worker 1 was not running at the kill\n"
+                                    << c.AllLogTails();
+    auto dead = c.WaitForJob(
+        "worker 1 declared dead",
+        [](const JobStatusResponse& s) {
+          for (const MemberStatus& m : s.members()) {
+            if (m.role() == WORKER && m.index() == 1) return m.state() == DEAD;
+          }
+          return false;
+        },
+        absl::Minutes(1));
+    ASSERT_TRUE(dead.ok()) << dead.status() << "\n" << c.AllLogTails();
+    killed_at = testing::WorkerClock(*dead, 1);
   });
   EXPECT_EQ(r["state"], "done");
+  ASSERT_GE(killed_at, kKillAt);
+  ASSERT_FALSE(r["max_clock"].empty());
+  EXPECT_GT(std::stoull(r["max_clock"]), killed_at + 2)
+      << "worker 0 did not get past the bound around the dead worker's clock " << killed_at;
+  ASSERT_FALSE(r["untrained_samples"].empty()) << "no untrained_samples in PS_JOB_RESULT";
+  EXPECT_GT(std::stoull(r["untrained_samples"]), 0u);
 }
 
 }  // namespace
