@@ -369,6 +369,13 @@ void ValidateRest(const JobConfig& c, Validator* v) {
                absl::StrCat("must be in [0, 1] (an AUC gain), got ", es.min_delta()));
     }
   }
+  if (tr.has_cache() && k.mode() == SSP && k.staleness() >= 1 &&
+      tr.cache().staleness() > static_cast<uint32_t>(k.staleness())) {
+    v->Error({{"training"}, {"cache"}, {"staleness"}},
+             absl::StrCat("must be <= cluster.staleness (", k.staleness(),
+                          "): a cached row must be as fresh as a pull under SSP (0 = the "
+                          "same)"));
+  }
   if (!TrainingConfig::Precision_IsValid(tr.mixed_precision())) {
     v->Error({{"training"}, {"mixed_precision"}}, "must be FP32, BF16 or FP16");
   }

@@ -187,6 +187,27 @@ TEST(ConfigTest, DenseCompressionRatioMustBeAShare) {
   }
 }
 
+TEST(ConfigTest, CacheStalenessIsBoundBySsps) {
+  // kValid is SSP(2).
+  for (const char* good : {"training { cache { } }", "training { cache { staleness: 2 } }",
+                           "training { cache { max_rows: 1000 max_bytes: 1048576 } }"}) {
+    auto config = ParseJobConfig(Replace(kValid, "data {", absl::StrCat(good, "\ndata {")),
+                                 "good.pbtxt");
+    ASSERT_TRUE(config.ok()) << good << ": " << config.status();
+    EXPECT_TRUE(config->training().has_cache());
+  }
+  ExpectRefused(Replace(kValid, "data {", "training { cache { staleness: 3 } }\ndata {"),
+                {"bad.pbtxt:9:", "training.cache.staleness", "must be <= cluster.staleness (2)"});
+  // ASP has no bound to keep; BSP keeps the cache inert.
+  for (const char* mode : {"mode: ASP", "mode: BSP staleness: 0"}) {
+    auto config = ParseJobConfig(
+        Replace(Replace(kValid, "mode: SSP staleness: 2", mode), "data {",
+                "training { cache { staleness: 5 } }\ndata {"),
+        "good.pbtxt");
+    ASSERT_TRUE(config.ok()) << mode << ": " << config.status();
+  }
+}
+
 TEST(ConfigTest, MixedPrecisionTakesKnownNamesOnly) {
   for (const char* good : {"FP32", "BF16", "FP16"}) {
     auto config = ParseJobConfig(
