@@ -35,6 +35,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/generation.h"
@@ -162,6 +163,19 @@ double PeakRssMb() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux.
 }
 
+// " cache_hit_rate=.. cache_rows_saved=.. cache_bytes_saved=..
+// cache_state_bytes=.. cache_hit_staleness_mean=.. cache_hit_staleness_max=..
+// cache_rows=..": the embedding cache's figures (training.cache), when it ran.
+std::string CacheFields(const CacheSummary& c) {
+  if (!c.on) return "";
+  return absl::StrCat(" cache_hit_rate=",
+                      absl::StrFormat("%.4f", c.lookups ? double(c.hits) / c.lookups : 0.0),
+                      " cache_rows_saved=", c.hits, " cache_bytes_saved=", c.bytes_saved,
+                      " cache_state_bytes=", c.state_bytes, " cache_hit_staleness_mean=",
+                      absl::StrFormat("%.2f", c.staleness_mean),
+                      " cache_hit_staleness_max=", c.staleness_max, " cache_rows=", c.rows);
+}
+
 void PrintResult(uint32_t rank, const TrainSummary& s, const EvalResult* eval,
                  const std::string& extra) {
   std::printf("PS_WORKER_RESULT rank=%u steps=%llu samples=%llu seconds=%.2f "
@@ -172,7 +186,7 @@ void PrintResult(uint32_t rank, const TrainSummary& s, const EvalResult* eval,
               s.samples_per_sec, s.last_loss, s.times.data, s.times.wait, s.times.pull,
               s.times.compute, s.times.push,
               (unsigned long long)(eval ? eval->examples : 0), eval ? eval->auc : 0.0,
-              eval ? eval->logloss : 0.0, PeakRssMb(), extra.c_str());
+              eval ? eval->logloss : 0.0, PeakRssMb(), (extra + CacheFields(s.cache)).c_str());
   std::fflush(stdout);
 }
 
@@ -231,6 +245,7 @@ class SchedulerJobClock final : public JobClock {
   absl::Status ReportMetrics(const MetricsReport& report) override {
     return scheduler_->ReportMetrics(report);
   }
+  std::optional<uint64_t> MinClock() const override { return scheduler_->min_clock(); }
 
  private:
   SchedulerClient* const scheduler_;

@@ -7,12 +7,14 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/partition.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/metrics.h"
+#include "worker/embedding_cache.h"
 #include "worker/model/model_factory.h"
 #include "worker/trainer_data.h"
 #include "worker/trainer_params.h"
@@ -45,6 +47,9 @@ class Trainer::Impl {
  private:
   // This worker's share of the training data, at start_position if set.
   absl::StatusOr<std::unique_ptr<data::CriteoReader>> OpenTrainData();
+  // The embedding cache of one Train(), or null: off (logged why, if the
+  // config asks for it).
+  std::unique_ptr<EmbeddingCache> MakeCache() const;
 
   const TrainerOptions o_;
   const std::unique_ptr<Model> model_;
@@ -77,6 +82,56 @@ absl::StatusOr<std::unique_ptr<data::CriteoReader>> Trainer::Impl::OpenTrainData
   return reader;
 }
 
+std::unique_ptr<EmbeddingCache> Trainer::Impl::MakeCache() const {
+  const TrainingConfig& tr = o_.config.training();
+  if (!tr.has_cache()) return nullptr;
+  const uint32_t staleness = EffectiveStaleness(o_.config.cluster());
+  absl::Status why;
+  if (staleness == 0) {
+    why = absl::FailedPreconditionError("BSP: every step pulls every row");
+  } else if (o_.clock == nullptr) {
+    why = absl::FailedPreconditionError("local mode");
+  } else if (!o_.params->PullsWithState()) {
+    why = absl::FailedPreconditionError(
+        "values on the wire other than fp32 (cached rows need their optimizer state)");
+  }
+  std::unique_ptr<EmbeddingCache> cache;
+  if (why.ok()) {
+    EmbeddingCache::Options co;
+    co.max_rows = tr.cache().max_rows();
+    co.max_bytes = tr.cache().max_bytes();
+    co.staleness = tr.cache().staleness() > 0 ? tr.cache().staleness()
+                   : staleness == UINT32_MAX  ? 2
+                                              : staleness;
+    co.metrics_rank = absl::StrCat(o_.rank);
+    std::vector<std::pair<uint32_t, uint32_t>> tables;
+    for (const TableSpec& t : model_->spec().tables) {
+      tables.emplace_back(t.id, static_cast<uint32_t>(t.dim));
+    }
+    auto created = EmbeddingCache::Create(co, o_.config, tables);
+    if (created.ok()) {
+      cache = *std::move(created);
+    } else {
+      why = created.status();
+    }
+  }
+  if (cache == nullptr) {
+    LOG(WARNING) << "worker " << o_.rank << ": training.cache is set but off: " << why.message();
+    return nullptr;
+  }
+  LOG(INFO) << "worker " << o_.rank << " caches embedding rows read within "
+            << cache->staleness() << " clocks of the job's minimum"
+            << (tr.cache().max_rows() ? absl::StrCat(", at most ", tr.cache().max_rows(), " rows")
+                                      : "")
+            << (tr.cache().max_bytes() || !tr.cache().max_rows()
+                    ? absl::StrCat(", at most ",
+                                   tr.cache().max_bytes() ? tr.cache().max_bytes()
+                                                          : EmbeddingCache::kDefaultMaxBytes,
+                                   " bytes")
+                    : "");
+  return cache;
+}
+
 absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
   ASSIGN_OR_RETURN(auto reader, OpenTrainData());
   const uint64_t samples_before = reader->position().samples;
@@ -96,9 +151,28 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
   env.step_delay = o_.step_delay;
   env.seen = o_.track_keys ? &seen_ : nullptr;
   env.config = &o_.config;
+  // A new cache per Train(): a rollback or a new generation never sees a
+  // row read before it.
+  const std::unique_ptr<EmbeddingCache> cache = MakeCache();
+  env.cache = cache.get();
   const auto pipeline = trainer_internal::ChooseStepPipeline(o_.config, o_.clock != nullptr);
   ASSIGN_OR_RETURN(final_step_, trainer_internal::RunSteps(pipeline, env));
-  return progress.Summary(final_step_ - o_.start_step);
+  TrainSummary summary = progress.Summary(final_step_ - o_.start_step);
+  if (cache != nullptr) {
+    const EmbeddingCache::Stats s = cache->stats();
+    CacheSummary& c = summary.cache;
+    c.on = s.lookups > 0;
+    c.lookups = s.lookups;
+    c.hits = s.hits;
+    c.bytes_saved = s.bytes_saved;
+    c.state_bytes = s.state_bytes;
+    c.staleness_mean = s.hits ? static_cast<double>(s.staleness_sum) / s.hits : 0.0;
+    c.staleness_max = s.staleness_max;
+    c.rows = s.rows;
+    c.evictions = s.evictions;
+    c.clears = s.clears;
+  }
+  return summary;
 }
 
 absl::StatusOr<EvalResult> Trainer::Impl::Evaluate(const std::vector<std::string>& files,

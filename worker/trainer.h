@@ -31,6 +31,13 @@
 // In BSP there is no prefetch: the next pull must see this step's
 // (aggregated) push.
 //
+// The embedding cache (training.cache; SSP and ASP, in PS mode, where
+// replay holds: fp32 on the wire, no admission): rows within the staleness
+// bound are served from the worker's cache instead of pulled, the worker's
+// own pushes applied to them (embedding_cache.h, trainer_split_pull.h). In
+// BSP it is off: every step pulls every row, bit for bit as without it. It
+// lives for one Train(): a rollback or a new generation starts empty.
+//
 // Dense compression (training.dense_compression): the dense gradient goes
 // through a DenseCompressor (dense_compression.h: top-k with error
 // feedback) and is pushed in sparse form. Mixed precision is the model's
@@ -59,6 +66,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,6 +100,12 @@ class JobClock {
   virtual absl::Status Tick(uint32_t rank, uint64_t clock, const std::string& position) = 0;
   // A periodic progress report; best effort (the trainer ignores errors).
   virtual absl::Status ReportMetrics(const MetricsReport& report) = 0;
+  // The job's minimum clock (every live worker has ticked it) as the clock
+  // last reported it (answers to WaitClock and Tick) in this worker's
+  // current generation; nullopt if unknown. The embedding cache tags the
+  // rows it pulls with it (embedding_cache.h); without it a row is only
+  // known to be fresh for the step it was pulled for.
+  virtual std::optional<uint64_t> MinClock() const { return std::nullopt; }
 };
 
 struct TrainerOptions {
@@ -121,6 +135,20 @@ struct StepTimes {
   double data = 0, wait = 0, pull = 0, compute = 0, push = 0;
 };
 
+// The embedding cache's figures of one Train() (training.cache).
+struct CacheSummary {
+  bool on = false;  // The cache ran (else the rest is 0).
+  uint64_t lookups = 0;      // Embedding keys of the trained steps.
+  uint64_t hits = 0;         // Served from the cache: rows not pulled.
+  uint64_t bytes_saved = 0;  // Pull payload the hits did not move.
+  uint64_t state_bytes = 0;  // Optimizer state pulled only to cache rows.
+  double staleness_mean = 0;  // Over hits: step - the minimum clock the row was read at.
+  uint64_t staleness_max = 0;
+  uint64_t rows = 0;  // Held at the end.
+  uint64_t evictions = 0;
+  uint64_t clears = 0;  // Emptied for a lower minimum clock.
+};
+
 struct TrainSummary {
   uint64_t steps = 0;
   uint64_t samples = 0;  // Trained by this Train().
@@ -132,6 +160,7 @@ struct TrainSummary {
   double mean_loss = 0;  // Over all steps.
   double last_loss = 0;  // Mean of the last 50 steps.
   StepTimes times;
+  CacheSummary cache;
 };
 
 struct EvalResult {

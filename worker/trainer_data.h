@@ -44,10 +44,27 @@ struct Prepared {
     std::vector<std::vector<float>> rows;
     // kOwnWrites: each key's position in the previous step's unique keys.
     std::vector<std::vector<uint32_t>> prev_pos;
+    // The rows carry their optimizer state (weights then state, per row):
+    // kOwnWrites replayed, all of them; kUntouched with the cache, the
+    // first `warm[t]` of each table (to be cached), the others without.
+    bool with_state = false;
+    std::vector<size_t> warm;
+    // With the embedding cache: the minimum clock known when the part's
+    // pull was sent (worker/embedding_cache.h).
+    uint64_t read_clock = 0;
   };
   PullPart parts[2];  // [kUntouched], [kOwnWrites].
   // Replayed own writes: the dense chunks with their optimizer state.
   std::vector<float> dense_state;
+  // Split against the previous step and its kOwnWrites part replayed (else
+  // split alone, kOwnWrites holding only the dense chunks).
+  bool own_replayed = false;
+  // With the embedding cache: the positions in unique_keys served from it,
+  // per model table (the parts hold the others), and the plan's scratch:
+  // the misses to be cached, and those not (EmbeddingCache::PlanStep).
+  std::vector<std::vector<uint32_t>> cache_hits;
+  std::vector<std::vector<uint32_t>> cache_misses;
+  std::vector<std::vector<uint32_t>> cache_cold;
 };
 
 // Turns batches into Prepared steps with one deduper per table.

@@ -7,18 +7,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
+#include "common/status_macros.h"
 
 namespace shardps {
 namespace trainer_internal {
 namespace {
 
-// A part's pull; Wait() scatters the gathered rows to their places in
-// p->rows, once (unless the part is replayed: Replay() does it).
+// A part's pull; Wait() scatters the gathered rows' weights to their places
+// in p->rows, once (unless the part is replayed: Replay() does it). The
+// first part->warm[t] rows of table t come with `state[t]` floats of state.
 class PartOp final : public PsClient::Op {
  public:
   PartOp(std::unique_ptr<PsClient::Op> op, Prepared* p, Prepared::PullPart* part,
-         const ModelSpec& spec, bool scatter)
-      : op_(std::move(op)), p_(p), part_(part), spec_(spec), scatter_(scatter) {}
+         const ModelSpec& spec, bool scatter, std::vector<size_t> state)
+      : op_(std::move(op)), p_(p), part_(part), spec_(spec), scatter_(scatter),
+        state_(std::move(state)) {}
 
   absl::Status Wait() override {
     if (waited_) return status_;
@@ -28,10 +31,13 @@ class PartOp final : public PsClient::Op {
     for (size_t t = 0; t < part_->pos.size(); ++t) {
       const size_t dim = static_cast<size_t>(spec_.tables[t].dim);
       const std::vector<uint32_t>& pos = part_->pos[t];
+      const size_t warm = part_->warm[t];
       const float* src = part_->rows[t].data();
       float* dst = p_->rows[t].data();
       for (size_t i = 0; i < pos.size(); ++i) {
-        std::memcpy(dst + pos[i] * dim, src + i * dim, dim * sizeof(float));
+        const float* row = i < warm ? src + i * (dim + state_[t])
+                                    : src + warm * (dim + state_[t]) + (i - warm) * dim;
+        std::memcpy(dst + pos[i] * dim, row, dim * sizeof(float));
       }
     }
     return status_;
@@ -43,6 +49,7 @@ class PartOp final : public PsClient::Op {
   Prepared::PullPart* const part_;
   const ModelSpec& spec_;
   const bool scatter_;
+  const std::vector<size_t> state_;
   bool waited_ = false;
   absl::Status status_;
 };
@@ -91,18 +98,45 @@ void SplitPuller::ReplayTable::Apply(float* row, const float* grad, float lr_sca
   optimizer->Update(row, row + dim, grad, lr_scale);
 }
 
-void SplitPuller::Split(Prepared* p, const Prepared& prev) {
+void SplitPuller::EnableCache(EmbeddingCache* cache, JobClock* clock, uint32_t staleness) {
+  cache_ = cache;
+  clock_ = clock;
+  staleness_ = staleness;
+}
+
+uint64_t SplitPuller::ReadClock(uint64_t step) const {
+  // Sent once step `step` may start: the minimum clock is at least
+  // step - staleness (SSP), and at least what the scheduler last said.
+  uint64_t m = 0;
+  if (staleness_ != UINT32_MAX && step > staleness_) m = step - staleness_;
+  if (clock_ != nullptr) {
+    if (const std::optional<uint64_t> known = clock_->MinClock()) m = std::max(m, *known);
+  }
+  return m;
+}
+
+void SplitPuller::Split(Prepared* p, const Prepared* prev, uint64_t step) {
   const size_t num_tables = p->unique_keys.size();
+  p->own_replayed = prev != nullptr && replay();
   for (Prepared::PullPart& part : p->parts) {
     part.keys.resize(num_tables);
     part.pos.resize(num_tables);
     part.rows.resize(num_tables);
     part.prev_pos.resize(num_tables);
+    part.warm.assign(num_tables, 0);
+  }
+  for (auto* positions : {&p->cache_hits, &p->cache_misses, &p->cache_cold}) {
+    positions->resize(num_tables);
+    for (auto& v : *positions) v.clear();
+  }
+  if (cache_ != nullptr) {
+    cache_->PlanStep(step, clock_ != nullptr ? clock_->MinClock() : std::nullopt,
+                     p->unique_keys, &p->cache_hits, &p->cache_misses, &p->cache_cold);
   }
   for (size_t t = 0; t < num_tables; ++t) {
     prev_index_.clear();
-    if (t < prev.unique_keys.size()) {
-      const std::vector<uint64_t>& keys = prev.unique_keys[t];
+    if (prev != nullptr && t < prev->unique_keys.size()) {
+      const std::vector<uint64_t>& keys = prev->unique_keys[t];
       for (size_t i = 0; i < keys.size(); ++i) prev_index_.emplace(keys[i], i);
     }
     for (Prepared::PullPart& part : p->parts) {
@@ -113,15 +147,25 @@ void SplitPuller::Split(Prepared* p, const Prepared& prev) {
     const std::vector<uint64_t>& keys = p->unique_keys[t];
     Prepared::PullPart& own = p->parts[kOwnWrites];
     Prepared::PullPart& untouched = p->parts[kUntouched];
-    for (size_t i = 0; i < keys.size(); ++i) {
+    auto place = [&](size_t i) {
       const auto it = prev_index_.find(keys[i]);
       Prepared::PullPart& part = it != prev_index_.end() ? own : untouched;
       part.keys[t].push_back(keys[i]);
       part.pos[t].push_back(static_cast<uint32_t>(i));
       if (it != prev_index_.end()) own.prev_pos[t].push_back(it->second);
-    }
+    };
     const size_t dim = static_cast<size_t>(spec_.tables[t].dim);
-    untouched.rows[t].resize(untouched.keys[t].size() * dim);
+    if (cache_ != nullptr) {
+      // kUntouched: the misses to be cached (with state) first.
+      for (uint32_t i : p->cache_misses[t]) place(i);
+      untouched.warm[t] = untouched.keys[t].size();
+      for (uint32_t i : p->cache_cold[t]) place(i);
+      untouched.rows[t].resize(untouched.warm[t] * cache_->state(t) +
+                               untouched.keys[t].size() * dim);
+    } else {
+      for (size_t i = 0; i < keys.size(); ++i) place(i);
+      untouched.rows[t].resize(untouched.keys[t].size() * dim);
+    }
     own.rows[t].resize(own.keys[t].size() * (dim + (replay() ? replay_[t].state : 0)));
   }
 }
@@ -129,20 +173,35 @@ void SplitPuller::Split(Prepared* p, const Prepared& prev) {
 std::unique_ptr<PsClient::Op> SplitPuller::StartPart(Prepared* p, PullPartKind kind,
                                                      PullPurpose purpose, uint64_t step) {
   Prepared::PullPart* part = &p->parts[kind];
-  const bool with_state = kind == kOwnWrites && replay();
+  // kOwnWrites: with state to be replayed; kUntouched: to be cached.
+  part->with_state = kind == kOwnWrites ? p->own_replayed : cache_ != nullptr;
+  part->read_clock = ReadClock(step);
   std::vector<TablePull> pulls;
+  std::vector<size_t> states(part->keys.size(), 0);
   for (size_t t = 0; t < part->keys.size(); ++t) {
-    if (part->keys[t].empty()) continue;
-    pulls.push_back({spec_.tables[t].id, static_cast<uint32_t>(spec_.tables[t].dim),
-                     part->keys[t].data(), part->keys[t].size(), part->rows[t].data(),
-                     with_state ? replay_[t].state : 0});
+    const uint32_t dim = static_cast<uint32_t>(spec_.tables[t].dim);
+    const size_t n = part->keys[t].size();
+    if (kind == kOwnWrites) part->warm[t] = part->with_state ? n : 0;
+    const uint32_t state =
+        !part->with_state ? 0 : kind == kOwnWrites ? replay_[t].state : cache_->state(t);
+    states[t] = state;
+    // Rows with state (all, or kUntouched's warm ones), then those without.
+    const size_t warm = part->warm[t];
+    if (warm > 0) {
+      pulls.push_back({spec_.tables[t].id, dim, part->keys[t].data(), warm,
+                       part->rows[t].data(), state});
+    }
+    if (n > warm) {
+      pulls.push_back({spec_.tables[t].id, dim, part->keys[t].data() + warm, n - warm,
+                       part->rows[t].data() + warm * (dim + state), 0});
+    }
   }
   if (kind == kOwnWrites) {
     const size_t chunks = params_->num_chunks(), chunk = params_->chunk();
     p->dense_params.resize(chunks * chunk);
     TablePull dense{params_->dense_table(), params_->chunk(), params_->chunk_keys().data(),
                     chunks, p->dense_params.data()};
-    if (with_state) {
+    if (part->with_state) {
       dense.state = replay_.back().state;
       p->dense_state.resize(chunks * (chunk + dense.state));
       dense.out = p->dense_state.data();
@@ -151,7 +210,8 @@ std::unique_ptr<PsClient::Op> SplitPuller::StartPart(Prepared* p, PullPartKind k
   }
   std::unique_ptr<PsClient::Op> op;
   if (!pulls.empty()) op = params_->store()->Pull(std::move(pulls), purpose, step);
-  return std::make_unique<PartOp>(std::move(op), p, part, spec_, !with_state);
+  const bool scatter = !(kind == kOwnWrites && part->with_state);
+  return std::make_unique<PartOp>(std::move(op), p, part, spec_, scatter, std::move(states));
 }
 
 void SplitPuller::Replay(Prepared* p, const StepResult& prev,
@@ -175,6 +235,33 @@ void SplitPuller::Replay(Prepared* p, const StepResult& prev,
     float* row = p->dense_state.data() + c * width;
     d.Apply(row, prev_dense.data() + c * d.dim, lr_scale);
     std::memcpy(p->dense_params.data() + c * d.dim, row, d.dim * sizeof(float));
+  }
+}
+
+absl::Status SplitPuller::FinishStep(Prepared* p, uint64_t step) {
+  if (cache_ == nullptr) return absl::OkStatus();
+  for (const PullPartKind kind : {kUntouched, kOwnWrites}) {
+    const Prepared::PullPart& part = p->parts[kind];
+    if (!part.with_state) continue;  // kOwnWrites of a step pulled alone: dense only.
+    for (size_t t = 0; t < part.keys.size(); ++t) {
+      const size_t n = part.warm[t];  // The rows pulled with their state.
+      if (n == 0) continue;
+      cache_->Insert(t, part.keys[t].data(), n, part.rows[t].data(), part.read_clock);
+      // kOwnWrites rows come with their state for the replay anyway.
+      if (kind == kUntouched) cache_->NoteStatePulled(uint64_t{4} * cache_->state(t) * n);
+    }
+  }
+  RETURN_IF_ERROR(cache_->Fill(step, p->unique_keys, p->cache_hits, &p->rows));
+  cache_->Release(step);
+  return absl::OkStatus();
+}
+
+void SplitPuller::ApplyPush(const Prepared& p, const StepResult& r, float lr_scale) {
+  if (cache_ == nullptr) return;
+  for (size_t t = 0; t < p.unique_keys.size(); ++t) {
+    if (p.unique_keys[t].empty()) continue;
+    cache_->ApplyPush(t, p.unique_keys[t].data(), p.unique_keys[t].size(),
+                      r.table_grads[t].data(), lr_scale);
   }
 }
 

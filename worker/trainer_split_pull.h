@@ -31,9 +31,22 @@
 // value, which the replay does not know: with eviction the replayed value
 // of such a row is the evicted row's plus the step.
 //
+// With the embedding cache (EnableCache, training.cache; embedding_cache.h)
+// a step's keys are first planned against the cache: the rows it serves
+// for this step are not pulled; the others are split as above, pulled with
+// their optimizer state (in kUntouched only those whose keys the cache has
+// seen before: a first sighting is pulled without and not cached), and
+// stored in the cache once they hold every own push before the step
+// (FinishStep: kUntouched as pulled, kOwnWrites after the replay). FinishStep then copies the hits' weights, which by then
+// include the previous step's push (ApplyPush, after each compute). A step
+// pulled alone (Split with no previous step: the first one, or one that
+// was not prefetched, after every earlier push was acknowledged) puts every
+// miss in kUntouched and only the dense chunks, without state, in
+// kOwnWrites. The cache needs replay where the steps are prefetched.
+//
 // Thread-safety: a SplitPuller and the Prepared it splits are used by one
-// thread at a time; the two parts' ops write disjoint buffers and may be in
-// flight at once.
+// thread at a time (the cache is thread-safe); the two parts' ops write
+// disjoint buffers and may be in flight at once.
 #ifndef SHARDPS_WORKER_TRAINER_SPLIT_PULL_H_
 #define SHARDPS_WORKER_TRAINER_SPLIT_PULL_H_
 
@@ -45,8 +58,10 @@
 #include "absl/status/status.h"
 #include "proto/config.pb.h"
 #include "server/optimizer.h"
+#include "worker/embedding_cache.h"
 #include "worker/model/model.h"
 #include "worker/param_store.h"
+#include "worker/trainer.h"
 #include "worker/trainer_data.h"
 #include "worker/trainer_params.h"
 
@@ -65,9 +80,18 @@ class SplitPuller {
   absl::Status EnableReplay(const JobConfig& config);
   bool replay() const { return !replay_.empty(); }
 
-  // Splits p's unique keys against `prev`'s (the step before p's) into
-  // p->parts. Must precede the two StartPart calls for p.
-  void Split(Prepared* p, const Prepared& prev);
+  // With `cache` (not owned; null: none): steps are planned against it.
+  // `clock` (not owned, may be null) reports the minimum clock the pulled
+  // rows are tagged with; `staleness` is the job's (a pull of step t is sent
+  // once the minimum clock is >= t - staleness; UINT32_MAX: ASP, no such
+  // floor). Before Split.
+  void EnableCache(EmbeddingCache* cache, JobClock* clock, uint32_t staleness);
+  EmbeddingCache* cache() const { return cache_; }
+
+  // Splits p's unique keys (step `step`) against `prev`'s (the step before
+  // p's; null: none, p is pulled alone) into p->parts, after the cache's
+  // hits if it is on. Must precede the two StartPart calls for p.
+  void Split(Prepared* p, const Prepared* prev, uint64_t step);
 
   // Starts the pull of one part of p (Split done) as of `step`. The op's
   // Wait() copies the part's rows into p->rows (kUntouched) or p->rows and
@@ -87,6 +111,13 @@ class SplitPuller {
   void Replay(Prepared* p, const StepResult& prev, const std::vector<float>& prev_dense,
               float lr_scale);
 
+  // Cache on: p's parts done (and replayed): stores their rows in the cache
+  // and copies the hits' weights into p->rows; before step `step` computes,
+  // after the previous step's ApplyPush. OK and nothing without the cache.
+  absl::Status FinishStep(Prepared* p, uint64_t step);
+  // Cache on: step p's gradients `r` (as pushed), applied to its cached rows.
+  void ApplyPush(const Prepared& p, const StepResult& r, float lr_scale);
+
  private:
   // One table's replay: the servers' optimizer and its policy.
   struct ReplayTable {
@@ -98,9 +129,15 @@ class SplitPuller {
     void Apply(float* row, const float* grad, float lr_scale) const;
   };
 
+  // The minimum clock to tag a pull of step `step` with.
+  uint64_t ReadClock(uint64_t step) const;
+
   StepParams* const params_;
   const ModelSpec& spec_;
   std::vector<ReplayTable> replay_;  // Per model table, then the dense one.
+  EmbeddingCache* cache_ = nullptr;
+  JobClock* clock_ = nullptr;
+  uint32_t staleness_ = 0;
   absl::flat_hash_map<uint64_t, uint32_t> prev_index_;  // Scratch of Split().
 };
 

@@ -22,6 +22,20 @@ double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - si
 
 using OpPtr = std::unique_ptr<PsClient::Op>;
 
+// Two ops waited for as one (the first error).
+class BothOp final : public PsClient::Op {
+ public:
+  BothOp(OpPtr a, OpPtr b) : a_(std::move(a)), b_(std::move(b)) {}
+  absl::Status Wait() override {
+    absl::Status a = a_->Wait();
+    absl::Status b = b_->Wait();
+    return a.ok() ? b : a;
+  }
+
+ private:
+  OpPtr a_, b_;
+};
+
 // The trainer's side of the job clock. Without one (local mode) every step
 // may start at once and ticks go nowhere.
 class ClockGate {
@@ -85,7 +99,13 @@ class StepLoop {
  public:
   explicit StepLoop(const StepEnv& env)
       : env_(env), clock_(env.clock, env.rank), times_(env.progress->times()),
-        step_(env.start_step) {}
+        step_(env.start_step), split_(env.params, env.model->spec()) {
+    if (env.cache != nullptr) {
+      split_.EnableCache(env.cache, env.clock,
+                         env.config != nullptr ? EffectiveStaleness(env.config->cluster())
+                                               : UINT32_MAX);
+    }
+  }
   virtual ~StepLoop() = default;
 
   absl::StatusOr<uint64_t> Run() {
@@ -130,8 +150,17 @@ class StepLoop {
       pull_.reset();
       return absl::OkStatus();
     }
-    pull_ = env_.params->StartPull(cur_.get(), TRAIN, step_);
+    pull_ = StartWholePull();
     return absl::OkStatus();
+  }
+
+  // cur_'s pull as of step_, not split against a previous step: every row,
+  // or with the cache its misses (with their state) and the dense chunks.
+  OpPtr StartWholePull() {
+    if (split_.cache() == nullptr) return env_.params->StartPull(cur_.get(), TRAIN, step_);
+    split_.Split(cur_.get(), nullptr, step_);
+    return std::make_unique<BothOp>(split_.StartPart(cur_.get(), kUntouched, TRAIN, step_),
+                                    split_.StartPart(cur_.get(), kOwnWrites, TRAIN, step_));
   }
 
   // Waits for cur_'s pull. Timed: pull, from `since`.
@@ -141,8 +170,15 @@ class StepLoop {
     return absl::OkStatus();
   }
 
-  // cur_'s forward and backward into `r`. Timed: compute.
+  // cur_'s forward and backward into `r`. Timed: compute. With the cache,
+  // its rows are stored and its hits copied first (timed: pull), and the
+  // gradients applied to its cached rows after.
   absl::Status Compute(StepResult* r) {
+    if (split_.cache() != nullptr) {
+      const absl::Time t0 = absl::Now();
+      RETURN_IF_ERROR(split_.FinishStep(cur_.get(), step_));
+      times_.pull += Seconds(t0);
+    }
     if (env_.seen != nullptr) {
       env_.seen->resize(cur_->unique_keys.size());
       for (size_t t = 0; t < cur_->unique_keys.size(); ++t) {
@@ -152,6 +188,7 @@ class StepLoop {
     const absl::Time t0 = absl::Now();
     RETURN_IF_ERROR(env_.model->ForwardBackward(env_.params->Inputs(cur_.get()), true, r));
     if (env_.step_delay > absl::ZeroDuration()) absl::SleepFor(env_.step_delay);
+    split_.ApplyPush(*cur_, *r, LrScale(step_));
     times_.compute += Seconds(t0);
     return absl::OkStatus();
   }
@@ -182,6 +219,9 @@ class StepLoop {
   ClockGate clock_;
   StepTimes& times_;
   uint64_t step_;
+  // Splits pulls (prefetch) and plans them against the cache. Used by one
+  // thread at a time: the push chain's, or the training thread.
+  SplitPuller split_;
   std::unique_ptr<Prepared> cur_;  // Step step_'s batch; null: no more.
   OpPtr pull_;                     // Its pull (into cur_), once started.
   StepResult result_;
@@ -232,16 +272,20 @@ class SynchronousSteps final : public StepLoop {
 // acknowledged, while step t + 1 computes into the other.
 class PrefetchingSteps final : public StepLoop {
  public:
-  explicit PrefetchingSteps(const StepEnv& env)
-      : StepLoop(env), split_(env.params, env.model->spec()) {
-    if (env.config == nullptr) return;
-    const absl::Status st = split_.EnableReplay(*env.config);
+  explicit PrefetchingSteps(const StepEnv& env) : StepLoop(env) {
+    const absl::Status st = env.config != nullptr
+                                ? split_.EnableReplay(*env.config)
+                                : absl::FailedPreconditionError("no job config");
     if (st.ok()) {
       LOG(INFO) << "worker " << env.rank << " prefetches and replays its own pending step "
                 << "on the rows it prefetched (read-your-own-writes without waiting)";
     } else {
       LOG(INFO) << "worker " << env.rank << " prefetches and waits for each push's answer "
                 << "before reading the rows it pushed: " << st.message();
+      if (split_.cache() != nullptr) {  // Rows it pushed would come without state.
+        LOG(WARNING) << "worker " << env.rank << ": embedding cache off (it needs the replay)";
+        split_.EnableCache(nullptr, nullptr, 0);
+      }
     }
   }
 
@@ -280,7 +324,7 @@ class PrefetchingSteps final : public StepLoop {
         if (after == nullptr) return Prefetch{};
         ASSIGN_OR_RETURN(const bool may_start, steps->clock_.TryStart(t + 2));
         if (!may_start) return Prefetch{};
-        split.Split(after, *next);
+        split.Split(after, next, t + 2);
         Prefetch f;
         f.untouched = split.StartPart(after, kUntouched, TRAIN, t + 2);
         if (split.replay()) f.own = split.StartPart(after, kOwnWrites, TRAIN, t + 2);
@@ -316,7 +360,7 @@ class PrefetchingSteps final : public StepLoop {
 
   // Starts step step_ + 1's prefetch (next_ read, the clock allows it).
   void PrefetchNext() {
-    split_.Split(next_.get(), *cur_);
+    split_.Split(next_.get(), cur_.get(), step_ + 1);
     next_pull_ = split_.StartPart(next_.get(), kUntouched, TRAIN, step_ + 1);
     if (split_.replay()) next_own_ = split_.StartPart(next_.get(), kOwnWrites, TRAIN, step_ + 1);
   }
@@ -397,7 +441,6 @@ class PrefetchingSteps final : public StepLoop {
     return absl::OkStatus();
   }
 
-  SplitPuller split_;  // Used by one thread at a time: the chain's, or this.
   std::unique_ptr<Prepared> next_;  // Step step_ + 1's batch, when read.
   OpPtr next_pull_;                 // Its kUntouched part, once started.
   OpPtr next_own_;                  // Replay: its kOwnWrites part, once started.

@@ -14,6 +14,12 @@
 //    sees all of this worker's earlier pushes: with one worker the run is
 //    the synchronous one, bit for bit.
 //
+// Either pipeline, with the embedding cache (StepEnv::cache): a step's rows
+// the cache serves are not pulled; the others come with their optimizer
+// state and go into the cache before the step computes, when the hits are
+// copied out; each step's gradients are applied to the cached rows after it
+// computes (trainer_split_pull.h).
+//
 // Thread-safety: RunSteps blocks the calling thread and calls the
 // ParamStore and the JobClock from that thread only.
 #ifndef SHARDPS_WORKER_TRAINER_STEPS_H_
@@ -26,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/config.pb.h"
+#include "worker/embedding_cache.h"
 #include "worker/model/model.h"
 #include "worker/trainer.h"
 #include "worker/trainer_data.h"
@@ -57,6 +64,9 @@ struct StepEnv {
   // The job's tables (finalized): with prefetch, the trainer replays its
   // own pending step where it can (trainer_split_pull.h). Null: never.
   const JobConfig* config = nullptr;
+  // The embedding cache (training.cache; not owned); null: off. Used only
+  // where it holds: with a clock, SSP or ASP, and replay where prefetching.
+  EmbeddingCache* cache = nullptr;
 };
 
 // Runs steps start_step, start_step + 1, ... until max_steps or the end of

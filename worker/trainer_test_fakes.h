@@ -3,6 +3,7 @@
 #ifndef SHARDPS_WORKER_TRAINER_TEST_FAKES_H_
 #define SHARDPS_WORKER_TRAINER_TEST_FAKES_H_
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <set>
@@ -62,6 +63,9 @@ class FakeClock final : public JobClock {
   explicit FakeClock(EventLog* log) : log_(log) {}
 
   bool allow_probes = true;                // Else probes get DEADLINE_EXCEEDED.
+  // MinClock() reports the last clock ticked (0 before any): the minimum
+  // of a job of one worker. Else it reports nothing.
+  bool report_min_clock = false;
   std::optional<uint64_t> refuse_wait_at;  // Waits and probes for steps >= this.
   std::optional<uint64_t> refuse_tick_at;  // Ticks of clocks >= this.
   absl::Status refusal = StaleGenerationError("the scheduler", 1, 2);
@@ -82,7 +86,14 @@ class FakeClock final : public JobClock {
     NoteRank(rank);
     if (refuse_tick_at && clock >= *refuse_tick_at) return refusal;
     log_->Add({Event::kTick, clock, true, position});
+    absl::MutexLock lock(&mu_);
+    last_tick_ = clock;
     return absl::OkStatus();
+  }
+  std::optional<uint64_t> MinClock() const override {
+    if (!report_min_clock) return std::nullopt;
+    absl::MutexLock lock(&mu_);
+    return last_tick_;
   }
   absl::Status ReportMetrics(const MetricsReport& report) override {
     absl::MutexLock lock(&mu_);
@@ -108,6 +119,7 @@ class FakeClock final : public JobClock {
   mutable absl::Mutex mu_;
   std::vector<MetricsReport> reports_;
   std::set<uint32_t> ranks_;
+  uint64_t last_tick_ = 0;
 };
 
 // In-process tables that record the training pulls and the pushes.
@@ -117,7 +129,10 @@ class RecordingStore final : public ParamStore {
       : store_(std::move(store)), log_(log) {}
   std::unique_ptr<PsClient::Op> Pull(std::vector<TablePull> tables, PullPurpose purpose,
                                      uint64_t clock) override {
-    if (purpose == TRAIN) log_->Add({Event::kPull, clock, true, ""});
+    if (purpose == TRAIN) {
+      log_->Add({Event::kPull, clock, true, ""});
+      for (const TablePull& t : tables) train_rows_pulled += t.n;
+    }
     return store_->Pull(std::move(tables), purpose, clock);
   }
   std::unique_ptr<PsClient::Op> Push(std::vector<TablePush> tables, uint64_t clock,
@@ -133,6 +148,7 @@ class RecordingStore final : public ParamStore {
   // own pending step on them (worker/trainer_split_pull.h).
   bool PullsWithState() const override { return pulls_with_state; }
   bool pulls_with_state = false;
+  std::atomic<uint64_t> train_rows_pulled{0};  // Rows of TRAIN pulls, every table.
 
  private:
   const std::unique_ptr<ParamStore> store_;

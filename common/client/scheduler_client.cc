@@ -262,10 +262,10 @@ absl::Status SchedulerClient::WaitClock(uint32_t rank, uint64_t step,
   request.set_generation(generation_);
   request.set_incarnation(incarnation_);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  WaitClockResponse response;
   auto call = [&] {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, timeout + absl::Seconds(5));
-    WaitClockResponse response;
     return FromGrpcStatus(stub_->WaitClock(&ctx, request, &response));
   };
   // A probe (timeout 0) answers now, whatever the scheduler's state.
@@ -274,6 +274,7 @@ absl::Status SchedulerClient::WaitClock(uint32_t rank, uint64_t step,
   if (st.ok()) {
     MutexLock lock(&mu_);
     granted_ = std::max(granted_.value_or(0), step);
+    min_clock_ = {request.generation(), response.min_clock()};
   }
   return st;
 }
@@ -286,18 +287,25 @@ absl::Status SchedulerClient::Tick(uint32_t rank, uint64_t clock,
   request.set_position(position);
   request.set_generation(generation_);
   request.set_incarnation(incarnation_);
+  TickResponse response;
   const absl::Status st = Retrying("ticking the clock", [&] {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(30));
-    TickResponse response;
     return FromGrpcStatus(stub_->Tick(&ctx, request, &response));
   });
   if (st.ok()) {
     MutexLock lock(&mu_);
     acked_clock_ = clock;
     acked_position_ = position;
+    min_clock_ = {request.generation(), response.min_clock()};
   }
   return st;
+}
+
+std::optional<uint64_t> SchedulerClient::min_clock() const {
+  MutexLock lock(&mu_);
+  if (!min_clock_ || min_clock_->first != generation_) return std::nullopt;
+  return min_clock_->second;
 }
 
 absl::Status SchedulerClient::Barrier(const std::string& name, uint32_t rank,

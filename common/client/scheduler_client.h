@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -102,6 +103,9 @@ class SchedulerClient {
   void NoteStart(uint64_t generation, uint64_t clock, const std::string& position);
   void set_generation(uint64_t generation) { generation_ = generation; }
   uint64_t generation() const { return generation_; }
+  // The job's minimum clock in the last WaitClock or Tick answer, if that
+  // call was of the current generation (set_generation's); else nullopt.
+  std::optional<uint64_t> min_clock() const;
   // The newest generation heartbeat answers reported (0 before any).
   uint64_t scheduler_generation() const { return scheduler_generation_; }
   // Whether the heartbeats saw the job end, and why it failed if it did.
@@ -135,6 +139,8 @@ class SchedulerClient {
   uint64_t map_version_seen_ ABSL_GUARDED_BY(mu_) = 0;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<MetricsReport> last_report_ ABSL_GUARDED_BY(mu_);
+  // (generation, min_clock) of the last WaitClock or Tick answer.
+  std::optional<std::pair<uint64_t, uint64_t>> min_clock_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
   std::thread heartbeat_;
 };
