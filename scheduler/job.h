@@ -175,8 +175,9 @@ class JobCoordinator {
   // (clock.h).
   absl::Status Tick(const TickRequest& request, TickResponse* response);
   // Blocks until every worker has entered barrier `name`, finished (reported
-  // done) or, with on_worker_loss DROP, died.
-  absl::Status Barrier(const BarrierRequest& request);
+  // done) or, with on_worker_loss DROP, died. With REASSIGN, a worker done
+  // with its own share may be answered adopt_rank instead (as WaitStart).
+  absl::Status Barrier(const BarrierRequest& request, BarrierResponse* response);
   // INVALID_ARGUMENT, naming the field, for a report no worker can send
   // (ValidateReport): a non-finite or negative number, an AUC outside
   // [0, 1], a step beyond what the rank was allowed to start, more samples
@@ -236,8 +237,8 @@ class JobCoordinator {
   void UpdateStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllRegisteredOnce() const;
   std::string SummaryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // REASSIGN: the lost worker whose share `rank` (done with its own) may
-  // train, leased to it; nullopt if none.
+  // REASSIGN: the lost worker whose share `rank` (done with its own: it
+  // reported done) may train, leased to it; nullopt if none.
   std::optional<uint32_t> LeaseOrphanLocked(uint32_t rank, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What WaitStart waits for, for its timeout message.

@@ -69,7 +69,8 @@ TEST_F(WorkerRequestsTest, RanksThatNeverRegisteredAreRefusedByName) {
   barrier.set_index(1);
   barrier.set_name("trained");
   barrier.set_generation(generation_);
-  ExpectRefused(job_.Barrier(barrier), absl::StatusCode::kFailedPrecondition,
+  BarrierResponse barrier_response;
+  ExpectRefused(job_.Barrier(barrier, &barrier_response), absl::StatusCode::kFailedPrecondition,
                 "Barrier: worker 1 has not registered");
   MetricsReport done;
   done.set_rank(1);

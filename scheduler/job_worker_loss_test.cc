@@ -260,6 +260,41 @@ TEST(WorkerLossTest, ReassignHandsALostShareToAFinishedWorker) {
   EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
 }
 
+// REASSIGN: rank 0, done with its share and waiting at the barrier before
+// its evaluation of the final weights, is handed the lost share there (the
+// barrier would otherwise wait for it for ever).
+TEST(WorkerLossTest, ReassignOffersALostShareAtTheTrainedBarrier) {
+  const JobConfig c = LossConfig(SSP, 0);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  RegisterAll(&job, c);
+  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
+  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
+  job.Start();
+  auto s0 = StartOf(&job, 0);
+  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
+  const uint64_t g = s0->generation();
+  lost.reset();
+  ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
+  for (uint64_t t = 0; t < 4; ++t) ASSERT_TRUE(Step(&job, 0, g, t).ok()) << t;
+  MetricsReport done;
+  done.set_rank(0);
+  done.set_step(4);
+  done.set_done(true);
+  done.set_generation(g);
+  ASSERT_TRUE(job.ReportMetrics(done).ok());
+  BarrierRequest barrier;
+  barrier.set_role(WORKER);
+  barrier.set_index(0);
+  barrier.set_name("trained");
+  barrier.set_generation(g);
+  barrier.set_timeout_ms(20000);
+  BarrierResponse response;
+  ASSERT_TRUE(job.Barrier(barrier, &response).ok());
+  ASSERT_TRUE(response.has_adopt_rank());
+  EXPECT_EQ(response.adopt_rank(), 1u);
+}
+
 // DROP: the job ends done without the lost worker's share, says how much
 // was left untrained, and still takes its final checkpoint.
 TEST(WorkerLossTest, DropEndsDoneCountingTheUntrainedSamples) {

@@ -133,7 +133,8 @@ void JobCoordinator::WorkerStartedLocked(uint32_t rank, absl::Time now) {
 
 std::optional<uint32_t> JobCoordinator::LeaseOrphanLocked(uint32_t rank, absl::Time now) {
   if (on_loss_ != ClusterConfig::REASSIGN || !formed_ || pending_ || !recovering_.empty() ||
-      rewind_waits_since_ || !final_[rank]) {
+      rewind_waits_since_ ||
+      clock_.States()[rank] != ClockService::WorkerState::kFinished) {
     return std::nullopt;
   }
   const absl::Duration dead_after = Ms(config_.cluster().dead_after_ms());
@@ -237,7 +238,8 @@ absl::Status JobCoordinator::Tick(const TickRequest& request, TickResponse* resp
   return absl::OkStatus();
 }
 
-absl::Status JobCoordinator::Barrier(const BarrierRequest& request) {
+absl::Status JobCoordinator::Barrier(const BarrierRequest& request,
+                                     BarrierResponse* response) {
   if (request.role() != WORKER || request.index() >= final_.size()) {
     return absl::InvalidArgumentError("barrier: only workers with a valid rank");
   }
@@ -267,6 +269,10 @@ absl::Status JobCoordinator::Barrier(const BarrierRequest& request) {
       if (!now_entered[m.index] && !trained && !dropped) all = false;
     }
     if (all) return absl::OkStatus();
+    if (const std::optional<uint32_t> orphan = LeaseOrphanLocked(request.index(), absl::Now())) {
+      response->set_adopt_rank(*orphan);
+      return absl::OkStatus();
+    }
     if (!changed_.WaitUntil(&mu_, deadline)) {
       return absl::DeadlineExceededError(
           absl::StrCat("barrier \"", request.name(), "\" timed out"));

@@ -63,10 +63,10 @@ grpc::Status SchedulerService::Tick(grpc::ServerContext*,
 
 grpc::Status SchedulerService::Barrier(grpc::ServerContext*,
                                        const BarrierRequest* request,
-                                       BarrierResponse*) {
+                                       BarrierResponse* response) {
   absl::Status st =
       job_->CheckSender("Barrier", request->role(), request->index(), request->incarnation());
-  if (st.ok()) st = job_->Barrier(*request);
+  if (st.ok()) st = job_->Barrier(*request, response);
   return ToGrpcStatus(st);
 }
 

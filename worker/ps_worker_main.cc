@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <optional>
 
@@ -259,17 +260,22 @@ struct Outcome {
   std::string traffic;  // TrafficFields after training, before evaluation.
 };
 
+// Trains a lost worker's share in this process (TrainAdopted).
+using AdoptFn = std::function<void(uint32_t rank)>;
+
 // Trains from `start` to the end of this worker's data, reports done,
 // evaluates (rank 0, once every worker has trained) and sends the final
-// report. A refusal for a stale generation (the job rolled back) or any
-// other error is returned as it is.
+// report. While it waits for every worker to have trained, the scheduler
+// may hand it a lost worker's share (REASSIGN), trained with `adopt` (null:
+// never asked for). A refusal for a stale generation (the job rolled back)
+// or any other error is returned as it is.
 absl::StatusOr<Outcome> TrainGeneration(const JobConfig& config, uint32_t rank,
                                         uint32_t num_workers,
                                         const std::vector<std::string>& train,
                                         const std::vector<std::string>& eval,
                                         const WaitStartResponse& start,
                                         SchedulerClient* scheduler, ParamStore* params,
-                                        const PsClient* client) {
+                                        const PsClient* client, const AdoptFn& adopt) {
   RETURN_IF_ERROR(CheckDataFiles(train, eval));
   TrainerOptions o;
   o.config = config;
@@ -304,7 +310,13 @@ absl::StatusOr<Outcome> TrainGeneration(const JobConfig& config, uint32_t rank,
   // (CheckpointEvaluator), like every other.
   const bool evaluate = rank == 0 && !eval.empty() && config.training().eval_every_steps() == 0;
   if (evaluate || absl::GetFlag(FLAGS_checksum)) {
-    RETURN_IF_ERROR(scheduler->Barrier("trained", rank, absl::Hours(24)));
+    while (true) {
+      std::optional<uint32_t> lost;
+      RETURN_IF_ERROR(scheduler->Barrier("trained", rank, absl::Hours(24),
+                                         adopt ? &lost : nullptr));
+      if (!lost) break;
+      adopt(*lost);
+    }
   }
   if (absl::GetFlag(FLAGS_checksum)) {
     ASSIGN_OR_RETURN(const uint64_t sum, trainer->WeightsChecksum());
@@ -408,7 +420,7 @@ absl::Status TrainAdopted(const JobConfig& config, uint32_t rank,
   LOG(INFO) << "worker " << rank << "'s share resumes at clock " << start.clock()
             << " (job generation " << start.generation() << ")";
   auto result = TrainGeneration(config, rank, reg.shard().num_workers(), train, eval, start,
-                                &scheduler, remote.params.get(), remote.client);
+                                &scheduler, remote.params.get(), remote.client, nullptr);
   if (!result.ok()) return result.status();
   LOG(INFO) << "worker " << rank << "'s share is trained (" << result->summary.steps
             << " steps in this process)";
@@ -462,6 +474,10 @@ int RunPs(JobConfig config) {
   const absl::Duration start_timeout =
       absl::Milliseconds(uint64_t{k.start_deadline_ms()} + k.server_deadline_ms()) +
       absl::Minutes(30);
+  const AdoptFn adopt = [&](uint32_t lost) {
+    const absl::Status adopted = TrainAdopted(config, lost, train, eval);
+    if (!adopted.ok()) LOG(WARNING) << "gave worker " << lost << "'s share up: " << adopted;
+  };
   Remote remote;
   std::optional<uint64_t> after;  // Wait for a generation newer than this.
   std::optional<Outcome> outcome;
@@ -479,10 +495,7 @@ int RunPs(JobConfig config) {
     }
     if (start->job_ended()) break;
     if (start->has_adopt_rank()) {
-      const absl::Status adopted = TrainAdopted(config, start->adopt_rank(), train, eval);
-      if (!adopted.ok()) {
-        LOG(WARNING) << "gave worker " << start->adopt_rank() << "'s share up: " << adopted;
-      }
+      adopt(start->adopt_rank());
       continue;  // `after` unchanged: the job's end, a rollback, or another share.
     }
     const uint64_t generation = start->generation();
@@ -494,7 +507,7 @@ int RunPs(JobConfig config) {
     LOG(INFO) << "worker " << rank << " starts at clock " << start->clock()
               << " (job generation " << generation << ")";
     auto result = TrainGeneration(config, rank, reg->shard().num_workers(), train, eval,
-                                  *start, &scheduler, remote.params.get(), remote.client);
+                                  *start, &scheduler, remote.params.get(), remote.client, adopt);
     if (result.ok()) {
       outcome = *std::move(result);
       transient_failures = 0;

@@ -309,7 +309,8 @@ std::optional<uint64_t> SchedulerClient::min_clock() const {
 }
 
 absl::Status SchedulerClient::Barrier(const std::string& name, uint32_t rank,
-                                      absl::Duration timeout) {
+                                      absl::Duration timeout,
+                                      std::optional<uint32_t>* adopt) {
   BarrierRequest request;
   request.set_name(name);
   request.set_role(WORKER);
@@ -321,7 +322,11 @@ absl::Status SchedulerClient::Barrier(const std::string& name, uint32_t rank,
     grpc::ClientContext ctx;
     SetDeadline(&ctx, timeout + absl::Seconds(5));
     BarrierResponse response;
-    return FromGrpcStatus(stub_->Barrier(&ctx, request, &response));
+    const absl::Status st = FromGrpcStatus(stub_->Barrier(&ctx, request, &response));
+    if (adopt != nullptr && st.ok() && response.has_adopt_rank()) {
+      *adopt = response.adopt_rank();
+    }
+    return st;
   });
 }
 

@@ -74,8 +74,11 @@ class SchedulerClient {
   // `position`: the worker's data position after step clock-1 (recorded in
   // checkpoints at `clock`); may be empty.
   absl::Status Tick(uint32_t rank, uint64_t clock, const std::string& position = "");
+  // `adopt` (may be null): set to BarrierResponse.adopt_rank when the
+  // scheduler answers with a lost share to train first (the barrier was not
+  // passed).
   absl::Status Barrier(const std::string& name, uint32_t rank,
-                       absl::Duration timeout);
+                       absl::Duration timeout, std::optional<uint32_t>* adopt = nullptr);
   absl::Status ReportMetrics(const MetricsReport& report);
   absl::StatusOr<JobStatusResponse> JobStatus();
   // Asks for a checkpoint now; returns its clock once written.
