@@ -4,8 +4,10 @@
 // Deployment, an Indexed Job or a Slurm step loop does. No launcher, and no
 // flag an operator would have to remember: the scheduler owns recovery.
 //
-//  - BSP: a server SIGKILLed three times at random moments, once during a
-//    checkpoint's background write: the job ends with weights bit-identical
+//  - BSP: a server SIGKILLed three times at random clocks (faults are
+//    placed by the job's clock, which the test reads from the scheduler,
+//    and every worker step takes >= 20 ms, so no machine is fast enough to
+//    end the job first), once during a checkpoint's background write: the job ends with weights bit-identical
 //    to the job that never failed, and a push of the generation before the
 //    first rollback is refused by a live server.
 //  - SSP(2): the same kills; the AUC ends within 0.01 of the uninterrupted
@@ -42,6 +44,12 @@ namespace {
 using testing::RunfilePath;
 using testing::Supervisor;
 constexpr auto Dir = testing::TestDir;
+
+// Each worker trains kSteps steps, each at least kStepDelayMs long (>= 10 s
+// of training whatever the machine's speed); faults are planned by clock
+// well before kSteps.
+constexpr uint64_t kSteps = 500;
+constexpr int kStepDelayMs = 20;
 
 constexpr char kConfig[] = R"pb(
 name: "cluster-chaos"
@@ -149,7 +157,8 @@ class Job {
       workers_[r] = add({absl::StrCat("worker-", r),
                          {RunfilePath("worker/ps_worker"), "--config=" + config,
                           "--scheduler=" + address_, absl::StrCat("--rank=", r),
-                          "--max_steps=500"},
+                          absl::StrCat("--max_steps=", kSteps),
+                          absl::StrCat("--step_delay_ms=", kStepDelayMs)},
                          absl::StrCat(dir_, "/worker-", r, ".log")});
     }
   }
@@ -177,8 +186,11 @@ class Job {
   }
   std::string SchedulerLog() const { return testing::ReadFile(dir_ + "/scheduler.log"); }
 
-  // Waits for the job's end and reads its results.
-  Outcome Finish() {
+  // Waits for the job's end and reads its results. `trained`: the job
+  // must have ended with its results (PS_JOB_RESULT's eval_auc and
+  // recoveries, each server's weights checksum); a missing one fails the
+  // test rather than reading as 0.
+  Outcome Finish(bool trained = true) {
     Outcome out;
     auto code = sup_.WaitFinal(scheduler_, absl::Minutes(10));
     EXPECT_TRUE(code.ok()) << code.status() << Logs();
@@ -187,16 +199,29 @@ class Job {
     const size_t at = sched.find("PS_JOB_RESULT ");
     if (at != std::string::npos) out.result = sched.substr(at, sched.find('\n', at) - at);
     auto fields = testing::ParseResult(out.result);
-    if (fields.count("eval_auc")) out.auc = std::stod(fields["eval_auc"]);
-    if (fields.count("recoveries")) out.recoveries = std::stoi(fields["recoveries"]);
+    if (fields.count("eval_auc")) {
+      out.auc = std::stod(fields["eval_auc"]);
+    } else if (trained) {
+      ADD_FAILURE() << "no eval_auc in the job's result: \"" << out.result << "\"\n" << Logs();
+    }
+    if (fields.count("recoveries")) {
+      out.recoveries = std::stoi(fields["recoveries"]);
+    } else if (trained) {
+      ADD_FAILURE() << "no recoveries in the job's result: \"" << out.result << "\"";
+    }
     for (int i = 0; i < 2; ++i) {
       auto server_code = sup_.WaitFinal(servers_[i], absl::Seconds(60));
       EXPECT_TRUE(server_code.ok() && *server_code == 0)
           << "server " << i << ": " << server_code.status() << " " << server_code.value_or(-1);
       const std::string output = sup_.Output(servers_[i]);
-      // The last incarnation's checksum (each incarnation prints one at exit).
+      // The last incarnation's checksum (each incarnation that ends cleanly
+      // prints one at exit; a SIGKILLed one prints none).
       const size_t c = output.rfind("weights_checksum=");
-      if (c != std::string::npos) out.checksum ^= std::stoull(output.substr(c + 17, 16), nullptr, 16);
+      if (c != std::string::npos && c + 17 + 16 <= output.size()) {
+        out.checksum ^= std::stoull(output.substr(c + 17, 16), nullptr, 16);
+      } else if (trained) {
+        ADD_FAILURE() << "server " << i << " printed no weights checksum:\n" << output;
+      }
     }
     for (int r = 0; r < 2; ++r) (void)sup_.WaitFinal(workers_[r], absl::Seconds(60));
     return out;
@@ -211,6 +236,19 @@ class Job {
   int servers_[2] = {-1, -1};
   int workers_[2] = {-1, -1};
 };
+
+// Waits until every live worker has completed `clock` steps of the current
+// generation; fails the test, naming what it saw, if the job ended first.
+// Faults are placed by clock, not by time: each worker step takes at least
+// kStepDelayMs, so the job cannot outrun the test on a fast machine.
+bool WaitForClock(Job& job, uint64_t clock) {
+  auto status = testing::WaitForJob(
+      job.address(), absl::StrCat("every worker at clock ", clock),
+      [clock](const JobStatusResponse& s) { return s.state() == "running" && s.min_clock() >= clock; },
+      absl::Minutes(3));
+  EXPECT_TRUE(status.ok()) << status.status() << "\n" << job.Logs();
+  return status.ok();
+}
 
 std::string SyntheticData() {
   return absl::StrCat("synthetic_dir: \"", ::testing::TempDir(), "/cluster_chaos_data\"");
@@ -262,40 +300,47 @@ grpc::Status PushWithGeneration(const std::string& address, uint64_t generation)
   return stub->Push(&ctx, request, &response);
 }
 
-// Runs the job, SIGKILLing servers `kills` times at random moments after a
-// fresh checkpoint each time; kill number `during_write` (if >= 0) happens
-// while a checkpoint's files are being written. Checks that a push of the
-// generation before the first rollback is refused.
+// Runs the job, SIGKILLing servers `kills` times, kill k at a random clock
+// in [80 + 130k, 120 + 130k) (checkpoints every 40 clocks: each kill rolls
+// back past a fresh checkpoint, and the last one comes >= 120 clocks before
+// the job's end); kill number `during_write` (if >= 0) happens at the first
+// checkpoint write after its clock. Checks that a push of the generation
+// before the first rollback is refused.
 Outcome RunChaos(const std::string& name, const std::string& mode, int kills,
                  int during_write) {
   Job job(name, mode, SyntheticData(),
           during_write >= 0 ? std::vector<std::string>{"--testing_checkpoint_write_delay_ms=600"}
                             : std::vector<std::string>{});
   std::mt19937 rng(std::hash<std::string>()(name));
-  uint64_t last = 0;
   int done = 0;
   for (int k = 0; k < kills; ++k) {
-    if (!WaitForCheckpointAfter(job, last)) break;
-    last = Checkpoints(job.ckpt()).complete;
+    const uint64_t at = 80 + 130 * k + rng() % 40;
+    static_assert(80 + 130 * 2 + 40 + 120 <= kSteps, "the last kill must come well before the end");
+    if (!WaitForClock(job, at)) break;
     const uint64_t before = Generation(job.address()).first;
-    if (k == during_write) {
-      if (!WaitForCheckpointWrite(job)) break;
-    } else {
-      absl::SleepFor(absl::Milliseconds(rng() % 600));
+    // The write lasts >= 600 ms (the servers' testing delay): polled every 2 ms.
+    if (k == during_write && !WaitForCheckpointWrite(job)) {
+      ADD_FAILURE() << "no checkpoint write after clock " << at << "\n" << job.Logs();
+      break;
     }
     if (job.Ended()) break;
     job.sup().Signal(job.server(k % 2), SIGKILL);
     ++done;
     // Wait for this kill's recovery to end (so each kill is a recovery of
     // its own, after a checkpoint written since the last one).
-    uint64_t after = before;
-    bool complete = false;
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while ((after == before || !complete) && absl::Now() < deadline && !job.Ended()) {
-      absl::SleepFor(absl::Milliseconds(50));
-      std::tie(after, complete) = Generation(job.address());
+    auto recovered = testing::WaitForJob(
+        job.address(), absl::StrCat("the recovery from kill ", k + 1),
+        [before](const JobStatusResponse& s) {
+          bool complete = true;
+          for (const auto& r : s.recoveries()) complete &= r.complete();
+          return s.generation() > before && complete && s.state() == "running";
+        },
+        absl::Minutes(2));
+    if (!recovered.ok()) {
+      ADD_FAILURE() << "no rollback after kill " << k + 1 << ": " << recovered.status() << "\n"
+                    << job.Logs();
+      break;
     }
-    EXPECT_GT(after, before) << "no rollback after kill " << k + 1 << "\n" << job.Logs();
     if (k == 0) {
       // Server 1 lived through it: a push still of the old generation (as
       // one in flight at the kill) is refused and changes nothing.
@@ -363,8 +408,8 @@ TEST_F(ClusterRecoveryTest, SchedulerAndServerKilledTogetherEndBitIdentical) {
   ASSERT_EQ(clean.code, 0) << clean.result;
   Job job("c_bsp_both", "mode: BSP", SyntheticData());
   ASSERT_TRUE(WaitForCheckpointAfter(job, 0)) << job.Logs();
-  absl::SleepFor(absl::Milliseconds(300));
-  ASSERT_FALSE(job.Ended()) << job.Logs();
+  // Mid-way to the next checkpoint.
+  ASSERT_TRUE(WaitForClock(job, Checkpoints(job.ckpt()).complete + 20));
   job.sup().Signal(job.scheduler(), SIGKILL);
   job.sup().Signal(job.server(1), SIGKILL);
   const Outcome out = job.Finish();
@@ -443,7 +488,7 @@ TEST_F(ClusterRecoveryTest, ServerTerminatedBeforeTheEndIsRestarted) {
 TEST_F(ClusterRecoveryTest, EveryWorkerDeadFailsTheJobWithTheReason) {
   Job job("c_no_data", "mode: SSP staleness: 2",
           "train_files: \"/nonexistent/shardps-train-0.tsv\"", {}, /*max_restarts=*/1);
-  const Outcome out = job.Finish();
+  const Outcome out = job.Finish(/*trained=*/false);
   EXPECT_EQ(out.code, 1) << out.result;
   EXPECT_NE(out.result.find("state=failed"), std::string::npos) << out.result;
   const std::string log = job.SchedulerLog();
