@@ -5,6 +5,7 @@
 
 #include "common/config.h"
 #include "gtest/gtest.h"
+#include "torch/cuda.h"
 
 namespace shardps {
 namespace {
@@ -74,9 +75,13 @@ TEST(ModelFactoryTest, MixedPrecisionComesFromTheConfigAndFp16NeedsCuda) {
 }
 
 TEST(ModelFactoryTest, DefaultDeviceIsCpuWithoutAGpu) {
-  // This machine has no GPU; on a CUDA build with a GPU it would be cuda:0.
+  // CUDA device 0 when LibTorch sees a GPU, else the CPU (ours have none).
   const c10::Device d = DefaultDevice();
-  EXPECT_TRUE(d.is_cpu() || d.is_cuda());
+  if (torch::cuda::is_available()) {
+    EXPECT_EQ(d, c10::Device(c10::DeviceType::CUDA, 0)) << d;
+  } else {
+    EXPECT_EQ(d, c10::Device(c10::DeviceType::CPU)) << d;
+  }
 }
 
 }  // namespace
