@@ -1,5 +1,7 @@
 #include "server/helper_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,17 +74,36 @@ TEST(HelperPoolTest, AHelperTakesChunksWhileTheCallerIsBusy) {
 }
 
 TEST(HelperPoolTest, WithEveryCoreBusyTheCallerWorksAlone) {
-  if (access("/proc/stat", R_OK) != 0) GTEST_SKIP() << "no /proc/stat";
-  // One spinning thread per core leaves no idle time: once the pool has
-  // seen that (its estimate covers >= 100 ms), it must not wake its helpers.
+  ASSERT_EQ(access("/proc/stat", R_OK), 0) << "no /proc/stat: the pool cannot see idle cores";
+  // One spinning thread pinned to each core of the machine leaves no idle
+  // time anywhere (/proc/stat counts the whole machine, whatever else runs,
+  // and whatever CPUs this process was started on, e.g. by taskset): once
+  // the pool has seen that (its estimate covers >= 100 ms), it must not
+  // wake its helpers.
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   std::atomic<bool> stop{false};
+  std::atomic<int> tried{0}, pinned{0};
   std::vector<std::thread> spinners;
   for (int i = 0; i < cores; ++i) {
-    spinners.emplace_back([&stop] {
+    spinners.emplace_back([&stop, &tried, &pinned, i] {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(i, &one);
+      if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0) ++pinned;
+      ++tried;
       while (!stop.load(std::memory_order_relaxed)) {
       }
     });
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (tried < cores && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));  // Polls; bounded by `deadline`.
+  }
+  if (pinned < cores) {
+    stop = true;
+    for (std::thread& t : spinners) t.join();
+    FAIL() << "could pin spinners to only " << pinned << " of " << cores
+           << " cores: the machine is not all busy";
   }
   HelperPool pool(2);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
