@@ -1,6 +1,7 @@
 #include "tests/testing/netbox.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,8 +49,14 @@ const std::string& TcPath() {
 // Runs argv (argv[0] a path) to completion; its stdout and stderr together,
 // or INTERNAL naming the command and quoting that output. No shell.
 absl::StatusOr<std::string> Run(const std::vector<std::string>& argv) {
+  // Built before fork: the child of a threaded process only execs.
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // Close-on-exec: a process another thread forks meanwhile (a supervised
+  // restart) must not hold the write end, or the read below waits for it.
   int fds[2];
-  if (pipe(fds) != 0) return absl::InternalError("pipe failed");
+  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
   const pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
@@ -61,9 +68,6 @@ absl::StatusOr<std::string> Run(const std::vector<std::string>& argv) {
     dup2(fds[1], 2);
     close(fds[0]);
     close(fds[1]);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     execv(args[0], args.data());
     _exit(127);
   }
