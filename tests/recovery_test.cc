@@ -1,11 +1,12 @@
 // Whole-job restarts: a job whose server is killed with SIGKILL at a random
-// moment, after which every process is killed and started again with the
-// same flags (a cluster restarting the whole job), three times: the new
-// scheduler finds the checkpoint directory and resumes from its latest
-// complete checkpoint (servers restore their partitions, workers rewind to
-// their recorded data positions); the job ends exactly like the same job
-// without kills (BSP), or within 0.01 AUC of it (SSP(2)). Live recovery
-// under a supervisor is in cluster_recovery_test.
+// clock (read from the scheduler; steps take >= 20 ms, so the job cannot
+// end before its planned faults on any machine), after which every process
+// is killed and started again with the same flags (a cluster restarting the
+// whole job), three times: the new scheduler finds the checkpoint directory
+// and resumes from its latest complete checkpoint (servers restore their
+// partitions, workers rewind to their recorded data positions); the job ends
+// exactly like the same job without kills (BSP), or within 0.01 AUC of it
+// (SSP(2)). Live recovery under a supervisor is in cluster_recovery_test.
 //
 // Also: a scheduler killed mid-job and restarted with its own flags (servers
 // and workers stay up and rejoin it) ends bit-identical in BSP; a worker
@@ -32,6 +33,25 @@ namespace {
 
 using testing::LocalCluster;
 constexpr auto Dir = testing::TestDir;
+
+// Jobs of kSteps steps a worker, each step >= kStepDelay long (>= 10 s of
+// training whatever the machine's speed). Faults are placed by the job's
+// clock, read from the scheduler, well before kSteps: no machine is fast
+// enough to end the job before a planned fault.
+constexpr uint64_t kSteps = 500;
+const std::string kStepDelay = "--step_delay_ms=20";
+const std::string kMaxSteps = absl::StrCat("--max_steps=", kSteps);
+
+// Waits until every live worker has completed `clock` steps; fails the test
+// naming what it saw if the job ended (or stalled) first.
+bool WaitForClock(const LocalCluster& cluster, uint64_t clock) {
+  auto status = cluster.WaitForJob(
+      absl::StrCat("every worker at clock ", clock),
+      [clock](const JobStatusResponse& s) { return s.state() == "running" && s.min_clock() >= clock; },
+      absl::Minutes(3));
+  EXPECT_TRUE(status.ok()) << status.status() << "\n" << cluster.AllLogTails();
+  return status.ok();
+}
 
 constexpr char kConfig[] = R"pb(
 name: "chaos"
@@ -83,9 +103,11 @@ struct Outcome {
   int kills = 0;
 };
 
-// Runs the job to its end, killing a server `kills` times (after a fresh
-// checkpoint, at a random moment) and restarting the whole job with the
-// same flags each time (every process killed and started again).
+// Runs the job to its end, killing a server `kills` times (kill k at a random
+// clock in [80 + 130k, 120 + 130k): checkpoints come every 40 clocks, so each
+// restart resumes from a checkpoint newer than the last one) and restarting
+// the whole job with the same flags each time (every process killed and
+// started again).
 Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
   const std::string dir = Dir(name);
   const std::string ckpt = Dir(name + "/ckpt");
@@ -95,19 +117,13 @@ Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
   for (int attempt = 0; attempt < 10; ++attempt) {
     // The same flags every time: a scheduler started over a checkpoint
     // directory resumes from its latest complete checkpoint by itself.
-    LocalCluster cluster({config, dir, 2, 2, {"--max_steps=500"}, {}, {}});
+    LocalCluster cluster({config, dir, 2, 2, {kMaxSteps, kStepDelay}, {}, {}});
     EXPECT_TRUE(cluster.Start().ok());
     if (out.kills < kills) {
-      // A checkpoint newer than the one this attempt resumed from.
-      const uint64_t before = NewestCheckpoint(ckpt);
-      const absl::Time deadline = absl::Now() + absl::Seconds(120);
-      while (NewestCheckpoint(ckpt) <= before && absl::Now() < deadline &&
-             !cluster.scheduler().Wait(absl::Milliseconds(20)).ok()) {
-      }
-      absl::SleepFor(absl::Milliseconds(rng() % 600));
-      if (cluster.scheduler().Wait(absl::ZeroDuration()).ok()) {
-        ADD_FAILURE() << "the job ended before kill " << out.kills + 1 << "\n"
-                      << cluster.AllLogTails();
+      const uint64_t at = 80 + 130 * out.kills + rng() % 40;
+      static_assert(80 + 130 * 2 + 40 + 120 <= kSteps, "the last kill must come well before the end");
+      if (!WaitForClock(cluster, at)) {
+        ADD_FAILURE() << "no kill " << out.kills + 1 << " at clock " << at;
         return out;
       }
       cluster.server(out.kills % 2).Signal(SIGKILL);
@@ -120,7 +136,10 @@ Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
     auto checksum = cluster.WaitServersChecksum(absl::Seconds(60));
     EXPECT_TRUE(checksum.ok()) << checksum.status() << cluster.AllLogTails();
     out.checksum = checksum.value_or(0);
-    out.auc = std::stod(testing::ParseResult(cluster.SchedulerResult())["eval_auc"]);
+    auto result = testing::ParseResult(cluster.SchedulerResult());
+    EXPECT_EQ(result["state"], "done") << cluster.SchedulerResult();
+    EXPECT_FALSE(result["eval_auc"].empty()) << cluster.SchedulerResult();
+    if (!result["eval_auc"].empty()) out.auc = std::stod(result["eval_auc"]);
     (void)cluster.WaitWorkers(absl::Seconds(30));
     return out;
   }
@@ -129,14 +148,18 @@ Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
 }
 
 // Waits until the job has written a checkpoint (so it is well under way),
-// then a random while. False if the job ended first.
+// then until it is 20 to 59 clocks past it. False if the job ended first.
 bool WaitMidJob(LocalCluster& cluster, const std::string& ckpt, std::mt19937& rng) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(120);
-  while (NewestCheckpoint(ckpt) == 0 && absl::Now() < deadline &&
-         !cluster.scheduler().Wait(absl::Milliseconds(20)).ok()) {
+  const absl::Time deadline = absl::Now() + absl::Minutes(2);
+  while (NewestCheckpoint(ckpt) == 0) {
+    if (absl::Now() > deadline || cluster.scheduler().Poll().has_value()) {
+      ADD_FAILURE() << "no complete checkpoint (the job ended, or 2 minutes passed)\n"
+                    << cluster.AllLogTails();
+      return false;
+    }
+    absl::SleepFor(absl::Milliseconds(20));  // Polls the directory; bounded by `deadline`.
   }
-  absl::SleepFor(absl::Milliseconds(300 + rng() % 600));
-  return !cluster.scheduler().Wait(absl::ZeroDuration()).ok();
+  return WaitForClock(cluster, NewestCheckpoint(ckpt) + 20 + rng() % 40);
 }
 
 class RecoveryTest : public ::testing::Test {
@@ -166,13 +189,14 @@ TEST_F(RecoveryTest, SchedulerRestartedWithRecoverEndsBitIdentical) {
   const Outcome clean = RunJob("bsp_clean_s", "mode: BSP", 0);
   const std::string name = "bsp_sched";
   const std::string config = WriteConfig(name, "mode: BSP");
-  LocalCluster cluster({config, Dir(name), 2, 2, {"--max_steps=500"}, {}, {}});
+  LocalCluster cluster({config, Dir(name), 2, 2, {kMaxSteps, kStepDelay}, {}, {}});
   ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
   std::mt19937 rng(42);
   ASSERT_TRUE(WaitMidJob(cluster, Dir(name + "/ckpt"), rng))
       << "the job ended before the kill\n" << cluster.AllLogTails();
   cluster.scheduler().Signal(SIGKILL);
-  (void)cluster.scheduler().Wait(absl::Seconds(10));
+  auto killed = cluster.scheduler().Wait(absl::Seconds(10));
+  ASSERT_TRUE(killed.ok() && *killed == 128 + SIGKILL) << "the scheduler was not running";
   absl::SleepFor(absl::Milliseconds(500));  // The others notice it is gone.
   ASSERT_TRUE(cluster.RestartScheduler({}).ok()) << cluster.AllLogTails();
   auto code = cluster.WaitScheduler(absl::Minutes(10));
@@ -196,7 +220,9 @@ TEST_F(RecoveryTest, SchedulerRestartedWithRecoverEndsBitIdentical) {
 TEST_F(RecoveryTest, RestartedWorkerResumesFromItsDataPosition) {
   const std::string mode = "mode: SSP staleness: 2";
   const std::string clean_name = "ssp_clean_w";
-  LocalCluster clean({WriteConfig(clean_name, mode), Dir(clean_name), 2, 2, {}, {}, {}});
+  // 5 ms a step: >= 4 s for the ~937 steps of a worker's shard.
+  LocalCluster clean({WriteConfig(clean_name, mode), Dir(clean_name), 2, 2,
+                      {"--step_delay_ms=5"}, {}, {}});
   ASSERT_TRUE(clean.Start().ok()) << clean.AllLogTails();
   ASSERT_TRUE(clean.WaitScheduler(absl::Minutes(10)).ok()) << clean.AllLogTails();
   auto clean_results = clean.WaitWorkers(absl::Seconds(60));
@@ -206,13 +232,14 @@ TEST_F(RecoveryTest, RestartedWorkerResumesFromItsDataPosition) {
       std::stod(testing::ParseResult(clean.SchedulerResult())["eval_auc"]);
 
   const std::string name = "ssp_worker";
-  LocalCluster cluster({WriteConfig(name, mode), Dir(name), 2, 2, {}, {}, {}});
+  LocalCluster cluster({WriteConfig(name, mode), Dir(name), 2, 2, {"--step_delay_ms=5"}, {}, {}});
   ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
   std::mt19937 rng(7);
   ASSERT_TRUE(WaitMidJob(cluster, Dir(name + "/ckpt"), rng))
       << "the job ended before the kill\n" << cluster.AllLogTails();
   cluster.worker(1).Signal(SIGKILL);
-  (void)cluster.worker(1).Wait(absl::Seconds(10));
+  auto killed = cluster.worker(1).Wait(absl::Seconds(10));
+  ASSERT_TRUE(killed.ok() && *killed == 128 + SIGKILL) << "worker 1 was not running";
   ASSERT_TRUE(cluster.RestartWorker(1).ok()) << cluster.AllLogTails();
   auto code = cluster.WaitScheduler(absl::Minutes(10));
   ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
@@ -248,13 +275,14 @@ TEST_F(RecoveryTest, PartialRecoveryRestoresOnlyTheFailedServer) {
   const Outcome clean = RunJob("ssp_clean_p", mode, 0);
   const std::string name = "ssp_partial";
   LocalCluster cluster({WriteConfig(name, mode, "recovery: PARTIAL"), Dir(name), 2, 2,
-                        {"--max_steps=500"}, {}, {}});  // As RunJob's.
+                        {kMaxSteps, kStepDelay}, {}, {}});  // As RunJob's.
   ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
   std::mt19937 rng(11);
   ASSERT_TRUE(WaitMidJob(cluster, Dir(name + "/ckpt"), rng))
       << "the job ended before the kill\n" << cluster.AllLogTails();
   cluster.server(1).Signal(SIGKILL);
-  (void)cluster.server(1).Wait(absl::Seconds(10));
+  auto killed = cluster.server(1).Wait(absl::Seconds(10));
+  ASSERT_TRUE(killed.ok() && *killed == 128 + SIGKILL) << "server 1 was not running";
   ASSERT_TRUE(cluster.RestartServer(1).ok()) << cluster.AllLogTails();
   auto code = cluster.WaitScheduler(absl::Minutes(10));
   ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
