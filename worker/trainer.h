@@ -77,36 +77,11 @@
 #include "proto/scheduler.pb.h"
 #include "worker/data/batch.h"
 #include "worker/model/model.h"
+#include "worker/job_clock.h"
 #include "worker/param_store.h"
+#include "worker/train_summary.h"
 
 namespace shardps {
-
-// What the trainer needs from the job's clock (PS mode: the scheduler,
-// through an adapter over SchedulerClient; tests: a fake). Called from the
-// training thread and from the push chain, possibly at once: must be
-// thread-safe.
-class JobClock {
- public:
-  virtual ~JobClock() = default;
-  // Blocks until worker `rank` may start step `step` (OK), or `timeout`
-  // passed (DEADLINE_EXCEEDED). A zero timeout probes without waiting. The
-  // trainer waits in slices of 10 s (asking again after DEADLINE_EXCEEDED,
-  // up to 1000 times). OUT_OF_RANGE: the job stopped training before
-  // `step` (early stopping); Train ends there as at the end of its data and
-  // returns OK. Any other error (e.g. a stale generation) ends training.
-  virtual absl::Status WaitClock(uint32_t rank, uint64_t step, absl::Duration timeout) = 0;
-  // Worker `rank` finished step clock - 1 (its push acknowledged); `position`
-  // is its data position after that step (EncodePosition).
-  virtual absl::Status Tick(uint32_t rank, uint64_t clock, const std::string& position) = 0;
-  // A periodic progress report; best effort (the trainer ignores errors).
-  virtual absl::Status ReportMetrics(const MetricsReport& report) = 0;
-  // The job's minimum clock (every live worker has ticked it) as the clock
-  // last reported it (answers to WaitClock and Tick) in this worker's
-  // current generation; nullopt if unknown. The embedding cache tags the
-  // rows it pulls with it (embedding_cache.h); without it a row is only
-  // known to be fresh for the step it was pulled for.
-  virtual std::optional<uint64_t> MinClock() const { return std::nullopt; }
-};
 
 struct TrainerOptions {
   JobConfig config;  // Finalized (common/config.h).
@@ -128,39 +103,6 @@ struct TrainerOptions {
   bool track_keys = false;
   // Testing: sleep this long in every step (a slow worker).
   absl::Duration step_delay = absl::ZeroDuration();
-};
-
-// Seconds spent per phase of the step, summed over steps.
-struct StepTimes {
-  double data = 0, wait = 0, pull = 0, compute = 0, push = 0;
-};
-
-// The embedding cache's figures of one Train() (training.cache).
-struct CacheSummary {
-  bool on = false;  // The cache ran (else the rest is 0).
-  uint64_t lookups = 0;      // Embedding keys of the trained steps.
-  uint64_t hits = 0;         // Served from the cache: rows not pulled.
-  uint64_t bytes_saved = 0;  // Pull payload the hits did not move.
-  uint64_t state_bytes = 0;  // Optimizer state pulled only to cache rows.
-  double staleness_mean = 0;  // Over hits: step - the minimum clock the row was read at.
-  uint64_t staleness_max = 0;
-  uint64_t rows = 0;  // Held at the end.
-  uint64_t evictions = 0;
-  uint64_t clears = 0;  // Emptied for a lower minimum clock.
-};
-
-struct TrainSummary {
-  uint64_t steps = 0;
-  uint64_t samples = 0;  // Trained by this Train().
-  // Trained into the model by this worker's share from the data's start:
-  // `samples` plus those before the start position (MetricsReport.samples).
-  uint64_t job_samples = 0;
-  double seconds = 0;
-  double samples_per_sec = 0;
-  double mean_loss = 0;  // Over all steps.
-  double last_loss = 0;  // Mean of the last 50 steps.
-  StepTimes times;
-  CacheSummary cache;
 };
 
 struct EvalResult {

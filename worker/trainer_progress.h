@@ -20,7 +20,8 @@
 #include "worker/data/batch.h"
 #include "worker/data/metrics.h"
 #include "worker/model/model.h"
-#include "worker/trainer.h"
+#include "worker/job_clock.h"
+#include "worker/train_summary.h"
 
 namespace shardps {
 namespace trainer_internal {

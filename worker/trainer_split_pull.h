@@ -61,7 +61,8 @@
 #include "worker/embedding_cache.h"
 #include "worker/model/model.h"
 #include "worker/param_store.h"
-#include "worker/trainer.h"
+#include "worker/job_clock.h"
+#include "worker/train_summary.h"
 #include "worker/trainer_data.h"
 #include "worker/trainer_params.h"
 
