@@ -228,10 +228,13 @@ absl::Status JobCoordinator::WaitClock(const WaitClockRequest& request,
 
 absl::Status JobCoordinator::Tick(const TickRequest& request, TickResponse* response) {
   RETURN_IF_ERROR(CheckWorker("Tick", request.rank(), /*finished_ok=*/false));
+  // The tick and its data position together: a cut placed once every worker
+  // ticked its clock (AllReachedHold, then Cut under mu_) must find the
+  // position of that clock, never the one before.
+  MutexLock lock(&mu_);
   auto min = clock_.Tick(request.rank(), request.clock(), request.generation());
   if (!min.ok()) return min.status();
   if (!request.position().empty()) {
-    MutexLock lock(&mu_);
     positions_[request.rank()] = {request.clock(), request.position()};
   }
   response->set_min_clock(*min);
