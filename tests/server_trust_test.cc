@@ -5,7 +5,8 @@
 //    Restore from a caller without the scheduler's control token are refused
 //    with PERMISSION_DENIED, and so is a push from a rank the job does not
 //    have or with an lr_scale of 3e38; nothing changes (generation, map
-//    version) and the job ends "done".
+//    version, the rows the refused pushes carried gradients for) and the
+//    job ends "done".
 //  - Paths never come from the wire: a Checkpoint carrying the old `dir`
 //    field (now unknown) writes under the server's configured checkpoint.dir
 //    and nowhere else.
@@ -28,6 +29,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "common/client/scheduler_client.h"
+#include "common/partition.h"
 #include "proto/ps.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "tests/testing/cluster.h"
@@ -121,13 +123,42 @@ TEST(ServerTrustTest, ControlRpcsWithoutTheSchedulersTokenChangeNothing) {
     EXPECT_EQ(stub->Restore(&ctx, request, &response).error_code(),
               grpc::StatusCode::PERMISSION_DENIED);
   }
-  // Data-path fields checked against what the server knows (#6, #10).
+  // Data-path fields checked against what the server knows (#6, #10). The
+  // refused pushes carry real gradients for rows server 1 owns and holds
+  // (rows no data line has: keys 1..n of the sparse table, created by a
+  // pull), so a push let through would move them.
+  constexpr uint32_t kTable = 1;  // kSmallDlrmTables' "categorical", dim 8.
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 1; keys.size() < 4; ++key) {
+    if (map.owner(PartitionOf(kTable, key, map.owner_size())) == 1) keys.push_back(key);
+  }
+  auto pull = [&] {
+    PullRequest request;
+    request.set_map_version(map.version());
+    request.set_generation(before.generation());
+    request.set_purpose(TRAIN);
+    TableKeys* tk = request.add_tables();
+    tk->set_table_id(kTable);
+    for (uint64_t k : keys) tk->add_keys(k);
+    grpc::ClientContext ctx;
+    PullResponse response;
+    const grpc::Status st = stub->Pull(&ctx, request, &response);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return response.tables_size() == 1 ? response.tables(0).values() : std::string();
+  };
+  const std::string rows_before = pull();
+  ASSERT_EQ(rows_before.size(), keys.size() * 8 * sizeof(float));
   auto push = [&](uint32_t rank, float lr_scale) {
     PushRequest request;
     request.set_map_version(map.version());
     request.set_generation(before.generation());
     request.set_worker_rank(rank);
     request.set_lr_scale(lr_scale);
+    TableGradients* tg = request.add_tables();
+    tg->set_table_id(kTable);
+    for (uint64_t k : keys) tg->add_keys(k);
+    const std::vector<float> grads(keys.size() * 8, 1.0f);
+    tg->set_gradients(grads.data(), grads.size() * sizeof(float));
     grpc::ClientContext ctx;
     PushResponse response;
     return stub->Push(&ctx, request, &response);
@@ -139,6 +170,7 @@ TEST(ServerTrustTest, ControlRpcsWithoutTheSchedulersTokenChangeNothing) {
   st = push(0, 3e38f);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   EXPECT_NE(st.error_message().find("lr_scale"), std::string::npos) << st.error_message();
+  EXPECT_EQ(pull(), rows_before) << "a refused push changed the rows it carried";
 
   const TableInfoResponse after = Info(*stub);
   EXPECT_EQ(after.generation(), before.generation());
