@@ -261,9 +261,14 @@ TEST(SchedulerTrustTest, ForgedHeartbeatsDoNotKeepAKilledServerAlive) {
       absl::SleepFor(absl::Milliseconds(20));
     }
   });
+  // Until the server is declared dead and both kinds of forgery (no
+  // incarnation, a made-up one) have been sent: however fast or slow the
+  // forger runs, every forged heartbeat must have been refused (a single one
+  // accepted would have counted as the server's), and the server declared
+  // dead although they kept coming.
   bool dead = false, recovering = false;
-  const absl::Time deadline = absl::Now() + absl::Seconds(15);
-  while (!(dead && recovering) && absl::Now() < deadline) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!(dead && recovering && sent >= 2) && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(100));
     const JobStatusResponse status = job.Status();
     recovering = status.state() == "recovering";
@@ -275,7 +280,7 @@ TEST(SchedulerTrustTest, ForgedHeartbeatsDoNotKeepAKilledServerAlive) {
   forger.join();
   EXPECT_TRUE(dead) << "the forged heartbeats kept the killed server alive";
   EXPECT_TRUE(recovering) << job.Status().state();
-  EXPECT_GT(sent.load(), 20);
+  EXPECT_GE(sent.load(), 2);
   EXPECT_EQ(accepted.load(), 0);
   // The refusals say why; another job's id is refused too.
   HeartbeatRequest hb;
