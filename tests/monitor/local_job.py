@@ -4,8 +4,13 @@ free port (SHARDPS_METRICS_LISTEN=127.0.0.1:0) and the scheduler's status page
 (SHARDPS_STATUS_LISTEN=127.0.0.1:0). The binaries come from the test's
 runfiles (cwd = the runfiles root); the data is made by ps_datagen.
 
+By default the job trains until it is stopped (a million steps a worker, on
+as many epochs of the data as that takes): the tests that look at a running
+job find it running however long they take, on any machine, and stop it
+when they are done.
+
 Usage:
-    with LocalJob(tmpdir, steps=400, step_delay_ms=40) as job:
+    with LocalJob(tmpdir, step_delay_ms=40) as job:
         job.metrics   # {"scheduler": "127.0.0.1:p", "server-0": ..., "worker-1": ...}
         job.status    # the status page's host:port
         job.get_json("/status.json")
@@ -32,7 +37,7 @@ tables {
 }
 model { kind: DLRM bottom_mlp: [32, 8] top_mlp: [32] dense_table: "mlp" }
 data { format: CRITEO synthetic_dir: "%(data)s" }
-training { batch_size: 128 epochs: 20 shuffle_seed: 7 prefetch: true intra_op_threads: 1 }
+training { batch_size: 128 epochs: 100000 shuffle_seed: 7 prefetch: true intra_op_threads: 1 }
 cluster {
   num_servers: 2 num_workers: 2 num_partitions: 64
   mode: SSP staleness: 2
@@ -88,7 +93,7 @@ class _Proc:
 
 
 class LocalJob:
-    def __init__(self, tmpdir, steps=400, step_delay_ms=40):
+    def __init__(self, tmpdir, steps=1000000, step_delay_ms=40):
         self.tmpdir = tmpdir
         self.steps = steps
         self.step_delay_ms = step_delay_ms

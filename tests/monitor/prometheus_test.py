@@ -31,7 +31,8 @@ class PrometheusTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        cls.job = LocalJob(cls.tmp, steps=600, step_delay_ms=40).__enter__()
+        # Trains until cls.job.stop(): running whatever the tests take.
+        cls.job = LocalJob(cls.tmp, step_delay_ms=40).__enter__()
         cls.addClassCleanup(cls.job.stop)
         targets = "\n".join(
             "  - targets: ['%s']\n    labels: {process: '%s'}" % (addr, name)
@@ -131,9 +132,20 @@ class PrometheusTest(unittest.TestCase):
     def test_scheduler_series(self):
         r = self.wait_for("shardps_scheduler_worker_clock > 0", lambda r: len(r) == 2)
         self.assertEqual(sorted(x["metric"]["rank"] for x in r), ["0", "1"])
-        r = self.wait_for("shardps_scheduler_max_clock >= shardps_scheduler_min_clock",
-                          lambda r: len(r) == 1)
-        self.assertEqual(len(r), 1)
+        # The job's clocks as the scheduler exports them move on: every
+        # worker's clock, and the minimum over them, pass the maximum of an
+        # earlier scrape by 100 clocks (at 25 steps/s at most, more than the
+        # 1 s between scrapes can hide: a stalled job's would not; with every
+        # worker dead the minimum is the maximum).
+        r = self.wait_for("shardps_scheduler_max_clock > 0", lambda r: len(r) == 1)
+        self.assertEqual(len(r), 1, "no max clock above 0")
+        mark = int(float(r[0]["value"][1])) + 100
+        r = self.wait_for("shardps_scheduler_worker_clock > %d" % mark, lambda r: len(r) == 2,
+                          timeout=120)
+        self.assertEqual(len(r), 2, "the workers' clocks did not pass %d: %s" % (mark, r))
+        r = self.wait_for("shardps_scheduler_min_clock > %d" % mark, lambda r: len(r) == 1,
+                          timeout=120)
+        self.assertEqual(len(r), 1, "the min clock did not pass %d" % mark)
         spread = self.query("shardps_scheduler_max_spread")
         self.assertLessEqual(float(spread[0]["value"][1]), 3)  # SSP(2): at most s + 1.
         r = self.wait_for('shardps_scheduler_job_state{state="running"} == 1',

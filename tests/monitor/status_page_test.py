@@ -37,7 +37,8 @@ class StatusPageTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
         cls.out = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", cls.tmp)
-        cls.job = LocalJob(cls.tmp, steps=600, step_delay_ms=40).__enter__()
+        # Trains until cls.job.stop(): running whatever the tests take.
+        cls.job = LocalJob(cls.tmp, step_delay_ms=40).__enter__()
         cls.addClassCleanup(cls.job.stop)
         cls.status = cls.job.wait_running(min_points=4)
         cls.url = "http://%s/" % cls.job.status
