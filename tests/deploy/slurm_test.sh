@@ -230,9 +230,16 @@ job=""
 # than leave the scheduler and the worker waiting for a server forever.
 held=$(free_port)
 python3 -c 'import socket, sys, time
-s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); time.sleep(900)' "$held" &
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+print("listening", flush=True); time.sleep(900)' "$held" >"$T/held.ready" &
 pids+=("$!")
-sleep 0.5
+# Submit only once the port is held (the holder says so after listen()).
+for ((i = 0; ; i++)); do
+  grep -q "^listening" "$T/held.ready" && break
+  kill -0 "${pids[-1]}" 2>/dev/null || fail "the process meant to hold port $held exited"
+  [ "$i" -lt 600 ] || fail "port $held was not held within 60s"
+  sleep 0.1
+done
 job=$(submit "$T/job_taken.out" "$held")
 echo "submitted job $job (server port $held held)"
 wait_job
