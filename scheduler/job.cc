@@ -310,9 +310,10 @@ std::string JobCoordinator::SummaryLocked() const {
     auto it = reports_.find(m.index);
     const uint64_t step =
         std::max(clocks[m.index], it == reports_.end() ? 0 : it->second.step());
-    const char* what = final_[m.index]        ? "finished"
-                       : m.state == DEAD      ? "DEAD, data unfinished"
-                                              : "training";
+    const char* what = final_[m.index]                    ? "finished"
+                       : m.state == DEAD                  ? "DEAD, data unfinished"
+                       : m.state == STATE_UNSPECIFIED     ? "not registered yet,"
+                                                          : "training";
     absl::StrAppend(&out, "  worker ", m.index, ": ", what, " after ", step, " steps");
     if (!final_[m.index] && m.state == DEAD) {
       absl::StrAppend(&out, on_loss_ == ClusterConfig::DROP
