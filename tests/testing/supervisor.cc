@@ -46,6 +46,16 @@ void Supervisor::SetNextRestartDelay(int id, absl::Duration delay) {
   entries_[id]->next_delay = delay;
 }
 
+void Supervisor::KeepDown(int id) {
+  MutexLock lock(&mu_);
+  Entry& e = *entries_[id];
+  e.keep_down = true;
+  if (!e.process && !e.final) {  // Waiting for a restart: down for good now.
+    e.final = true;
+    changed_.SignalAll();
+  }
+}
+
 pid_t Supervisor::Pid(int id) const {
   MutexLock lock(&mu_);
   const Entry& e = *entries_[id];
@@ -101,7 +111,8 @@ void Supervisor::Monitor() {
         e->last_code = *code;
         e->output += e->process->output();
         e->process.reset();
-        if (e->spec.final_codes.count(*code) || e->restarts >= options_.max_restarts) {
+        if (e->spec.final_codes.count(*code) || e->restarts >= options_.max_restarts ||
+            e->keep_down) {
           e->final = true;
           changed_.SignalAll();
           continue;

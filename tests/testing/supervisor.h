@@ -61,6 +61,9 @@ class Supervisor {
   // The next restart of `id` waits `delay` instead of Options::restart_delay
   // (once: later restarts wait the usual delay). Set it before the kill.
   void SetNextRestartDelay(int id, absl::Duration delay);
+  // `id` is not started again: its next death (or a restart it waits for)
+  // is final, whatever its exit status (a worker that never comes back).
+  void KeepDown(int id);
   pid_t Pid(int id) const;
   int Restarts(int id) const;
   // Waits until the process is down for good (a final exit status, or it
@@ -82,6 +85,7 @@ class Supervisor {
     int last_code = -1;
     absl::Time restart_at;
     std::optional<absl::Duration> next_delay;  // SetNextRestartDelay.
+    bool keep_down = false;                    // KeepDown.
   };
   void Monitor();
   absl::Status StartLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
