@@ -18,7 +18,7 @@
 // that it reaches its simulated policy's hit rate, as it runs in the
 // trainer ("1st sighting cold": a key the sketch has not seen is pulled
 // without its optimizer state and not cached), with the share of misses
-// pulled with their state.
+// pulled with their state; then what the real cache's calls cost per key.
 //
 //   bazel run -c opt //bench:cache_policy_bench -- [--workload=w|readme] [--steps=1500]
 #include <cmath>
@@ -37,7 +37,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "bench/server_zipf.h"
+#include "server/optimizer.h"
 #include "worker/embedding_cache.h"
 
 ABSL_FLAG(int, steps, 1500, "Measured steps per case.");
@@ -338,6 +340,58 @@ double RunReal(size_t cap, const std::vector<std::vector<uint64_t>>& draws, int6
   return lookups ? static_cast<double>(hits) / lookups : 0.0;
 }
 
+// What the real cache costs the worker per key, on `draws` with reuse
+// window w and an ample cache (dim 16, row-wise Adagrad as the default
+// job): ns per key of each call a step makes.
+void CostReal(const std::vector<std::vector<uint64_t>>& draws, int64_t w) {
+  EmbeddingCache::Options o;
+  o.staleness = static_cast<uint32_t>(w);
+  std::vector<EmbeddingCache::Table> tables(1);
+  tables[0].dim = 16;
+  OptimizerConfig oc;
+  oc.mutable_rowwise_adagrad()->set_learning_rate(0.1f);
+  tables[0].optimizer = *Optimizer::Create(oc, 16);
+  tables[0].state = static_cast<uint32_t>(tables[0].optimizer->StateSize());
+  EmbeddingCache cache(o, std::move(tables));
+  std::vector<std::vector<uint32_t>> hit, miss, cold;
+  std::vector<std::vector<float>> out(1);
+  std::vector<uint64_t> keys_in;
+  std::vector<float> rows, grads;
+  double plan = 0, insert = 0, fill = 0, apply = 0;
+  uint64_t keys = 0;
+  auto since = [](absl::Time t0) { return absl::ToDoubleNanoseconds(absl::Now() - t0); };
+  for (size_t t = 0; t < draws.size(); ++t) {
+    const std::vector<uint64_t>& k = draws[t];
+    keys += k.size();
+    absl::Time t0 = absl::Now();
+    cache.PlanStep(t, t, {k}, &hit, &miss, &cold);
+    plan += since(t0);
+    keys_in.clear();
+    for (uint32_t i : miss[0]) keys_in.push_back(k[i]);
+    rows.assign(keys_in.size() * 17, 0.01f);
+    t0 = absl::Now();
+    cache.Insert(0, keys_in.data(), keys_in.size(), rows.data(), t);
+    insert += since(t0);
+    out[0].resize(k.size() * 16);
+    t0 = absl::Now();
+    if (!cache.Fill(t, {k}, hit, &out).ok()) std::abort();
+    cache.Release(t);
+    fill += since(t0);
+    grads.assign(k.size() * 16, 0.001f);
+    t0 = absl::Now();
+    cache.ApplyPush(0, k.data(), k.size(), grads.data(), 1.0f);
+    apply += since(t0);
+    for (auto* v : {&hit, &miss, &cold}) v->clear();
+  }
+  std::printf("\nthe real cache's cost (w = %lld, ample, dim 16, row-wise Adagrad), ns a key of "
+              "the step: PlanStep %.0f, Insert %.0f, Fill %.0f, ApplyPush %.0f; total %.0f "
+              "(%.2f ms a step of %.0f keys)\n",
+              (long long)w, plan / keys, insert / keys, fill / keys, apply / keys,
+              (plan + insert + fill + apply) / keys,
+              (plan + insert + fill + apply) / draws.size() / 1e6,
+              static_cast<double>(keys) / draws.size());
+}
+
 int Main() {
   const int warmup = absl::GetFlag(FLAGS_warmup);
   const auto draws = Draws(warmup + absl::GetFlag(FLAGS_steps));
@@ -400,6 +454,7 @@ int Main() {
       }
     }
   }
+  CostReal(draws, windows.front());
   return 0;
 }
 

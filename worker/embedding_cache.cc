@@ -100,8 +100,11 @@ EmbeddingCache::EmbeddingCache(const Options& options, std::vector<Table> tables
     capacity = std::min(capacity, options_.max_bytes / smallest);
   }
   capacity = std::clamp<uint64_t>(capacity, 1, uint64_t{1} << 22);
+  // About a counter a row the cache can hold, at most 256 KiB a sketch row
+  // (it is read and written for every key of every step: it should stay in
+  // the CPU's caches).
   sketch_width_ = 1024;
-  while (sketch_width_ < 4 * capacity && sketch_width_ < (size_t{1} << 20)) sketch_width_ <<= 1;
+  while (sketch_width_ < capacity && sketch_width_ < (size_t{1} << 18)) sketch_width_ <<= 1;
   sample_ = 10 * capacity;
   sketch_.assign(4 * sketch_width_, 0);
 }
@@ -113,19 +116,24 @@ uint64_t EmbeddingCache::SketchKey(uint32_t t, uint64_t key) {
 }
 
 size_t EmbeddingCache::SketchSlot(uint64_t table_key, int row) const {
-  return row * sketch_width_ +
-         (Mix64(table_key + 0x9e3779b97f4a7c15ULL * (row + 1)) & (sketch_width_ - 1));
+  // table_key is already mixed: its four 16-bit quarters, spread by odd
+  // multipliers, index the four rows.
+  const uint64_t h = (table_key >> (16 * row)) * (0x9e3779b97f4a7c15ULL | 1) ^ table_key;
+  return row * sketch_width_ + (Mix64(h + row) & (sketch_width_ - 1));
 }
 
-void EmbeddingCache::Count(uint64_t table_key) {
+int EmbeddingCache::CountAndEstimate(uint64_t table_key) {
+  int before = 15;
   for (int r = 0; r < 4; ++r) {
     uint8_t& c = sketch_[SketchSlot(table_key, r)];
+    before = std::min<int>(before, c);
     if (c < 15) ++c;
   }
   if (++counted_ >= sample_) {  // Aging: recent lookups count more.
     for (uint8_t& c : sketch_) c >>= 1;
     counted_ = 0;
   }
+  return before;
 }
 
 int EmbeddingCache::Estimate(uint64_t table_key) const {
@@ -219,9 +227,8 @@ void EmbeddingCache::PlanStep(uint64_t step, std::optional<uint64_t> known_min,
     const TableData& d = data_[t];
     for (size_t i = 0; i < keys[t].size(); ++i) {
       const uint64_t key = keys[t][i];
-      const uint64_t sketch_key = SketchKey(static_cast<uint32_t>(t), key);
-      const bool seen = cold == nullptr || Estimate(sketch_key) > 0;
-      Count(sketch_key);
+      const bool seen = CountAndEstimate(SketchKey(static_cast<uint32_t>(t), key)) > 0 ||
+                        cold == nullptr;
       const auto it = d.index.find(key);
       if (it != d.index.end() && entries_[it->second].read_clock + options_.staleness >= step) {
         Entry& e = entries_[it->second];

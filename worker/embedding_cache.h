@@ -206,7 +206,8 @@ class EmbeddingCache {
   // The count-min sketch of lookups (4-bit counters, halved every
   // sample_ lookups).
   size_t SketchSlot(uint64_t table_key, int row) const;
-  void Count(uint64_t table_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a lookup; the estimate before it.
+  int CountAndEstimate(uint64_t table_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int Estimate(uint64_t table_key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static uint64_t SketchKey(uint32_t t, uint64_t key);
 

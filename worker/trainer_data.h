@@ -56,8 +56,10 @@ struct Prepared {
   PullPart parts[2];  // [kUntouched], [kOwnWrites].
   // Replayed own writes: the dense chunks with their optimizer state.
   std::vector<float> dense_state;
-  // Split against the previous step and its kOwnWrites part replayed (else
-  // split alone, kOwnWrites holding only the dense chunks).
+  // Split with no previous step: every row not cached is in kUntouched,
+  // which also pulls the dense chunks; kOwnWrites is empty.
+  bool alone = false;
+  // Split against the previous step and its kOwnWrites part replayed.
   bool own_replayed = false;
   // With the embedding cache: the positions in unique_keys served from it,
   // per model table (the parts hold the others), and the plan's scratch:

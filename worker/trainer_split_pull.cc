@@ -117,13 +117,15 @@ uint64_t SplitPuller::ReadClock(uint64_t step) const {
 
 void SplitPuller::Split(Prepared* p, const Prepared* prev, uint64_t step) {
   const size_t num_tables = p->unique_keys.size();
-  p->own_replayed = prev != nullptr && replay();
+  p->alone = prev == nullptr;
+  p->own_replayed = !p->alone && replay();
   for (Prepared::PullPart& part : p->parts) {
     part.keys.resize(num_tables);
     part.pos.resize(num_tables);
     part.rows.resize(num_tables);
     part.prev_pos.resize(num_tables);
     part.warm.assign(num_tables, 0);
+    part.with_state = false;
   }
   for (auto* positions : {&p->cache_hits, &p->cache_misses, &p->cache_cold}) {
     positions->resize(num_tables);
@@ -196,12 +198,14 @@ std::unique_ptr<PsClient::Op> SplitPuller::StartPart(Prepared* p, PullPartKind k
                        part->rows[t].data() + warm * (dim + state), 0});
     }
   }
-  if (kind == kOwnWrites) {
+  // The dense chunks: with kOwnWrites, or with kUntouched when the step is
+  // pulled alone (one pull for all of it).
+  if (kind == (p->alone ? kUntouched : kOwnWrites)) {
     const size_t chunks = params_->num_chunks(), chunk = params_->chunk();
     p->dense_params.resize(chunks * chunk);
     TablePull dense{params_->dense_table(), params_->chunk(), params_->chunk_keys().data(),
                     chunks, p->dense_params.data()};
-    if (part->with_state) {
+    if (kind == kOwnWrites && part->with_state) {  // Replayed.
       dense.state = replay_.back().state;
       p->dense_state.resize(chunks * (chunk + dense.state));
       dense.out = p->dense_state.data();
@@ -242,7 +246,7 @@ absl::Status SplitPuller::FinishStep(Prepared* p, uint64_t step) {
   if (cache_ == nullptr) return absl::OkStatus();
   for (const PullPartKind kind : {kUntouched, kOwnWrites}) {
     const Prepared::PullPart& part = p->parts[kind];
-    if (!part.with_state) continue;  // kOwnWrites of a step pulled alone: dense only.
+    if (!part.with_state) continue;
     for (size_t t = 0; t < part.keys.size(); ++t) {
       const size_t n = part.warm[t];  // The rows pulled with their state.
       if (n == 0) continue;

@@ -37,12 +37,14 @@
 // their optimizer state (in kUntouched only those whose keys the cache has
 // seen before: a first sighting is pulled without and not cached), and
 // stored in the cache once they hold every own push before the step
-// (FinishStep: kUntouched as pulled, kOwnWrites after the replay). FinishStep then copies the hits' weights, which by then
-// include the previous step's push (ApplyPush, after each compute). A step
-// pulled alone (Split with no previous step: the first one, or one that
-// was not prefetched, after every earlier push was acknowledged) puts every
-// miss in kUntouched and only the dense chunks, without state, in
-// kOwnWrites. The cache needs replay where the steps are prefetched.
+// (FinishStep: kUntouched as pulled, kOwnWrites after the replay).
+// FinishStep then copies the hits' weights, which by then include the
+// previous step's push (ApplyPush, after each compute). A step pulled
+// alone (Split with no previous step: the first one, or one that was not
+// prefetched, after every earlier push was acknowledged) is one pull,
+// kUntouched: every miss and the dense chunks (without state); its
+// kOwnWrites part is empty and not started. The cache needs replay where
+// the steps are prefetched.
 //
 // Thread-safety: a SplitPuller and the Prepared it splits are used by one
 // thread at a time (the cache is thread-safe); the two parts' ops write
@@ -96,7 +98,8 @@ class SplitPuller {
 
   // Starts the pull of one part of p (Split done) as of `step`. The op's
   // Wait() copies the part's rows into p->rows (kUntouched) or p->rows and
-  // p->dense_params (kOwnWrites; with replay on, Replay() does that); it
+  // p->dense_params (kOwnWrites, or kUntouched of a step split alone; with
+  // replay on, Replay() does that for kOwnWrites); it
   // may be called more than once. An empty part gives an op that is
   // already done. p must stay untouched but for the other part's op until
   // Wait() returns. With replay on, p's kOwnWrites op must be done before

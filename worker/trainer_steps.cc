@@ -22,20 +22,6 @@ double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - si
 
 using OpPtr = std::unique_ptr<PsClient::Op>;
 
-// Two ops waited for as one (the first error).
-class BothOp final : public PsClient::Op {
- public:
-  BothOp(OpPtr a, OpPtr b) : a_(std::move(a)), b_(std::move(b)) {}
-  absl::Status Wait() override {
-    absl::Status a = a_->Wait();
-    absl::Status b = b_->Wait();
-    return a.ok() ? b : a;
-  }
-
- private:
-  OpPtr a_, b_;
-};
-
 // The trainer's side of the job clock. Without one (local mode) every step
 // may start at once and ticks go nowhere.
 class ClockGate {
@@ -155,12 +141,12 @@ class StepLoop {
   }
 
   // cur_'s pull as of step_, not split against a previous step: every row,
-  // or with the cache its misses (with their state) and the dense chunks.
+  // or with the cache its misses (with their state) and the dense chunks,
+  // in one pull.
   OpPtr StartWholePull() {
     if (split_.cache() == nullptr) return env_.params->StartPull(cur_.get(), TRAIN, step_);
     split_.Split(cur_.get(), nullptr, step_);
-    return std::make_unique<BothOp>(split_.StartPart(cur_.get(), kUntouched, TRAIN, step_),
-                                    split_.StartPart(cur_.get(), kOwnWrites, TRAIN, step_));
+    return split_.StartPart(cur_.get(), kUntouched, TRAIN, step_);
   }
 
   // Waits for cur_'s pull. Timed: pull, from `since`.
