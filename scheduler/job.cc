@@ -173,7 +173,6 @@ void JobCoordinator::Sweep(absl::Time now) {
 }
 
 bool JobCoordinator::WorkerLostLocked(uint32_t rank) {
-  awaiting_rewind_.erase(rank);
   if (!LeavesClock()) return false;
   clock_.MarkDead(rank);
   return true;
@@ -231,22 +230,32 @@ void JobCoordinator::CheckWorkerDeadlinesLocked(const std::vector<Member>& membe
 
 bool JobCoordinator::ResumeAfterRewindLocked(absl::Time now) {
   if (!rewind_waits_since_ || Ended() || pending_ || !recovering_.empty()) return false;
-  std::vector<uint32_t> missing;
-  for (const Member& m : members_.Members()) {
-    if (m.role == WORKER && m.state != ALIVE && m.state != FINISHED) missing.push_back(m.index);
+  const ClusterConfig& k = config_.cluster();
+  // With REASSIGN and DROP, a worker lost for worker_deadline_ms is not
+  // waited for any more (the others go on; with WAIT the job failed).
+  if (LeavesClock()) {
+    for (const Member& m : members_.Members()) {
+      if (m.role == WORKER && m.state == DEAD &&
+          now - m.state_since > Ms(k.worker_deadline_ms())) {
+        awaiting_rewind_.erase(m.index);
+      }
+    }
   }
-  const bool expired = now - *rewind_waits_since_ > Ms(config_.cluster().start_deadline_ms());
+  const std::vector<uint32_t> missing(awaiting_rewind_.begin(), awaiting_rewind_.end());
+  const bool expired = now - *rewind_waits_since_ > Ms(k.start_deadline_ms());
   if (!missing.empty() && !expired) return false;
   rewind_waits_since_.reset();
   bool changed = false;
   if (!missing.empty()) {
     LOG(WARNING) << "workers [" << absl::StrJoin(missing, ",")
-                 << "] did not register within start_deadline_ms after the rollback; "
+                 << "] did not start within start_deadline_ms after the rollback; "
                  << (LeavesClock() ? "the clocks resume without them"
                                    : "the clocks keep waiting for them");
     for (uint32_t rank : missing) changed |= WorkerLostLocked(rank);
+    awaiting_rewind_.clear();
+    CompleteRecoveryLocked(now);
   } else {
-    LOG(INFO) << "every worker registered after the rollback: the clocks resume";
+    LOG(INFO) << "every worker started after the rollback: the clocks resume";
   }
   clock_.SetPaused(false);
   return changed;

@@ -244,8 +244,12 @@ class JobCoordinator {
   // What WaitStart waits for, for its timeout message.
   std::string StartWaitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks worker `rank` as restarted in the current generation (the rewind
-  // phase of a recovery ends when every live worker is).
+  // phase of a recovery ends, and after a failure the clocks resume, when
+  // every worker is).
   void WorkerStartedLocked(uint32_t rank, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes the newest incomplete recovery report (its rewind phase ends
+  // now).
+  void CompleteRecoveryLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A dead worker leaves the clock minimum (REASSIGN, DROP), or holds the
   // clocks until it is back (WAIT).
   bool LeavesClock() const { return on_loss_ != ClusterConfig::WAIT; }
@@ -255,9 +259,10 @@ class JobCoordinator {
   // Fails the job for workers lost past worker_deadline_ms (see above).
   void CheckWorkerDeadlinesLocked(const std::vector<Member>& members, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unpauses the clocks held after a rollback once every worker registered
-  // again, or at start_deadline_ms (the missing ones are then lost as
-  // on_worker_loss says). True if the servers' active set changed.
+  // Unpauses the clocks held after a rollback once every worker started in
+  // the new generation, or at start_deadline_ms (the missing ones are then
+  // lost as on_worker_loss says; REASSIGN and DROP stop waiting for a worker
+  // lost for worker_deadline_ms). True if the servers' active set changed.
   bool ResumeAfterRewindLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // DROP: the estimated samples of unfinished dead workers' shares.
   uint64_t UntrainedSamplesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -372,8 +377,8 @@ class JobCoordinator {
   std::string recovering_ ABSL_GUARDED_BY(mu_);  // What a running recovery does.
   bool restoring_ ABSL_GUARDED_BY(mu_) = false;  // Its restore has begun.
   std::vector<RecoveryReport> recoveries_ ABSL_GUARDED_BY(mu_);
-  // Live workers not yet restarted in the generation the last recovery
-  // made; that recovery's report is completed when none is left.
+  // Workers not yet restarted in the generation the last recovery made;
+  // that recovery's report is completed when none is left.
   std::set<uint32_t> awaiting_rewind_ ABSL_GUARDED_BY(mu_);
   absl::Time rewind_started_ ABSL_GUARDED_BY(mu_);
 

@@ -307,17 +307,16 @@ void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
   }
   // Every worker trains again from the point, the missing ones included:
   // after a failure (not at a new job's start) the clocks stay paused until
-  // they have registered (or start_deadline_ms passed:
-  // ResumeAfterRewindLocked).
+  // every worker has started in the new generation (WaitStart), those
+  // restarted after the failure too, or start_deadline_ms passed
+  // (ResumeAfterRewindLocked).
   const bool after_failure = formed_ || takeover_;
   std::vector<bool> live(final_.size(), true);
   awaiting_rewind_.clear();
-  bool missing = false;
   for (const Member& m : members_.Members()) {
     if (m.role != WORKER) continue;
     if (m.state == FINISHED) members_.Reopen(m.index, now);
-    if (m.state == ALIVE || m.state == FINISHED) awaiting_rewind_.insert(m.index);
-    else missing = true;
+    awaiting_rewind_.insert(m.index);
   }
   std::fill(final_.begin(), final_.end(), false);
   reports_.clear();
@@ -335,21 +334,14 @@ void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
   report->set_generation(generation);
   report->set_initial(point.initial);
   report->set_clock(point.clock);
-  if (record) {
-    RecordLocked(*report);
-    if (awaiting_rewind_.empty()) {  // Nobody to wait for.
-      recoveries_.back().set_total_sec(report->detect_sec() + report->wait_sec() +
-                                       report->restore_sec());
-      recoveries_.back().set_complete(true);
-    }
-  } else {
-    awaiting_rewind_.clear();
-  }
-  if (missing && after_failure) {
+  if (record) RecordLocked(*report);
+  if (after_failure) {
     rewind_waits_since_ = now;
-    LOG(INFO) << "the clocks resume once every worker has registered (at most "
-              << config_.cluster().start_deadline_ms() << " ms, start_deadline_ms)";
+    LOG(INFO) << "the clocks resume once every worker has started at clock " << point.clock
+              << " (at most start_deadline_ms, " << config_.cluster().start_deadline_ms()
+              << " ms)";
   } else {
+    if (!record) awaiting_rewind_.clear();
     rewind_waits_since_.reset();
     clock_.SetPaused(false);
   }

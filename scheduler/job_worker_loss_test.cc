@@ -412,7 +412,64 @@ TEST(WorkerLossTest, ClocksResumeAfterARollbackOnceEveryWorkerRegistered) {
       << "the clocks resumed before worker 1 registered";
   ASSERT_TRUE(job.Register(Req(c, WORKER, 1, 30), &resp).ok());
   Heartbeats beats1(&job, c, {{WORKER, 1, 30}});
+  EXPECT_EQ(TryStep(&job, 0, r0->generation(), 0), absl::StatusCode::kDeadlineExceeded)
+      << "the clocks resumed before worker 1 started in the new generation";
+  auto r1 = StartOf(&job, 1);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ(r1->generation(), r0->generation());
   EXPECT_TRUE(Step(&job, 0, r0->generation(), 0, 20000).ok());
+  // The recovery is complete once both restarted.
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  ASSERT_GE(status.recoveries_size(), 1);
+  EXPECT_TRUE(status.recoveries(status.recoveries_size() - 1).complete());
+}
+
+// A node lost: the worker lost with the server is declared dead only after
+// the rollback began (it was still alive when the servers restored). The
+// clocks still wait for it to start in the new generation, and the
+// recovery completes when it does.
+TEST(WorkerLossTest, AWorkerLostDuringTheRollbackIsWaitedFor) {
+  const JobConfig c = LossConfig(SSP, 0);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
+  RegisterAll(&job, c);
+  auto beats = std::make_unique<Heartbeats>(
+      &job, c,
+      std::vector<Heartbeats::Who>{{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}, {WORKER, 1, 3}});
+  job.Start();
+  auto s0 = StartOf(&job, 0);
+  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
+  const uint64_t g = s0->generation();
+  ASSERT_TRUE(Step(&job, 0, g, 0).ok());
+  ASSERT_TRUE(Step(&job, 1, g, 0).ok());
+  // The node's server and worker die; the server's replacement registers
+  // before the worker is declared dead.
+  beats.reset();
+  beats = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 0, 2}});
+  RegisterResponse resp;
+  absl::Status replaced;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  do {
+    replaced = job.Register(Req(c, SERVER, 0, 11), &resp);
+    if (!replaced.ok()) absl::SleepFor(absl::Milliseconds(20));
+  } while (!replaced.ok() && absl::Now() < deadline);
+  ASSERT_TRUE(replaced.ok()) << replaced;
+  Heartbeats server(&job, c, {{SERVER, 0, 11}});
+  auto r0 = StartOf(&job, 0, g);
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
+  EXPECT_EQ(TryStep(&job, 0, r0->generation(), 0), absl::StatusCode::kDeadlineExceeded)
+      << "worker 0 went on alone after the rollback";
+  ASSERT_TRUE(job.Register(Req(c, WORKER, 1, 30), &resp).ok());
+  Heartbeats beats1(&job, c, {{WORKER, 1, 30}});
+  ASSERT_TRUE(StartOf(&job, 1).ok());
+  EXPECT_TRUE(Step(&job, 0, r0->generation(), 0, 20000).ok());
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  ASSERT_GE(status.recoveries_size(), 1);
+  EXPECT_TRUE(status.recoveries(status.recoveries_size() - 1).complete());
 }
 
 }  // namespace

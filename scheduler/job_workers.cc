@@ -118,6 +118,11 @@ absl::Status JobCoordinator::GetPartitionMap(const GetPartitionMapRequest& reque
 
 void JobCoordinator::WorkerStartedLocked(uint32_t rank, absl::Time now) {
   if (awaiting_rewind_.erase(rank) == 0 || !awaiting_rewind_.empty()) return;
+  (void)ResumeAfterRewindLocked(now);  // None is missing: no worker is lost.
+  CompleteRecoveryLocked(now);
+}
+
+void JobCoordinator::CompleteRecoveryLocked(absl::Time now) {
   for (auto it = recoveries_.rbegin(); it != recoveries_.rend(); ++it) {
     if (it->complete()) continue;
     it->set_rewind_sec(absl::ToDoubleSeconds(now - rewind_started_));
