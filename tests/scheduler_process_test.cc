@@ -24,6 +24,7 @@ cluster {
   num_servers: 2 num_workers: 2 num_partitions: 64
   mode: SSP staleness: 1
   heartbeat_ms: 100 dead_after_ms: 600 server_deadline_ms: 3000
+  on_worker_loss: DROP
 }
 )pb";
 
@@ -158,8 +159,9 @@ TEST_F(SchedulerProcessTest, RegistrationEdgeCasesAndTheJobsEnd) {
   }
   EXPECT_TRUE(worker0_dead);
 
-  // Worker 1 finishes: the job is done without the dead worker, whose
-  // unfinished data the summary reports; the scheduler exits 0.
+  // Worker 1 finishes: with on_worker_loss DROP the job is done without the
+  // dead worker, whose unfinished data the summary and the result report;
+  // the scheduler exits 0.
   MetricsReport done;
   done.set_rank(1);
   done.set_step(2);
@@ -170,6 +172,9 @@ TEST_F(SchedulerProcessTest, RegistrationEdgeCasesAndTheJobsEnd) {
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 0);
   EXPECT_NE(proc_.output().find("PS_JOB_RESULT state=done"), std::string::npos)
+      << proc_.output();
+  // Worker 0 stopped at clock 0, worker 1 trained 2 steps of batch_size 256.
+  EXPECT_NE(proc_.output().find(" untrained_samples=512"), std::string::npos)
       << proc_.output();
   // The servers saw the end in a heartbeat and exited 0.
   for (Subprocess& s : servers_) {
