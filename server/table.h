@@ -259,8 +259,6 @@ class Table {
       std::optional<uint32_t> since,
       const std::function<void(uint32_t partition, uint64_t key, const float* payload)>&
           visit) const;
-  // The weights (dim floats) a key without a row reads.
-  void UnadmittedValue(uint64_t key, float* out) const;
   // Deletions logged and not trimmed (tests and stats).
   uint64_t LoggedDeletions() const;
 

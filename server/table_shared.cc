@@ -162,13 +162,4 @@ void Table::ForEachSharedRow(
   }
 }
 
-void Table::UnadmittedValue(uint64_t key, float* out) const {
-  if (!shared_rows_) {
-    initializer_.Fill(key, out);
-    return;
-  }
-  MutexLock lock(&shared_mu_);
-  std::memcpy(out, SharedRowOf(key), dim_ * sizeof(float));
-}
-
 }  // namespace shardps

@@ -114,8 +114,6 @@ class SchedulerClient {
   // Whether the heartbeats saw the job end, and why it failed if it did.
   bool job_ended() const { return job_ended_; }
   uint64_t incarnation() const { return incarnation_; }
-  // How long calls retry UNAVAILABLE (default 60 s).
-  void set_unreachable_budget(absl::Duration d) { unreachable_budget_ = d; }
 
  private:
   // Runs `call` until it returns something other than UNAVAILABLE or the
@@ -129,7 +127,7 @@ class SchedulerClient {
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> scheduler_generation_{0};
   std::atomic<bool> job_ended_{false};
-  absl::Duration unreachable_budget_ = absl::Seconds(60);
+  const absl::Duration unreachable_budget_ = absl::Seconds(60);  // Calls retry UNAVAILABLE.
   // What a rejoin reports.
   mutable Mutex mu_;
   std::optional<RegisterRequest> rejoin_base_ ABSL_GUARDED_BY(mu_);
