@@ -401,11 +401,16 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
   response->set_last_checkpoint_write_sec(last_write_sec_);
   double sps = 0, loss = 0, train_auc = 0;
   uint64_t samples = 0;
+  // Per worker the larger of its latest report and its latest tick.
+  std::map<uint32_t, uint64_t> share = tick_samples_;
+  for (const auto& [rank, r] : reports_) share[rank] = std::max(share[rank], r.samples());
+  for (const auto& [rank, s] : share) {
+    // Saturating: reports are validated, the sum must not wrap either.
+    samples = s > UINT64_MAX - samples ? UINT64_MAX : samples + s;
+  }
   int n = 0;
   for (const auto& [rank, r] : reports_) {
     if (!r.done()) sps += r.samples_per_sec();
-    // Saturating: reports are validated, the sum must not wrap either.
-    samples = r.samples() > UINT64_MAX - samples ? UINT64_MAX : samples + r.samples();
     loss += r.train_loss();
     train_auc += r.train_auc();
     ++n;

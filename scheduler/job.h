@@ -365,6 +365,9 @@ class JobCoordinator {
   // Latest (clock, data position) of each worker: its ticks, or a restore
   // point's.
   std::map<uint32_t, std::pair<uint64_t, std::string>> positions_ ABSL_GUARDED_BY(mu_);
+  // Samples each worker's share had trained at its latest tick (counted
+  // with its reports: a lost worker's last report may be older).
+  std::map<uint32_t, uint64_t> tick_samples_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> workers_gone_since_ ABSL_GUARDED_BY(mu_);
   // After a rollback: the clocks stay paused from then until every worker
   // has registered or start_deadline_ms passed (ResumeAfterRewindLocked).

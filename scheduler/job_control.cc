@@ -320,6 +320,7 @@ void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
   }
   std::fill(final_.begin(), final_.end(), false);
   reports_.clear();
+  tick_samples_.clear();
   barriers_.clear();
   clock_.Rewind(generation, point.clock, live);
   last_complete_ = point.initial ? 0 : point.clock;

@@ -310,12 +310,32 @@ TEST(WorkerLossTest, DropEndsDoneCountingTheUntrainedSamples) {
   ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
   const uint64_t g = s0->generation();
   ASSERT_TRUE(Step(&job, 1, g, 0).ok());
+  // Worker 1's last tick says how many samples its share trained (300 of
+  // two batches: a short last batch), which no report of it carries.
+  WaitClockRequest wait;
+  wait.set_rank(1);
+  wait.set_step(1);
+  wait.set_timeout_ms(20000);
+  wait.set_generation(g);
+  WaitClockResponse waited;
+  ASSERT_TRUE(job.WaitClock(wait, &waited).ok());
+  TickRequest tick;
+  tick.set_rank(1);
+  tick.set_clock(2);
+  tick.set_generation(g);
+  tick.set_samples(2 * c.training().batch_size() + 1);
+  TickResponse ticked;
+  EXPECT_EQ(job.Tick(tick, &ticked).code(), absl::StatusCode::kInvalidArgument)
+      << "more samples than clock x batch_size";
+  tick.set_samples(300);
+  ASSERT_TRUE(job.Tick(tick, &ticked).ok());
   lost.reset();
   ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
   for (uint64_t t = 0; t < 6; ++t) ASSERT_TRUE(Step(&job, 0, g, t).ok()) << t;
   MetricsReport done;
   done.set_rank(0);
   done.set_step(6);
+  done.set_samples(6 * c.training().batch_size());
   done.set_done(true);
   done.set_final(true);
   done.set_generation(g);
@@ -323,8 +343,9 @@ TEST(WorkerLossTest, DropEndsDoneCountingTheUntrainedSamples) {
   ASSERT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
   JobStatusResponse status;
   job.JobStatus(&status);
-  // Worker 1 stopped at clock 1 of the 6 worker 0 trained.
-  EXPECT_EQ(status.untrained_samples(), 5u * c.training().batch_size());
+  // Worker 1 stopped at clock 2 of the 6 worker 0 trained.
+  EXPECT_EQ(status.untrained_samples(), 4u * c.training().batch_size());
+  EXPECT_EQ(status.total_samples(), 6u * c.training().batch_size() + 300);
   const std::vector<uint64_t> cuts = job.Checkpoints();
   ASSERT_FALSE(cuts.empty());
   EXPECT_EQ(cuts.back(), 6u) << "no final checkpoint";

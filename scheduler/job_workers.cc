@@ -233,6 +233,12 @@ absl::Status JobCoordinator::WaitClock(const WaitClockRequest& request,
 
 absl::Status JobCoordinator::Tick(const TickRequest& request, TickResponse* response) {
   RETURN_IF_ERROR(CheckWorker("Tick", request.rank(), /*finished_ok=*/false));
+  const uint64_t batch = std::max<uint64_t>(1, config_.training().batch_size());
+  if (request.clock() > UINT64_MAX / batch || request.samples() > request.clock() * batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Tick: worker ", request.rank(), " claims ", request.samples(), " samples at clock ",
+        request.clock(), ": more than clock x training.batch_size (", batch, "); refused"));
+  }
   // The tick and its data position together: a cut placed once every worker
   // ticked its clock (AllReachedHold, then Cut under mu_) must find the
   // position of that clock, never the one before.
@@ -242,6 +248,7 @@ absl::Status JobCoordinator::Tick(const TickRequest& request, TickResponse* resp
   if (!request.position().empty()) {
     positions_[request.rank()] = {request.clock(), request.position()};
   }
+  tick_samples_[request.rank()] = request.samples();
   response->set_min_clock(*min);
   return absl::OkStatus();
 }

@@ -26,6 +26,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/checkpoint_evaluator.h"
+#include "worker/data/criteo_reader.h"
 #include "worker/data/synthetic.h"
 #include "worker/model/model_factory.h"
 #include "worker/param_store.h"
@@ -205,7 +206,9 @@ class SchedulerJobClock final : public JobClock {
     return scheduler_->WaitClock(rank, step, timeout);
   }
   absl::Status Tick(uint32_t rank, uint64_t clock, const std::string& position) override {
-    return scheduler_->Tick(rank, clock, position);
+    // The samples the position records (0 for a position without them).
+    auto decoded = data::DecodePosition(position);
+    return scheduler_->Tick(rank, clock, position, decoded.ok() ? decoded->samples : 0);
   }
   absl::Status ReportMetrics(const MetricsReport& report) override {
     return scheduler_->ReportMetrics(report);

@@ -280,11 +280,12 @@ absl::Status SchedulerClient::WaitClock(uint32_t rank, uint64_t step,
 }
 
 absl::Status SchedulerClient::Tick(uint32_t rank, uint64_t clock,
-                                   const std::string& position) {
+                                   const std::string& position, uint64_t samples) {
   TickRequest request;
   request.set_rank(rank);
   request.set_clock(clock);
   request.set_position(position);
+  request.set_samples(samples);
   request.set_generation(generation_);
   request.set_incarnation(incarnation_);
   TickResponse response;

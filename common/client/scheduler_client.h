@@ -73,7 +73,9 @@ class SchedulerClient {
   absl::Status WaitClock(uint32_t rank, uint64_t step, absl::Duration timeout);
   // `position`: the worker's data position after step clock-1 (recorded in
   // checkpoints at `clock`); may be empty.
-  absl::Status Tick(uint32_t rank, uint64_t clock, const std::string& position = "");
+  // `samples`: TickRequest.samples.
+  absl::Status Tick(uint32_t rank, uint64_t clock, const std::string& position = "",
+                    uint64_t samples = 0);
   // `adopt` (may be null): set to BarrierResponse.adopt_rank when the
   // scheduler answers with a lost share to train first (the barrier was not
   // passed).
