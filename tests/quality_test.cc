@@ -1,10 +1,11 @@
 // Convergence: the default job's model, trained in local mode on 3.2M lines
-// of generated data (one epoch), reaches an AUC within 0.015 of the data
+// of generated data (one epoch), reaches an AUC within 0.014 of the data
 // set's best achievable AUC (the AUC of the generator's true probabilities
 // on the same held-out lines). Local mode is the baseline every PS mode is
 // compared against in e2e_test. Measured: 0.8541 against 0.8668 (gap
 // 0.0127; 0.0145 before the embeddings' initial accumulator, which this
-// bound would refuse).
+// bound refuses). Local mode with one intra-op thread is deterministic, so
+// the gap is the same on every run of a machine.
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -19,7 +20,9 @@ namespace {
 
 using testing::ReadFile;
 
-TEST(QualityTest, DefaultModelReachesTheBestAchievableAucWithin0015) {
+constexpr double kMaxGap = 0.014;
+
+TEST(QualityTest, DefaultModelReachesTheBestAchievableAucWithin0014) {
   const std::string data = ::testing::TempDir() + "/quality_data";
   ASSERT_TRUE(testing::MakeSyntheticData(data, 3200000, 50000, 16).ok());
   const std::string config = ::testing::TempDir() + "/quality.pbtxt";
@@ -36,7 +39,7 @@ TEST(QualityTest, DefaultModelReachesTheBestAchievableAucWithin0015) {
   ASSERT_GT(best, 0.8);
   const double auc = std::stod((*result)["eval_auc"]);
   std::printf("trained AUC %.4f, best achievable %.4f, gap %.4f\n", auc, best, best - auc);
-  EXPECT_GE(auc, best - 0.015);
+  EXPECT_LE(best - auc, kMaxGap) << "trained AUC " << auc << ", best achievable " << best;
 }
 
 }  // namespace
