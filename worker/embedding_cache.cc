@@ -100,11 +100,11 @@ EmbeddingCache::EmbeddingCache(const Options& options, std::vector<Table> tables
     capacity = std::min(capacity, options_.max_bytes / smallest);
   }
   capacity = std::clamp<uint64_t>(capacity, 1, uint64_t{1} << 22);
-  // About a counter a row the cache can hold, at most 256 KiB a sketch row
-  // (it is read and written for every key of every step: it should stay in
-  // the CPU's caches).
+  // About 4 counters a row the cache can hold, at most 1 MiB a sketch row:
+  // fewer lose hits in a small cache (bench/cache_policy_bench) and see
+  // every key as seen before (saturated), which pulls state for all misses.
   sketch_width_ = 1024;
-  while (sketch_width_ < capacity && sketch_width_ < (size_t{1} << 18)) sketch_width_ <<= 1;
+  while (sketch_width_ < 4 * capacity && sketch_width_ < (size_t{1} << 20)) sketch_width_ <<= 1;
   sample_ = 10 * capacity;
   sketch_.assign(4 * sketch_width_, 0);
 }
