@@ -88,6 +88,15 @@ bool WaitWorkerState(const JobCoordinator& job, uint32_t rank, MemberState state
   return false;
 }
 
+// Both workers' start points (the job formed); returns the generation.
+absl::StatusOr<uint64_t> StartBoth(JobCoordinator* job) {
+  auto s0 = StartOf(job, 0);
+  if (!s0.ok()) return s0.status();
+  auto s1 = StartOf(job, 1);
+  if (!s1.ok()) return s1.status();
+  return s0->generation();
+}
+
 // Whether worker `rank` may start `step` now (the clock does not hold it).
 absl::StatusCode TryStep(JobCoordinator* job, uint32_t rank, uint64_t generation, uint64_t t) {
   return Step(job, rank, generation, t, /*timeout_ms=*/300).code();
@@ -189,9 +198,9 @@ TEST(WorkerLossTest, ReassignGoesOnButEndsOnlyWithEveryShareTrained) {
   Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
   auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
   job.Start();
-  auto s0 = StartOf(&job, 0);
-  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
-  const uint64_t g = s0->generation();
+  const absl::StatusOr<uint64_t> started = StartBoth(&job);
+  ASSERT_TRUE(started.ok()) << started.status();
+  const uint64_t g = *started;
   ASSERT_TRUE(Step(&job, 1, g, 0).ok());
   lost.reset();
   ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
@@ -231,9 +240,9 @@ TEST(WorkerLossTest, ReassignHandsALostShareToAFinishedWorker) {
   Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
   auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
   job.Start();
-  auto s0 = StartOf(&job, 0);
-  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
-  const uint64_t g = s0->generation();
+  const absl::StatusOr<uint64_t> started = StartBoth(&job);
+  ASSERT_TRUE(started.ok()) << started.status();
+  const uint64_t g = *started;
   ASSERT_TRUE(Step(&job, 1, g, 0).ok());
   ASSERT_TRUE(Step(&job, 1, g, 1).ok());
   lost.reset();
@@ -271,9 +280,9 @@ TEST(WorkerLossTest, ReassignOffersALostShareAtTheTrainedBarrier) {
   Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
   auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
   job.Start();
-  auto s0 = StartOf(&job, 0);
-  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
-  const uint64_t g = s0->generation();
+  const absl::StatusOr<uint64_t> started = StartBoth(&job);
+  ASSERT_TRUE(started.ok()) << started.status();
+  const uint64_t g = *started;
   lost.reset();
   ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
   for (uint64_t t = 0; t < 4; ++t) ASSERT_TRUE(Step(&job, 0, g, t).ok()) << t;
@@ -306,9 +315,9 @@ TEST(WorkerLossTest, DropEndsDoneCountingTheUntrainedSamples) {
   Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
   auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
   job.Start();
-  auto s0 = StartOf(&job, 0);
-  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
-  const uint64_t g = s0->generation();
+  const absl::StatusOr<uint64_t> started = StartBoth(&job);
+  ASSERT_TRUE(started.ok()) << started.status();
+  const uint64_t g = *started;
   ASSERT_TRUE(Step(&job, 1, g, 0).ok());
   // Worker 1's last tick says how many samples its share trained (300 of
   // two batches: a short last batch), which no report of it carries.
@@ -363,9 +372,9 @@ TEST(WorkerLossTest, CutsGoOnAfterEveryWorkerWasLost) {
   auto lost = std::make_unique<Heartbeats>(
       &job, c, std::vector<Heartbeats::Who>{{WORKER, 0, 2}, {WORKER, 1, 3}});
   job.Start();
-  auto s0 = StartOf(&job, 0);
-  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
-  const uint64_t g = s0->generation();
+  const absl::StatusOr<uint64_t> started = StartBoth(&job);
+  ASSERT_TRUE(started.ok()) << started.status();
+  const uint64_t g = *started;
   ASSERT_TRUE(Step(&job, 0, g, 0).ok());
   ASSERT_TRUE(Step(&job, 1, g, 0).ok());
   lost.reset();
@@ -406,9 +415,9 @@ TEST(WorkerLossTest, ClocksResumeAfterARollbackOnceEveryWorkerRegistered) {
       &job, c, std::vector<Heartbeats::Who>{{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
   auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
   job.Start();
-  auto s0 = StartOf(&job, 0);
-  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
-  const uint64_t g = s0->generation();
+  const absl::StatusOr<uint64_t> started = StartBoth(&job);
+  ASSERT_TRUE(started.ok()) << started.status();
+  const uint64_t g = *started;
   ASSERT_TRUE(Step(&job, 0, g, 0).ok());
   ASSERT_TRUE(Step(&job, 1, g, 0).ok());
   lost.reset();
@@ -460,9 +469,9 @@ TEST(WorkerLossTest, AWorkerLostDuringTheRollbackIsWaitedFor) {
       &job, c,
       std::vector<Heartbeats::Who>{{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}, {WORKER, 1, 3}});
   job.Start();
-  auto s0 = StartOf(&job, 0);
-  ASSERT_TRUE(s0.ok() && StartOf(&job, 1).ok());
-  const uint64_t g = s0->generation();
+  const absl::StatusOr<uint64_t> started = StartBoth(&job);
+  ASSERT_TRUE(started.ok()) << started.status();
+  const uint64_t g = *started;
   ASSERT_TRUE(Step(&job, 0, g, 0).ok());
   ASSERT_TRUE(Step(&job, 1, g, 0).ok());
   // The node's server and worker die; the server's replacement registers
