@@ -195,6 +195,12 @@ class JobCoordinator {
   // (ClockService::StopAtFirstUnstarted). FAILED_PRECONDITION when periodic
   // evaluation is off; INVALID_ARGUMENT for an impossible result.
   absl::Status Evaluation(const EvaluationRequest& request, EvaluationResponse* response);
+  // A worker that cannot redo its step exactly (RollBackRequest) has the
+  // job roll back to its last complete checkpoint, as after a lost server.
+  // OK at once for a request of an older generation (a rollback since
+  // covers it); FAILED_PRECONDITION unless the job is BSP with
+  // on_worker_loss WAIT (the only policy that promises exact steps).
+  absl::Status RequestRollBack(const RollBackRequest& request);
 
   // One failure-detection pass at `now` (public for tests).
   void Sweep(absl::Time now);
@@ -216,6 +222,7 @@ class JobCoordinator {
     absl::Time detected_at;
     std::set<uint32_t> silent;  // Declared dead; may come back with state.
     std::set<uint32_t> lost;    // Replaced by a new process: state gone.
+    bool roll_back = false;     // A worker asked for it (RequestRollBack).
   };
 
   // ---- job_workers.cc: checks of the workers' requests ----

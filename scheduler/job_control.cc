@@ -370,7 +370,8 @@ void JobCoordinator::Recover() {
   if (!WaitForServers()) return;
   {
     MutexLock lock(&mu_);
-    if (pending_ && pending_->lost.empty() && pending_->silent.empty()) {
+    if (pending_ && pending_->lost.empty() && pending_->silent.empty() &&
+        !pending_->roll_back) {
       // Every server declared dead came back with its state (it was stalled,
       // not gone): nothing to restore.
       report.set_kind("rejoin");
@@ -389,7 +390,7 @@ void JobCoordinator::Recover() {
     }
   }
   const bool partial = config_.checkpoint().recovery() == CheckpointConfig::PARTIAL &&
-                       config_.cluster().mode() != BSP;
+                       config_.cluster().mode() != BSP && !p.roll_back;
   if (partial) {
     auto points = ops_->RestorePoints();
     if (points.ok() && !points->empty()) {

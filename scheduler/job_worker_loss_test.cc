@@ -455,6 +455,61 @@ TEST(WorkerLossTest, ClocksResumeAfterARollbackOnceEveryWorkerRegistered) {
   EXPECT_TRUE(status.recoveries(status.recoveries_size() - 1).complete());
 }
 
+// WAIT: a restarted worker that cannot redo its step exactly (part of its
+// push reached the servers, RollBackRequest) has the job roll back: every
+// worker starts again in a new generation. A request of an older generation
+// changes nothing; a policy other than WAIT refuses it.
+TEST(WorkerLossTest, AWorkerThatCannotRedoItsStepRollsTheJobBack) {
+  const JobConfig c = LossConfig(BSP, 0);
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
+  RegisterAll(&job, c);
+  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}, {WORKER, 1, 3}});
+  job.Start();
+  const absl::StatusOr<uint64_t> started = StartBoth(&job);
+  ASSERT_TRUE(started.ok()) << started.status();
+  const uint64_t g = *started;
+  ASSERT_TRUE(Step(&job, 0, g, 0).ok());
+  ASSERT_TRUE(Step(&job, 1, g, 0).ok());
+  JobStatusResponse before;
+  job.JobStatus(&before);
+  RollBackRequest ask;
+  ask.set_rank(1);
+  ask.set_clock(1);
+  ask.set_generation(g);
+  ask.set_incarnation(3);
+  ask.set_cause("server 0 has applied clock 1");
+  ASSERT_TRUE(job.RequestRollBack(ask).ok());
+  auto r0 = StartOf(&job, 0, g);
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  EXPECT_GT(r0->generation(), g);
+  auto r1 = StartOf(&job, 1, g);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ(r1->generation(), r0->generation());
+  EXPECT_EQ(r1->clock(), 0u) << "no checkpoint yet: back to the initial values";
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  const int n = before.recoveries_size() + 1;
+  ASSERT_EQ(status.recoveries_size(), n);
+  EXPECT_EQ(status.recoveries(n - 1).kind(), "rollback");
+  EXPECT_NE(status.recoveries(n - 1).cause().find("worker 1 cannot redo step 1 exactly"),
+            std::string::npos) << status.recoveries(n - 1).cause();
+  // Asked again from the old generation: the rollback covers it.
+  ASSERT_TRUE(job.RequestRollBack(ask).ok());
+  JobStatusResponse after;
+  job.JobStatus(&after);
+  EXPECT_EQ(after.recoveries_size(), n);
+  EXPECT_EQ(after.generation(), r0->generation());
+
+  const JobConfig ssp = LossConfig(SSP, 0);
+  FakeServerOps ssp_ops;
+  JobCoordinator other(ssp, nullptr, &ssp_ops);
+  ssp_ops.set_job(&other);
+  RegisterAll(&other, ssp);
+  EXPECT_EQ(other.RequestRollBack(ask).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 // A node lost: the worker lost with the server is declared dead only after
 // the rollback began (it was still alive when the servers restored). The
 // clocks still wait for it to start in the new generation, and the

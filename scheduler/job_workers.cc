@@ -253,6 +253,36 @@ absl::Status JobCoordinator::Tick(const TickRequest& request, TickResponse* resp
   return absl::OkStatus();
 }
 
+absl::Status JobCoordinator::RequestRollBack(const RollBackRequest& request) {
+  RETURN_IF_ERROR(CheckWorker("RollBack", request.rank(), /*finished_ok=*/false));
+  if (config_.cluster().mode() != BSP ||
+      on_loss_ != ClusterConfig::WAIT) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "RollBack from worker ", request.rank(), ": only a BSP job with "
+        "cluster.on_worker_loss WAIT rolls back for a step a worker cannot redo; refused"));
+  }
+  MutexLock lock(&mu_);
+  if (request.generation() != generation_) {
+    LOG(INFO) << "worker " << request.rank() << " asked for a rollback in generation "
+              << request.generation() << "; the job is in " << generation_ << " already";
+    return absl::OkStatus();
+  }
+  const std::string cause = absl::StrCat(
+      "worker ", request.rank(), " cannot redo step ", request.clock(), " exactly (",
+      request.cause().substr(0, 400), ")");
+  const absl::Time now = absl::Now();
+  if (!pending_) {
+    pending_ = PendingRecovery{cause, now, now, {}, {}, true};
+    LOG(WARNING) << cause << ": clocks paused; rolling back";
+  } else {
+    pending_->roll_back = true;
+    absl::StrAppend(&pending_->cause, "; ", cause);
+  }
+  clock_.SetPaused(true);
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
 absl::Status JobCoordinator::Barrier(const BarrierRequest& request,
                                      BarrierResponse* response) {
   if (request.role() != WORKER || request.index() >= final_.size()) {

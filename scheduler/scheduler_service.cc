@@ -101,6 +101,15 @@ grpc::Status SchedulerService::CheckpointNow(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::RollBack(grpc::ServerContext*,
+                                        const RollBackRequest* request,
+                                        RollBackResponse*) {
+  absl::Status st =
+      job_->CheckSender("RollBack", WORKER, request->rank(), request->incarnation());
+  if (st.ok()) st = job_->RequestRollBack(*request);
+  return ToGrpcStatus(st);
+}
+
 grpc::Status SchedulerService::Evaluation(grpc::ServerContext*,
                                           const EvaluationRequest* request,
                                           EvaluationResponse* response) {

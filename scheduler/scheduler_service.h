@@ -60,6 +60,8 @@ class SchedulerService final : public Scheduler::Service {
                              CheckpointNowResponse* response) override;
   grpc::Status Evaluation(grpc::ServerContext*, const EvaluationRequest* request,
                           EvaluationResponse* response) override;
+  grpc::Status RollBack(grpc::ServerContext*, const RollBackRequest* request,
+                        RollBackResponse* response) override;
 
  private:
   JobCoordinator* const job_;  // Not owned.

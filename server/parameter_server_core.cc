@@ -234,6 +234,15 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
     RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
     RETURN_IF_ERROR(WaitForClock(request.clock(), request.generation(), deadline));
   }
+  if (bsp_ && request.refuse_applied_clock() && request.purpose() == TRAIN) {
+    const uint64_t applied = applied_clock();
+    if (applied > request.clock()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "server ", server_index_, " has applied clock ", request.clock(),
+          " (clocks < ", applied, "), with rank ", request.worker_rank(),
+          "'s push of it: its values are of a later clock"));
+    }
+  }
   ReaderMutexLock state(&state_mu_);
   RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
   const std::shared_ptr<const PartitionMap> map = CurrentMap();

@@ -193,6 +193,43 @@ TEST(CoreTest, BspPullWaitsForThePreviousClock) {
             absl::StatusCode::kFailedPrecondition);  // Rank 1 not active.
 }
 
+// A worker redoing a step it had pushed (PullRequest.refuse_applied_clock):
+// once the server applied that clock, a training pull for it is refused, as
+// its values are of the next clock; a pull of the clock being trained, one
+// without the flag and an evaluation pull are served.
+TEST(CoreTest, BspRefusesARedoneStepsPullOnceItsClockIsApplied) {
+  const std::vector<uint64_t> key = OwnedKeys(1, 0, 1);
+  auto core = MakeCore(BSP);
+  PullRequest redo;
+  redo.set_map_version(1);
+  redo.set_purpose(TRAIN);
+  redo.set_worker_rank(1);
+  redo.set_clock(0);
+  redo.set_refuse_applied_clock(true);
+  TableKeys* tk = redo.add_tables();
+  tk->set_table_id(1);
+  tk->add_keys(key[0]);
+  PullResponse presp;
+  ASSERT_TRUE(core->Pull(redo, absl::InfiniteFuture(), &presp).ok());  // Clock 0 open.
+  PushResponse resp;
+  for (uint32_t rank = 0; rank < 3; ++rank) {
+    ASSERT_TRUE(core->Push(MakePush(rank, 0, 1, key, {1, 1, 1, 1}), &resp).ok());
+  }
+  ASSERT_EQ(core->applied_clock(), 1u);
+  const absl::Status refused = core->Pull(redo, absl::InfiniteFuture(), &presp);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kAlreadyExists) << refused;
+  EXPECT_NE(refused.message().find("has applied clock 0"), std::string::npos) << refused;
+  PullRequest next = redo;
+  next.set_clock(1);
+  EXPECT_TRUE(core->Pull(next, absl::InfiniteFuture(), &presp).ok());
+  PullRequest unflagged = redo;
+  unflagged.set_refuse_applied_clock(false);
+  EXPECT_TRUE(core->Pull(unflagged, absl::InfiniteFuture(), &presp).ok());
+  PullRequest eval = redo;
+  eval.set_purpose(EVAL);
+  EXPECT_TRUE(core->Pull(eval, absl::InfiniteFuture(), &presp).ok());
+}
+
 // Job generations: a restore moves the core into the request's generation;
 // a push of the old one is refused as stale and changes nothing, one of a
 // newer one is UNAVAILABLE; an initial restore resets every row at clock 0.

@@ -47,6 +47,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -332,6 +333,26 @@ TEST_F(NetFaultTest, WorkerKilledAndRestartedFiveSecondsLater) {
   }, kStepDelayMs);
   ExpectAsClean("(a) worker 1 killed, back after 5 s", run);
   EXPECT_EQ(run.worker_restarts[1], 1);
+}
+
+// Worker 1 exits between its pushes of a step: server 0 has its push and
+// applied the step (worker 0 pushed it too), server 1 still waits for it.
+// Restarted, worker 1 cannot redo the step from the same weights (server
+// 0's are a step later): it has the job roll back to the last checkpoint,
+// and the job ends as the fault-free one.
+TEST_F(NetFaultTest, WorkerKilledBetweenItsPushes) {
+  JobPlan plan = Bsp("j", kStepDelayMs);
+  const std::string marker = absl::StrCat(std::getenv("TEST_TMPDIR"), "/j-exited-mid-push");
+  plan.worker_flags.push_back(
+      absl::StrCat("--testing_exit_mid_push=1:", kFaultClock, ":", marker));
+  const JobRun run = RunJob(plan, nullptr);
+  ExpectAsClean("(j) worker 1 exits between its pushes", run);
+  EXPECT_TRUE(std::filesystem::exists(marker)) << "worker 1 never exited mid-push\n" << run.logs;
+  EXPECT_EQ(run.worker_restarts[1], 1);
+  EXPECT_GE(run.outcome.recoveries, 1) << "no rollback\n" << run.logs;
+  EXPECT_TRUE(absl::StrContains(run.scheduler_log,
+                                absl::StrCat("worker 1 cannot redo step ", kFaultClock, " exactly")))
+      << run.logs;
 }
 
 TEST_F(NetFaultTest, NodeLostServerAndWorkerTogether) {

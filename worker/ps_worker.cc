@@ -16,8 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/client/scheduler_client.h"
 #include "common/config.h"
@@ -304,6 +307,23 @@ absl::StatusOr<Outcome> TrainGeneration(const WorkerOptions& w, const JobConfig&
   return out;
 }
 
+// BSP with cluster.on_worker_loss WAIT: a step redone after a restart must
+// be the step first computed. A restarted worker redoes its last unticked
+// step; if part of its push of it had reached a server, that server applied
+// the step (with every worker's push) and its values are of a later clock,
+// while a server the push did not reach still waits for the gradient of the
+// earlier values. Such a pull is refused (PsClient::Options::
+// refuse_applied_clock) and the worker has the job roll back instead.
+bool RedoneStepsExact(const JobConfig& config) {
+  return config.cluster().mode() == BSP &&
+         EffectiveOnWorkerLoss(config.cluster()) == ClusterConfig::WAIT;
+}
+
+// The servers' refusal of a redone step (PullRequest.refuse_applied_clock).
+bool AppliedClockRefused(const absl::Status& st) {
+  return absl::IsAlreadyExists(st) && absl::StrContains(st.message(), "has applied clock");
+}
+
 // An error worth starting again from the scheduler's start point (a server
 // or the scheduler was briefly unreachable), rather than ending the worker.
 bool Transient(const absl::Status& st) {
@@ -336,6 +356,22 @@ absl::Status Connect(const WorkerOptions& w, const JobConfig& config, uint32_t r
   // A server being replaced and restored must not fail the worker.
   co.retry_budget = absl::Milliseconds(k.server_deadline_ms()) + absl::Seconds(60);
   co.newest_generation = [scheduler] { return scheduler->scheduler_generation(); };
+  co.refuse_applied_clock = RedoneStepsExact(config);
+  if (!w.testing_exit_mid_push.empty()) {
+    const std::vector<std::string> f =
+        absl::StrSplit(w.testing_exit_mid_push, absl::MaxSplits(':', 2));
+    uint32_t at_rank = 0;
+    uint64_t at_clock = 0;
+    if (f.size() != 3 || !absl::SimpleAtoi(f[0], &at_rank) ||
+        !absl::SimpleAtoi(f[1], &at_clock) || f[2].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--testing_exit_mid_push=", w.testing_exit_mid_push, ": expected RANK:CLOCK:MARKER"));
+    }
+    if (at_rank == rank) {
+      co.testing_exit_mid_push_clock = at_clock;
+      co.testing_exit_mid_push_marker = f[2];
+    }
+  }
   auto created = PsClient::Create(co, start.map(), [scheduler](uint64_t v) {
     // Short: after ABORTED the scheduler has the newer map already; after
     // UNAVAILABLE it may not (yet: a server restarting at another address),
@@ -491,6 +527,23 @@ int RunPsWorker(JobConfig config, const WorkerOptions& w) {
                    << "); restarting from the scheduler's start point";
       after = generation;
       continue;
+    }
+    if (AppliedClockRefused(st) && RedoneStepsExact(config)) {
+      LOG(WARNING) << "worker " << rank << " cannot redo step " << start->clock()
+                   << " exactly (" << st.message() << "): part of its push of it reached "
+                   << "the servers before it was lost; asking for a rollback to the last "
+                   << "checkpoint";
+      const absl::Status asked =
+          scheduler.RequestRollBack(rank, start->clock(), std::string(st.message()));
+      if (asked.ok()) {
+        after = generation;  // Wait for the rollback's generation.
+        continue;
+      }
+      LOG(WARNING) << "asking for a rollback: " << asked;
+      if (++transient_failures <= 5) {
+        after.reset();
+        continue;
+      }
     }
     if (Transient(st) && ++transient_failures <= 5) {
       LOG(WARNING) << "training stopped (" << st << "); starting again from the last "

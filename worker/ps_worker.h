@@ -41,6 +41,8 @@ struct WorkerOptions {
   bool checksum = false;    // Print a checksum of the trained rows' final weights.
   int step_delay_ms = 0;    // Testing: sleep this long in every step.
   std::string wire = "fp32";  // fp32, fp16 or bf16.
+  // Testing: "RANK:CLOCK:MARKER" (PsClient::Options::testing_exit_mid_push_clock).
+  std::string testing_exit_mid_push;
 };
 
 // Local mode: the tables in this process. Returns the exit status.

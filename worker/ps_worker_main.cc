@@ -32,6 +32,10 @@ ABSL_FLAG(bool, checksum, false,
           "trained (tests: determinism and local/PS parity).");
 ABSL_FLAG(int, step_delay_ms, 0, "Testing: sleep this long in every step.");
 ABSL_FLAG(std::string, wire, "fp32", "Values on the wire: fp32, fp16 or bf16.");
+ABSL_FLAG(std::string, testing_exit_mid_push, "",
+          "Testing: RANK:CLOCK:MARKER. Worker RANK pushes step CLOCK to one server "
+          "only and exits (code 86), as one killed between its pushes; only while "
+          "file MARKER does not exist (it is created first).");
 
 namespace {
 
@@ -46,6 +50,7 @@ shardps::WorkerOptions Options() {
   o.checksum = absl::GetFlag(FLAGS_checksum);
   o.step_delay_ms = absl::GetFlag(FLAGS_step_delay_ms);
   o.wire = absl::GetFlag(FLAGS_wire);
+  o.testing_exit_mid_push = absl::GetFlag(FLAGS_testing_exit_mid_push);
   return o;
 }
 

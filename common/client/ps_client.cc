@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -174,6 +177,9 @@ class RpcOp final : public PsClient::Op {
       : impl_(impl), is_pull_(is_pull), tables_(std::move(tables)), purpose_(purpose),
         clock_(clock), lr_scale_(lr_scale), to_every_server_(to_every_server),
         generation_(impl->generation()) {
+    const PsClient::Options& o = impl->options();
+    exit_mid_push_ = !is_pull && o.testing_exit_mid_push_clock == clock &&
+                     !std::filesystem::exists(o.testing_exit_mid_push_marker);
     std::vector<std::pair<uint32_t, std::vector<uint32_t>>> all;
     for (uint32_t t = 0; t < tables_.size(); ++t) {
       std::vector<uint32_t> positions(tables_[t].n);
@@ -186,6 +192,7 @@ class RpcOp final : public PsClient::Op {
   ~RpcOp() override { WaitForCalls(); }
 
   absl::Status Wait() override {
+    if (exit_mid_push_) ExitMidPush();
     absl::Duration backoff = absl::Milliseconds(20);
     const absl::Time started = absl::Now();
     for (int attempt = 1;; ++attempt) {
@@ -255,6 +262,14 @@ class RpcOp final : public PsClient::Op {
     std::shared_ptr<const PartitionMap> map;
     std::vector<std::shared_ptr<ParameterServer::Stub>> stubs;
     std::vector<Part> parts = impl_->Group(tables_, subset, to_every_server, &map, &stubs);
+    if (exit_mid_push_ && parts.size() > 1) {
+      auto lowest = std::min_element(parts.begin(), parts.end(), [](const Part& a, const Part& b) {
+        return a.server < b.server;
+      });
+      Part only = std::move(*lowest);
+      parts.clear();
+      parts.push_back(std::move(only));
+    }
     stubs_ = stubs;  // Keep the stubs alive while calls run.
     used_version_ = map->version();
     calls_.clear();
@@ -289,6 +304,7 @@ class RpcOp final : public PsClient::Op {
     r.set_worker_rank(impl_->options().worker_rank);
     r.set_clock(clock_);
     r.set_generation(generation_);
+    r.set_refuse_applied_clock(impl_->options().refuse_applied_clock && purpose_ == TRAIN);
     for (const auto& [t, positions] : c->part.items) AddPullTable(tables_[t], positions, &r);
   }
 
@@ -341,6 +357,18 @@ class RpcOp final : public PsClient::Op {
     if (--remaining_ == 0) done_.SignalAll();
   }
 
+  // Options::testing_exit_mid_push_clock.
+  [[noreturn]] void ExitMidPush() {
+    WaitForCalls();
+    const PsClient::Options& o = impl_->options();
+    std::ofstream(o.testing_exit_mid_push_marker) << clock_ << "\n";
+    LOG(WARNING) << "testing: exiting after pushing clock " << clock_ << " to server "
+                 << (calls_.empty() ? 0 : calls_[0]->part.server) << " only ("
+                 << (calls_.empty() ? "no call" : calls_[0]->status.error_message()) << ")";
+    google::FlushLogFiles(google::GLOG_INFO);
+    std::_Exit(86);
+  }
+
   void WaitForCalls() {
     MutexLock lock(&mu_);
     while (remaining_ > 0) done_.Wait(&mu_);
@@ -358,6 +386,7 @@ class RpcOp final : public PsClient::Op {
   std::vector<std::unique_ptr<Call>> calls_;
   std::vector<uint32_t> empty_servers_;
   uint64_t used_version_ = 0;  // The map version of the calls in flight.
+  bool exit_mid_push_ = false;  // Options::testing_exit_mid_push_clock.
   absl::Status decode_error_;
   Mutex mu_;
   CondVar done_;

@@ -34,6 +34,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,16 @@ class PsClient {
     // once, as stale, when it is newer than the op's generation: the job
     // rolled back and its retries are moot.
     std::function<uint64_t()> newest_generation;
+    // BSP: training pulls carry PullRequest.refuse_applied_clock, and fail
+    // with ALREADY_EXISTS where a server has applied their clock already.
+    bool refuse_applied_clock = false;
+    // Testing (ps_worker --testing_exit_mid_push): the push of this clock
+    // goes to the lowest-indexed server of its parts only, and once that
+    // server has answered the process exits with code 86, as one killed
+    // between its pushes. Only while `testing_exit_mid_push_marker` does not
+    // exist; it is created first (the restarted process goes on).
+    std::optional<uint64_t> testing_exit_mid_push_clock;
+    std::string testing_exit_mid_push_marker;
   };
 
   class Op {

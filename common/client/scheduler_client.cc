@@ -279,6 +279,22 @@ absl::Status SchedulerClient::WaitClock(uint32_t rank, uint64_t step,
   return st;
 }
 
+absl::Status SchedulerClient::RequestRollBack(uint32_t rank, uint64_t clock,
+                                              const std::string& cause) {
+  RollBackRequest request;
+  request.set_rank(rank);
+  request.set_clock(clock);
+  request.set_generation(generation_);
+  request.set_incarnation(incarnation_);
+  request.set_cause(cause);
+  RollBackResponse response;
+  return Retrying("asking for a rollback", [&] {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(30));
+    return FromGrpcStatus(stub_->RollBack(&ctx, request, &response));
+  });
+}
+
 absl::Status SchedulerClient::Tick(uint32_t rank, uint64_t clock,
                                    const std::string& position, uint64_t samples) {
   TickRequest request;

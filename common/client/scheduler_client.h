@@ -82,6 +82,9 @@ class SchedulerClient {
   absl::Status Barrier(const std::string& name, uint32_t rank,
                        absl::Duration timeout, std::optional<uint32_t>* adopt = nullptr);
   absl::Status ReportMetrics(const MetricsReport& report);
+  // Asks the scheduler to roll the job back to its last complete checkpoint
+  // (RollBackRequest): step `clock` cannot be redone exactly.
+  absl::Status RequestRollBack(uint32_t rank, uint64_t clock, const std::string& cause);
   absl::StatusOr<JobStatusResponse> JobStatus();
   // Asks for a checkpoint now; returns its clock once written.
   absl::StatusOr<uint64_t> CheckpointNow(absl::Duration timeout);
