@@ -212,6 +212,9 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
     }
     RETURN_IF_ERROR(TableStore::CheckDenseKeys(*table, tk.keys().data(),
                                                tk.keys_size()));
+    if (request.purpose() == TRAIN) {  // It creates rows.
+      RETURN_IF_ERROR(TableStore::CheckKeyCount(*table, tk.keys_size(), "a training pull"));
+    }
     if (tk.with_state()) {
       RETURN_IF_ERROR(
           TableStore::CheckStatePull(*table, request.purpose() == TRAIN, encoding));
@@ -288,7 +291,7 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
   return Pull(request, deadline, &sink);
 }
 
-absl::Status ParameterServerCore::DecodePush(
+absl::Status ParameterServerCore::CheckPushShape(
     const PushRequest& request, std::vector<DecodedTable>* tables) const {
   ASSIGN_OR_RETURN(const Encoding encoding, ToEncoding(request.encoding()));
   tables->resize(request.tables_size());
@@ -309,22 +312,38 @@ absl::Status ParameterServerCore::DecodePush(
     }
     d.keys = tg.keys().data();
     d.n = tg.keys_size();
+    RETURN_IF_ERROR(TableStore::CheckKeyCount(*d.table, d.n, "a push"));
+    if (!tg.has_sparse()) {
+      RETURN_IF_ERROR(CheckValueBytes(*d.table, d.n, tg.gradients().size(),
+                                      encoding, "gradients"));
+      continue;
+    }
+    if (!tg.gradients().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", d.table->config().name(), ": a push has both gradients and sparse"));
+    }
+    // Never more than the full form could have carried in one message.
+    const uint64_t cap = config_.cluster().max_message_bytes() > 0
+                             ? config_.cluster().max_message_bytes()
+                             : uint64_t{64} << 20;
+    const uint64_t expanded = uint64_t{d.n} * d.table->dim() * sizeof(float);
+    if (expanded > cap) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", d.table->config().name(), ": a sparse push of ", d.n,
+          " rows would expand to ", expanded, " bytes, over cluster.max_message_bytes ",
+          cap));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::DecodeGradients(
+    const PushRequest& request, std::vector<DecodedTable>* tables) const {
+  ASSIGN_OR_RETURN(const Encoding encoding, ToEncoding(request.encoding()));
+  for (int t = 0; t < request.tables_size(); ++t) {
+    const TableGradients& tg = request.tables(t);
+    DecodedTable& d = (*tables)[t];
     if (tg.has_sparse()) {  // A compressed gradient: expanded, then as any.
-      if (!tg.gradients().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table ", d.table->config().name(), ": a push has both gradients and sparse"));
-      }
-      // Never more than the full form could have carried in one message.
-      const uint64_t cap = config_.cluster().max_message_bytes() > 0
-                               ? config_.cluster().max_message_bytes()
-                               : uint64_t{64} << 20;
-      const uint64_t expanded = uint64_t{d.n} * d.table->dim() * sizeof(float);
-      if (expanded > cap) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table ", d.table->config().name(), ": a sparse push of ", d.n,
-            " rows would expand to ", expanded, " bytes, over cluster.max_message_bytes ",
-            cap));
-      }
       d.storage.resize(d.n * d.table->dim());
       const absl::Status st = ExpandNonZeros(
           tg.sparse().index_gaps().data(), tg.sparse().index_gaps_size(),
@@ -336,8 +355,6 @@ absl::Status ParameterServerCore::DecodePush(
       if (d.n > 0) d.grads = d.storage.data();
       continue;
     }
-    RETURN_IF_ERROR(CheckValueBytes(*d.table, d.n, tg.gradients().size(),
-                                    encoding, "gradients"));
     const char* bytes = tg.gradients().data();
     if (d.n == 0) continue;  // An empty push (legal, closes a BSP clock).
     if (encoding == Encoding::kFp32 &&
@@ -365,7 +382,9 @@ absl::Status ParameterServerCore::Push(const PushRequest& request,
   // Per thread, so that a bf16 push decodes into warm, already sized
   // storage (a fresh vector was an allocation and a zero fill per push).
   thread_local std::vector<DecodedTable> tables;
-  RETURN_IF_ERROR(DecodePush(request, &tables));
+  // Every check that needs no gradient value runs before any is decoded or
+  // expanded: a refused push costs no allocation.
+  RETURN_IF_ERROR(CheckPushShape(request, &tables));
   ReaderMutexLock state(&state_mu_);
   RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
   const std::shared_ptr<const PartitionMap> map = CurrentMap();
@@ -373,13 +392,16 @@ absl::Status ParameterServerCore::Push(const PushRequest& request,
   for (const DecodedTable& d : tables) {
     RETURN_IF_ERROR(CheckOwnership(request.map_version(), d.table->id(),
                                    d.keys, d.n, *map));
-    RETURN_IF_ERROR(
-        store_->ValidatePush(*d.table, d.keys, d.n, d.grads));
+    RETURN_IF_ERROR(store_->ValidatePushKeys(*d.table, d.keys, d.n));
+  }
+  RETURN_IF_ERROR(DecodeGradients(request, &tables));
+  for (const DecodedTable& d : tables) {
+    RETURN_IF_ERROR(store_->ValidateGradients(*d.table, d.keys, d.n, d.grads));
   }
   if (bsp_) return BufferBspPush(request, lr_scale, tables, response);
-  // The eviction clock (and the clock rows are stamped with) follows the
-  // pushes' clocks, at most kMaxClockStep a push: one push with an absurd
-  // clock cannot age every row past its TTL.
+  // The clock rows are stamped with follows the pushes' clocks, at most
+  // kMaxClockStep a push. Eviction compares it with the scheduler's
+  // granted clock as well (Evict), so claims cannot age rows early.
   uint64_t seen = max_clock_.load(std::memory_order_relaxed);
   uint64_t next = seen;
   do {
@@ -404,6 +426,8 @@ absl::Status ParameterServerCore::InitRows(const InitRowsRequest& request,
         absl::StrCat("unknown table id ", request.table_id()));
   }
   const size_t n = request.keys_size();
+  RETURN_IF_ERROR(TableStore::CheckKeyCount(*table, n, "an InitRows"));
+  RETURN_IF_ERROR(TableStore::CheckDenseKeys(*table, request.keys().data(), n));
   RETURN_IF_ERROR(CheckValueBytes(*table, n, request.values().size(),
                                   Encoding::kFp32, "values"));
   RETURN_IF_ERROR(CheckOwnership(request.map_version(), request.table_id(),
@@ -480,10 +504,18 @@ absl::Status ParameterServerCore::Control(const ControlRequest& request,
   return absl::OkStatus();
 }
 
+void ParameterServerCore::GrantClock(uint64_t clock) {
+  granted_clock_.store(clock, std::memory_order_relaxed);
+}
+
+uint64_t ParameterServerCore::eviction_clock() const {
+  return std::min(max_clock_.load(std::memory_order_relaxed),
+                  granted_clock_.load(std::memory_order_relaxed));
+}
+
 uint64_t ParameterServerCore::Evict() {
   ReaderMutexLock state(&state_mu_);
-  return store_->Evict(max_clock_.load(std::memory_order_relaxed),
-                       absl::ToUnixSeconds(absl::Now()));
+  return store_->Evict(eviction_clock(), absl::ToUnixSeconds(absl::Now()));
 }
 
 void ParameterServerCore::Shutdown() {

@@ -11,7 +11,10 @@
 //                      dim"); key count not matching the values; a table
 //                      twice in one push; duplicate keys in one push; a
 //                      non-finite gradient in a REJECT table; non-finite
-//                      lr_scale; a dense chunk index out of range; a pull
+//                      lr_scale; a gradient beyond max_gradient_abs in a
+//                      REJECT table; more keys than max_keys_per_request
+//                      (push, training pull, InitRows of a SPARSE table);
+//                      a dense chunk index out of range; a pull
 //                      with_state that is not a TRAIN pull in FP32, or of
 //                      a table with admission.
 //   ABORTED            the request's map version is not the server's, or a
@@ -97,10 +100,27 @@
 //
 // What a push may carry, whatever the mode: a worker_rank below the job's
 // num_workers; an lr_scale in [0, kMaxLrScale] (table_store.h); in BSP a
-// clock below applied + kBspClocksAhead (so buffered pushes are bounded). In
-// SSP/ASP the push clock only stamps rows for eviction by clock, and one
-// push moves that clock forward by at most kMaxClockStep. Anything else is
-// INVALID_ARGUMENT and changes nothing.
+// clock below applied + kBspClocksAhead (so buffered pushes are bounded);
+// per table at most max_keys_per_request keys (SPARSE), chunk indexes below
+// the table's chunks (DENSE), gradients within max_gradient_abs (the table's
+// non_finite policy decides what happens to the others): the limits are
+// resolved from the job config (server/request_limits.h). Anything else is
+// INVALID_ARGUMENT and changes nothing. A training pull and an InitRows of a
+// SPARSE table carry at most max_keys_per_request keys too. Every check that
+// needs no gradient value (generation, map version, ownership, key counts
+// and ranges, sizes) runs before a gradient is decoded or a sparse one
+// expanded, so a refused push allocates nothing.
+//
+// Eviction by clocks (ttl_clocks). In SSP/ASP the push clock only stamps the
+// rows a push touches, and one push moves that clock forward by at most
+// kMaxClockStep. A row is evicted once eviction_clock() is ttl_clocks past
+// its stamp, and eviction_clock() never passes the clock the scheduler says
+// the job reached (GrantClock): an honest row's stamp is at most the real
+// clock it was touched at, so no sequence of pushes, whatever clocks they
+// claim, ages a row out before the job has run ttl_clocks clocks past its
+// last touch. (A claimed clock far ahead only stamps rows later, keeping
+// them longer.) A server without a scheduler (tools, tests) has no grants:
+// there each push moves the eviction clock kMaxClockStep at most.
 //
 // Thread-safety: all methods are thread-safe. Pull may block (BSP); the
 // others do not wait for other requests beyond short critical sections.
@@ -193,9 +213,19 @@ class ParameterServerCore {
   // owns the core sets it (tests; no request can).
   void SetCheckpointRoot(const std::string& root);
 
-  // One eviction sweep at the current clock and time; rows dropped. The
-  // server calls it periodically.
+  // One eviction sweep at eviction_clock() and the current time; rows
+  // dropped. The server calls it periodically.
   uint64_t Evict();
+  // The scheduler's word on how far the job has got: the largest clock any
+  // worker has completed (ps_server polls it from the scheduler's
+  // JobStatus.max_clock; the latest value counts, also a smaller one after a
+  // rollback). From the first call on, eviction by clocks never runs ahead
+  // of it. Only the process that owns the core calls it (no request can).
+  void GrantClock(uint64_t clock);
+  // The clock eviction compares rows' last-touch clocks with: the clock the
+  // pushes reached (BSP: the applied clock; SSP/ASP: their clocks, at most
+  // kMaxClockStep a push), never more than the last GrantClock.
+  uint64_t eviction_clock() const;
   // Wakes waiting pulls (they answer UNAVAILABLE) and refuses new ones.
   void Shutdown();
 
@@ -241,8 +271,14 @@ class ParameterServerCore {
                               const uint64_t* keys, size_t n,
                               const PartitionMap& map) const;
   absl::Status CheckMapVersion(uint64_t version, const PartitionMap& map) const;
-  absl::Status DecodePush(const PushRequest& request,
-                          std::vector<DecodedTable>* tables) const;
+  // Fills each table's Table, keys and count and checks what needs no
+  // gradient value (table ids, key counts, value sizes, the sparse form's
+  // expanded size); allocates nothing.
+  absl::Status CheckPushShape(const PushRequest& request,
+                              std::vector<DecodedTable>* tables) const;
+  // Decodes (or expands) the gradients of tables CheckPushShape accepted.
+  absl::Status DecodeGradients(const PushRequest& request,
+                               std::vector<DecodedTable>* tables) const;
   absl::Status BufferBspPush(const PushRequest& request, float lr_scale,
                              const std::vector<DecodedTable>& tables,
                              PushResponse* response);
@@ -336,6 +372,8 @@ class ParameterServerCore {
   bool shutdown_ ABSL_GUARDED_BY(bsp_mu_) = false;
 
   std::atomic<uint64_t> max_clock_{0};  // For eviction by clocks.
+  // GrantClock's; no bound until the first call.
+  std::atomic<uint64_t> granted_clock_{UINT64_MAX};
 };
 
 }  // namespace shardps

@@ -13,6 +13,7 @@
 #include "glog/logging.h"
 #include "common/codec.h"
 #include "common/partition.h"
+#include "server/request_limits.h"
 #include "server/row_index.h"
 #include "server/table_internal.h"
 
@@ -76,6 +77,9 @@ Table::Table(const TableConfig& config, uint32_t dim,
       num_chunks_(config.kind() == TableConfig::DENSE
                       ? (config.dense_size() + dim - 1) / dim
                       : 0),
+      max_gradient_bits_(MagnitudeBits(config.max_gradient_abs() > 0
+                                           ? config.max_gradient_abs()
+                                           : kDefaultMaxGradientAbs)),
       rows_per_block_log2_(BlockLog2(stride_)),
       helpers_(helpers),
       arena_(std::make_unique<BlockArena>()),
@@ -324,7 +328,8 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
             const uint32_t i = b.order[j];
             b.rows[j] = nullptr;
             b.to_shared[j] = 0;
-            if (skip_nonfinite && !AllFinite(grads + size_t{i} * dim_, dim_)) {
+            if (skip_nonfinite &&
+                !AllWithin(grads + size_t{i} * dim_, dim_, max_gradient_bits_)) {
               ++counts.skipped_nonfinite;  // Only reached under SKIP_AND_COUNT.
               continue;
             }

@@ -75,8 +75,9 @@
 //    the buckets, and the rows that changed.
 //
 // The Table does not validate: its caller (TableStore) has checked that push
-// keys are unique, dense keys in range, and gradients finite unless the table
-// skips non-finite rows (SKIP_AND_COUNT: such rows are skipped and counted).
+// keys are unique, dense keys in range, and gradients finite and within
+// max_gradient_abs unless the table skips such rows (SKIP_AND_COUNT: they are
+// skipped and counted).
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef SHARDPS_SERVER_TABLE_H_
@@ -155,8 +156,12 @@ class Table {
   uint32_t dim() const { return dim_; }
   bool dense() const { return config_.kind() == TableConfig::DENSE; }
   // Dense tables: the number of chunk rows, or 0 if dense_size is unset
-  // (any chunk index is accepted).
+  // (any chunk index is accepted; TableStore always sets it,
+  // server/request_limits.h).
   uint64_t num_chunks() const { return num_chunks_; }
+  // The largest gradient magnitude a push may carry (config
+  // max_gradient_abs, 0 = kDefaultMaxGradientAbs), as MagnitudeBits.
+  uint32_t max_gradient_bits() const { return max_gradient_bits_; }
   // Floats per slot (weights, state, eviction metadata): a row's payload.
   size_t row_stride() const { return stride_; }
 
@@ -180,8 +185,9 @@ class Table {
   // Whether keys wait for admission before they get a row.
   bool has_admission() const { return min_count_ > 1; }
   // One optimizer step per key with grads[i*dim, (i+1)*dim). Keys unique.
-  // Under SKIP_AND_COUNT, rows with a non-finite gradient are skipped and
-  // counted; under REJECT the caller has checked every gradient. Keys
+  // Under SKIP_AND_COUNT, rows with a gradient element that is non-finite or
+  // beyond max_gradient_abs are skipped and counted; under REJECT the caller
+  // has checked every gradient. Keys
   // without a row count `occurrences[i]` (nullptr: 1 each) towards
   // admission; see the top for what their gradients do.
   PushCounts Push(const uint64_t* keys, size_t n, const float* grads,
@@ -353,6 +359,7 @@ class Table {
   const uint32_t num_partitions_;
   const bool shared_rows_;  // Shared unadmitted rows (see the top).
   const uint64_t num_chunks_;
+  const uint32_t max_gradient_bits_;
   const uint32_t rows_per_block_log2_;
   HelperPool* const helpers_;  // Not owned; may be null.
   std::unique_ptr<BlockArena> arena_;  // Slab blocks of every stripe.

@@ -6,13 +6,15 @@
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
 #include "common/status_macros.h"
+#include "server/request_limits.h"
 
 namespace shardps {
 
 absl::StatusOr<std::unique_ptr<TableStore>> TableStore::Create(
     const JobConfig& config) {
   std::map<uint32_t, std::unique_ptr<Table>> tables;
-  for (const TableConfig& t : config.tables()) {
+  for (const TableConfig& given : config.tables()) {
+    ASSIGN_OR_RETURN(const TableConfig t, ResolveLimits(config, given));
     ASSIGN_OR_RETURN(std::unique_ptr<Table> table,
                      Table::Create(t, config.cluster().dense_chunk_size(),
                                    &HelperPool::Shared(),
@@ -98,8 +100,18 @@ absl::Status CheckLrScale(float lr_scale) {
       absl::StrCat("lr_scale ", lr_scale, " is outside [0, ", kMaxLrScale, "]"));
 }
 
-absl::Status TableStore::ValidatePush(const Table& table, const uint64_t* keys,
-                                      size_t n, const float* grads) const {
+absl::Status TableStore::CheckKeyCount(const Table& table, size_t n, const char* what) {
+  const uint64_t limit = table.config().max_keys_per_request();
+  if (table.dense() || limit == 0 || n <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "table ", table.config().name(), ": ", what, " carries ", n,
+      " keys, more than max_keys_per_request ", limit,
+      " (training.batch_size x the fields feeding the table, unless set)"));
+}
+
+absl::Status TableStore::ValidatePushKeys(const Table& table, const uint64_t* keys,
+                                          size_t n) const {
+  RETURN_IF_ERROR(CheckKeyCount(table, n, "a push"));
   RETURN_IF_ERROR(CheckDenseKeys(table, keys, n));
   uint64_t dup;
   if (table.FindDuplicateKey(keys, n, &dup)) {
@@ -107,17 +119,28 @@ absl::Status TableStore::ValidatePush(const Table& table, const uint64_t* keys,
         absl::StrCat("table ", table.config().name(), ": duplicate key ", dup,
                      " in one push (push one summed gradient per unique key)"));
   }
-  if (table.config().non_finite() == REJECT) {
-    const size_t dim = table.dim();
-    const size_t i = FirstNonFinite(grads, n * dim);
-    if (i < n * dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table ", table.config().name(), ": non-finite gradient ", grads[i],
-          " for key ", keys[i / dim], " (element ", i % dim,
-          "); the table's policy is REJECT"));
-    }
+  return absl::OkStatus();
+}
+
+absl::Status TableStore::ValidateGradients(const Table& table, const uint64_t* keys,
+                                           size_t n, const float* grads) const {
+  if (table.config().non_finite() != REJECT) return absl::OkStatus();
+  const size_t dim = table.dim();
+  const size_t i = FirstBeyond(grads, n * dim, table.max_gradient_bits());
+  if (i < n * dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", table.config().name(), ": gradient ", grads[i], " for key ",
+        keys[i / dim], " (element ", i % dim,
+        ") is non-finite or beyond max_gradient_abs ", table.config().max_gradient_abs(),
+        "; the table's policy is REJECT"));
   }
   return absl::OkStatus();
+}
+
+absl::Status TableStore::ValidatePush(const Table& table, const uint64_t* keys,
+                                      size_t n, const float* grads) const {
+  RETURN_IF_ERROR(ValidatePushKeys(table, keys, n));
+  return ValidateGradients(table, keys, n, grads);
 }
 
 absl::StatusOr<PushCounts> TableStore::Push(uint32_t table_id,
@@ -134,6 +157,7 @@ absl::StatusOr<uint64_t> TableStore::InitRows(uint32_t table_id,
                                               const uint64_t* keys, size_t n,
                                               const float* values) {
   ASSIGN_OR_RETURN(Table * table, GetTable(table_id));
+  RETURN_IF_ERROR(CheckKeyCount(*table, n, "an InitRows"));
   RETURN_IF_ERROR(CheckDenseKeys(*table, keys, n));
   const size_t bad = FirstNonFinite(values, n * table->dim());
   if (bad < n * table->dim()) {

@@ -2,14 +2,20 @@
 //
 // The server's core holds its tables in a TableStore, and a worker in local
 // mode holds the whole model in one: the same sequence of Push calls gives
-// bit-identical rows either way. The store validates every call before it
-// changes anything, so a refused call leaves every table as it was:
+// bit-identical rows either way. Each table's limits (dense_size,
+// max_keys_per_request, max_gradient_abs) are resolved from the job config
+// when the store is built (server/request_limits.h) and are in the table's
+// config(). The store validates every call before it changes anything, so a
+// refused call leaves every table as it was:
 //   - unknown table id                      -> INVALID_ARGUMENT
 //   - duplicate keys in one push            -> INVALID_ARGUMENT
+//   - a sparse push or InitRows of more than
+//     max_keys_per_request keys             -> INVALID_ARGUMENT
 //   - a dense chunk index past dense_size   -> INVALID_ARGUMENT
-//   - a non-finite gradient, table REJECT   -> INVALID_ARGUMENT (names the key)
+//   - a gradient element non-finite or beyond
+//     max_gradient_abs, table REJECT        -> INVALID_ARGUMENT (names the key)
 //   - a non-finite lr_scale                 -> INVALID_ARGUMENT
-// Under SKIP_AND_COUNT, rows whose gradient has a NaN/Inf are skipped and
+// Under SKIP_AND_COUNT, rows with such a gradient element are skipped and
 // counted; the rest of the push applies.
 //
 // Value arrays are row-major: n rows of table dim() floats, in key order.
@@ -75,6 +81,14 @@ class TableStore {
   // validates on arrival and applies when the clock closes).
   absl::Status ValidatePush(const Table& table, const uint64_t* keys, size_t n,
                             const float* grads) const;
+  // ValidatePush in two halves: the keys (count, dense range, duplicates),
+  // which need no gradient, and the gradients (the REJECT policy's check).
+  absl::Status ValidatePushKeys(const Table& table, const uint64_t* keys, size_t n) const;
+  absl::Status ValidateGradients(const Table& table, const uint64_t* keys, size_t n,
+                                 const float* grads) const;
+  // INVALID_ARGUMENT if `n` keys are more than a SPARSE table's
+  // max_keys_per_request; `what` names the request ("a push").
+  static absl::Status CheckKeyCount(const Table& table, size_t n, const char* what);
 
   // INVALID_ARGUMENT if a key is a dense chunk index out of range.
   static absl::Status CheckDenseKeys(const Table& table, const uint64_t* keys,

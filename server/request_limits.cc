@@ -1,0 +1,119 @@
+#include "server/request_limits.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardps {
+namespace {
+
+// As worker/data/fields.h: with no `fields`, 26 Criteo columns feed the
+// first SPARSE table; num_dense 0 means 13.
+constexpr uint64_t kCriteoNumCategorical = 26;
+constexpr uint64_t kCriteoNumDense = 13;
+
+bool IsSparse(const TableConfig& t) {
+  return t.kind() == TableConfig::SPARSE || t.kind() == TableConfig::KIND_UNSPECIFIED;
+}
+
+const TableConfig* FirstSparseTable(const JobConfig& config) {
+  for (const TableConfig& t : config.tables()) {
+    if (IsSparse(t)) return &t;
+  }
+  return nullptr;
+}
+
+// The fields that feed `table` (a SPARSE table of `config`).
+uint64_t FieldsFeeding(const JobConfig& config, const TableConfig& table) {
+  if (config.fields_size() == 0) {
+    const TableConfig* first = FirstSparseTable(config);
+    return first != nullptr && first->id() == table.id() ? kCriteoNumCategorical : 0;
+  }
+  uint64_t n = 0;
+  for (const FieldConfig& f : config.fields()) n += f.table() == table.name();
+  return n;
+}
+
+// Parameters of an MLP from `in` through `sizes` (weights and biases).
+uint64_t MlpParams(uint64_t in, const std::vector<uint64_t>& sizes) {
+  uint64_t n = 0;
+  for (uint64_t out : sizes) {
+    n += in * out + out;
+    in = out;
+  }
+  return n;
+}
+
+}  // namespace
+
+uint64_t ModelDenseParams(const JobConfig& config) {
+  const ModelConfig& m = config.model();
+  if (m.kind() != ModelConfig::KIND_UNSPECIFIED && m.kind() != ModelConfig::DLRM) return 0;
+  if (m.bottom_mlp_size() == 0) return 0;
+  uint64_t fields = config.fields_size();
+  if (fields == 0) {
+    if (FirstSparseTable(config) == nullptr) return 0;
+    fields = kCriteoNumCategorical;
+  }
+  const uint64_t num_dense =
+      config.data().num_dense() == 0 ? kCriteoNumDense : config.data().num_dense();
+  const std::vector<uint64_t> bottom(m.bottom_mlp().begin(), m.bottom_mlp().end());
+  std::vector<uint64_t> top(m.top_mlp().begin(), m.top_mlp().end());
+  top.push_back(1);
+  const uint64_t vectors = 1 + fields;
+  const uint64_t pairs = vectors * (vectors - 1) / 2;
+  return MlpParams(num_dense, bottom) + MlpParams(bottom.back() + pairs, top);
+}
+
+absl::StatusOr<TableConfig> ResolveLimits(const JobConfig& config, const TableConfig& table) {
+  TableConfig t = table;
+  if (!std::isfinite(t.max_gradient_abs()) || t.max_gradient_abs() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", t.name(), ": max_gradient_abs ", t.max_gradient_abs(),
+        " must be finite and >= 0 (0 = ", kDefaultMaxGradientAbs, ")"));
+  }
+  if (t.max_gradient_abs() == 0) t.set_max_gradient_abs(kDefaultMaxGradientAbs);
+  if (t.kind() == TableConfig::DENSE) {
+    if (t.dense_size() == 0) {
+      const uint64_t chunk = config.cluster().dense_chunk_size() > 0
+                                 ? config.cluster().dense_chunk_size()
+                                 : 4096;
+      const uint64_t model =
+          config.model().dense_table() == t.name() ? ModelDenseParams(config) : 0;
+      const uint64_t message = config.cluster().max_message_bytes() > 0
+                                   ? config.cluster().max_message_bytes()
+                                   : uint64_t{64} << 20;
+      const uint64_t chunks = std::max<uint64_t>(1, message / sizeof(float) / chunk);
+      t.set_dense_size(model > 0 ? model : chunks * chunk);
+    }
+  } else if (t.max_keys_per_request() == 0) {
+    const uint64_t batch =
+        config.training().batch_size() > 0 ? config.training().batch_size() : 256;
+    const uint64_t fields = std::max<uint64_t>(1, FieldsFeeding(config, t));
+    const uint64_t bag =
+        config.data().format() == DataConfig::TSV_MULTIHOT ? kMultiHotKeysPerField : 1;
+    t.set_max_keys_per_request(batch * fields * bag);
+  }
+  return t;
+}
+
+size_t FirstBeyond(const float* v, size_t n, uint32_t bound_bits) {
+  constexpr size_t kBlock = 64;
+  for (size_t start = 0; start < n; start += kBlock) {
+    const size_t end = start + kBlock < n ? start + kBlock : n;
+    uint32_t bad = 0;
+    for (size_t i = start; i < end; ++i) {
+      bad |= (FloatBits(v[i]) & 0x7fffffffu) > bound_bits;
+    }
+    if (bad != 0) {
+      for (size_t i = start; i < end; ++i) {
+        if ((FloatBits(v[i]) & 0x7fffffffu) > bound_bits) return i;
+      }
+    }
+  }
+  return n;
+}
+
+}  // namespace shardps
