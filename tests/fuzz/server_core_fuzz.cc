@@ -1,26 +1,36 @@
 // Fuzz target: arbitrary serialized requests into the parameter server's
 // core (server/parameter_server_core.h): Pull, Push, InitRows, Control,
-// TableInfo, Checkpoint and Restore, in sequence, on a fresh core per input.
+// TableInfo, Checkpoint, Restore and the scheduler's clock grants, in
+// sequence, on a fresh core per input.
 //
 // Input: the first byte picks the consistency mode (mod 3: SSP(2), BSP,
 // ASP); the rest is a sequence of up to kMaxRequests records
-//   [kind byte (mod 7)][length, 2 bytes little-endian][length bytes]
+//   [kind byte (mod 8)][length, 2 bytes little-endian][length bytes]
 // whose bytes are parsed as the request of that kind (0 Pull, 1 Push,
-// 2 InitRows, 3 Control, 4 TableInfo, 5 Checkpoint, 6 Restore); bytes that
-// do not parse are skipped. Checkpoints go to the config's checkpoint.dir, a
+// 2 InitRows, 3 Control, 4 TableInfo, 5 Checkpoint, 6 Restore; 7 GrantClock,
+// its first up to 8 bytes a little-endian clock); bytes that do not parse
+// are skipped. Checkpoints go to the config's checkpoint.dir, a
 // directory of this process emptied before each input (requests name no
 // path: whatever they hold, nothing is written elsewhere).
-// The core is server 0 of 2, 2 workers, 16 partitions, tables: sparse "emb"
-// (dim 4, Adam, admission after 2 pushes, unadmitted keys on the shared row,
-// REJECT non-finite), sparse "skip" (dim 3, Adagrad, SKIP_AND_COUNT) and dense
-// "mlp" (60 elements in chunks of 8, SGD). Messages are capped at 64 KiB. BSP
-// pulls get a deadline that has already passed, so a pull that would block
-// answers DEADLINE_EXCEEDED.
+// The core is server 0 of 2, 2 workers, batch size 4, 16 partitions, tables:
+// sparse "emb" (dim 4, Adam, admission after 2 pushes, unadmitted keys on the
+// shared row, REJECT non-finite; 104 keys a request, the 26 Criteo fields),
+// sparse "skip" (dim 3, Adagrad, SKIP_AND_COUNT with max_gradient_abs 100,
+// ttl_clocks 3; 4 keys a request), dense "mlp" (60 elements in chunks of 8,
+// SGD) and dense "wide" (no dense_size and no model: as many chunks as one
+// 64 KiB message). Messages are capped at 64 KiB. BSP pulls get a deadline
+// that has already passed, so a pull that would block answers
+// DEADLINE_EXCEEDED.
 //
 // Checked: every status is one of the codes the header documents; an
 // accepted pull answers every table in order with keys * dim values of the
-// requested encoding; TableInfo and Evict always work; an accepted
-// checkpoint is written under the config's checkpoint.dir.
+// requested encoding; an accepted pull, push or InitRows carries at most
+// max_keys_per_request keys of a sparse table (a training pull, a push and
+// an InitRows) and only chunk indexes below the dense table's chunks; the
+// eviction clock never passes the last grant; every row's weights and
+// optimizer state stay finite (gradients are bounded); TableInfo and Evict
+// always work; an accepted checkpoint is written under the config's
+// checkpoint.dir.
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -48,7 +58,8 @@ namespace {
 constexpr int kMaxRequests = 32;
 constexpr uint32_t kPartitions = 16;
 enum Kind {
-  kPull = 0, kPush, kInitRows, kControl, kTableInfo, kCheckpoint, kRestore, kNumKinds
+  kPull = 0, kPush, kInitRows, kControl, kTableInfo, kCheckpoint, kRestore, kGrant,
+  kNumKinds
 };
 
 // This process's checkpoint root.
@@ -71,6 +82,7 @@ tables {
 }
 tables {
   id: 2 name: "skip" dim: 3 seed: 6 non_finite: SKIP_AND_COUNT
+  max_gradient_abs: 100 eviction { ttl_clocks: 3 }
   optimizer { adagrad { learning_rate: 0.1 } }
 }
 tables {
@@ -78,7 +90,13 @@ tables {
   init { kind: UNIFORM scale: 0.1 }
   optimizer { sgd { learning_rate: 0.1 } }
 }
+tables {
+  id: 4 name: "wide" kind: DENSE seed: 8
+  init { kind: ZEROS }
+  optimizer { sgd { learning_rate: 0.1 } }
+}
 data { train_files: "train.tsv" }
+training { batch_size: 4 }
 checkpoint { dir: ")pb") + Root() + R"pb(" }
 cluster {
   num_servers: 2 num_workers: 2 num_partitions: 16
@@ -126,26 +144,70 @@ void CheckPull(ParameterServerCore* core, const PullRequest& request,
   }
 }
 
+// The keys of one table of an accepted request are within its limits
+// (server/request_limits.h): `bounded` if the request creates rows.
+void CheckKeys(ParameterServerCore* core, uint32_t table_id, const uint64_t* keys, size_t n,
+               bool bounded) {
+  const Table* table = core->store()->FindTable(table_id);
+  FuzzCheck(table != nullptr, "an accepted request names known tables");
+  if (table->dense()) {
+    FuzzCheck(table->num_chunks() > 0, "a dense table is always sized");
+    for (size_t i = 0; i < n; ++i) {
+      FuzzCheck(keys[i] < table->num_chunks(), "accepted chunk indexes are in range");
+    }
+  } else if (bounded) {
+    FuzzCheck(n <= table->config().max_keys_per_request(),
+              "an accepted request carries at most max_keys_per_request keys");
+  }
+}
+
+// GrantClock's last clock, if any (per input).
+struct Grants {
+  bool any = false;
+  uint64_t last = 0;
+};
+
 // Runs one request; true if it was accepted.
 bool RunOne(ParameterServerCore* core, int kind, const uint8_t* data,
-            size_t size) {
+            size_t size, Grants* grants) {
   absl::Status status;
+  if (kind == kGrant) {
+    uint64_t clock = 0;
+    for (size_t i = 0; i < std::min<size_t>(size, 8); ++i) clock |= uint64_t{data[i]} << (8 * i);
+    core->GrantClock(clock);
+    *grants = {true, clock};
+    return false;
+  }
   if (kind == kPull) {
     PullRequest request;
     PullResponse response;
     if (!request.ParseFromArray(data, static_cast<int>(size))) return false;
     status = core->Pull(request, absl::Now(), &response);
-    if (status.ok()) CheckPull(core, request, response);
+    if (status.ok()) {
+      CheckPull(core, request, response);
+      for (const TableKeys& tk : request.tables()) {
+        CheckKeys(core, tk.table_id(), tk.keys().data(), tk.keys_size(),
+                  request.purpose() == TRAIN);
+      }
+    }
   } else if (kind == kPush) {
     PushRequest request;
     PushResponse response;
     if (!request.ParseFromArray(data, static_cast<int>(size))) return false;
     status = core->Push(request, &response);
+    if (status.ok()) {
+      for (const TableGradients& tg : request.tables()) {
+        CheckKeys(core, tg.table_id(), tg.keys().data(), tg.keys_size(), true);
+      }
+    }
   } else if (kind == kInitRows) {
     InitRowsRequest request;
     InitRowsResponse response;
     if (!request.ParseFromArray(data, static_cast<int>(size))) return false;
     status = core->InitRows(request, &response);
+    if (status.ok()) {
+      CheckKeys(core, request.table_id(), request.keys().data(), request.keys_size(), true);
+    }
   } else if (kind == kControl) {
     ControlRequest request;
     ControlResponse response;
@@ -275,6 +337,13 @@ std::vector<std::string> FuzzSeeds() {
   restore.Clear();
   restore.set_initial(true);
   AddRecord(kRestore, restore, &async);
+  std::string grant_clock(8, '\0');
+  grant_clock[0] = 1;
+  async.push_back(static_cast<char>(kGrant));
+  async.push_back(8);
+  async.push_back(0);
+  async += grant_clock;
+  AddRecord(kPush, Push(0, ~uint64_t{0}, FP32, 0.5f), &async);
   std::string asp = async;
   asp[0] = 2;
 
@@ -314,15 +383,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto core = ParameterServerCore::Create(options);
   FuzzCheck(core.ok(), "the fuzz core builds");
   bool accepted = false;
+  Grants grants;
   size_t pos = 1;
   for (int i = 0; i < kMaxRequests && pos + 3 <= size; ++i) {
     const int kind = data[pos] % kNumKinds;
     const size_t len = std::min<size_t>(data[pos + 1] | (data[pos + 2] << 8),
                                         size - pos - 3);
-    accepted |= RunOne(core->get(), kind, data + pos + 3, len);
+    accepted |= RunOne(core->get(), kind, data + pos + 3, len, &grants);
     pos += 3 + len;
+    FuzzCheck(!grants.any || (*core)->eviction_clock() <= grants.last,
+              "the eviction clock never passes the last grant");
   }
   (void)(*core)->Evict();
+  for (const Table* table : (*core)->store()->tables()) {
+    const size_t floats = table->dim() + table->state_size();
+    table->ForEachRow([&](uint64_t, const float* payload) {
+      FuzzCheck(AllFinite(payload, floats), "rows and their optimizer state stay finite");
+    });
+  }
   TableInfoResponse info;
   FuzzCheck((*core)->TableInfo(TableInfoRequest(), &info).ok(),
             "TableInfo works");
