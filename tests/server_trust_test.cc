@@ -15,6 +15,9 @@
 //  - A plaintext server on a non-loopback address warns loudly.
 //  - A push with clock 2^64-1 does not wipe a table with eviction by clock;
 //    BSP pulls waiting for their clock are bounded.
+//  - What a member may cost (issue 33): eviction by clocks follows the
+//    scheduler's clock whatever clocks pushes claim; keys per request, dense
+//    chunk indexes and gradient magnitudes are bounded by the job config.
 #include <signal.h>
 
 #include <cstdint>
@@ -403,6 +406,134 @@ TEST(ServerTrustTest, PlaintextOnANonLoopbackAddressWarnsLoudly) {
   EXPECT_EQ(server.Wait(absl::Seconds(30)).value_or(-1), 0);
   EXPECT_NE(testing::ReadFile(dir + "/server.log").find("WITHOUT TLS"), std::string::npos)
       << testing::ReadFile(dir + "/server.log");
+}
+
+
+// Issue 33 #2, #5, #6 against a server of a job (a scheduler, one server, no
+// worker: the job's clock stays 0). Pushes claiming clock 2^64-1 do not age
+// rows out (the eviction clock follows the scheduler's JobStatus.max_clock);
+// a push, a training pull and a compressed push of more keys than the batch
+// allows, chunk indexes past the model's size and a gradient of 3e38 are
+// refused and change nothing (no row created, the row the refused gradient
+// was for reads as before). A canary row with a 1 s TTL shows a sweep ran.
+TEST(ServerTrustTest, AMemberMayCostOnlyWhatAMemberShould) {
+  const std::string dir = Dir("trust_limits");
+  ASSERT_TRUE(testing::MakeSyntheticData(dir + "/data", 2000, 200).ok());
+  const std::string config = dir + "/job.pbtxt";
+  std::ofstream(config) << R"pb(
+name: "trust-limits"
+tables { id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
+         init { kind: UNIFORM scale: 0.05 } optimizer { adagrad { learning_rate: 0.05 } }
+         eviction { ttl_clocks: 100 } }
+tables { id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
+         optimizer { adam { learning_rate: 0.002 } } }
+tables { id: 3 name: "canary" dim: 4 seed: 4 init { kind: UNIFORM scale: 0.1 }
+         optimizer { sgd { learning_rate: 0.01 } } eviction { ttl_seconds: 1 } }
+model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
+training { batch_size: 16 epochs: 1 intra_op_threads: 1 }
+cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
+)pb" << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n";
+  LocalCluster cluster({config, dir, 1, 0});
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
+  auto scheduler = Scheduler::NewStub(
+      grpc::CreateChannel(cluster.scheduler_address(), grpc::InsecureChannelCredentials()));
+  PartitionMapProto map;
+  for (int attempt = 0; attempt < 100 && map.server_addresses_size() < 1; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    GetPartitionMapRequest request;
+    request.set_min_version(1);
+    request.set_timeout_ms(2000);
+    (void)scheduler->GetPartitionMap(&ctx, request, &map);
+  }
+  ASSERT_EQ(map.server_addresses_size(), 1) << cluster.AllLogTails();
+  auto stub = ServerStub(map.server_addresses(0));
+  // The job's start restores the server (generation 0 -> 1) once it has
+  // registered: wait for that, or it would empty the tables mid-test.
+  uint64_t generation = 0;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
+       generation == 0 && absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(50))) {
+    generation = Info(*stub).generation();
+  }
+  ASSERT_GT(generation, 0u) << "the server was not restored into the job's generation"
+                            << cluster.AllLogTails();
+  auto push = [&](uint64_t clock, uint32_t table, const std::vector<uint64_t>& keys,
+                  uint32_t dim, float grad, bool sparse = false) {
+    PushRequest request;
+    request.set_map_version(map.version());
+    request.set_generation(generation);
+    request.set_clock(clock);
+    TableGradients* g = request.add_tables();
+    g->set_table_id(table);
+    for (uint64_t k : keys) g->add_keys(k);
+    if (sparse) {
+      g->mutable_sparse()->add_index_gaps(0);
+      g->mutable_sparse()->set_values(std::string(4, '\0'));
+    } else {
+      const std::vector<float> grads(dim * keys.size(), grad);
+      g->set_gradients(grads.data(), grads.size() * sizeof(float));
+    }
+    grpc::ClientContext ctx;
+    PushResponse response;
+    return stub->Push(&ctx, request, &response);
+  };
+  auto pull = [&](PullPurpose purpose, uint32_t table, const std::vector<uint64_t>& keys,
+                  std::string* values) {
+    PullRequest request;
+    request.set_map_version(map.version());
+    request.set_generation(generation);
+    request.set_purpose(purpose);
+    TableKeys* tk = request.add_tables();
+    tk->set_table_id(table);
+    for (uint64_t k : keys) tk->add_keys(k);
+    grpc::ClientContext ctx;
+    PullResponse response;
+    const grpc::Status st = stub->Pull(&ctx, request, &response);
+    if (values != nullptr && response.tables_size() == 1) *values = response.tables(0).values();
+    return st;
+  };
+  std::vector<uint64_t> rows;
+  for (uint64_t k = 1; k <= 50; ++k) rows.push_back(k);
+  ASSERT_TRUE(push(0, 1, rows, 8, 0.01f).ok());
+  // #2: three pushes claiming clock 2^64-1 (ceil(100 / 64) + 1 used to suffice).
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(push(UINT64_MAX, 1, {1000}, 8, 0.01f).ok());
+
+  auto expect_refused = [](const grpc::Status& st, const std::string& what) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find(what), std::string::npos) << st.error_message();
+  };
+  // #5: 16 x 26 = 416 keys a request.
+  std::vector<uint64_t> many;
+  for (uint64_t k = 1u << 20; many.size() < 417; ++k) many.push_back(k);
+  expect_refused(push(1, 1, many, 8, 0.01f), "max_keys_per_request 416");
+  many.clear();
+  for (uint64_t k = 1u << 20; many.size() < (1u << 20); ++k) many.push_back(k);
+  expect_refused(pull(TRAIN, 1, many, nullptr), "max_keys_per_request 416");
+  expect_refused(push(1, 1, many, 8, 0, /*sparse=*/true), "max_keys_per_request 416");
+  // #6: chunk indexes past the model's 6137 parameters (2 chunks of 4096).
+  expect_refused(push(1, 2, {UINT64_MAX}, 4096, 0.01f), "out of range");
+  expect_refused(pull(EVAL, 2, {1000000}, nullptr), "out of range");
+  std::string before, after;
+  ASSERT_TRUE(pull(EVAL, 1, {1, 2}, &before).ok());
+  expect_refused(push(1, 1, {1, 2}, 8, 3e38f), "max_gradient_abs");
+  ASSERT_TRUE(pull(EVAL, 1, {1, 2}, &after).ok());
+  EXPECT_EQ(after, before) << "a refused gradient moved the rows";
+
+  ASSERT_TRUE(push(1, 3, {1}, 4, 0.01f).ok());  // The canary.
+  TableInfoResponse info;
+  const absl::Time deadline = absl::Now() + absl::Seconds(40);
+  do {
+    absl::SleepFor(absl::Milliseconds(200));
+    info = Info(*stub);
+  } while (info.tables_size() == 3 && info.tables(2).evicted_rows() == 0 &&
+           absl::Now() < deadline);
+  ASSERT_EQ(info.tables_size(), 3);
+  ASSERT_EQ(info.tables(2).evicted_rows(), 1u)
+      << "no eviction sweep evicted the canary row within 40 s";
+  EXPECT_EQ(info.tables(0).evicted_rows(), 0u);
+  EXPECT_EQ(info.tables(0).live_rows(), 51u) << "rows created or lost by refused requests";
+  EXPECT_EQ(info.tables(1).live_rows(), 0u);
+  cluster.KillAll();
 }
 
 }  // namespace
