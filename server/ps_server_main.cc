@@ -122,6 +122,13 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> JoinScheduler(
   return client;
 }
 
+bool HasEvictionByClocks(const JobConfig& config) {
+  for (const TableConfig& t : config.tables()) {
+    if (t.eviction().ttl_clocks() > 0) return true;
+  }
+  return false;
+}
+
 // Per-table Prometheus series, refreshed from Table::Counters() snapshots by
 // a Poller (the counters' deltas feed Prometheus counters).
 class TableMetrics {
@@ -240,7 +247,11 @@ int Run() {
     std::rename(tmp.c_str(), port_file.c_str());
   }
   std::unique_ptr<SchedulerClient> scheduler;
+  // Eviction by clocks follows the scheduler's word on the job's clock, not
+  // the clocks pushes claim (parameter_server_core.h): none until it speaks.
+  std::unique_ptr<metrics::Poller> clock_grants;
   if (!absl::GetFlag(FLAGS_scheduler).empty()) {
+    (*server)->core()->GrantClock(0);
     auto joined = JoinScheduler(*config, (*server)->address(), server->get());
     if (!joined.ok()) {
       LOG(ERROR) << "cannot join the job: " << joined.status();
@@ -249,6 +260,15 @@ int Run() {
       return 2;
     }
     scheduler = *std::move(joined);
+    if (HasEvictionByClocks(*config)) {
+      ParameterServerCore* core = (*server)->core();
+      SchedulerClient* client = scheduler.get();
+      clock_grants = std::make_unique<metrics::Poller>(
+          absl::Milliseconds(config->cluster().heartbeat_ms()), [core, client] {
+            absl::StatusOr<JobStatusResponse> status = client->JobStatus();
+            if (status.ok()) core->GrantClock(status->max_clock());
+          });
+    }
   }
   int sig = 0;
   sigwait(&stop, &sig);
@@ -258,6 +278,7 @@ int Run() {
   const bool job_ended = scheduler == nullptr || scheduler->job_ended();
   LOG(INFO) << "signal " << sig << ": shutting down"
             << (job_ended ? "" : " before the job's end (exit status 128 + signal)");
+  clock_grants.reset();
   (*server)->Shutdown();
   (*server)->Wait();
   PrintWeightsChecksum(absl::GetFlag(FLAGS_index), (*server)->core()->store());
