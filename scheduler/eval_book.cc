@@ -96,6 +96,11 @@ absl::Status EvalBook::Record(uint32_t rank, const CheckpointEval& e) {
   }
   auto it = due_.find(e.clock());
   if (it == due_.end()) return absl::OkStatus();
+  if (it->second.holder && *it->second.holder != rank) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "evaluation of the checkpoint at clock ", e.clock(), " from worker ", rank,
+        ": it is leased to worker ", *it->second.holder, "; refused"));
+  }
   due_.erase(it);
   evals_[e.clock()] = e;
   LOG(INFO) << "evaluation of the checkpoint at clock " << e.clock() << " by worker " << rank
@@ -106,7 +111,7 @@ absl::Status EvalBook::Record(uint32_t rank, const CheckpointEval& e) {
 
 void EvalBook::Failed(uint32_t rank, uint64_t clock, const std::string& why) {
   auto it = due_.find(clock);
-  if (it == due_.end()) return;
+  if (it == due_.end() || (it->second.holder && *it->second.holder != rank)) return;
   LOG(WARNING) << "worker " << rank << " could not evaluate the checkpoint at clock " << clock
                << ": " << why;
   if (++it->second.attempts >= kMaxAttempts) {

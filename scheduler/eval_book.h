@@ -82,10 +82,13 @@ class EvalBook {
   // The evaluation of e.clock() by `rank`: recorded and persisted. An
   // evaluation of a checkpoint that is not due (a duplicate, or one a
   // rollback dropped) is ignored (OK). INVALID_ARGUMENT for an AUC outside
-  // [0, 1] (NaN allowed) or a negative logloss.
+  // [0, 1] (NaN allowed) or a negative logloss; FAILED_PRECONDITION, nothing
+  // recorded, when the checkpoint is leased to another rank (only the
+  // holder reports; one nobody holds, as after a scheduler restart, is
+  // taken from any rank).
   absl::Status Record(uint32_t rank, const CheckpointEval& e);
-  // The evaluation of `clock` failed; it is due again, or dropped after
-  // kMaxAttempts.
+  // The evaluation of `clock` by `rank` failed; it is due again, or dropped
+  // after kMaxAttempts. Ignored from a rank that does not hold it.
   void Failed(uint32_t rank, uint64_t clock, const std::string& why);
   // Forgets evaluations, due checkpoints and a stop after `clock`.
   absl::Status DropAfter(uint64_t clock);

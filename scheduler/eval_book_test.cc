@@ -56,6 +56,27 @@ TEST(EvalBookTest, DueCheckpointsAreHandedOutOnceInClockOrder) {
   EXPECT_FALSE(book.Record(1, Eval(200, 1.5)).ok());
 }
 
+// Only the worker a checkpoint is leased to reports its evaluation: another
+// rank's result is refused and recorded nowhere (its AUC would choose BEST),
+// and its failure report does not end the holder's lease. A checkpoint no
+// one holds (a scheduler restarted since) is taken from any rank.
+TEST(EvalBookTest, OnlyTheLeaseHolderReports) {
+  EvalBook book(Opts("", 0));
+  book.Enqueue(100, false);
+  book.Enqueue(200, false);
+  EXPECT_EQ(book.Take(0), 100u);
+  const absl::Status other = book.Record(1, Eval(100, 0.99));
+  EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition) << other;
+  EXPECT_EQ(book.evaluations().count(100), 0u);
+  book.Failed(1, 100, "not mine");
+  EXPECT_EQ(book.Take(2), 200u) << "100 is still worker 0's";
+  ASSERT_TRUE(book.Record(0, Eval(100, 0.7)).ok());
+  EXPECT_EQ(book.evaluations().at(100).auc(), 0.7);
+  book.Enqueue(300, false);  // Not taken by anyone.
+  ASSERT_TRUE(book.Record(1, Eval(300, 0.8)).ok());
+  EXPECT_EQ(book.evaluations().at(300).auc(), 0.8);
+}
+
 // An evaluator that is alive but never answers does not hold the job: its
 // lease ends after Options::lease, as a failed attempt, and the checkpoint
 // goes to another worker; after kMaxAttempts such leases it is dropped.

@@ -99,7 +99,7 @@ absl::Status JobCoordinator::Evaluation(const EvaluationRequest& request,
     if (!request.error().empty()) {
       evals_.Failed(rank, request.done().clock(), request.error());
     } else if (absl::Status st = evals_.Record(rank, request.done()); !st.ok()) {
-      if (absl::IsInvalidArgument(st)) return st;
+      if (absl::IsInvalidArgument(st) || absl::IsFailedPrecondition(st)) return st;
       LOG(WARNING) << st;  // Recorded, but not persisted.
     }
     MaybeStopLocked();

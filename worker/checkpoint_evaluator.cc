@@ -33,9 +33,10 @@ void CheckpointEvaluator::Loop() {
     auto answer = o_.scheduler->Evaluation(request, kPoll);
     if (!answer.ok()) {
       // The result (if any) is sent again with the next request, unless the
-      // scheduler refused it.
+      // scheduler refused it (impossible, or a checkpoint no longer ours).
       LOG_EVERY_N(WARNING, 10) << "periodic evaluation: " << answer.status();
-      if (absl::IsInvalidArgument(answer.status())) {
+      if (absl::IsInvalidArgument(answer.status()) ||
+          absl::IsFailedPrecondition(answer.status())) {
         request.clear_done();
         request.clear_error();
       }
