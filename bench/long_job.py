@@ -99,7 +99,8 @@ def main():
         total = None
         if address:
             out = subprocess.run([os.path.join(bin_dir, "scheduler/ps_status"),
-                                  "--scheduler=" + address, "--json"],
+                                  "--scheduler=" + address, "--json", "--job_secret_file="
+                                  + os.path.join(args.dir, "run", "job.secret")],
                                  capture_output=True, text=True, timeout=30)
             m = re.search(r'"totalSamples":\s*"?(\d+)', out.stdout)
             total = int(m.group(1)) if m else None

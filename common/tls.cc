@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/init.h"
+#include "common/job_secret.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -267,11 +268,17 @@ absl::Status CheckOperator(const char* rpc, const grpc::ServerContext& context,
 void ConfigureListener(const std::string& listen, const char* role,
                        grpc::ServerBuilder* builder) {
   builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  if (!TlsEnabledFromFlags() && !IsLoopbackAddress(listen)) {
+  if (TlsEnabledFromFlags() || IsLoopbackAddress(listen)) return;
+  if (JobSecretEnabled()) {
+    LOG(INFO) << role << " serves " << listen << " without TLS: calls must carry the job "
+              << "secret (--job_secret_file), which crosses the network in the clear "
+                 "(docs/security.md)";
+  } else {
     LOG(WARNING) << "*** " << role << " serves " << listen
-                 << " WITHOUT TLS on a non-loopback address: anyone who can reach it "
-                    "can send data-path requests (pulls, pushes). Use --tls_cert, "
-                    "--tls_key and --tls_ca on a shared network (docs/security.md). ***";
+                 << " with neither TLS nor a job secret on a non-loopback address: anyone "
+                    "who can reach it can join the job and send data-path requests (pulls, "
+                    "pushes). Give every process --job_secret_file, and on a shared network "
+                    "--tls_cert, --tls_key and --tls_ca (docs/security.md). ***";
   }
 }
 

@@ -117,8 +117,10 @@ bool TlsEnabledFromFlags();
 // What every listening role does to its builder before AddListeningPort:
 // the port is exclusive (SO_REUSEPORT off, so a second process on a taken
 // port fails at start instead of sharing its connections), and, with TLS
-// off, an address that is not loopback gets a loud warning (docs/security.md:
-// without TLS anyone who reaches the port is trusted as a peer).
+// off, an address that is not loopback gets a loud warning without a job
+// secret (common/job_secret.h; docs/security.md: then anyone who reaches the
+// port is a member) and a line saying the secret crosses in the clear with
+// one.
 void ConfigureListener(const std::string& listen, const char* role,
                        grpc::ServerBuilder* builder);
 

@@ -10,6 +10,9 @@ namespace {
 
 const char* RoleName(Role role) { return role == SERVER ? "server" : "worker"; }
 
+// A member's address is a host:port (a DNS name is at most 253 bytes).
+constexpr size_t kMaxAddressBytes = 300;
+
 }  // namespace
 
 Membership::Membership(const JobConfig& config, uint64_t fingerprint)
@@ -41,6 +44,11 @@ absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request
     return absl::InvalidArgumentError(absl::StrCat(
         "register: the ", RoleName(request.role()),
         " sent no incarnation (a random non-zero number per process start)"));
+  }
+  if (request.address().size() > kMaxAddressBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "register: an address of ", request.address().size(), " bytes (at most ",
+        kMaxAddressBytes, ": host:port)"));
   }
   if (request.role() == SERVER && request.address().empty()) {
     return absl::InvalidArgumentError("register: a server must give its address");

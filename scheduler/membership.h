@@ -76,7 +76,8 @@ class Membership {
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
 
-  // Registers a process (see the top).
+  // Registers a process (see the top). INVALID_ARGUMENT for an address
+  // longer than 300 bytes (a host:port is shorter; JobStatus shows it).
   absl::StatusOr<Registration> Register(const RegisterRequest& request, absl::Time now);
 
   // Records a heartbeat of `incarnation`. INVALID_ARGUMENT for a bad role or

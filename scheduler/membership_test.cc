@@ -63,6 +63,12 @@ TEST(MembershipTest, RefusesWrongConfigDuplicateIndexAndBadRequests) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(m.Register(Req(ROLE_UNSPECIFIED, "x"), now).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // A 1 MB address would be kept and shown by JobStatus.
+  EXPECT_EQ(m.Register(Req(WORKER, std::string(1 << 20, 'a')), now).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.Register(Req(SERVER, std::string(301, 'a')), now).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(m.Register(Req(SERVER, std::string(296, 'a') + ":700"), now).ok());
 }
 
 TEST(MembershipTest, DeadMemberIsReplacedByARestartWithTheSameIndex) {

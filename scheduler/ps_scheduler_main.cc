@@ -35,6 +35,7 @@
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/init.h"
+#include "common/job_secret.h"
 #include "common/tls.h"
 #include "glog/logging.h"
 #include "scheduler/checkpoint_client.h"
@@ -96,6 +97,10 @@ std::string EvaluationFields(const shardps::JobStatusResponse& status) {
 int main(int argc, char** argv) {
   shardps::InitProcess(argc, argv, "ps_scheduler --config job.pbtxt");
   if (absl::Status st = shardps::InitTlsFromFlags(); !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
+  }
+  if (absl::Status st = shardps::InitJobSecretFromFlags(); !st.ok()) {
     LOG(ERROR) << st;
     return 2;
   }

@@ -12,6 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "common/init.h"
+#include "common/job_secret.h"
 #include "common/tls.h"
 #include "google/protobuf/util/json_util.h"
 #include "common/client/scheduler_client.h"
@@ -39,6 +40,10 @@ const char* StateName(shardps::MemberState s) {
 int main(int argc, char** argv) {
   shardps::InitProcess(argc, argv, "ps_status --scheduler host:port");
   if (absl::Status st = shardps::InitTlsFromFlags(); !st.ok()) {
+    std::fprintf(stderr, "ps_status: %s\n", st.ToString().c_str());
+    return 2;
+  }
+  if (absl::Status st = shardps::InitJobSecretFromFlags(); !st.ok()) {
     std::fprintf(stderr, "ps_status: %s\n", st.ToString().c_str());
     return 2;
   }

@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/client/ps_channel.h"
 #include "common/grpc_status.h"
+#include "common/job_secret.h"
 #include "common/tls.h"
 #include "glog/logging.h"
 
@@ -19,69 +20,81 @@ uint64_t NewControlToken() {
   return token;
 }
 
-grpc::Status SchedulerService::Register(grpc::ServerContext*,
+grpc::Status SchedulerService::Register(grpc::ServerContext* context,
                                         const RegisterRequest* request,
                                         RegisterResponse* response) {
+  if (absl::Status st = CheckJobSecret("Register", *context); !st.ok()) return ToGrpcStatus(st);
   const absl::Status st = job_->Register(*request, response);
   if (st.ok() && request->role() == SERVER) response->set_control_token(control_token_);
   return ToGrpcStatus(st);
 }
 
-grpc::Status SchedulerService::Heartbeat(grpc::ServerContext*,
+grpc::Status SchedulerService::Heartbeat(grpc::ServerContext* context,
                                          const HeartbeatRequest* request,
                                          HeartbeatResponse* response) {
+  if (absl::Status st = CheckJobSecret("Heartbeat", *context); !st.ok()) return ToGrpcStatus(st);
   return ToGrpcStatus(job_->Heartbeat(*request, response));
 }
 
-grpc::Status SchedulerService::WaitStart(grpc::ServerContext*,
+grpc::Status SchedulerService::WaitStart(grpc::ServerContext* context,
                                          const WaitStartRequest* request,
                                          WaitStartResponse* response) {
-  return ToGrpcStatus(job_->WaitStart(*request, response));
+  if (absl::Status st = CheckJobSecret("WaitStart", *context); !st.ok()) return ToGrpcStatus(st);
+  absl::Status st =
+      job_->CheckSender("WaitStart", WORKER, request->rank(), request->incarnation());
+  if (st.ok()) st = job_->WaitStart(*request, response);
+  return ToGrpcStatus(st);
 }
 
 grpc::Status SchedulerService::GetPartitionMap(
-    grpc::ServerContext*, const GetPartitionMapRequest* request,
+    grpc::ServerContext* context, const GetPartitionMapRequest* request,
     PartitionMapProto* response) {
+  if (absl::Status st = CheckJobSecret("GetPartitionMap", *context); !st.ok()) return ToGrpcStatus(st);
   return ToGrpcStatus(job_->GetPartitionMap(*request, response));
 }
 
-grpc::Status SchedulerService::WaitClock(grpc::ServerContext*,
+grpc::Status SchedulerService::WaitClock(grpc::ServerContext* context,
                                          const WaitClockRequest* request,
                                          WaitClockResponse* response) {
+  if (absl::Status st = CheckJobSecret("WaitClock", *context); !st.ok()) return ToGrpcStatus(st);
   absl::Status st = job_->CheckSender("WaitClock", WORKER, request->rank(), request->incarnation());
   if (st.ok()) st = job_->WaitClock(*request, response);
   return ToGrpcStatus(st);
 }
 
-grpc::Status SchedulerService::Tick(grpc::ServerContext*,
+grpc::Status SchedulerService::Tick(grpc::ServerContext* context,
                                     const TickRequest* request,
                                     TickResponse* response) {
+  if (absl::Status st = CheckJobSecret("Tick", *context); !st.ok()) return ToGrpcStatus(st);
   absl::Status st = job_->CheckSender("Tick", WORKER, request->rank(), request->incarnation());
   if (st.ok()) st = job_->Tick(*request, response);
   return ToGrpcStatus(st);
 }
 
-grpc::Status SchedulerService::Barrier(grpc::ServerContext*,
+grpc::Status SchedulerService::Barrier(grpc::ServerContext* context,
                                        const BarrierRequest* request,
                                        BarrierResponse* response) {
+  if (absl::Status st = CheckJobSecret("Barrier", *context); !st.ok()) return ToGrpcStatus(st);
   absl::Status st =
       job_->CheckSender("Barrier", request->role(), request->index(), request->incarnation());
   if (st.ok()) st = job_->Barrier(*request, response);
   return ToGrpcStatus(st);
 }
 
-grpc::Status SchedulerService::ReportMetrics(grpc::ServerContext*,
+grpc::Status SchedulerService::ReportMetrics(grpc::ServerContext* context,
                                              const MetricsReport* request,
                                              MetricsAck*) {
+  if (absl::Status st = CheckJobSecret("ReportMetrics", *context); !st.ok()) return ToGrpcStatus(st);
   absl::Status st =
       job_->CheckSender("metrics", WORKER, request->rank(), request->incarnation());
   if (st.ok()) st = job_->ReportMetrics(*request);
   return ToGrpcStatus(st);
 }
 
-grpc::Status SchedulerService::JobStatus(grpc::ServerContext*,
+grpc::Status SchedulerService::JobStatus(grpc::ServerContext* context,
                                          const JobStatusRequest*,
                                          JobStatusResponse* response) {
+  if (absl::Status st = CheckJobSecret("JobStatus", *context); !st.ok()) return ToGrpcStatus(st);
   job_->JobStatus(response);
   return grpc::Status::OK;
 }
@@ -89,6 +102,7 @@ grpc::Status SchedulerService::JobStatus(grpc::ServerContext*,
 grpc::Status SchedulerService::CheckpointNow(grpc::ServerContext* context,
                                              const CheckpointNowRequest* request,
                                              CheckpointNowResponse* response) {
+  if (absl::Status st = CheckJobSecret("CheckpointNow", *context); !st.ok()) return ToGrpcStatus(st);
   if (absl::Status st = CheckOperator("CheckpointNow", *context, operator_names_); !st.ok()) {
     LOG(WARNING) << st.message();
     return ToGrpcStatus(st);
@@ -101,18 +115,20 @@ grpc::Status SchedulerService::CheckpointNow(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::RollBack(grpc::ServerContext*,
+grpc::Status SchedulerService::RollBack(grpc::ServerContext* context,
                                         const RollBackRequest* request,
                                         RollBackResponse*) {
+  if (absl::Status st = CheckJobSecret("RollBack", *context); !st.ok()) return ToGrpcStatus(st);
   absl::Status st =
       job_->CheckSender("RollBack", WORKER, request->rank(), request->incarnation());
   if (st.ok()) st = job_->RequestRollBack(*request);
   return ToGrpcStatus(st);
 }
 
-grpc::Status SchedulerService::Evaluation(grpc::ServerContext*,
+grpc::Status SchedulerService::Evaluation(grpc::ServerContext* context,
                                           const EvaluationRequest* request,
                                           EvaluationResponse* response) {
+  if (absl::Status st = CheckJobSecret("Evaluation", *context); !st.ok()) return ToGrpcStatus(st);
   absl::Status st =
       job_->CheckSender("Evaluation", WORKER, request->rank(), request->incarnation());
   if (st.ok()) st = job_->Evaluation(*request, response);

@@ -29,6 +29,7 @@
 #include "common/init.h"
 #include "server/helper_pool.h"
 #include "common/metrics.h"
+#include "common/job_secret.h"
 #include "common/tls.h"
 #include "glog/logging.h"
 #include "common/client/scheduler_client.h"
@@ -294,6 +295,10 @@ int main(int argc, char** argv) {
                        "ps_server --config=job.pbtxt [--listen=host:port] "
                        "[--index=N] [--threads=N] [--port_file=path]");
   if (absl::Status st = shardps::InitTlsFromFlags(); !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
+  }
+  if (absl::Status st = shardps::InitJobSecretFromFlags(); !st.ok()) {
     LOG(ERROR) << st;
     return 2;
   }

@@ -10,6 +10,7 @@
 #include "glog/logging.h"
 #include "grpc/slice.h"
 #include "common/grpc_status.h"
+#include "common/job_secret.h"
 #include "common/metrics.h"
 
 namespace shardps {
@@ -163,6 +164,10 @@ class PullCall final : public DataCall {
 
   void Serve() override {
     start_ = std::chrono::steady_clock::now();
+    if (absl::Status st = CheckJobSecret("Pull", context_); !st.ok()) {
+      Finish(ToGrpcStatus(st), nullptr);
+      return;
+    }
     if (!grpc::SerializationTraits<PullRequest>::Deserialize(&request_bytes_, &request_)
              .ok()) {
       Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -228,7 +233,9 @@ class PushCall final : public DataCall {
   void Serve() override {
     const auto start = std::chrono::steady_clock::now();
     PushResponse response;
-    const grpc::Status st = ToGrpcStatus(service_->core()->Push(request_, &response));
+    absl::Status checked = CheckJobSecret("Push", context_);
+    if (checked.ok()) checked = service_->core()->Push(request_, &response);
+    const grpc::Status st = ToGrpcStatus(checked);
     Metrics().push.Record(start, st, request_.ByteSizeLong());
     if (st.ok()) {
       Metrics().rows_applied.Increment(static_cast<double>(response.rows_applied()));
@@ -287,12 +294,14 @@ void PsService::EndWait() {
 grpc::Status PsService::InitRows(grpc::ServerContext* context,
                                  const InitRowsRequest* request,
                                  InitRowsResponse* response) {
+  if (absl::Status st = CheckJobSecret("InitRows", *context); !st.ok()) return ToGrpcStatus(st);
   return ToGrpcStatus(core_->InitRows(*request, response));
 }
 
 grpc::Status PsService::TableInfo(grpc::ServerContext* context,
                                   const TableInfoRequest* request,
                                   TableInfoResponse* response) {
+  if (absl::Status st = CheckJobSecret("TableInfo", *context); !st.ok()) return ToGrpcStatus(st);
   return ToGrpcStatus(core_->TableInfo(*request, response));
 }
 
@@ -312,7 +321,8 @@ absl::Status PsService::CheckControl(const char* rpc, uint64_t token,
 grpc::Status PsService::Checkpoint(grpc::ServerContext* context,
                                    const CheckpointRequest* request,
                                    CheckpointResponse* response) {
-  absl::Status st = CheckControl("Checkpoint", request->control_token(), context);
+  absl::Status st = CheckJobSecret("Checkpoint", *context);
+  if (st.ok()) st = CheckControl("Checkpoint", request->control_token(), context);
   if (st.ok()) st = core_->Checkpoint(*request, response);
   return ToGrpcStatus(st);
 }
@@ -320,7 +330,8 @@ grpc::Status PsService::Checkpoint(grpc::ServerContext* context,
 grpc::Status PsService::Restore(grpc::ServerContext* context,
                                 const RestoreRequest* request,
                                 RestoreResponse* response) {
-  absl::Status st = CheckControl("Restore", request->control_token(), context);
+  absl::Status st = CheckJobSecret("Restore", *context);
+  if (st.ok()) st = CheckControl("Restore", request->control_token(), context);
   if (st.ok()) st = core_->Restore(*request, response);
   return ToGrpcStatus(st);
 }
@@ -328,7 +339,8 @@ grpc::Status PsService::Restore(grpc::ServerContext* context,
 grpc::Status PsService::Control(grpc::ServerContext* context,
                                 const ControlRequest* request,
                                 ControlResponse* response) {
-  absl::Status st = CheckControl("Control", request->control_token(), context);
+  absl::Status st = CheckJobSecret("Control", *context);
+  if (st.ok()) st = CheckControl("Control", request->control_token(), context);
   if (st.ok()) st = core_->Control(*request, response);
   return ToGrpcStatus(st);
 }

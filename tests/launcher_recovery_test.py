@@ -99,7 +99,9 @@ class Launch:
         m = re.search(r"scheduler at (\S+);", self.text())
         if not m:
             return None
-        r = subprocess.run([PS_STATUS, "--scheduler", m.group(1), "--json"],
+        # A member's call: the launcher wrote the job's secret in its run dir.
+        r = subprocess.run([PS_STATUS, "--scheduler", m.group(1), "--json",
+                            "--job_secret_file=" + os.path.join(self.dir, "run", "job.secret")],
                            capture_output=True, text=True, timeout=60)
         return json.loads(r.stdout) if r.returncode == 0 else None
 

@@ -197,6 +197,13 @@ TEST(SchedulerTrustTest, ForgedWorkerRequestsAreRefusedAndTheResultStaysTrue) {
   ExpectRefused(job.Forge(&Scheduler::Stub::Tick, tick, &tick_response),
                 grpc::StatusCode::FAILED_PRECONDITION,
                 "Tick: worker 0 is held by another process");
+  WaitStartRequest start_request;  // Learning rank 0's start point and data position.
+  start_request.set_rank(0);
+  start_request.set_timeout_ms(100);
+  WaitStartResponse start_response;
+  ExpectRefused(job.Forge(&Scheduler::Stub::WaitStart, start_request, &start_response),
+                grpc::StatusCode::FAILED_PRECONDITION,
+                "WaitStart: worker 0 is held by another process");
   tick.set_incarnation(w0->incarnation());
   ExpectRefused(job.Forge(&Scheduler::Stub::Tick, tick, &tick_response),
                 grpc::StatusCode::FAILED_PRECONDITION,

@@ -10,6 +10,7 @@
 #include "common/config.h"
 #include "common/init.h"
 #include "common/metrics.h"
+#include "common/job_secret.h"
 #include "common/tls.h"
 #include "glog/logging.h"
 #include "worker/ps_worker.h"
@@ -61,6 +62,10 @@ int main(int argc, char** argv) {
                        "ps_worker --config job.pbtxt (--scheduler host:port | --local)");
   shardps::TuneMallocForLargeMessages();
   if (absl::Status st = shardps::InitTlsFromFlags(); !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
+  }
+  if (absl::Status st = shardps::InitJobSecretFromFlags(); !st.ok()) {
     LOG(ERROR) << st;
     return 2;
   }

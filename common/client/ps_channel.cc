@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "common/job_secret.h"
 #include "common/tls.h"
 
 namespace shardps {
@@ -30,13 +31,13 @@ absl::StatusOr<std::unique_ptr<ParameterServer::Stub>> NewParameterServerStub(
   auto credentials = ChannelCredentialsFromFlags();
   if (!credentials.ok()) return credentials.status();
   return ParameterServer::NewStub(
-      grpc::CreateCustomChannel(address, *credentials, Limits(max_message_bytes)));
+      CreateJobChannel(address, *credentials, Limits(max_message_bytes)));
 }
 
 
 std::unique_ptr<ParameterServer::Stub> NewParameterServerStubOrDie(
     const std::string& address, uint64_t max_message_bytes) {
-  return ParameterServer::NewStub(grpc::CreateCustomChannel(
+  return ParameterServer::NewStub(CreateJobChannel(
       address, ChannelCredentialsFromFlagsOrDie(), Limits(max_message_bytes)));
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/job_secret.h"
 #include "common/tls.h"
 #include "glog/logging.h"
 
@@ -20,7 +21,7 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
 std::shared_ptr<grpc::Channel> SchedulerChannel(const std::string& address) {
   grpc::ChannelArguments args;
   ConfigureChannel(&args);  // Reconnects within a second (common/tls.h).
-  return grpc::CreateCustomChannel(address, ChannelCredentialsFromFlagsOrDie(), args);
+  return CreateJobChannel(address, ChannelCredentialsFromFlagsOrDie(), args);
 }
 
 uint64_t NewIncarnation() {
@@ -225,6 +226,7 @@ absl::StatusOr<WaitStartResponse> SchedulerClient::WaitStart(
     }
     WaitStartRequest request;
     request.set_rank(rank);
+    request.set_incarnation(incarnation_);
     if (after_generation) request.set_after_generation(*after_generation);
     const absl::Duration slice = std::min(absl::Seconds(10), deadline - absl::Now());
     request.set_timeout_ms(static_cast<uint32_t>(

@@ -25,6 +25,7 @@ config's) gets <run_dir>/checkpoints, emptied first: each run is a new job.
 import argparse
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -165,6 +166,8 @@ def parse_args():
     p.add_argument("--tls_cert", default="", help="PEM certificate for every process")
     p.add_argument("--tls_key", default="", help="PEM private key of --tls_cert")
     p.add_argument("--tls_ca", default="", help="PEM CA certificate peers must chain to")
+    p.add_argument("--job_secret_file", default="",
+                   help="the job's secret (mode 0600); default: a new one in <run_dir>/job.secret")
     args = p.parse_args()
     tls = [args.tls_cert, args.tls_key, args.tls_ca]
     if any(tls) and not all(tls):
@@ -176,11 +179,23 @@ def parse_args():
 
 
 def tls_flags(args):
-    """The TLS flags every process (and ps_status) gets; [] without TLS."""
-    if not args.tls_cert:
-        return []
-    return ["--tls_cert=" + os.path.abspath(args.tls_cert), "--tls_key=" + os.path.abspath(args.tls_key),
-            "--tls_ca=" + os.path.abspath(args.tls_ca)]
+    """The flags every process (and ps_status) gets to be a member of the job:
+    the job secret (docs/security.md, "Membership") and the TLS files, if any."""
+    flags = ["--job_secret_file=" + os.path.abspath(args.job_secret_file)]
+    if args.tls_cert:
+        flags += ["--tls_cert=" + os.path.abspath(args.tls_cert),
+                  "--tls_key=" + os.path.abspath(args.tls_key), "--tls_ca=" + os.path.abspath(args.tls_ca)]
+    return flags
+
+
+def write_job_secret(path):
+    """A new random secret, readable by its owner only (what the binaries require)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, (secrets.token_hex(32) + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def read_best(data_dir):
@@ -314,6 +329,9 @@ def supervise(args, job_config, num_servers, num_workers, procs, stop_all, stopp
 def main():
     args = parse_args()
     os.makedirs(args.run_dir, exist_ok=True)
+    if not args.job_secret_file:
+        args.job_secret_file = os.path.join(args.run_dir, "job.secret")
+        write_job_secret(args.job_secret_file)
     log_lock = threading.Lock()
     say = lambda msg: print("\r\033[K[ps_launch ] " + msg, flush=True)
 

@@ -257,6 +257,34 @@ class ManifestsTest(unittest.TestCase):
                     self.assertEqual(self.checkpoint_mounts(obj, read_only=True),
                                      {"worker": ckpt_dir}, overlay)
 
+    def test_every_member_holds_the_job_secret(self):
+        # docs/security.md, "Membership": the scheduler, every server and
+        # every worker read the job's secret from the shardps-job-secret
+        # Secret, mounted read-only and closed to others (the binaries refuse
+        # a file others may read).
+        for overlay in OVERLAYS:
+            members = 0
+            for obj in self.rendered[overlay]:
+                spec = pod_spec(obj)
+                if spec is None:
+                    continue
+                volumes = {v["name"]: v for v in spec.get("volumes", [])}
+                for c in spec.get("containers", []):
+                    if c["name"] not in ("scheduler", "server", "worker"):
+                        continue
+                    members += 1
+                    path = env_of(c).get("SHARDPS_JOB_SECRET_FILE", {}).get("value", "")
+                    mounts = [m for m in c.get("volumeMounts", [])
+                              if path.startswith(m["mountPath"].rstrip("/") + "/")]
+                    self.assertEqual(len(mounts), 1, (overlay, c["name"], path))
+                    self.assertTrue(mounts[0].get("readOnly"), (overlay, c["name"]))
+                    secret = volumes[mounts[0]["name"]].get("secret", {})
+                    self.assertEqual(secret.get("secretName"), "shardps-job-secret",
+                                     (overlay, c["name"]))
+                    self.assertEqual(secret.get("defaultMode", 0o644) & 0o027, 0,
+                                     (overlay, c["name"]))
+            self.assertEqual(members, 3, overlay)
+
     def test_gpu_only_in_the_gpu_overlay(self):
         self.assertNotIn("nvidia.com/gpu", yaml.safe_dump_all(self.rendered["cpu"]))
         self.assertNotIn("cuda", yaml.safe_dump_all(self.rendered["cpu"]))

@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "common/client/scheduler_client.h"
+#include "common/job_secret.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cluster.h"
@@ -92,11 +93,19 @@ absl::Status SupervisedJob::Start() {
   }
   const std::string config = dir_ + "/job.pbtxt";
   std::ofstream(config) << absl::StrReplaceAll(o_.config, {{"@CKPT@", ckpt_}});
+  std::vector<std::string> member;  // What makes a process a member of the job.
+  if (o_.job_secret) {
+    const std::string secret = dir_ + "/job.secret";
+    if (absl::Status st = WriteJobSecretFile(secret); !st.ok()) return st;
+    member.push_back("--job_secret_file=" + secret);
+  }
+  member_flags_ = member;
   auto port = [this](int fixed) { return o_.box ? fixed : FreePort(); };
   address_ = absl::StrCat(Host(scheduler_host()), ":", port(7000));
   absl::Status status;
   std::vector<std::string> argv = {RunfilePath("scheduler/ps_scheduler"), "--config=" + config,
                                    "--listen=" + address_};
+  argv.insert(argv.end(), member.begin(), member.end());
   argv.insert(argv.end(), o_.scheduler_flags.begin(), o_.scheduler_flags.end());
   scheduler_ = Add({"scheduler", argv, dir_ + "/scheduler.log", {0, 1, 2},
                     Netns(scheduler_host())},
@@ -106,6 +115,7 @@ absl::Status SupervisedJob::Start() {
     argv = {RunfilePath("server/ps_server"), "--config=" + config, "--scheduler=" + address_,
             absl::StrCat("--index=", i), "--listen=" + server_addresses_[i],
             "--advertise=" + server_addresses_[i]};
+    argv.insert(argv.end(), member.begin(), member.end());
     argv.insert(argv.end(), o_.server_flags.begin(), o_.server_flags.end());
     servers_.push_back(Add({absl::StrCat("server-", i), argv,
                             absl::StrCat(dir_, "/server-", i, ".log"), {0},
@@ -115,6 +125,7 @@ absl::Status SupervisedJob::Start() {
   for (int r = 0; r < o_.workers; ++r) {
     argv = {RunfilePath("worker/ps_worker"), "--config=" + config, "--scheduler=" + address_,
             absl::StrCat("--rank=", r)};
+    argv.insert(argv.end(), member.begin(), member.end());
     argv.insert(argv.end(), o_.worker_flags.begin(), o_.worker_flags.end());
     workers_.push_back(Add({absl::StrCat("worker-", r), argv,
                             absl::StrCat(dir_, "/worker-", r, ".log"), {0},
@@ -143,12 +154,13 @@ std::string SupervisedJob::Logs(int lines) const {
 }
 
 absl::StatusOr<JobStatusResponse> SupervisedJob::JobStatus() const {
-  if (o_.box == nullptr) return SchedulerClient(address_).JobStatus();
+  if (o_.box == nullptr && member_flags_.empty()) return SchedulerClient(address_).JobStatus();
+  std::vector<std::string> argv = {RunfilePath("scheduler/ps_status"), "--scheduler=" + address_,
+                                   "--json"};
+  argv.insert(argv.end(), member_flags_.begin(), member_flags_.end());
   Subprocess status;
-  absl::Status st = status.Start(o_.box->Wrap(scheduler_host(),
-                                              {RunfilePath("scheduler/ps_status"),
-                                               "--scheduler=" + address_, "--json"}),
-                                 dir_ + "/ps_status.log");
+  absl::Status st =
+      status.Start(o_.box ? o_.box->Wrap(scheduler_host(), argv) : argv, dir_ + "/ps_status.log");
   if (!st.ok()) return st;
   auto code = status.Wait(absl::Seconds(30));
   if (!code.ok()) return code.status();

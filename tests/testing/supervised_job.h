@@ -72,6 +72,9 @@ class SupervisedJob {
     std::map<int, int> worker_host;         // Rank -> box host (box only).
     Supervisor::Options supervisor;
     NetBox* box = nullptr;
+    // Every process (and JobStatus's ps_status) gets --job_secret_file, a
+    // new secret in the job's directory, as a deployed job's processes do.
+    bool job_secret = true;
   };
 
   explicit SupervisedJob(Options options);
@@ -130,6 +133,7 @@ class SupervisedJob {
   const std::string dir_, ckpt_;
   std::unique_ptr<Supervisor> sup_;
   std::string address_;
+  std::vector<std::string> member_flags_;  // --job_secret_file, if Options::job_secret.
   std::vector<std::string> server_addresses_;
   int scheduler_ = -1;
   std::vector<int> servers_;
