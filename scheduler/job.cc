@@ -30,7 +30,7 @@ JobCoordinator::JobCoordinator(JobConfig config, ServerNotifier notifier, Server
       ops_(ops),
       start_time_(absl::Now()),
       checkpoints_on_(!config_.checkpoint().dir().empty()),
-      on_loss_(EffectiveOnWorkerLoss(config_.cluster())),
+      loss_(EffectiveOnWorkerLoss(config_.cluster())),
       members_(config_, fingerprint_),
       clock_(config_.cluster().num_workers(),
              EffectiveStaleness(config_.cluster()) == UINT32_MAX
@@ -124,10 +124,9 @@ void JobCoordinator::Sweep(absl::Time now) {
     for (const Member& m : died) {
       if (m.role == WORKER) {
         LOG(WARNING) << "worker " << m.index << " missed heartbeats: declared dead; "
-                     << (LeavesClock() ? "it leaves the clock minimum"
-                                       : "the clocks wait for it")
-                     << " (cluster.on_worker_loss "
-                     << ClusterConfig::OnWorkerLoss_Name(on_loss_) << ")";
+                     << (loss_.LeavesClock() ? "it leaves the clock minimum"
+                                             : "the clocks wait for it")
+                     << " (cluster.on_worker_loss " << loss_.policy_name() << ")";
         workers_changed |= WorkerLostLocked(m.index);
       } else if (formed_ && !Ended()) {
         ServerFailedLocked(m.index,
@@ -173,7 +172,7 @@ void JobCoordinator::Sweep(absl::Time now) {
 }
 
 bool JobCoordinator::WorkerLostLocked(uint32_t rank) {
-  if (!LeavesClock()) return false;
+  if (!loss_.LeavesClock()) return false;
   clock_.MarkDead(rank);
   return true;
 }
@@ -187,7 +186,7 @@ void JobCoordinator::CheckWorkerDeadlinesLocked(const std::vector<Member>& membe
     return m.role == WORKER && m.state == DEAD && !final_[m.index] &&
            states[m.index] != ClockService::WorkerState::kFinished;
   };
-  if (on_loss_ == ClusterConfig::WAIT) {
+  if (!loss_.LeavesClock()) {
     // The clocks wait for every lost worker: it has to come back.
     for (const Member& m : members) {
       if (!unfinished(m) || now - m.state_since <= Ms(k.worker_deadline_ms())) continue;
@@ -210,10 +209,10 @@ void JobCoordinator::CheckWorkerDeadlinesLocked(const std::vector<Member>& membe
     const bool never =
         m.state == STATE_UNSPECIFIED && now - start_time_ > Ms(k.start_deadline_ms());
     const bool here = (m.state != DEAD && !never) ||
-                      (on_loss_ == ClusterConfig::DROP && final_[m.index]);
+                      (loss_.drops() && final_[m.index]);
     if (here) gone = false;
   }
-  if (on_loss_ == ClusterConfig::REASSIGN && !any_unfinished) gone = false;
+  if (loss_.reassigns() && !any_unfinished) gone = false;
   if (!gone) {
     workers_gone_since_.reset();
   } else if (!workers_gone_since_) {
@@ -223,36 +222,35 @@ void JobCoordinator::CheckWorkerDeadlinesLocked(const std::vector<Member>& membe
   } else if (now - *workers_gone_since_ > Ms(k.worker_deadline_ms())) {
     FailLocked(absl::StrCat("every worker died and none came back within worker_deadline_ms (",
                             k.worker_deadline_ms(), " ms; cluster.on_worker_loss ",
-                            ClusterConfig::OnWorkerLoss_Name(on_loss_), "):\n",
+                            loss_.policy_name(), "):\n",
                             SummaryLocked()));
   }
 }
 
 bool JobCoordinator::ResumeAfterRewindLocked(absl::Time now) {
-  if (!rewind_waits_since_ || Ended() || pending_ || !recovering_.empty()) return false;
+  if (!loss_.clocks_held() || Ended() || pending_ || !recovering_.empty()) return false;
   const ClusterConfig& k = config_.cluster();
   // With REASSIGN and DROP, a worker lost for worker_deadline_ms is not
   // waited for any more (the others go on; with WAIT the job failed).
-  if (LeavesClock()) {
+  if (loss_.LeavesClock()) {
     for (const Member& m : members_.Members()) {
       if (m.role == WORKER && m.state == DEAD &&
           now - m.state_since > Ms(k.worker_deadline_ms())) {
-        awaiting_rewind_.erase(m.index);
+        loss_.StopAwaiting(m.index);
       }
     }
   }
-  const std::vector<uint32_t> missing(awaiting_rewind_.begin(), awaiting_rewind_.end());
-  const bool expired = now - *rewind_waits_since_ > Ms(k.start_deadline_ms());
+  const std::vector<uint32_t> missing = loss_.Awaited();
+  const bool expired = loss_.HoldExpired(now, Ms(k.start_deadline_ms()));
   if (!missing.empty() && !expired) return false;
-  rewind_waits_since_.reset();
+  loss_.ReleaseClocks(/*forget_awaited=*/true);
   bool changed = false;
   if (!missing.empty()) {
     LOG(WARNING) << "workers [" << absl::StrJoin(missing, ",")
                  << "] did not start within start_deadline_ms after the rollback; "
-                 << (LeavesClock() ? "the clocks resume without them"
-                                   : "the clocks keep waiting for them");
+                 << (loss_.LeavesClock() ? "the clocks resume without them"
+                                         : "the clocks keep waiting for them");
     for (uint32_t rank : missing) changed |= WorkerLostLocked(rank);
-    awaiting_rewind_.clear();
     CompleteRecoveryLocked(now);
   } else {
     LOG(INFO) << "every worker started after the rollback: the clocks resume";
@@ -294,7 +292,7 @@ void JobCoordinator::UpdateStateLocked() {
     if (m.role != WORKER) continue;
     const bool trained = clock_states[m.index] == ClockService::WorkerState::kFinished;
     if (final_[m.index]) any_final = true;
-    else if (m.state != DEAD || !(trained || on_loss_ == ClusterConfig::DROP)) all_over = false;
+    else if (m.state != DEAD || !(trained || loss_.drops())) all_over = false;
   }
   // The job ends after the control thread took the final cut (servers exit
   // when it ends).
@@ -325,11 +323,9 @@ std::string JobCoordinator::SummaryLocked() const {
                                                           : "training";
     absl::StrAppend(&out, "  worker ", m.index, ": ", what, " after ", step, " steps");
     if (!final_[m.index] && m.state == DEAD) {
-      absl::StrAppend(&out, on_loss_ == ClusterConfig::DROP
-                                ? " (its shard from step "
-                                : " (waited for; its shard from step ",
-                      step, on_loss_ == ClusterConfig::DROP ? " on was not trained)"
-                                                             : " on is not trained yet)");
+      absl::StrAppend(&out, loss_.drops() ? " (its shard from step "
+                                          : " (waited for; its shard from step ",
+                      step, loss_.drops() ? " on was not trained)" : " on is not trained yet)");
       if (!m.reason.empty()) absl::StrAppend(&out, ": ", m.reason);
     }
     absl::StrAppend(&out, "\n");
@@ -338,20 +334,16 @@ std::string JobCoordinator::SummaryLocked() const {
 }
 
 uint64_t JobCoordinator::UntrainedSamplesLocked() const {
-  if (on_loss_ != ClusterConfig::DROP) return 0;
-  const std::vector<uint64_t> clocks = clock_.Clocks();
+  if (!loss_.drops()) return 0;
   uint64_t longest = 0;  // The most steps a finished worker trained.
   for (const auto& [rank, r] : reports_) {
     if (final_[rank]) longest = std::max(longest, r.step());
   }
-  uint64_t untrained = 0;
+  std::vector<uint32_t> lost;
   for (const Member& m : members_.Members()) {
-    if (m.role != WORKER || final_[m.index] || m.state != DEAD) continue;
-    if (longest > clocks[m.index]) {
-      untrained += (longest - clocks[m.index]) * config_.training().batch_size();
-    }
+    if (m.role == WORKER && !final_[m.index] && m.state == DEAD) lost.push_back(m.index);
   }
-  return untrained;
+  return loss_.UntrainedSamples(longest, clock_.Clocks(), lost, config_.training().batch_size());
 }
 
 absl::Status JobCoordinator::WaitDone(absl::Time deadline) {
@@ -402,7 +394,7 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
   double sps = 0, loss = 0, train_auc = 0;
   uint64_t samples = 0;
   // Per worker the larger of its latest report and its latest tick.
-  std::map<uint32_t, uint64_t> share = tick_samples_;
+  std::map<uint32_t, uint64_t> share = loss_.tick_samples();
   for (const auto& [rank, r] : reports_) share[rank] = std::max(share[rank], r.samples());
   for (const auto& [rank, s] : share) {
     // Saturating: reports are validated, the sum must not wrap either.

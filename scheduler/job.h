@@ -106,6 +106,7 @@
 #include "scheduler/eval_book.h"
 #include "scheduler/membership.h"
 #include "scheduler/server_ops.h"
+#include "scheduler/worker_loss.h"
 
 namespace shardps {
 
@@ -257,9 +258,6 @@ class JobCoordinator {
   // Completes the newest incomplete recovery report (its rewind phase ends
   // now).
   void CompleteRecoveryLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A dead worker leaves the clock minimum (REASSIGN, DROP), or holds the
-  // clocks until it is back (WAIT).
-  bool LeavesClock() const { return on_loss_ != ClusterConfig::WAIT; }
   // Declares worker `rank` dead in the clock service per on_worker_loss;
   // true if the servers' active set changed (NotifyServers).
   bool WorkerLostLocked(uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -350,7 +348,6 @@ class JobCoordinator {
   ServerOps* const ops_;
   const absl::Time start_time_;
   const bool checkpoints_on_;  // checkpoint.dir is set.
-  const ClusterConfig::OnWorkerLoss on_loss_;
 
   Membership members_;
   ClockService clock_;
@@ -372,24 +369,20 @@ class JobCoordinator {
   // Latest (clock, data position) of each worker: its ticks, or a restore
   // point's.
   std::map<uint32_t, std::pair<uint64_t, std::string>> positions_ ABSL_GUARDED_BY(mu_);
-  // Samples each worker's share had trained at its latest tick (counted
-  // with its reports: a lost worker's last report may be older).
-  std::map<uint32_t, uint64_t> tick_samples_ ABSL_GUARDED_BY(mu_);
+  // cluster.on_worker_loss: the policy, each share's trained samples (its
+  // latest tick; counted with its reports, as a lost worker's last report
+  // may be older), the leases of lost shares, and the rewind after a
+  // rollback (who has not started again, since when the clocks wait).
+  WorkerLoss loss_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> workers_gone_since_ ABSL_GUARDED_BY(mu_);
-  // After a rollback: the clocks stay paused from then until every worker
-  // has registered or start_deadline_ms passed (ResumeAfterRewindLocked).
-  std::optional<absl::Time> rewind_waits_since_ ABSL_GUARDED_BY(mu_);
-  // REASSIGN: lost shares offered to a finished worker (rank -> when).
-  std::map<uint32_t, absl::Time> leases_ ABSL_GUARDED_BY(mu_);
 
   // Recovery.
   std::optional<PendingRecovery> pending_ ABSL_GUARDED_BY(mu_);
   std::string recovering_ ABSL_GUARDED_BY(mu_);  // What a running recovery does.
   bool restoring_ ABSL_GUARDED_BY(mu_) = false;  // Its restore has begun.
   std::vector<RecoveryReport> recoveries_ ABSL_GUARDED_BY(mu_);
-  // Workers not yet restarted in the generation the last recovery made;
-  // that recovery's report is completed when none is left.
-  std::set<uint32_t> awaiting_rewind_ ABSL_GUARDED_BY(mu_);
+  // The last recovery's rewind began (its report is completed when every
+  // worker has started again: loss_.Started).
   absl::Time rewind_started_ ABSL_GUARDED_BY(mu_);
 
   // Checkpoints. On-demand requests made, and the last request a completed

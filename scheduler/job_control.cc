@@ -81,7 +81,7 @@ void JobCoordinator::ControlLoop() {
         // Dead workers with data left: their shares are still to be
         // trained (WAIT, REASSIGN), or, when none finished, the job waits
         // for one to come back; the cuts and the final one go on then.
-        if (!all_finished && (on_loss_ != ClusterConfig::DROP ||
+        if (!all_finished && (!loss_.drops() ||
                               std::none_of(states.begin(), states.end(), finished))) {
           continue;
         }
@@ -312,15 +312,15 @@ void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
   // (ResumeAfterRewindLocked).
   const bool after_failure = formed_ || takeover_;
   std::vector<bool> live(final_.size(), true);
-  awaiting_rewind_.clear();
+  std::vector<uint32_t> workers;
   for (const Member& m : members_.Members()) {
     if (m.role != WORKER) continue;
     if (m.state == FINISHED) members_.Reopen(m.index, now);
-    awaiting_rewind_.insert(m.index);
+    workers.push_back(m.index);
   }
+  loss_.BeginRewind(workers);
   std::fill(final_.begin(), final_.end(), false);
   reports_.clear();
-  tick_samples_.clear();
   barriers_.clear();
   clock_.Rewind(generation, point.clock, live);
   last_complete_ = point.initial ? 0 : point.clock;
@@ -337,13 +337,12 @@ void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
   report->set_clock(point.clock);
   if (record) RecordLocked(*report);
   if (after_failure) {
-    rewind_waits_since_ = now;
+    loss_.HoldClocks(now);
     LOG(INFO) << "the clocks resume once every worker has started at clock " << point.clock
               << " (at most start_deadline_ms, " << config_.cluster().start_deadline_ms()
               << " ms)";
   } else {
-    if (!record) awaiting_rewind_.clear();
-    rewind_waits_since_.reset();
+    loss_.ReleaseClocks(/*forget_awaited=*/!record);
     clock_.SetPaused(false);
   }
   UpdateStateLocked();
@@ -383,7 +382,7 @@ void JobCoordinator::Recover() {
       RecordLocked(report);
       pending_.reset();
       recovering_.clear();
-      if (!rewind_waits_since_) clock_.SetPaused(false);
+      if (!loss_.clocks_held()) clock_.SetPaused(false);
       UpdateStateLocked();
       changed_.SignalAll();
       return;
@@ -443,7 +442,7 @@ void JobCoordinator::Recover() {
       report.set_complete(true);
       RecordLocked(report);
       recovering_.clear();
-      if (!rewind_waits_since_) clock_.SetPaused(false);
+      if (!loss_.clocks_held()) clock_.SetPaused(false);
       UpdateStateLocked();
       changed_.SignalAll();
       return;

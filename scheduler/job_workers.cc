@@ -117,7 +117,7 @@ absl::Status JobCoordinator::GetPartitionMap(const GetPartitionMapRequest& reque
 }
 
 void JobCoordinator::WorkerStartedLocked(uint32_t rank, absl::Time now) {
-  if (awaiting_rewind_.erase(rank) == 0 || !awaiting_rewind_.empty()) return;
+  if (!loss_.Started(rank)) return;
   (void)ResumeAfterRewindLocked(now);  // None is missing: no worker is lost.
   CompleteRecoveryLocked(now);
 }
@@ -137,8 +137,8 @@ void JobCoordinator::CompleteRecoveryLocked(absl::Time now) {
 }
 
 std::optional<uint32_t> JobCoordinator::LeaseOrphanLocked(uint32_t rank, absl::Time now) {
-  if (on_loss_ != ClusterConfig::REASSIGN || !formed_ || pending_ || !recovering_.empty() ||
-      rewind_waits_since_ ||
+  if (!loss_.reassigns() || !formed_ || pending_ || !recovering_.empty() ||
+      loss_.clocks_held() ||
       clock_.States()[rank] != ClockService::WorkerState::kFinished) {
     return std::nullopt;
   }
@@ -149,9 +149,7 @@ std::optional<uint32_t> JobCoordinator::LeaseOrphanLocked(uint32_t rank, absl::T
         states[m.index] != ClockService::WorkerState::kDead || now - m.state_since < dead_after) {
       continue;
     }
-    auto lease = leases_.find(m.index);
-    if (lease != leases_.end() && now - lease->second < 2 * dead_after) continue;
-    leases_[m.index] = now;
+    if (!loss_.TakeLease(m.index, now, 2 * dead_after)) continue;
     LOG(INFO) << "worker " << rank << " finished its share and takes over worker " << m.index
               << "'s, unfinished at clock " << clock_.Clocks()[m.index] << " ("
               << m.reason << ")";
@@ -248,20 +246,19 @@ absl::Status JobCoordinator::Tick(const TickRequest& request, TickResponse* resp
   if (!request.position().empty()) {
     positions_[request.rank()] = {request.clock(), request.position()};
   }
-  tick_samples_[request.rank()] = request.samples();
+  loss_.RecordTick(request.rank(), request.samples());
   response->set_min_clock(*min);
   return absl::OkStatus();
 }
 
 absl::Status JobCoordinator::RequestRollBack(const RollBackRequest& request) {
   RETURN_IF_ERROR(CheckWorker("RollBack", request.rank(), /*finished_ok=*/false));
-  if (config_.cluster().mode() != BSP ||
-      on_loss_ != ClusterConfig::WAIT) {
+  MutexLock lock(&mu_);
+  if (config_.cluster().mode() != BSP || loss_.LeavesClock()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "RollBack from worker ", request.rank(), ": only a BSP job with "
         "cluster.on_worker_loss WAIT rolls back for a step a worker cannot redo; refused"));
   }
-  MutexLock lock(&mu_);
   if (request.generation() != generation_) {
     LOG(INFO) << "worker " << request.rank() << " asked for a rollback in generation "
               << request.generation() << "; the job is in " << generation_ << " already";
@@ -310,7 +307,7 @@ absl::Status JobCoordinator::Barrier(const BarrierRequest& request,
       // that died after it, or (on_worker_loss DROP) before.
       const bool trained = m.state == FINISHED ||
                            states[m.index] == ClockService::WorkerState::kFinished;
-      const bool dropped = m.state == DEAD && on_loss_ == ClusterConfig::DROP;
+      const bool dropped = m.state == DEAD && loss_.drops();
       if (!now_entered[m.index] && !trained && !dropped) all = false;
     }
     if (all) return absl::OkStatus();

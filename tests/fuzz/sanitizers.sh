@@ -34,7 +34,7 @@ TSAN_TARGETS=(
   //server:table_test //server:table_store_test //server:optimizer_test //server:helper_pool_test
   //server:parameter_server_core_test //server:state_pull_test
   //scheduler:clock_test //scheduler:membership_test //scheduler:job_test
-  //scheduler:job_recovery_test //scheduler:job_worker_loss_test
+  //scheduler:job_recovery_test //scheduler:job_worker_loss_test //scheduler:worker_loss_test
   //common/checkpoint/...
   //worker/data/...
 )
