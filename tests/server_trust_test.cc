@@ -27,11 +27,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "common/client/scheduler_client.h"
+#include "common/job_secret.h"
 #include "common/partition.h"
 #include "proto/ps.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
@@ -391,21 +393,31 @@ TEST(ServerTrustTest, ASecondProcessOnATakenPortFailsAtStart) {
   EXPECT_EQ(first.Wait(absl::Seconds(30)).value_or(-1), 0);
 }
 
+// A non-loopback listener with neither TLS nor a job secret warns loudly;
+// with a secret it says only that the secret crosses in the clear.
 TEST(ServerTrustTest, PlaintextOnANonLoopbackAddressWarnsLoudly) {
   const std::string dir = Dir("trust_warn");
   const std::string config = dir + "/server.pbtxt";
   std::ofstream(config) << kServerConfig;
-  Subprocess server;
-  ASSERT_TRUE(server
-                  .Start({RunfilePath("server/ps_server"), "--config=" + config,
-                          "--listen=0.0.0.0:0"},
-                         dir + "/server.log")
-                  .ok());
-  ASSERT_TRUE(server.WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60)).ok());
-  server.Signal(SIGTERM);
-  EXPECT_EQ(server.Wait(absl::Seconds(30)).value_or(-1), 0);
-  EXPECT_NE(testing::ReadFile(dir + "/server.log").find("WITHOUT TLS"), std::string::npos)
-      << testing::ReadFile(dir + "/server.log");
+  const std::string secret = dir + "/job.secret";
+  ASSERT_TRUE(WriteJobSecretFile(secret).ok());
+  for (const bool with_secret : {false, true}) {
+    SCOPED_TRACE(with_secret ? "with a job secret" : "without");
+    const std::string log = absl::StrCat(dir, "/server-", with_secret, ".log");
+    std::vector<std::string> argv = {RunfilePath("server/ps_server"), "--config=" + config,
+                                     "--listen=0.0.0.0:0"};
+    if (with_secret) argv.push_back("--job_secret_file=" + secret);
+    Subprocess server;
+    ASSERT_TRUE(server.Start(argv, log).ok());
+    ASSERT_TRUE(server.WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60)).ok());
+    server.Signal(SIGTERM);
+    EXPECT_EQ(server.Wait(absl::Seconds(30)).value_or(-1), 0);
+    const std::string text = testing::ReadFile(log);
+    EXPECT_EQ(absl::StrContains(text, "with neither TLS nor a job secret on a non-loopback"),
+              !with_secret)
+        << text;
+    EXPECT_EQ(absl::StrContains(text, "calls must carry the job secret"), with_secret) << text;
+  }
 }
 
 
