@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <limits>
+#include <cmath>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -266,6 +267,9 @@ void ValidateTables(const JobConfig& c, Validator* v) {
                                    "at its first touch)");
     }
     if (t.init().scale() < 0) v->Error(field("init"), "scale must be >= 0");
+    if (!std::isfinite(t.max_gradient_abs()) || t.max_gradient_abs() < 0) {
+      v->Error(field("max_gradient_abs"), "must be finite and >= 0 (0: the default, 1e6)");
+    }
     ValidateOptimizer(t, at, v);
   }
 }

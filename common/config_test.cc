@@ -75,6 +75,13 @@ TEST(ConfigTest, ZeroDimNamesFieldAndLine) {
                 {"bad.pbtxt:6:", "tables[0] (\"emb\").dim", "must be > 0"});
 }
 
+TEST(ConfigTest, BadGradientBoundNamesFieldAndLine) {
+  ExpectRefused(Replace(kValid, "dim: 8", "dim: 8 max_gradient_abs: -1"),
+                {"bad.pbtxt:6:", "tables[0] (\"emb\").max_gradient_abs", "must be finite"});
+  ExpectRefused(Replace(kValid, "dim: 8", "dim: 8 max_gradient_abs: nan"),
+                {"tables[0] (\"emb\").max_gradient_abs", "must be finite"});
+}
+
 TEST(ConfigTest, NegativeStalenessNamesFieldAndLine) {
   ExpectRefused(Replace(kValid, "staleness: 2", "staleness: -1"),
                 {"bad.pbtxt:10:", "cluster.staleness", "must be >= 0"});
