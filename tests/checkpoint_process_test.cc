@@ -47,7 +47,9 @@ tables {
   optimizer { adam { learning_rate: 0.01 } }
 }
 tables {
-  id: 2 name: "user" dim: 3 seed: 4
+  # No field feeds it (its default limit would be batch_size keys); the
+  # test pushes its 400 keys in one request.
+  id: 2 name: "user" dim: 3 seed: 4 max_keys_per_request: 400
   init { kind: NORMAL scale: 0.05 }
   optimizer { adagrad { learning_rate: 0.1 initial_accumulator: 0.1 } }
 }
