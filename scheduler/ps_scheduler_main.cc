@@ -130,7 +130,11 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   const int max_bytes = static_cast<int>(
       std::min<uint64_t>(config->cluster().max_message_bytes(), INT32_MAX));
-  builder.SetMaxReceiveMessageSize(max_bytes);
+  // What the scheduler receives is small (registrations, ticks, reports): a
+  // larger request is refused from its length prefix, before its body is
+  // buffered (issue 33: never-finished 16 MB Register bodies held 170 MB).
+  constexpr int kMaxRequestBytes = 4 << 20;
+  builder.SetMaxReceiveMessageSize(std::min(max_bytes, kMaxRequestBytes));
   builder.SetMaxSendMessageSize(max_bytes);
   shardps::ConfigureListener(absl::GetFlag(FLAGS_listen), "ps_scheduler", &builder);
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen),

@@ -169,6 +169,16 @@ TEST_F(MembershipTest, NonMembersAreRefusedAndLearnNothingMembersTrain) {
       ExpectRefusedBlind(server->TableInfo(Ctx(presented).get(), r, &resp), "TableInfo");
     }
   }
+  {
+    // A request body larger than anything the scheduler takes (4 MiB) is
+    // refused from its length, before it is buffered or its secret checked.
+    RegisterRequest r;
+    r.set_role(WORKER);
+    r.set_address(std::string(5 << 20, 'a'));
+    RegisterResponse resp;
+    const grpc::Status big = scheduler->Register(Ctx(secret_).get(), r, &resp);
+    EXPECT_EQ(big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << big.error_message();
+  }
   // The same stub with the secret is answered.
   JobStatusResponse status;
   const grpc::Status member = scheduler->JobStatus(Ctx(secret_).get(), JobStatusRequest(), &status);
