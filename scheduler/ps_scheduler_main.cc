@@ -26,12 +26,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/init.h"
@@ -198,10 +200,34 @@ int main(int argc, char** argv) {
     result = job.WaitDone(absl::Now() + absl::Milliseconds(200));
   }
   if (g_interrupted) result = absl::CancelledError("interrupted");
-  // Let servers and workers see stop in their next heartbeat before we go.
-  absl::SleepFor(absl::Milliseconds(2 * config->cluster().heartbeat_ms() + 200));
+  // Servers and live workers learn the end from the answer to their next
+  // heartbeat: wait until each has sent one since (on a loaded machine a
+  // fixed pause was too short, and a server that then found the scheduler
+  // gone exited as for a failure), at most 3 x dead_after_ms.
+  const absl::Time ended = absl::Now();
+  const absl::Time heard_deadline =
+      ended + absl::Milliseconds(3 * uint64_t{config->cluster().dead_after_ms()});
   shardps::JobStatusResponse status;
-  job.JobStatus(&status);
+  while (true) {
+    status.Clear();
+    job.JobStatus(&status);
+    const absl::Time now = absl::Now();
+    std::vector<std::string> unheard;
+    for (const shardps::MemberStatus& m : status.members()) {
+      if (m.state() != shardps::ALIVE) continue;
+      if (now - absl::Seconds(m.last_heartbeat_age_sec()) <= ended) {
+        unheard.push_back(absl::StrCat(m.role() == shardps::SERVER ? "server " : "worker ",
+                                       m.index()));
+      }
+    }
+    if (unheard.empty() || g_interrupted) break;
+    if (now >= heard_deadline) {
+      LOG(WARNING) << "exiting before " << absl::StrJoin(unheard, ", ")
+                   << " heard that the job ended (no heartbeat for 3 x dead_after_ms)";
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));  // Polls the members' heartbeats.
+  }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   // Recoveries that rolled something back or restored a server (a job
   // resumed at its start and a scheduler takeover are listed, not counted).
