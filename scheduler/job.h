@@ -238,6 +238,10 @@ class JobCoordinator {
   void ApplyRejoinLocked(const RegisterRequest& request, uint32_t index)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a failure of server `index`; `lost`: its state is gone.
+  // The recovery the control thread is to run (a new one, or `cause` added
+  // to the pending one); the clocks pause until it is done.
+  PendingRecovery& PendLocked(const std::string& cause, absl::Time failed_at, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ServerFailedLocked(uint32_t index, const std::string& cause, absl::Time failed_at,
                           absl::Time now, bool lost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -32,18 +32,25 @@ void JobCoordinator::ApplyRejoinLocked(const RegisterRequest& request, uint32_t 
   }
 }
 
-void JobCoordinator::ServerFailedLocked(uint32_t index, const std::string& cause,
-                                        absl::Time failed_at, absl::Time now, bool lost) {
+JobCoordinator::PendingRecovery& JobCoordinator::PendLocked(const std::string& cause,
+                                                            absl::Time failed_at,
+                                                            absl::Time now) {
   if (!pending_) {
     pending_ = PendingRecovery{cause, failed_at, now, {}, {}};
     LOG(WARNING) << cause << ": clocks paused; recovering";
   } else if (pending_->cause.find(cause) == std::string::npos) {
     absl::StrAppend(&pending_->cause, "; ", cause);
   }
-  (lost ? pending_->lost : pending_->silent).insert(index);
-  if (lost) pending_->silent.erase(index);
   clock_.SetPaused(true);
   changed_.SignalAll();
+  return *pending_;
+}
+
+void JobCoordinator::ServerFailedLocked(uint32_t index, const std::string& cause,
+                                        absl::Time failed_at, absl::Time now, bool lost) {
+  PendingRecovery& p = PendLocked(cause, failed_at, now);
+  (lost ? p.lost : p.silent).insert(index);
+  if (lost) p.silent.erase(index);
 }
 
 absl::Status JobCoordinator::Register(const RegisterRequest& request,

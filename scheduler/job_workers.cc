@@ -268,15 +268,7 @@ absl::Status JobCoordinator::RequestRollBack(const RollBackRequest& request) {
       "worker ", request.rank(), " cannot redo step ", request.clock(), " exactly (",
       request.cause().substr(0, 400), ")");
   const absl::Time now = absl::Now();
-  if (!pending_) {
-    pending_ = PendingRecovery{cause, now, now, {}, {}, true};
-    LOG(WARNING) << cause << ": clocks paused; rolling back";
-  } else {
-    pending_->roll_back = true;
-    absl::StrAppend(&pending_->cause, "; ", cause);
-  }
-  clock_.SetPaused(true);
-  changed_.SignalAll();
+  PendLocked(cause, now, now).roll_back = true;
   return absl::OkStatus();
 }
 
