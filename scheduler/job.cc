@@ -37,6 +37,7 @@ JobCoordinator::JobCoordinator(JobConfig config, ServerNotifier notifier, Server
                  ? ClockService::kUnbounded
                  : EffectiveStaleness(config_.cluster())),
       final_(config_.cluster().num_workers(), false),
+      cuts_(config_),
       evals_(EvalBook::Options{
           config_.checkpoint().dir(), config_.training().eval_every_steps(),
           config_.training().early_stopping().patience(),
@@ -74,7 +75,7 @@ uint64_t JobCoordinator::generation() const {
 
 void JobCoordinator::RequestCheckpoint() {
   MutexLock lock(&mu_);
-  ++requested_seq_;
+  cuts_.Request();
   changed_.SignalAll();
 }
 
@@ -84,26 +85,25 @@ absl::StatusOr<uint64_t> JobCoordinator::CheckpointNow(absl::Time deadline) {
     return absl::FailedPreconditionError(
         "checkpoints are off for this job (set checkpoint.dir in the job config)");
   }
-  const uint64_t mine = ++requested_seq_;
+  const uint64_t mine = cuts_.Request();
   changed_.SignalAll();
-  while (completed_seq_ < mine) {
+  while (!cuts_.Served(mine)) {
     if (Ended() || control_over_) {
       return absl::FailedPreconditionError(
           "the job ended before the requested checkpoint could be taken");
     }
-    if (!changed_.WaitUntil(&mu_, deadline) && completed_seq_ < mine) {
+    if (!changed_.WaitUntil(&mu_, deadline) && !cuts_.Served(mine)) {
       return absl::DeadlineExceededError(
           "no checkpoint completed before the deadline (workers may be slow to "
           "reach the cut, or a recovery runs); it will still be taken");
     }
   }
-  if (!last_cut_status_.ok()) return last_cut_status_;
-  return last_cut_clock_;
+  return cuts_.LastCut();
 }
 
 std::vector<uint64_t> JobCoordinator::Checkpoints() const {
   MutexLock lock(&mu_);
-  return checkpoints_;
+  return cuts_.written();
 }
 
 void JobCoordinator::FailLocked(const std::string& why) {
@@ -228,7 +228,7 @@ void JobCoordinator::CheckWorkerDeadlinesLocked(const std::vector<Member>& membe
 }
 
 bool JobCoordinator::ResumeAfterRewindLocked(absl::Time now) {
-  if (!loss_.clocks_held() || Ended() || pending_ || !recovering_.empty()) return false;
+  if (!loss_.clocks_held() || Ended() || !recovery_.idle()) return false;
   const ClusterConfig& k = config_.cluster();
   // With REASSIGN and DROP, a worker lost for worker_deadline_ms is not
   // waited for any more (the others go on; with WAIT the job failed).
@@ -251,7 +251,7 @@ bool JobCoordinator::ResumeAfterRewindLocked(absl::Time now) {
                  << (loss_.LeavesClock() ? "the clocks resume without them"
                                          : "the clocks keep waiting for them");
     for (uint32_t rank : missing) changed |= WorkerLostLocked(rank);
-    CompleteRecoveryLocked(now);
+    recovery_.CompleteRewind(now);
   } else {
     LOG(INFO) << "every worker started after the rollback: the clocks resume";
   }
@@ -283,7 +283,7 @@ void JobCoordinator::UpdateStateLocked() {
     LOG(INFO) << "every server and worker registered: job running";
     state_ = State::kRunning;
   }
-  if (!formed_ || pending_ || !recovering_.empty()) return;
+  if (!formed_ || !recovery_.idle()) return;
   // A dead worker is over once its data is trained (it reported done), or
   // when the job may drop its share.
   const auto clock_states = clock_.States();
@@ -296,7 +296,7 @@ void JobCoordinator::UpdateStateLocked() {
   }
   // The job ends after the control thread took the final cut (servers exit
   // when it ends).
-  if (all_over && any_final && (!checkpoints_on_ || final_cut_done_) &&
+  if (all_over && any_final && (!checkpoints_on_ || cuts_.final_done()) &&
       !EvaluationsPendingLocked()) {
     state_ = State::kDone;
     if (const uint64_t untrained = UntrainedSamplesLocked(); untrained > 0) {
@@ -382,15 +382,15 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
   switch (state_) {
     case State::kWaiting: response->set_state("waiting"); break;
     case State::kRunning:
-      response->set_state(recovering_.empty() && !pending_ ? "running" : "recovering");
+      response->set_state(recovery_.idle() ? "running" : "recovering");
       break;
     case State::kDone: response->set_state("done"); break;
     case State::kFailed: response->set_state("failed: " + failure_); break;
   }
   response->set_generation(generation_);
-  for (const RecoveryReport& r : recoveries_) *response->add_recoveries() = r;
-  response->set_last_checkpoint_hold_sec(last_hold_sec_);
-  response->set_last_checkpoint_write_sec(last_write_sec_);
+  for (const RecoveryReport& r : recovery_.reports()) *response->add_recoveries() = r;
+  response->set_last_checkpoint_hold_sec(cuts_.last_hold_sec());
+  response->set_last_checkpoint_write_sec(cuts_.last_write_sec());
   double sps = 0, loss = 0, train_auc = 0;
   uint64_t samples = 0;
   // Per worker the larger of its latest report and its latest tick.

@@ -103,8 +103,10 @@
 #include "proto/config.pb.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/clock.h"
+#include "scheduler/cut_book.h"
 #include "scheduler/eval_book.h"
 #include "scheduler/membership.h"
+#include "scheduler/recovery_book.h"
 #include "scheduler/server_ops.h"
 #include "scheduler/worker_loss.h"
 
@@ -216,16 +218,6 @@ class JobCoordinator {
   enum class State { kWaiting, kRunning, kDone, kFailed };
   using MemberKey = std::pair<Role, uint32_t>;
 
-  // A failure the control thread has to recover from.
-  struct PendingRecovery {
-    std::string cause;
-    absl::Time failed_at;    // The failed process's last heartbeat.
-    absl::Time detected_at;
-    std::set<uint32_t> silent;  // Declared dead; may come back with state.
-    std::set<uint32_t> lost;    // Replaced by a new process: state gone.
-    bool roll_back = false;     // A worker asked for it (RequestRollBack).
-  };
-
   // ---- job_workers.cc: checks of the workers' requests ----
   // See WaitClock above; `what` names the request in the refusal, and a
   // finished worker is accepted if `finished_ok`.
@@ -240,7 +232,7 @@ class JobCoordinator {
   // Records a failure of server `index`; `lost`: its state is gone.
   // The recovery the control thread is to run (a new one, or `cause` added
   // to the pending one); the clocks pause until it is done.
-  PendingRecovery& PendLocked(const std::string& cause, absl::Time failed_at, absl::Time now)
+  RecoveryBook::Pending& PendLocked(const std::string& cause, absl::Time failed_at, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ServerFailedLocked(uint32_t index, const std::string& cause, absl::Time failed_at,
                           absl::Time now, bool lost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -259,9 +251,6 @@ class JobCoordinator {
   // phase of a recovery ends, and after a failure the clocks resume, when
   // every worker is).
   void WorkerStartedLocked(uint32_t rank, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes the newest incomplete recovery report (its rewind phase ends
-  // now).
-  void CompleteRecoveryLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Declares worker `rank` dead in the clock service per on_worker_loss;
   // true if the servers' active set changed (NotifyServers).
   bool WorkerLostLocked(uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -300,8 +289,6 @@ class JobCoordinator {
   // clocks of the complete checkpoints up to it (periodic evaluation).
   void Rewind(const RestorePoint& point, uint64_t generation, RecoveryReport* report,
               bool record, const std::vector<uint64_t>& kept);
-  // Adds `report` (complete or not) to the job's recoveries.
-  void RecordLocked(const RecoveryReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ---- job_checkpoint.cc ----
   // Writes the checkpoint at `clock` (every worker held there or finished);
   // releases the hold after the copy (`next`: the next hold, 0 = none).
@@ -322,9 +309,7 @@ class JobCoordinator {
   bool CheckNewerCheckpoints(int64_t newest_usable);
   // Holds the clock at the first multiple of checkpoint.every_steps or
   // training.eval_every_steps after `after` nobody has started.
-  void HoldFirstCut(uint64_t after);
-  // The cut after one at `clock` (0: none), as HoldFirstCut.
-  uint64_t NextCutAfter(uint64_t clock) const;
+  void HoldFirstCut(uint64_t after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- job_eval.cc: periodic evaluation and early stopping ----
   // Reads the persisted evaluations (with CheckCheckpointDir).
@@ -380,30 +365,12 @@ class JobCoordinator {
   WorkerLoss loss_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> workers_gone_since_ ABSL_GUARDED_BY(mu_);
 
-  // Recovery.
-  std::optional<PendingRecovery> pending_ ABSL_GUARDED_BY(mu_);
-  std::string recovering_ ABSL_GUARDED_BY(mu_);  // What a running recovery does.
-  bool restoring_ ABSL_GUARDED_BY(mu_) = false;  // Its restore has begun.
-  std::vector<RecoveryReport> recoveries_ ABSL_GUARDED_BY(mu_);
-  // The last recovery's rewind began (its report is completed when every
-  // worker has started again: loss_.Started).
-  absl::Time rewind_started_ ABSL_GUARDED_BY(mu_);
+  // The pending and running recovery, and the reports of those done.
+  RecoveryBook recovery_ ABSL_GUARDED_BY(mu_);
 
-  // Checkpoints. On-demand requests made, and the last request a completed
-  // cut served (cuts are placed after the requests they serve).
-  uint64_t requested_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t completed_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status last_cut_status_ ABSL_GUARDED_BY(mu_);
-  uint64_t last_cut_clock_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t last_complete_ ABSL_GUARDED_BY(mu_) = 0;  // Clock of the last complete checkpoint.
-  bool final_cut_done_ ABSL_GUARDED_BY(mu_) = false;  // In this generation.
-  bool control_over_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<uint64_t> checkpoints_ ABSL_GUARDED_BY(mu_);
-  int cut_failures_ ABSL_GUARDED_BY(mu_) = 0;  // Counted failures in a row.
-  absl::Time retry_cut_at_ ABSL_GUARDED_BY(mu_);  // When a failed cut is tried again.
-  double last_hold_sec_ ABSL_GUARDED_BY(mu_) = 0;
-  double last_write_sec_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time last_cut_time_ ABSL_GUARDED_BY(mu_);
+  // Where checkpoint cuts go, on-demand requests, what the cuts did.
+  CutBook cuts_ ABSL_GUARDED_BY(mu_);
+  bool control_over_ ABSL_GUARDED_BY(mu_) = false;  // The control thread ended.
   EvalBook evals_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<bool> stop_{false};

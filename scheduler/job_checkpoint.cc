@@ -13,11 +13,6 @@
 namespace shardps {
 namespace {
 
-// Cuts tried in a row before the job fails.
-constexpr int kCutAttempts = 3;
-
-double Secs(absl::Duration d) { return absl::ToDoubleSeconds(d); }
-
 // A cut that failed because a server is gone or unreachable: the recovery
 // that follows handles it; not a checkpoint fault.
 bool ServerGone(const absl::Status& st) {
@@ -66,32 +61,21 @@ absl::Status JobCoordinator::Cut(uint64_t clock, uint64_t next, uint64_t serving
   if (st.ok()) st = ops_->FinishCut(*map, generation, clock, positions);
   const absl::Time written = absl::Now();
   MutexLock lock(&mu_);
+  cuts_.Completed(clock, st, serving, copied - start, written - copied, written);
   if (st.ok()) {
-    last_hold_sec_ = Secs(copied - start);
-    last_write_sec_ = Secs(written - copied);
     LOG(INFO) << "checkpoint at clock " << clock << ": workers held "
               << absl::FormatDuration(copied - start) << " for the copy, files written in "
               << absl::FormatDuration(written - copied) << " behind them";
-    checkpoints_.push_back(clock);
-    last_complete_ = clock;
     evals_.Enqueue(clock, final);
   } else {
     LOG(ERROR) << "checkpoint at clock " << clock << " failed: " << st;
   }
-  last_cut_status_ = st;
-  last_cut_clock_ = clock;
-  last_cut_time_ = written;
-  completed_seq_ = serving;
   changed_.SignalAll();
   return st;
 }
 
 bool JobCoordinator::AfterCut(uint64_t clock, const absl::Status& st) {
-  if (st.ok()) {
-    MutexLock lock(&mu_);
-    cut_failures_ = 0;
-    return false;
-  }
+  if (st.ok()) return false;  // Cut reset the failures.
   // No orphan part files: a directory without MANIFEST is no checkpoint.
   // (Every server has answered, so none is still writing into it; a stalled
   // one that resumes finds it gone and its write fails.)
@@ -100,39 +84,24 @@ bool JobCoordinator::AfterCut(uint64_t clock, const absl::Status& st) {
     LOG(WARNING) << "cannot remove the failed checkpoint's files: " << removed;
   }
   MutexLock lock(&mu_);
-  if (ServerGone(st) || pending_ || Ended()) return false;  // A recovery takes over.
-  ++cut_failures_;
-  if (cut_failures_ >= kCutAttempts) {
-    FailLocked(absl::StrCat("checkpoint at clock ", clock, " failed ", cut_failures_,
+  if (ServerGone(st) || recovery_.pending() != nullptr || Ended()) return false;  // A recovery takes over.
+  const std::optional<absl::Duration> backoff = cuts_.CountFailure(absl::Now());
+  if (!backoff) {
+    FailLocked(absl::StrCat("checkpoint at clock ", clock, " failed ", cuts_.failures(),
                             " times in a row (checkpoint.dir ", config_.checkpoint().dir(),
                             "): ", st.ToString()));
     return false;
   }
-  const absl::Duration backoff = absl::Seconds(1 << (cut_failures_ - 1));
-  retry_cut_at_ = absl::Now() + backoff;
-  LOG(ERROR) << "checkpoint at clock " << clock << ": attempt " << cut_failures_ << " of "
-             << kCutAttempts << " failed; trying again in " << absl::FormatDuration(backoff);
+  LOG(ERROR) << "checkpoint at clock " << clock << ": attempt " << cuts_.failures() << " of "
+             << CutBook::kAttempts << " failed; trying again in "
+             << absl::FormatDuration(*backoff);
   return true;
 }
 
 void JobCoordinator::HoldFirstCut(uint64_t after) {
   if (!checkpoints_on_) return;
   // HoldFirstUnstarted keeps an earlier hold: the first of the two.
-  for (uint64_t k : {config_.checkpoint().every_steps(),
-                     uint64_t{config_.training().eval_every_steps()}}) {
-    if (k > 0) clock_.HoldFirstUnstarted(k, after + 1);
-  }
-}
-
-uint64_t JobCoordinator::NextCutAfter(uint64_t clock) const {
-  uint64_t next = 0;
-  for (uint64_t k : {config_.checkpoint().every_steps(),
-                     uint64_t{config_.training().eval_every_steps()}}) {
-    if (k == 0) continue;
-    const uint64_t c = (clock / k + 1) * k;
-    if (next == 0 || c < next) next = c;
-  }
-  return next;
+  for (uint64_t k : cuts_.multiples()) clock_.HoldFirstUnstarted(k, after + 1);
 }
 
 bool JobCoordinator::OnCorruptCheckpoint(const std::string& dir, const absl::Status& why) {

@@ -34,25 +34,22 @@ std::string PointName(const RestorePoint& p) {
 
 void JobCoordinator::ControlLoop() {
   if (Form()) {
-    const CheckpointConfig& cc = config_.checkpoint();
-    uint64_t serving = 0;  // requested_seq_ when the current cut was placed.
+    uint64_t serving = 0;  // cuts_.requested() when the current cut was placed.
     while (!stop_) {
       bool recover;
       {
         MutexLock lock(&mu_);
         changed_.WaitUntil(&mu_, absl::Now() + absl::Milliseconds(10));
         if (Ended()) break;
-        recover = pending_.has_value();
+        recover = recovery_.pending() != nullptr;
         if (!recover && checkpoints_on_) {
           const absl::Time now = absl::Now();
-          const bool due = cc.every_seconds() > 0 &&
-                           now - last_cut_time_ >= absl::Seconds(cc.every_seconds());
-          // A failed cut is tried again at the first unstarted clock.
-          const bool retry = cut_failures_ > 0 && now >= retry_cut_at_;
-          if (requested_seq_ > serving) {  // On demand: the first unstarted clock.
+          if (cuts_.requested() > serving) {  // On demand: the first unstarted clock.
             clock_.HoldFirstUnstarted(1);
-            serving = requested_seq_;
-          } else if ((due && !clock_.HeldClock()) || retry) {
+            serving = cuts_.requested();
+          } else if ((cuts_.TimeDue(now) && !clock_.HeldClock()) || cuts_.RetryDue(now)) {
+            // Due by time, or a failed cut tried again: the first unstarted
+            // clock.
             clock_.HoldFirstUnstarted(1);
           }
         }
@@ -71,8 +68,8 @@ void JobCoordinator::ControlLoop() {
         uint64_t last;
         {
           MutexLock lock(&mu_);
-          need = !final_cut_done_ && absl::Now() >= retry_cut_at_;
-          last = last_complete_;
+          need = cuts_.FinalDue(absl::Now());
+          last = cuts_.last_complete();
         }
         if (!need) continue;
         const auto states = clock_.States();
@@ -95,15 +92,20 @@ void JobCoordinator::ControlLoop() {
         }
         MutexLock lock(&mu_);
         // The job's last state is evaluated too (when it was cut before).
-        if (last_complete_ > 0) evals_.Enqueue(last_complete_, /*final=*/true);
-        final_cut_done_ = true;
+        if (cuts_.last_complete() > 0) evals_.Enqueue(cuts_.last_complete(), /*final=*/true);
+        cuts_.FinalDone();
         UpdateStateLocked();
         changed_.SignalAll();
         continue;
       }
       const std::optional<uint64_t> held = clock_.HeldClock();
       if (!held || !clock_.AllReachedHold()) continue;
-      AfterCut(*held, Cut(*held, NextCutAfter(*held), serving));
+      uint64_t next;
+      {
+        MutexLock lock(&mu_);
+        next = cuts_.NextAfter(*held);
+      }
+      AfterCut(*held, Cut(*held, next, serving));
     }
   }
   FinalCollect();
@@ -148,7 +150,7 @@ bool JobCoordinator::Form() {
         if (m.role == WORKER && m.state == STATE_UNSPECIFIED) workers = false;
       }
       if (servers && now - start_time_ >= settle && (!takeover_ || workers)) break;
-      recovering_.clear();
+      recovery_.ClearDoing();
       changed_.WaitUntil(&mu_, now + absl::Milliseconds(50));
     }
     if (takeover_) problem = TakeoverProblemLocked();
@@ -159,7 +161,7 @@ bool JobCoordinator::Form() {
     MutexLock lock(&mu_);
     generation_ = rejoins_.begin()->second.generation();
     clock_.SetGeneration(generation_);
-    last_complete_ = points.ok() && !points->empty() ? points->front().clock : 0;
+    cuts_.StartFrom(points.ok() && !points->empty() ? points->front().clock : 0);
     std::vector<uint64_t> kept;
     if (points.ok()) {
       for (const RestorePoint& p : *points) kept.push_back(p.clock);
@@ -175,8 +177,8 @@ bool JobCoordinator::Form() {
     report.set_wait_sec(Secs(absl::Now() - start_time_));
     report.set_total_sec(report.wait_sec());
     report.set_complete(true);
-    RecordLocked(report);
-    HoldFirstCut(last_complete_);
+    recovery_.Record(report);
+    HoldFirstCut(cuts_.last_complete());
     clock_.ResetMaxSpread();  // Spreads seen while processes rejoined are not real.
     clock_.SetPaused(false);
     UpdateStateLocked();
@@ -203,9 +205,9 @@ bool JobCoordinator::WaitForServers() {
       if (m.role == SERVER && m.state != ALIVE) missing.push_back(m.index);
     }
     if (missing.empty()) return true;
-    recovering_ = absl::StrCat("waiting for servers [", absl::StrJoin(missing, ","),
+    recovery_.SetDoing(absl::StrCat("waiting for servers [", absl::StrJoin(missing, ","),
                                "] to register again (at most server_deadline_ms, ",
-                               config_.cluster().server_deadline_ms(), " ms)");
+                                    config_.cluster().server_deadline_ms(), " ms)"));
     changed_.WaitUntil(&mu_, absl::Now() + absl::Milliseconds(50));
   }
 }
@@ -219,9 +221,8 @@ bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at,
     uint64_t generation;
     {
       MutexLock lock(&mu_);
-      pending_.reset();  // This rollback covers every failure so far.
-      restoring_ = true;
-      recovering_ = "restoring every server";
+      recovery_.ClearPending();  // This rollback covers every failure so far.
+      recovery_.SetDoing("restoring every server");
       uint64_t seen = generation_;
       for (const auto& [key, r] : rejoins_) seen = std::max(seen, r.generation());
       generation = NextGeneration(seen);
@@ -262,10 +263,6 @@ bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at,
     if (!chosen && (!map || ServerTrouble(last))) {
       LOG(WARNING) << "restore interrupted (" << last
                    << "); waiting for every server and restoring again";
-      {
-        MutexLock lock(&mu_);
-        restoring_ = false;
-      }
       absl::SleepFor(backoff);
       backoff = std::min(backoff * 2, absl::Seconds(2));
       continue;
@@ -323,19 +320,17 @@ void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
   reports_.clear();
   barriers_.clear();
   clock_.Rewind(generation, point.clock, live);
-  last_complete_ = point.initial ? 0 : point.clock;
-  final_cut_done_ = false;
+  cuts_.StartFrom(point.initial ? 0 : point.clock);
   HoldFirstCut(point.clock);
   ResumeEvaluationsLocked(point.clock, kept);
   clock_.ResetMaxSpread();
   formed_ = true;
-  recovering_.clear();
-  restoring_ = false;
-  rewind_started_ = now;
+  recovery_.ClearDoing();
+  recovery_.RewindStarted(now);
   report->set_generation(generation);
   report->set_initial(point.initial);
   report->set_clock(point.clock);
-  if (record) RecordLocked(*report);
+  if (record) recovery_.Record(*report);
   if (after_failure) {
     loss_.HoldClocks(now);
     LOG(INFO) << "the clocks resume once every worker has started at clock " << point.clock
@@ -349,18 +344,13 @@ void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
   changed_.SignalAll();
 }
 
-void JobCoordinator::RecordLocked(const RecoveryReport& report) {
-  recoveries_.push_back(report);
-  LOG(INFO) << "recovery (" << report.kind() << "): " << report.cause();
-}
-
 void JobCoordinator::Recover() {
-  PendingRecovery p;
+  RecoveryBook::Pending p;
   {
     MutexLock lock(&mu_);
-    if (!pending_) return;
-    p = *pending_;
-    recovering_ = "waiting for the failed servers";
+    if (recovery_.pending() == nullptr) return;
+    p = *recovery_.pending();
+    recovery_.SetDoing("waiting for the failed servers");
   }
   RecoveryReport report;
   report.set_cause(p.cause);
@@ -369,8 +359,9 @@ void JobCoordinator::Recover() {
   if (!WaitForServers()) return;
   {
     MutexLock lock(&mu_);
-    if (pending_ && pending_->lost.empty() && pending_->silent.empty() &&
-        !pending_->roll_back) {
+    const RecoveryBook::Pending* now_pending = recovery_.pending();
+    if (now_pending != nullptr && now_pending->lost.empty() && now_pending->silent.empty() &&
+        !now_pending->roll_back) {
       // Every server declared dead came back with its state (it was stalled,
       // not gone): nothing to restore.
       report.set_kind("rejoin");
@@ -379,9 +370,9 @@ void JobCoordinator::Recover() {
       report.set_wait_sec(Secs(absl::Now() - p.detected_at));
       report.set_total_sec(report.detect_sec() + report.wait_sec());
       report.set_complete(true);
-      RecordLocked(report);
-      pending_.reset();
-      recovering_.clear();
+      recovery_.Record(report);
+      recovery_.ClearPending();
+      recovery_.ClearDoing();
       if (!loss_.clocks_held()) clock_.SetPaused(false);
       UpdateStateLocked();
       changed_.SignalAll();
@@ -397,11 +388,10 @@ void JobCoordinator::Recover() {
       uint64_t generation;
       {
         MutexLock lock(&mu_);
-        lost = pending_ ? pending_->lost : p.lost;
+        lost = recovery_.pending() != nullptr ? recovery_.pending()->lost : p.lost;
         generation = generation_;
-        pending_.reset();
-        restoring_ = true;
-        recovering_ = "restoring the replaced servers (partial recovery)";
+        recovery_.ClearPending();
+        recovery_.SetDoing("restoring the replaced servers (partial recovery)");
       }
       const absl::Time back = absl::Now();
       const std::optional<PartitionMapProto> map = members_.Map();
@@ -417,7 +407,6 @@ void JobCoordinator::Recover() {
         total.bytes += r->bytes;
       }
       MutexLock lock(&mu_);
-      restoring_ = false;
       if (!st.ok()) {
         if (!ServerTrouble(st)) {
           FailLocked(absl::StrCat("partial recovery failed: ", st.message()));
@@ -440,8 +429,8 @@ void JobCoordinator::Recover() {
       report.set_rows(total.rows);
       report.set_bytes(total.bytes);
       report.set_complete(true);
-      RecordLocked(report);
-      recovering_.clear();
+      recovery_.Record(report);
+      recovery_.ClearDoing();
       if (!loss_.clocks_held()) clock_.SetPaused(false);
       UpdateStateLocked();
       changed_.SignalAll();

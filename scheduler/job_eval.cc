@@ -111,7 +111,7 @@ absl::Status JobCoordinator::Evaluation(const EvaluationRequest& request,
       response->set_job_ended(true);
       return absl::OkStatus();
     }
-    if (formed_ && !pending_ && recovering_.empty()) {
+    if (formed_ && recovery_.idle()) {
       // A dead worker's evaluation goes to another (a restarted process of
       // the same rank gets its own back from Take).
       for (const Member& m : members_.Members()) {

@@ -32,23 +32,18 @@ void JobCoordinator::ApplyRejoinLocked(const RegisterRequest& request, uint32_t 
   }
 }
 
-JobCoordinator::PendingRecovery& JobCoordinator::PendLocked(const std::string& cause,
+RecoveryBook::Pending& JobCoordinator::PendLocked(const std::string& cause,
                                                             absl::Time failed_at,
                                                             absl::Time now) {
-  if (!pending_) {
-    pending_ = PendingRecovery{cause, failed_at, now, {}, {}};
-    LOG(WARNING) << cause << ": clocks paused; recovering";
-  } else if (pending_->cause.find(cause) == std::string::npos) {
-    absl::StrAppend(&pending_->cause, "; ", cause);
-  }
+  RecoveryBook::Pending& pending = recovery_.Pend(cause, failed_at, now);
   clock_.SetPaused(true);
   changed_.SignalAll();
-  return *pending_;
+  return pending;
 }
 
 void JobCoordinator::ServerFailedLocked(uint32_t index, const std::string& cause,
                                         absl::Time failed_at, absl::Time now, bool lost) {
-  PendingRecovery& p = PendLocked(cause, failed_at, now);
+  RecoveryBook::Pending& p = PendLocked(cause, failed_at, now);
   (lost ? p.lost : p.silent).insert(index);
   if (lost) p.silent.erase(index);
 }
@@ -102,7 +97,7 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request,
         if (reg->new_process || r.generation() != generation_) {
           ServerFailedLocked(m.index, absl::StrCat(who, " came back with another state"),
                              reg->previous_heartbeat, now, /*lost=*/true);
-        } else if (pending_ && pending_->silent.erase(m.index) > 0) {
+        } else if (recovery_.pending() && recovery_.pending()->silent.erase(m.index) > 0) {
           LOG(INFO) << who << " was declared dead and came back with its state";
         }
       } else if (r.generation() == generation_) {  // A worker that was silent.

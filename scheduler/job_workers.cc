@@ -119,25 +119,11 @@ absl::Status JobCoordinator::GetPartitionMap(const GetPartitionMapRequest& reque
 void JobCoordinator::WorkerStartedLocked(uint32_t rank, absl::Time now) {
   if (!loss_.Started(rank)) return;
   (void)ResumeAfterRewindLocked(now);  // None is missing: no worker is lost.
-  CompleteRecoveryLocked(now);
-}
-
-void JobCoordinator::CompleteRecoveryLocked(absl::Time now) {
-  for (auto it = recoveries_.rbegin(); it != recoveries_.rend(); ++it) {
-    if (it->complete()) continue;
-    it->set_rewind_sec(absl::ToDoubleSeconds(now - rewind_started_));
-    it->set_total_sec(it->detect_sec() + it->wait_sec() + it->restore_sec() + it->rewind_sec());
-    it->set_complete(true);
-    LOG(INFO) << "recovery complete: every live worker restarted at clock " << it->clock()
-              << " in " << it->total_sec() << " s (detect " << it->detect_sec() << " s, wait "
-              << it->wait_sec() << " s, restore " << it->restore_sec() << " s, rewind "
-              << it->rewind_sec() << " s)";
-    break;
-  }
+  recovery_.CompleteRewind(now);
 }
 
 std::optional<uint32_t> JobCoordinator::LeaseOrphanLocked(uint32_t rank, absl::Time now) {
-  if (!loss_.reassigns() || !formed_ || pending_ || !recovering_.empty() ||
+  if (!loss_.reassigns() || !formed_ || !recovery_.idle() ||
       loss_.clocks_held() ||
       clock_.States()[rank] != ClockService::WorkerState::kFinished) {
     return std::nullopt;
@@ -170,8 +156,7 @@ std::string JobCoordinator::StartWaitLocked() const {
     return takeover_ ? "every worker to rejoin the restarted scheduler"
                      : "the job to form (servers being set up)";
   }
-  if (!recovering_.empty()) return absl::StrCat("the recovery: ", recovering_);
-  if (pending_) return absl::StrCat("a recovery to start (", pending_->cause, ")");
+  if (!recovery_.idle()) return recovery_.Waiting();
   return absl::StrCat("a rollback or the job's end (generation ", generation_,
                       " is still current)");
 }
@@ -193,7 +178,7 @@ absl::Status JobCoordinator::WaitStart(const WaitStartRequest& request,
     }
     const bool newer =
         !request.has_after_generation() || generation_ > request.after_generation();
-    if (formed_ && !pending_ && recovering_.empty() && newer) break;
+    if (formed_ && recovery_.idle() && newer) break;
     if (request.has_after_generation() && request.after_generation() == generation_) {
       if (const std::optional<uint32_t> orphan = LeaseOrphanLocked(rank, absl::Now())) {
         response->set_generation(generation_);
