@@ -227,6 +227,13 @@ class JobCoordinator {
   absl::Status ValidateReport(const MetricsReport& report, uint64_t max_step) const;
 
   // ---- job.cc: requests and membership ----
+  // Takes a registration Membership accepted (not a repeat) into the job:
+  // before forming, a rejoin makes this scheduler take the job over; after
+  // it, a server with another state (or a new process) is a failure to
+  // recover from, a restarted worker takes its rank back. True if the
+  // servers must learn the active set again.
+  bool AdmitLocked(const RegisterRequest& request, const Registration& reg, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyRejoinLocked(const RegisterRequest& request, uint32_t index)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a failure of server `index`; `lost`: its state is gone.
@@ -270,6 +277,10 @@ class JobCoordinator {
 
   // ---- job_control.cc: the control thread ----
   void ControlLoop();
+  // Once every worker is finished or dead (and, with dead ones left, the
+  // policy lets the job end without them), takes the job's final cut (the
+  // on-demand requests up to `serving` are served by it) and marks it taken.
+  void TakeFinalCut(uint64_t serving);
   // Waits for the servers (and with a takeover the workers), then gives the
   // job its start point. False if the job failed or stopped.
   bool Form();
@@ -285,6 +296,14 @@ class JobCoordinator {
   bool RollBack(RecoveryReport* report, absl::Time detected_at, bool record_initial);
   // Runs the pending recovery.
   void Recover();
+  // Ends the recovery `p` if every server declared dead came back with its
+  // state (a "rejoin": nothing to restore); false otherwise.
+  bool EndRejoinLocked(const RecoveryBook::Pending& p, RecoveryReport* report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // checkpoint.recovery PARTIAL: restores only the replaced servers'
+  // partitions from `point`, in the current generation.
+  void RecoverPartially(const RecoveryBook::Pending& p, const RestorePoint& point,
+                        RecoveryReport* report);
   // Moves the clocks and positions to `point` in `generation`; `kept`: the
   // clocks of the complete checkpoints up to it (periodic evaluation).
   void Rewind(const RestorePoint& point, uint64_t generation, RecoveryReport* report,

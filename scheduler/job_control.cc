@@ -60,42 +60,7 @@ void JobCoordinator::ControlLoop() {
       }
       if (!checkpoints_on_) continue;
       if (!clock_.MinClock()) {
-        // Every worker is finished or dead. When all finished training
-        // (their last pushes acknowledged, servers still up for the
-        // evaluation), the end is a consistent cut too: the job's final
-        // checkpoint.
-        bool need;
-        uint64_t last;
-        {
-          MutexLock lock(&mu_);
-          need = cuts_.FinalDue(absl::Now());
-          last = cuts_.last_complete();
-        }
-        if (!need) continue;
-        const auto states = clock_.States();
-        const auto finished = [](auto s) { return s == ClockService::WorkerState::kFinished; };
-        const bool all_finished = std::all_of(states.begin(), states.end(), finished);
-        // Dead workers with data left: their shares are still to be
-        // trained (WAIT, REASSIGN), or, when none finished, the job waits
-        // for one to come back; the cuts and the final one go on then.
-        if (!all_finished && (!loss_.drops() ||
-                              std::none_of(states.begin(), states.end(), finished))) {
-          continue;
-        }
-        if (clock_.MaxClock() > last) {
-          const uint64_t clock = clock_.MaxClock();
-          // A failed final cut is taken again at the same clock (nothing
-          // trains any more) before the job may end.
-          if (AfterCut(clock, Cut(clock, 0, serving, /*final=*/true))) continue;
-        } else {
-          clock_.Release();
-        }
-        MutexLock lock(&mu_);
-        // The job's last state is evaluated too (when it was cut before).
-        if (cuts_.last_complete() > 0) evals_.Enqueue(cuts_.last_complete(), /*final=*/true);
-        cuts_.FinalDone();
-        UpdateStateLocked();
-        changed_.SignalAll();
+        TakeFinalCut(serving);
         continue;
       }
       const std::optional<uint64_t> held = clock_.HeldClock();
@@ -111,6 +76,45 @@ void JobCoordinator::ControlLoop() {
   FinalCollect();
   MutexLock lock(&mu_);
   control_over_ = true;
+  UpdateStateLocked();
+  changed_.SignalAll();
+}
+
+void JobCoordinator::TakeFinalCut(uint64_t serving) {
+  // Every worker is finished or dead. When all finished training
+  // (their last pushes acknowledged, servers still up for the
+  // evaluation), the end is a consistent cut too: the job's final
+  // checkpoint.
+  bool need;
+  uint64_t last;
+  {
+    MutexLock lock(&mu_);
+    need = cuts_.FinalDue(absl::Now());
+    last = cuts_.last_complete();
+  }
+  if (!need) return;
+  const auto states = clock_.States();
+  const auto finished = [](auto s) { return s == ClockService::WorkerState::kFinished; };
+  const bool all_finished = std::all_of(states.begin(), states.end(), finished);
+  // Dead workers with data left: their shares are still to be
+  // trained (WAIT, REASSIGN), or, when none finished, the job waits
+  // for one to come back; the cuts and the final one go on then.
+  if (!all_finished && (!loss_.drops() ||
+                        std::none_of(states.begin(), states.end(), finished))) {
+    return;
+  }
+  if (clock_.MaxClock() > last) {
+    const uint64_t clock = clock_.MaxClock();
+    // A failed final cut is taken again at the same clock (nothing
+    // trains any more) before the job may end.
+    if (AfterCut(clock, Cut(clock, 0, serving, /*final=*/true))) return;
+  } else {
+    clock_.Release();
+  }
+  MutexLock lock(&mu_);
+  // The job's last state is evaluated too (when it was cut before).
+  if (cuts_.last_complete() > 0) evals_.Enqueue(cuts_.last_complete(), /*final=*/true);
+  cuts_.FinalDone();
   UpdateStateLocked();
   changed_.SignalAll();
 }
@@ -359,81 +363,14 @@ void JobCoordinator::Recover() {
   if (!WaitForServers()) return;
   {
     MutexLock lock(&mu_);
-    const RecoveryBook::Pending* now_pending = recovery_.pending();
-    if (now_pending != nullptr && now_pending->lost.empty() && now_pending->silent.empty() &&
-        !now_pending->roll_back) {
-      // Every server declared dead came back with its state (it was stalled,
-      // not gone): nothing to restore.
-      report.set_kind("rejoin");
-      report.set_generation(generation_);
-      report.set_clock(clock_.MinClock().value_or(clock_.MaxClock()));
-      report.set_wait_sec(Secs(absl::Now() - p.detected_at));
-      report.set_total_sec(report.detect_sec() + report.wait_sec());
-      report.set_complete(true);
-      recovery_.Record(report);
-      recovery_.ClearPending();
-      recovery_.ClearDoing();
-      if (!loss_.clocks_held()) clock_.SetPaused(false);
-      UpdateStateLocked();
-      changed_.SignalAll();
-      return;
-    }
+    if (EndRejoinLocked(p, &report)) return;
   }
   const bool partial = config_.checkpoint().recovery() == CheckpointConfig::PARTIAL &&
                        config_.cluster().mode() != BSP && !p.roll_back;
   if (partial) {
     auto points = ops_->RestorePoints();
     if (points.ok() && !points->empty()) {
-      std::set<uint32_t> lost;
-      uint64_t generation;
-      {
-        MutexLock lock(&mu_);
-        lost = recovery_.pending() != nullptr ? recovery_.pending()->lost : p.lost;
-        generation = generation_;
-        recovery_.ClearPending();
-        recovery_.SetDoing("restoring the replaced servers (partial recovery)");
-      }
-      const absl::Time back = absl::Now();
-      const std::optional<PartitionMapProto> map = members_.Map();
-      RestoreStats total;
-      absl::Status st;
-      for (uint32_t index : lost) {
-        auto r = ops_->Restore(*map, index, points->front(), generation);
-        if (!r.ok()) {
-          st = r.status();
-          break;
-        }
-        total.rows += r->rows;
-        total.bytes += r->bytes;
-      }
-      MutexLock lock(&mu_);
-      if (!st.ok()) {
-        if (!ServerTrouble(st)) {
-          FailLocked(absl::StrCat("partial recovery failed: ", st.message()));
-          return;
-        }
-        // A server went away again: recover anew.
-        LOG(WARNING) << "partial recovery interrupted: " << st;
-        for (uint32_t index : lost) ServerFailedLocked(index, p.cause, p.failed_at, p.detected_at, true);
-        return;
-      }
-      LOG(INFO) << "partial recovery: servers [" << absl::StrJoin(lost, ",") << "] restored "
-                << total.rows << " rows of their partitions from " << points->front().dir
-                << "; the other servers and the workers went on";
-      report.set_kind("partial");
-      report.set_generation(generation_);
-      report.set_clock(points->front().clock);
-      report.set_wait_sec(Secs(back - p.detected_at));
-      report.set_restore_sec(Secs(absl::Now() - back));
-      report.set_total_sec(report.detect_sec() + report.wait_sec() + report.restore_sec());
-      report.set_rows(total.rows);
-      report.set_bytes(total.bytes);
-      report.set_complete(true);
-      recovery_.Record(report);
-      recovery_.ClearDoing();
-      if (!loss_.clocks_held()) clock_.SetPaused(false);
-      UpdateStateLocked();
-      changed_.SignalAll();
+      RecoverPartially(p, points->front(), &report);
       return;
     }
     LOG(WARNING) << "partial recovery without a complete checkpoint: the whole job rolls "
@@ -441,6 +378,85 @@ void JobCoordinator::Recover() {
   }
   report.set_kind("rollback");
   RollBack(&report, p.detected_at, /*record_initial=*/true);
+}
+
+bool JobCoordinator::EndRejoinLocked(const RecoveryBook::Pending& p, RecoveryReport* report) {
+  const RecoveryBook::Pending* now_pending = recovery_.pending();
+  if (now_pending == nullptr || !now_pending->lost.empty() || !now_pending->silent.empty() ||
+      now_pending->roll_back) {
+    return false;
+  }
+  // Every server declared dead came back with its state (it was stalled,
+  // not gone): nothing to restore.
+  report->set_kind("rejoin");
+  report->set_generation(generation_);
+  report->set_clock(clock_.MinClock().value_or(clock_.MaxClock()));
+  report->set_wait_sec(Secs(absl::Now() - p.detected_at));
+  report->set_total_sec(report->detect_sec() + report->wait_sec());
+  report->set_complete(true);
+  recovery_.Record(*report);
+  recovery_.ClearPending();
+  recovery_.ClearDoing();
+  if (!loss_.clocks_held()) clock_.SetPaused(false);
+  UpdateStateLocked();
+  changed_.SignalAll();
+  return true;
+}
+
+void JobCoordinator::RecoverPartially(const RecoveryBook::Pending& p, const RestorePoint& point,
+                                      RecoveryReport* report) {
+  std::set<uint32_t> lost;
+  uint64_t generation;
+  {
+    MutexLock lock(&mu_);
+    lost = recovery_.pending() != nullptr ? recovery_.pending()->lost : p.lost;
+    generation = generation_;
+    recovery_.ClearPending();
+    recovery_.SetDoing("restoring the replaced servers (partial recovery)");
+  }
+  const absl::Time back = absl::Now();
+  const std::optional<PartitionMapProto> map = members_.Map();
+  RestoreStats total;
+  absl::Status st;
+  for (uint32_t index : lost) {
+    auto r = ops_->Restore(*map, index, point, generation);
+    if (!r.ok()) {
+      st = r.status();
+      break;
+    }
+    total.rows += r->rows;
+    total.bytes += r->bytes;
+  }
+  MutexLock lock(&mu_);
+  if (!st.ok()) {
+    if (!ServerTrouble(st)) {
+      FailLocked(absl::StrCat("partial recovery failed: ", st.message()));
+      return;
+    }
+    // A server went away again: recover anew.
+    LOG(WARNING) << "partial recovery interrupted: " << st;
+    for (uint32_t index : lost) {
+      ServerFailedLocked(index, p.cause, p.failed_at, p.detected_at, /*lost=*/true);
+    }
+    return;
+  }
+  LOG(INFO) << "partial recovery: servers [" << absl::StrJoin(lost, ",") << "] restored "
+            << total.rows << " rows of their partitions from " << point.dir
+            << "; the other servers and the workers went on";
+  report->set_kind("partial");
+  report->set_generation(generation_);
+  report->set_clock(point.clock);
+  report->set_wait_sec(Secs(back - p.detected_at));
+  report->set_restore_sec(Secs(absl::Now() - back));
+  report->set_total_sec(report->detect_sec() + report->wait_sec() + report->restore_sec());
+  report->set_rows(total.rows);
+  report->set_bytes(total.bytes);
+  report->set_complete(true);
+  recovery_.Record(*report);
+  recovery_.ClearDoing();
+  if (!loss_.clocks_held()) clock_.SetPaused(false);
+  UpdateStateLocked();
+  changed_.SignalAll();
 }
 
 }  // namespace shardps

@@ -69,7 +69,6 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request,
     return reg.status();
   }
   const Member& m = reg->member;
-  const MemberKey key{request.role(), m.index};
   response->set_index(m.index);
   response->set_job_id(fingerprint_);
   if (auto map = members_.Map()) *response->mutable_map() = *map;
@@ -78,58 +77,67 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request,
     response->mutable_shard()->set_num_workers(config_.cluster().num_workers());
   }
   if (reg->repeat) return absl::OkStatus();
-  const std::string who = absl::StrCat(RoleName(request.role()), " ", m.index);
-  bool notify = request.role() == SERVER;
+  bool notify;
   {
     MutexLock lock(&mu_);
-    if (request.has_rejoin()) {
-      const Rejoin& r = request.rejoin();
-      members_.RaiseMapVersionAbove(r.map_version());
-      LOG(INFO) << who << " rejoined (generation " << r.generation() << ", clock "
-                << r.clock() << ", map version " << r.map_version() << ")";
-      if (!formed_) {
-        // A process of an earlier scheduler: this one takes its job over.
-        takeover_ = true;
-        rejoins_[key] = r;
-        fresh_.erase(key);
-        ApplyRejoinLocked(request, m.index);
-      } else if (request.role() == SERVER) {
-        if (reg->new_process || r.generation() != generation_) {
-          ServerFailedLocked(m.index, absl::StrCat(who, " came back with another state"),
-                             reg->previous_heartbeat, now, /*lost=*/true);
-        } else if (recovery_.pending() && recovery_.pending()->silent.erase(m.index) > 0) {
-          LOG(INFO) << who << " was declared dead and came back with its state";
-        }
-      } else if (r.generation() == generation_) {  // A worker that was silent.
-        ApplyRejoinLocked(request, m.index);
-        notify = true;
-      } else {  // It rewinds itself (WaitStart) from its slot's clock.
-        clock_.Revive(m.index, clock_.Clocks()[m.index]);
-        notify = true;
-      }
-    } else if (!formed_) {
-      fresh_.insert(key);
-      LOG(INFO) << who << " registered" << (m.address.empty() ? "" : " at ") << m.address;
-    } else if (request.role() == SERVER) {
-      LOG(INFO) << who << " registered at " << m.address << " (a new process)";
-      if (reg->previous_state != STATE_UNSPECIFIED) {
-        ServerFailedLocked(m.index, absl::StrCat(who, " restarted (a new process at ",
-                                                 m.address, ")"),
-                           reg->previous_heartbeat, now, /*lost=*/true);
-      }
-    } else {
-      // A restarted worker: it resumes at its last acknowledged clock from
-      // the data position it recorded there (WaitStart).
-      LOG(INFO) << who << " registered"
-                << (reg->previous_state == STATE_UNSPECIFIED ? "" : " (restarted: takes its rank back)");
-      clock_.Revive(m.index, clock_.Clocks()[m.index]);
-      notify = true;
-    }
+    notify = AdmitLocked(request, *reg, now);
     UpdateStateLocked();
     changed_.SignalAll();
   }
   if (notify) NotifyServers();
   return absl::OkStatus();
+}
+
+bool JobCoordinator::AdmitLocked(const RegisterRequest& request, const Registration& reg,
+                                 absl::Time now) {
+  const Member& m = reg.member;
+  const MemberKey key{request.role(), m.index};
+  const std::string who = absl::StrCat(RoleName(request.role()), " ", m.index);
+  bool notify = request.role() == SERVER;
+  if (request.has_rejoin()) {
+    const Rejoin& r = request.rejoin();
+    members_.RaiseMapVersionAbove(r.map_version());
+    LOG(INFO) << who << " rejoined (generation " << r.generation() << ", clock "
+              << r.clock() << ", map version " << r.map_version() << ")";
+    if (!formed_) {
+      // A process of an earlier scheduler: this one takes its job over.
+      takeover_ = true;
+      rejoins_[key] = r;
+      fresh_.erase(key);
+      ApplyRejoinLocked(request, m.index);
+    } else if (request.role() == SERVER) {
+      if (reg.new_process || r.generation() != generation_) {
+        ServerFailedLocked(m.index, absl::StrCat(who, " came back with another state"),
+                           reg.previous_heartbeat, now, /*lost=*/true);
+      } else if (recovery_.pending() && recovery_.pending()->silent.erase(m.index) > 0) {
+        LOG(INFO) << who << " was declared dead and came back with its state";
+      }
+    } else if (r.generation() == generation_) {  // A worker that was silent.
+      ApplyRejoinLocked(request, m.index);
+      notify = true;
+    } else {  // It rewinds itself (WaitStart) from its slot's clock.
+      clock_.Revive(m.index, clock_.Clocks()[m.index]);
+      notify = true;
+    }
+  } else if (!formed_) {
+    fresh_.insert(key);
+    LOG(INFO) << who << " registered" << (m.address.empty() ? "" : " at ") << m.address;
+  } else if (request.role() == SERVER) {
+    LOG(INFO) << who << " registered at " << m.address << " (a new process)";
+    if (reg.previous_state != STATE_UNSPECIFIED) {
+      ServerFailedLocked(m.index, absl::StrCat(who, " restarted (a new process at ",
+                                               m.address, ")"),
+                         reg.previous_heartbeat, now, /*lost=*/true);
+    }
+  } else {
+    // A restarted worker: it resumes at its last acknowledged clock from
+    // the data position it recorded there (WaitStart).
+    LOG(INFO) << who << " registered"
+              << (reg.previous_state == STATE_UNSPECIFIED ? "" : " (restarted: takes its rank back)");
+    clock_.Revive(m.index, clock_.Clocks()[m.index]);
+    notify = true;
+  }
+  return notify;
 }
 
 absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
