@@ -18,6 +18,7 @@
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
+#include "server/core_test_config.h"
 #include "server/parameter_server_core.h"
 #include "server/snapshot_test_util.h"
 #include "server/table.h"
@@ -183,14 +184,7 @@ JobConfig CoreConfig(ConsistencyMode mode, uint32_t servers, uint32_t min_count)
   *t = AdmissionTable(min_count);
   t->set_id(1);
   t->mutable_init()->set_kind(InitializerConfig::ZEROS);
-  ClusterConfig* k = c.mutable_cluster();
-  k->set_num_servers(servers);
-  k->set_num_workers(2);
-  k->set_num_partitions(kParts);
-  k->set_mode(mode);
-  k->set_max_message_bytes(64 << 20);
-  k->set_server_deadline_ms(60000);
-  k->set_dense_chunk_size(8);
+  testing::SetTestCluster(&c, servers, /*workers=*/2, kParts, mode);
   return c;
 }
 

@@ -27,52 +27,21 @@ namespace {
 
 namespace ckpt = checkpoint;
 
-constexpr uint32_t kParts = 128;  // Two partition groups.
+using testing::Dump;
+using testing::kParts;
+
 constexpr char kJob[] = "delta-test";
 constexpr uint32_t kServers = 2;
 
+// testing::Config's two tables, ASP; rows of "user" idle for 3 clocks are
+// evicted.
 JobConfig Config() {
-  JobConfig c;
+  JobConfig c = testing::Config(kServers);
   c.set_name(kJob);
-  TableConfig* t = c.add_tables();
-  t->set_id(1);
-  t->set_name("emb");
-  t->set_kind(TableConfig::SPARSE);
-  t->set_dim(4);
-  t->set_seed(5);
-  t->mutable_init()->set_kind(InitializerConfig::UNIFORM);
-  t->mutable_init()->set_scale(0.1f);
-  AdamConfig* adam = t->mutable_optimizer()->mutable_adam();
-  adam->set_learning_rate(0.01f);
-  adam->set_beta1(0.9f);
-  adam->set_beta2(0.999f);
-  adam->set_eps(1e-8f);
-  TableConfig* u = c.add_tables();  // Rows idle for 3 clocks are evicted.
-  u->set_id(2);
-  u->set_name("user");
-  u->set_kind(TableConfig::SPARSE);
-  u->set_dim(3);
-  u->set_seed(7);
-  u->mutable_init()->set_kind(InitializerConfig::NORMAL);
-  u->mutable_init()->set_scale(0.05f);
-  u->mutable_eviction()->set_ttl_clocks(3);
-  AdagradConfig* adagrad = u->mutable_optimizer()->mutable_adagrad();
-  adagrad->set_learning_rate(0.1f);
-  adagrad->set_initial_accumulator(0.1f);
-  adagrad->set_eps(1e-10f);
-  ClusterConfig* k = c.mutable_cluster();
-  k->set_num_servers(kServers);
-  k->set_num_workers(1);
-  k->set_num_partitions(kParts);
-  k->set_mode(ASP);
-  k->set_max_message_bytes(64 << 20);
-  k->set_server_deadline_ms(60000);
-  k->set_dense_chunk_size(8);
+  c.mutable_tables(1)->mutable_eviction()->set_ttl_clocks(3);
+  c.mutable_cluster()->set_mode(ASP);
   return c;
 }
-
-// Every row of every table: (table, key) -> payload, bit for bit.
-using Dump = std::map<std::pair<uint32_t, uint64_t>, std::vector<float>>;
 
 // The keys pushed at `clock`: table 1 a quarter of its 400 keys (a different
 // quarter each clock); table 2 keys 0..39 always and 40..199 before clock 2
@@ -91,98 +60,27 @@ std::vector<uint64_t> KeysAt(uint32_t table, uint64_t clock) {
   return keys;
 }
 
-// The servers of one ASP job with the contiguous map, driven as one worker.
-class Job {
+// The servers of one ASP job (testing::Job) pushing KeysAt(clock), each
+// step followed by an eviction sweep.
+class Job : public testing::Job {
  public:
-  Job() : map_(*PartitionMap::Contiguous(1, kParts, kServers)) {
-    for (uint32_t s = 0; s < kServers; ++s) {
-      CoreOptions options;
-      options.config = Config();
-      options.server_index = s;
-      auto core = ParameterServerCore::Create(options);
-      EXPECT_TRUE(core.ok()) << core.status();
-      cores_.push_back(std::move(*core));
-    }
-  }
+  Job() : testing::Job(kServers, Config()) {}
 
-  ParameterServerCore& core(uint32_t s) { return *cores_[s]; }
-
-  // One step at `clock` (gradients a function of key and clock), then an
-  // eviction sweep.
   void Step(uint64_t clock) {
-    std::vector<PushRequest> pushes(kServers);
-    for (PushRequest& p : pushes) {
-      p.set_map_version(1);
-      p.set_clock(clock);
-      p.set_worker_rank(0);
-    }
-    for (uint32_t table : {1u, 2u}) {
-      const uint32_t dim = table == 1 ? 4 : 3;
-      std::vector<TableGradients*> out(kServers, nullptr);
-      for (uint64_t key : KeysAt(table, clock)) {
-        const uint32_t s = map_.ServerOf(table, key);
-        if (out[s] == nullptr) {
-          out[s] = pushes[s].add_tables();
-          out[s]->set_table_id(table);
-        }
-        out[s]->add_keys(key);
-        std::vector<float> g(dim);
-        for (uint32_t j = 0; j < dim; ++j) {
-          g[j] = 0.01f * static_cast<float>(
-                             static_cast<int>((key * 31 + clock * 7 + j) % 17) - 8);
-        }
-        std::string bytes;
-        EncodeValues(g.data(), dim, Encoding::kFp32, &bytes);
-        out[s]->mutable_gradients()->append(bytes);
-      }
-    }
-    for (uint32_t s = 0; s < kServers; ++s) {
-      PushResponse response;
-      const absl::Status st = cores_[s]->Push(pushes[s], &response);
-      ASSERT_TRUE(st.ok()) << st;
-      evicted_ += cores_[s]->Evict();
-    }
-  }
-
-  Dump DumpAll() {
-    Dump dump;
-    for (auto& core : cores_) {
-      for (Table* table : core->store()->tables()) {
-        const size_t stride = table->row_stride();
-        table->ForEachRow([&](uint64_t key, const float* payload) {
-          dump.emplace(std::make_pair(table->id(), key),
-                       std::vector<float>(payload, payload + stride));
-        });
-      }
-    }
-    return dump;
+    Push(clock, [clock](uint32_t table) { return KeysAt(table, clock); });
+    evicted_ += Evict();
   }
 
   // A checkpoint at `clock` on every server, FULL or a DELTA on `base`,
   // and its manifest (testing::CheckpointCores).
   ckpt::CheckpointManifest Checkpoint(const std::string& root, uint64_t clock,
                                       const ckpt::CheckpointManifest* base) {
-    return testing::CheckpointCores(cores_, root, clock, base, kJob, kParts);
-  }
-
-  // Restore on every server from `root` at `clock`; the first error.
-  absl::Status Restore(const std::string& root, uint64_t clock) {
-    for (auto& core : cores_) {
-      core->SetCheckpointRoot(root);
-      RestoreRequest request;
-      request.set_clock(clock);
-      RestoreResponse response;
-      absl::Status st = core->Restore(request, &response);
-      if (!st.ok()) return st;
-    }
-    return absl::OkStatus();
+    return testing::CheckpointCores(cores(), root, clock, base, kJob, kParts);
   }
 
   uint64_t evicted() const { return evicted_; }
 
  private:
-  PartitionMap map_;
-  std::vector<std::unique_ptr<ParameterServerCore>> cores_;
   uint64_t evicted_ = 0;
 };
 

@@ -16,6 +16,7 @@
 #include "common/codec.h"
 #include "common/generation.h"
 #include "gtest/gtest.h"
+#include "server/core_test_config.h"
 #include "tests/testing/thread_state.h"
 
 namespace shardps {
@@ -25,32 +26,14 @@ constexpr uint32_t kParts = 16;
 
 JobConfig Config(ConsistencyMode mode) {
   JobConfig c;
-  TableConfig* t = c.add_tables();
-  t->set_id(1);
-  t->set_name("emb");
-  t->set_kind(TableConfig::SPARSE);
-  t->set_dim(4);
-  t->set_seed(5);
-  t->mutable_init()->set_kind(InitializerConfig::UNIFORM);
-  t->mutable_init()->set_scale(0.1f);
-  AdamConfig* adam = t->mutable_optimizer()->mutable_adam();
-  adam->set_learning_rate(0.01f);
-  adam->set_beta1(0.9f);
-  adam->set_beta2(0.999f);
-  adam->set_eps(1e-8f);
+  TableConfig* t = testing::AddSparseTable(&c, 1, "emb");
+  testing::SetAdam(t);
   TableConfig* s = c.add_tables();
   *s = *t;
   s->set_id(2);
   s->set_name("skip");
   s->set_non_finite(SKIP_AND_COUNT);
-  ClusterConfig* k = c.mutable_cluster();
-  k->set_num_servers(2);
-  k->set_num_workers(3);
-  k->set_num_partitions(kParts);
-  k->set_mode(mode);
-  k->set_max_message_bytes(64 << 20);
-  k->set_server_deadline_ms(60000);
-  k->set_dense_chunk_size(8);
+  testing::SetTestCluster(&c, /*servers=*/2, /*workers=*/3, kParts, mode);
   return c;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "common/codec.h"
 #include "gtest/gtest.h"
+#include "server/core_test_config.h"
 #include "server/parameter_server_core.h"
 #include "server/request_limits.h"
 
@@ -25,14 +26,7 @@ constexpr uint32_t kBatch = 4;  // x 26 Criteo fields = 104 keys per request.
 JobConfig Config() {
   JobConfig c;
   c.mutable_training()->set_batch_size(kBatch);
-  TableConfig* t = c.add_tables();
-  t->set_id(1);
-  t->set_name("emb");
-  t->set_kind(TableConfig::SPARSE);
-  t->set_dim(4);
-  t->set_seed(5);
-  t->mutable_init()->set_kind(InitializerConfig::UNIFORM);
-  t->mutable_init()->set_scale(0.1f);
+  TableConfig* t = testing::AddSparseTable(&c, 1, "emb");
   t->mutable_optimizer()->mutable_adagrad()->set_learning_rate(0.1f);
   t->mutable_eviction()->set_ttl_clocks(128);
   TableConfig* s = c.add_tables();
@@ -51,14 +45,7 @@ JobConfig Config() {
   m->add_bottom_mlp(4);
   m->add_top_mlp(8);
   m->set_dense_table("mlp");
-  ClusterConfig* k = c.mutable_cluster();
-  k->set_num_servers(1);
-  k->set_num_workers(2);
-  k->set_num_partitions(kParts);
-  k->set_mode(ASP);
-  k->set_max_message_bytes(64 << 20);
-  k->set_server_deadline_ms(60000);
-  k->set_dense_chunk_size(64);
+  testing::SetTestCluster(&c, /*servers=*/1, /*workers=*/2, kParts, ASP)->set_dense_chunk_size(64);
   return c;
 }
 

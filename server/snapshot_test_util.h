@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
+#include "server/core_test_config.h"
 #include "server/parameter_server_core.h"
 
 #include "server/snapshot.h"
@@ -35,19 +37,7 @@ inline constexpr char kJob[] = "snapshot-test";
 inline JobConfig Config(uint32_t num_servers, uint32_t user_dim = 3) {
   JobConfig c;
   c.set_name(kJob);
-  TableConfig* t = c.add_tables();
-  t->set_id(1);
-  t->set_name("emb");
-  t->set_kind(TableConfig::SPARSE);
-  t->set_dim(4);
-  t->set_seed(5);
-  t->mutable_init()->set_kind(InitializerConfig::UNIFORM);
-  t->mutable_init()->set_scale(0.1f);
-  AdamConfig* adam = t->mutable_optimizer()->mutable_adam();
-  adam->set_learning_rate(0.01f);
-  adam->set_beta1(0.9f);
-  adam->set_beta2(0.999f);
-  adam->set_eps(1e-8f);
+  SetAdam(AddSparseTable(&c, 1, "emb"));
   TableConfig* u = c.add_tables();
   u->set_id(2);
   u->set_name("user");
@@ -60,14 +50,7 @@ inline JobConfig Config(uint32_t num_servers, uint32_t user_dim = 3) {
   adagrad->set_learning_rate(0.1f);
   adagrad->set_initial_accumulator(0.1f);
   adagrad->set_eps(1e-10f);
-  ClusterConfig* k = c.mutable_cluster();
-  k->set_num_servers(num_servers);
-  k->set_num_workers(1);
-  k->set_num_partitions(kParts);
-  k->set_mode(BSP);
-  k->set_max_message_bytes(64 << 20);
-  k->set_server_deadline_ms(60000);
-  k->set_dense_chunk_size(8);
+  SetTestCluster(&c, num_servers, /*workers=*/1, kParts, BSP);
   return c;
 }
 
@@ -133,9 +116,14 @@ class Job {
   ParameterServerCore& core(uint32_t s) { return *cores_[s]; }
   uint32_t size() const { return cores_.size(); }
 
-  // One BSP step: gradients of every key of both tables, a function of the
-  // step, pushed to their owners (empty pushes close the clock elsewhere).
-  void Step(uint64_t clock) {
+  // One BSP step: gradients of every key of both tables (Keys), pushed at
+  // `clock`.
+  void Step(uint64_t clock) { Push(clock, Keys); }
+
+  // A push at `clock` of gradients for `keys(table)` of both tables (a
+  // function of key, clock and column), each key to its owner; every server
+  // gets one (an empty push closes the clock there).
+  void Push(uint64_t clock, const std::function<std::vector<uint64_t>(uint32_t)>& keys) {
     std::vector<PushRequest> pushes(size());
     for (PushRequest& p : pushes) {
       p.set_map_version(1);
@@ -145,7 +133,7 @@ class Job {
     for (uint32_t table : {1u, 2u}) {
       const uint32_t dim = cores_[0]->store()->FindTable(table)->dim();
       std::vector<TableGradients*> out(size(), nullptr);
-      for (uint64_t key : Keys(table)) {
+      for (uint64_t key : keys(table)) {
         const uint32_t s = map_.ServerOf(table, key);
         if (out[s] == nullptr) {
           out[s] = pushes[s].add_tables();
@@ -167,6 +155,13 @@ class Job {
       const absl::Status st = cores_[s]->Push(pushes[s], &response);
       ASSERT_TRUE(st.ok()) << st;
     }
+  }
+
+  // An eviction sweep on every server; the rows evicted.
+  uint64_t Evict() {
+    uint64_t evicted = 0;
+    for (auto& core : cores_) evicted += core->Evict();
+    return evicted;
   }
 
   static std::vector<uint64_t> Keys(uint32_t table) {
@@ -241,11 +236,16 @@ class Job {
     if (slash == std::string::npos || !clock) {
       return absl::InvalidArgumentError(absl::StrCat(dir, " is not a checkpoint directory"));
     }
-    SetRoot(dir.substr(0, slash));
+    return Restore(dir.substr(0, slash), *clock);
+  }
+  // Restore of the checkpoint at `clock` under `root`.
+  absl::Status Restore(const std::string& root, uint64_t clock) {
+    SetRoot(root);
     RestoreRequest request;
-    request.set_clock(*clock);
+    request.set_clock(clock);
     return Restore(request);
   }
+  std::vector<std::unique_ptr<ParameterServerCore>>& cores() { return cores_; }
   // Where every core's checkpoints go from now on.
   void SetRoot(const std::string& root) {
     for (auto& core : cores_) core->SetCheckpointRoot(root);

@@ -6,6 +6,7 @@
 
 #include "common/codec.h"
 #include "gtest/gtest.h"
+#include "server/core_test_config.h"
 #include "server/parameter_server_core.h"
 
 namespace shardps {
@@ -16,14 +17,7 @@ constexpr uint32_t kDim = 8;
 std::unique_ptr<ParameterServerCore> MakeCore(ConsistencyMode mode, uint64_t max_bytes) {
   CoreOptions options;
   JobConfig& c = options.config;
-  TableConfig* t = c.add_tables();
-  t->set_id(1);
-  t->set_name("mlp");
-  t->set_kind(TableConfig::SPARSE);
-  t->set_dim(kDim);
-  t->set_seed(5);
-  t->mutable_init()->set_kind(InitializerConfig::UNIFORM);
-  t->mutable_init()->set_scale(0.1f);
+  TableConfig* t = testing::AddSparseTable(&c, 1, "mlp", kDim);
   t->mutable_optimizer()->mutable_adagrad()->set_learning_rate(0.1f);
   ClusterConfig* k = c.mutable_cluster();
   k->set_num_servers(1);

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "common/codec.h"
 #include "gtest/gtest.h"
+#include "server/core_test_config.h"
 #include "server/optimizer.h"
 #include "server/parameter_server_core.h"
 #include "server/table.h"
@@ -128,14 +129,7 @@ JobConfig CoreConfig() {
   a->set_id(2);
   a->set_name("admitted");
   a->mutable_admission()->set_min_count(3);
-  ClusterConfig* k = c.mutable_cluster();
-  k->set_num_servers(1);
-  k->set_num_workers(1);
-  k->set_num_partitions(16);
-  k->set_mode(ASP);
-  k->set_max_message_bytes(64 << 20);
-  k->set_server_deadline_ms(60000);
-  k->set_dense_chunk_size(8);
+  testing::SetTestCluster(&c, /*servers=*/1, /*workers=*/1, /*partitions=*/16, ASP);
   return c;
 }
 
