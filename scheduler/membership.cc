@@ -35,8 +35,7 @@ std::vector<Member>* Membership::SlotsLocked(Role role) {
   return role == SERVER ? &servers_ : &workers_;
 }
 
-absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request,
-                                                  absl::Time now) {
+absl::Status Membership::CheckRegistration(const RegisterRequest& request) const {
   if (request.role() != SERVER && request.role() != WORKER) {
     return absl::InvalidArgumentError("register: role must be SERVER or WORKER");
   }
@@ -61,6 +60,12 @@ absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request
         ", the scheduler's is ", absl::Hex(fingerprint_, absl::kZeroPad16),
         "): start every process with the same config"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request,
+                                                  absl::Time now) {
+  if (absl::Status st = CheckRegistration(request); !st.ok()) return st;
   MutexLock lock(&mu_);
   std::vector<Member>& slots = *SlotsLocked(request.role());
   Member* slot = nullptr;

@@ -118,6 +118,10 @@ class Membership {
   std::vector<Member> DeadServers() const;
 
  private:
+  // What Register refuses before looking at the slots: a role that is
+  // neither, no incarnation, an address too long (or none for a server), a
+  // config of another job.
+  absl::Status CheckRegistration(const RegisterRequest& request) const;
   std::vector<Member>* SlotsLocked(Role role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebuildMapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

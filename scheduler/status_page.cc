@@ -279,7 +279,10 @@ const std::string& StatusHtml() {
   return *html;
 }
 
-void ExportJobMetrics(const JobStatusResponse& status) {
+namespace {
+
+// Per member: its clock (workers) and its state.
+void ExportMemberMetrics(const JobStatusResponse& status) {
   using metrics::GetGauge;
   for (const MemberStatus& m : status.members()) {
     const std::string index = std::to_string(m.index());
@@ -295,6 +298,41 @@ void ExportJobMetrics(const JobStatusResponse& status) {
           .Set(m.state() == s ? 1 : 0);
     }
   }
+}
+
+// The recoveries by kind, and the last complete one's phases.
+void ExportRecoveryMetrics(const JobStatusResponse& status) {
+  using metrics::GetGauge;
+  std::map<std::string, int> by_kind;
+  const RecoveryReport* last = nullptr;
+  for (const RecoveryReport& r : status.recoveries()) {
+    ++by_kind[r.kind()];
+    if (r.complete()) last = &r;
+  }
+  for (const char* kind : {"rollback", "partial", "rejoin", "resume", "takeover"}) {
+    GetGauge("shardps_scheduler_recoveries", "Recoveries so far, by kind.", {{"kind", kind}})
+        .Set(by_kind[kind]);
+  }
+  if (last != nullptr) {
+    const std::pair<const char*, double> phases[] = {
+        {"detect", last->detect_sec()}, {"wait", last->wait_sec()},
+        {"restore", last->restore_sec()}, {"rewind", last->rewind_sec()},
+        {"total", last->total_sec()}};
+    for (const auto& [phase, seconds] : phases) {
+      GetGauge("shardps_scheduler_last_recovery_seconds",
+               "The last complete recovery, by phase: detect (last heartbeat to detection), "
+               "wait (for every server), restore, rewind (to every worker restarted), total.",
+               {{"phase", phase}})
+          .Set(seconds);
+    }
+  }
+}
+
+}  // namespace
+
+void ExportJobMetrics(const JobStatusResponse& status) {
+  using metrics::GetGauge;
+  ExportMemberMetrics(status);
   GetGauge("shardps_scheduler_min_clock", "Minimum clock over live workers.")
       .Set(static_cast<double>(status.min_clock()));
   GetGauge("shardps_scheduler_max_clock", "Maximum worker clock.")
@@ -337,29 +375,7 @@ void ExportJobMetrics(const JobStatusResponse& status) {
   GetGauge("shardps_scheduler_checkpoint_write_seconds",
            "Last checkpoint: the files' write behind the running workers.")
       .Set(status.last_checkpoint_write_sec());
-  std::map<std::string, int> by_kind;
-  const RecoveryReport* last = nullptr;
-  for (const RecoveryReport& r : status.recoveries()) {
-    ++by_kind[r.kind()];
-    if (r.complete()) last = &r;
-  }
-  for (const char* kind : {"rollback", "partial", "rejoin", "resume", "takeover"}) {
-    GetGauge("shardps_scheduler_recoveries", "Recoveries so far, by kind.", {{"kind", kind}})
-        .Set(by_kind[kind]);
-  }
-  if (last != nullptr) {
-    const std::pair<const char*, double> phases[] = {
-        {"detect", last->detect_sec()}, {"wait", last->wait_sec()},
-        {"restore", last->restore_sec()}, {"rewind", last->rewind_sec()},
-        {"total", last->total_sec()}};
-    for (const auto& [phase, seconds] : phases) {
-      GetGauge("shardps_scheduler_last_recovery_seconds",
-               "The last complete recovery, by phase: detect (last heartbeat to detection), "
-               "wait (for every server), restore, rewind (to every worker restarted), total.",
-               {{"phase", phase}})
-          .Set(seconds);
-    }
-  }
+  ExportRecoveryMetrics(status);
 }
 
 StatusPage::StatusPage(Options options)
