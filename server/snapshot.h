@@ -54,7 +54,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/config.pb.h"
-#include "common/checkpoint/checkpoint.pb.h"
+#include "proto/checkpoint.pb.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/checkpoint_file.h"
 #include "server/table_store.h"

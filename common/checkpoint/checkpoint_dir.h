@@ -34,7 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/checkpoint/checkpoint.pb.h"
+#include "proto/checkpoint.pb.h"
 #include "common/checkpoint/manifest.h"
 
 namespace shardps {

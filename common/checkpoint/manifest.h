@@ -6,7 +6,7 @@
 // ## Format
 //
 // Text-format protobuf of shardps.checkpoint.CheckpointManifest
-// (checkpoint.proto), readable with any protobuf tool, followed by one last
+// (proto/checkpoint.proto), readable with any protobuf tool, followed by one last
 // line "# crc32c: xxxxxxxx" (lower-case hex CRC32C of every byte before that
 // line; a comment to text-format parsers). The CRC line makes a torn or
 // edited manifest detectable; text keeps it greppable by operators.
@@ -44,7 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/checkpoint/checkpoint.pb.h"
+#include "proto/checkpoint.pb.h"
 #include "common/checkpoint/checkpoint_file.h"
 
 namespace shardps {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "common/checkpoint/checkpoint.pb.h"
+#include "proto/checkpoint.pb.h"
 #include "common/checkpoint/checkpoint_file.h"
 
 namespace shardps {

@@ -36,7 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/config.pb.h"
-#include "common/checkpoint/checkpoint.pb.h"
+#include "proto/checkpoint.pb.h"
 
 namespace shardps {
 
