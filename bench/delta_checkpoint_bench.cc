@@ -2,7 +2,7 @@
 // with Zipf-distributed ids (the usual shape of recommendation traffic: a
 // few hot ids, a long tail). Prints figures; never fails on time.
 //
-//   bazel run -c opt //server:delta_checkpoint_bench -- [--rows=1000000]
+//   bazel run -c opt //bench:delta_checkpoint_bench -- [--rows=1000000]
 //       [--dim=16] [--draws=4096] [--steps=100,1000] [--zipf=1.0]
 //
 // The table is first filled with --rows ids (every id once), checkpointed in

@@ -3,7 +3,7 @@
 // bottom [64, 16], top [64, 32], batch 256) on the CPU with one intra-op
 // thread, plus the cost of key dedup for the same batches.
 //
-//   bazel run //worker/model:dlrm_benchmark -- [steps] [config.pbtxt]
+//   bazel run -c opt //bench:dlrm_bench -- [steps] [config.pbtxt]
 //
 // Figures only: it never fails on time.
 #include <chrono>

@@ -2,7 +2,7 @@
 // second of wall time; writes include fsync and rename, reads include full
 // verification). Arg 0 = uncompressed, 1 = zstd level 1.
 //
-//   bazel run //common/checkpoint:checkpoint_file_benchmark
+//   bazel run -c opt //bench:checkpoint_file_bench
 //
 // Rows look like an Adagrad embedding table of dim 16: 16 fp32 weights, 16
 // fp32 accumulators and 8 bytes of metadata (136-byte payload).
