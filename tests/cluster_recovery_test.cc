@@ -1,5 +1,5 @@
 // Recovery the way a cluster runs a job: the bare binaries, each kept up by
-// a supervisor of the test's own (tests/testing/supervisor.h) that starts
+// a supervisor (tests/testing/supervised_job.h) that starts
 // whatever dies again with exactly the same flags, as a StatefulSet, a
 // Deployment, an Indexed Job or a Slurm step loop does. No launcher, and no
 // flag an operator would have to remember: the scheduler owns recovery.
@@ -17,14 +17,9 @@
 //    a server stopped by SIGTERM mid-job exits non-zero and is restarted.
 //  - Every worker dead (a data file that does not exist): the job fails and
 //    says which workers died and why.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <random>
 #include <string>
 
@@ -36,14 +31,14 @@
 #include "proto/ps.grpc.pb.h"
 #include "common/client/scheduler_client.h"
 #include "tests/testing/cluster.h"
-#include "tests/testing/supervisor.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
-using testing::RunfilePath;
-using testing::Supervisor;
-constexpr auto Dir = testing::TestDir;
+using testing::Checkpoints;
+using testing::JobOutcome;
+using testing::SupervisedJob;
 
 // Each worker trains kSteps steps, each at least kStepDelayMs long (>= 10 s
 // of training whatever the machine's speed); faults are planned by clock
@@ -51,18 +46,9 @@ constexpr auto Dir = testing::TestDir;
 constexpr uint64_t kSteps = 500;
 constexpr int kStepDelayMs = 20;
 
-constexpr char kConfig[] = R"pb(
+// The job after the tables and model (testing::kSmallDlrmTables).
+constexpr char kCluster[] = R"pb(
 name: "cluster-chaos"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { adagrad { learning_rate: 0.05 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adam { learning_rate: 0.002 } }
-}
-model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 data { format: CRITEO @DATA@ }
 training { batch_size: 128 epochs: 3 shuffle_seed: 7 intra_op_threads: 1 prefetch: true }
 cluster {
@@ -72,169 +58,38 @@ cluster {
 checkpoint { dir: "@CKPT@" every_steps: 40 keep: 2 }
 )pb";
 
-// A free port below the ephemeral range, so that no other test's outgoing
-// connection takes it while a supervised process is down.
-int FreePort() {
-  static std::mt19937 rng(static_cast<uint32_t>(getpid()));
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const int port = 20000 + static_cast<int>(rng() % 12000);
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    close(fd);
-    if (ok) return port;
-  }
-  return 0;
-}
-
-// The clock of the newest checkpoint with a MANIFEST (0 if none), and
-// whether a newer one is being written (its directory without MANIFEST).
-struct CheckpointState {
-  uint64_t complete = 0;
-  bool writing = false;
-};
-CheckpointState Checkpoints(const std::string& root) {
-  CheckpointState s;
-  std::vector<uint64_t> incomplete;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("ckpt-", 0) != 0) continue;
-    const uint64_t clock = std::stoull(name.substr(5));
-    if (std::filesystem::exists(e.path() / "MANIFEST", ec)) {
-      s.complete = std::max(s.complete, clock);
-    } else {
-      incomplete.push_back(clock);
-    }
-  }
-  for (uint64_t c : incomplete) s.writing |= c > s.complete;
-  return s;
-}
-
-struct Outcome {
-  int code = -1;
-  uint64_t checksum = 0;
-  double auc = 0;
-  int recoveries = 0;
-  std::string result;
-};
-
 // One job: scheduler, 2 servers and 2 workers, each under the supervisor,
 // on fixed ports (a restarted server comes back at its address, as a
-// StatefulSet pod does).
-class Job {
+// StatefulSet pod does), without a job secret (the test's own pushes and
+// JobStatus calls come without one). Start-up failures fail the test.
+class Job : public SupervisedJob {
  public:
   Job(const std::string& name, const std::string& mode, const std::string& data,
       const std::vector<std::string>& server_flags = {}, int max_restarts = 5)
-      : dir_(Dir(name)), ckpt_(Dir(name + "/ckpt")), sup_({max_restarts, absl::Seconds(1)}) {
-    const std::string config = dir_ + "/job.pbtxt";
-    std::ofstream(config) << absl::StrReplaceAll(
-        kConfig, {{"@DATA@", data}, {"@MODE@", mode}, {"@CKPT@", ckpt_}});
-    address_ = absl::StrCat("127.0.0.1:", FreePort());
-    auto add = [&](Supervisor::Spec spec) {
-      auto id = sup_.Add(std::move(spec));
-      EXPECT_TRUE(id.ok()) << id.status();
-      return id.value_or(-1);
-    };
-    scheduler_ = add({"scheduler",
-                      {RunfilePath("scheduler/ps_scheduler"), "--config=" + config,
-                       "--listen=" + address_},
-                      dir_ + "/scheduler.log",
-                      {0, 1, 2}});
-    for (int i = 0; i < 2; ++i) {
-      server_addresses_[i] = absl::StrCat("127.0.0.1:", FreePort());
-      std::vector<std::string> argv = {RunfilePath("server/ps_server"), "--config=" + config,
-                                       "--scheduler=" + address_, absl::StrCat("--index=", i),
-                                       "--listen=" + server_addresses_[i]};
-      argv.insert(argv.end(), server_flags.begin(), server_flags.end());
-      servers_[i] = add({absl::StrCat("server-", i), argv,
-                         absl::StrCat(dir_, "/server-", i, ".log")});
-    }
-    for (int r = 0; r < 2; ++r) {
-      workers_[r] = add({absl::StrCat("worker-", r),
-                         {RunfilePath("worker/ps_worker"), "--config=" + config,
-                          "--scheduler=" + address_, absl::StrCat("--rank=", r),
-                          absl::StrCat("--max_steps=", kSteps),
-                          absl::StrCat("--step_delay_ms=", kStepDelayMs)},
-                         absl::StrCat(dir_, "/worker-", r, ".log")});
-    }
+      : SupervisedJob(MakeOptions(name, mode, data, server_flags, max_restarts)) {
+    const absl::Status started = Start();
+    EXPECT_TRUE(started.ok()) << started;
   }
 
-  Supervisor& sup() { return sup_; }
-  int scheduler() const { return scheduler_; }
-  int server(int i) const { return servers_[i]; }
-  const std::string& server_address(int i) const { return server_addresses_[i]; }
-  const std::string& ckpt() const { return ckpt_; }
-  const std::string& address() const { return address_; }
-  bool Ended() { return sup_.WaitFinal(scheduler_, absl::ZeroDuration()).ok(); }
-
-  std::string Logs() const {
-    std::string out;
-    for (const char* name : {"scheduler", "server-0", "server-1", "worker-0", "worker-1"}) {
-      std::ifstream in(dir_ + "/" + name + ".log");
-      std::vector<std::string> lines;
-      for (std::string line; std::getline(in, line);) lines.push_back(line);
-      out += absl::StrCat("--- ", name, " ---\n");
-      for (size_t i = lines.size() > 25 ? lines.size() - 25 : 0; i < lines.size(); ++i) {
-        out += lines[i] + "\n";
-      }
-    }
-    return out;
-  }
-  std::string SchedulerLog() const { return testing::ReadFile(dir_ + "/scheduler.log"); }
-
-  // Waits for the job's end and reads its results. `trained`: the job
-  // must have ended with its results (PS_JOB_RESULT's eval_auc and
-  // recoveries, each server's weights checksum); a missing one fails the
-  // test rather than reading as 0.
-  Outcome Finish(bool trained = true) {
-    Outcome out;
-    auto code = sup_.WaitFinal(scheduler_, absl::Minutes(10));
-    EXPECT_TRUE(code.ok()) << code.status() << Logs();
-    out.code = code.value_or(-1);
-    const std::string sched = sup_.Output(scheduler_);
-    const size_t at = sched.find("PS_JOB_RESULT ");
-    if (at != std::string::npos) out.result = sched.substr(at, sched.find('\n', at) - at);
-    auto fields = testing::ParseResult(out.result);
-    if (fields.count("eval_auc")) {
-      out.auc = std::stod(fields["eval_auc"]);
-    } else if (trained) {
-      ADD_FAILURE() << "no eval_auc in the job's result: \"" << out.result << "\"\n" << Logs();
-    }
-    if (fields.count("recoveries")) {
-      out.recoveries = std::stoi(fields["recoveries"]);
-    } else if (trained) {
-      ADD_FAILURE() << "no recoveries in the job's result: \"" << out.result << "\"";
-    }
-    for (int i = 0; i < 2; ++i) {
-      auto server_code = sup_.WaitFinal(servers_[i], absl::Seconds(60));
-      EXPECT_TRUE(server_code.ok() && *server_code == 0)
-          << "server " << i << ": " << server_code.status() << " " << server_code.value_or(-1);
-      const std::string output = sup_.Output(servers_[i]);
-      // The last incarnation's checksum (each incarnation that ends cleanly
-      // prints one at exit; a SIGKILLed one prints none).
-      const size_t c = output.rfind("weights_checksum=");
-      if (c != std::string::npos && c + 17 + 16 <= output.size()) {
-        out.checksum ^= std::stoull(output.substr(c + 17, 16), nullptr, 16);
-      } else if (trained) {
-        ADD_FAILURE() << "server " << i << " printed no weights checksum:\n" << output;
-      }
-    }
-    for (int r = 0; r < 2; ++r) (void)sup_.WaitFinal(workers_[r], absl::Seconds(60));
-    return out;
+  JobOutcome Finish(bool trained = true) {
+    return SupervisedJob::Finish(absl::Minutes(10), trained);
   }
 
  private:
-  const std::string dir_, ckpt_;
-  Supervisor sup_;
-  std::string address_;
-  std::string server_addresses_[2];
-  int scheduler_ = -1;
-  int servers_[2] = {-1, -1};
-  int workers_[2] = {-1, -1};
+  static Options MakeOptions(const std::string& name, const std::string& mode,
+                             const std::string& data,
+                             const std::vector<std::string>& server_flags, int max_restarts) {
+    Options o;
+    o.name = name;
+    o.config = absl::StrCat(testing::kSmallDlrmTables,
+                            absl::StrReplaceAll(kCluster, {{"@DATA@", data}, {"@MODE@", mode}}));
+    o.server_flags = server_flags;
+    o.worker_flags = {absl::StrCat("--max_steps=", kSteps),
+                      absl::StrCat("--step_delay_ms=", kStepDelayMs)};
+    o.supervisor = {max_restarts, absl::Seconds(1)};
+    o.job_secret = false;
+    return o;
+  }
 };
 
 // Waits until every live worker has completed `clock` steps of the current
@@ -306,7 +161,7 @@ grpc::Status PushWithGeneration(const std::string& address, uint64_t generation)
 // the job's end); kill number `during_write` (if >= 0) happens at the first
 // checkpoint write after its clock. Checks that a push of the generation
 // before the first rollback is refused.
-Outcome RunChaos(const std::string& name, const std::string& mode, int kills,
+JobOutcome RunChaos(const std::string& name, const std::string& mode, int kills,
                  int during_write) {
   Job job(name, mode, SyntheticData(),
           during_write >= 0 ? std::vector<std::string>{"--testing_checkpoint_write_delay_ms=600"}
@@ -351,7 +206,7 @@ Outcome RunChaos(const std::string& name, const std::string& mode, int kills,
     }
   }
   EXPECT_EQ(done, kills) << "the job ended before every kill\n" << job.Logs();
-  Outcome out = job.Finish();
+  JobOutcome out = job.Finish();
   if (during_write >= 0) {
     // The kill cut a checkpoint's write short: that checkpoint never became
     // complete, and the job rolled back to the one before.
@@ -373,9 +228,9 @@ class ClusterRecoveryTest : public ::testing::Test {
 };
 
 TEST_F(ClusterRecoveryTest, BspServerKilledThreeTimesEndsBitIdentical) {
-  const Outcome clean = RunChaos("c_bsp_clean", "mode: BSP", 0, -1);
+  const JobOutcome clean = RunChaos("c_bsp_clean", "mode: BSP", 0, -1);
   ASSERT_EQ(clean.code, 0) << clean.result;
-  const Outcome chaos = RunChaos("c_bsp_chaos", "mode: BSP", 3, 1);
+  const JobOutcome chaos = RunChaos("c_bsp_chaos", "mode: BSP", 3, 1);
   EXPECT_EQ(chaos.code, 0) << chaos.result;
   EXPECT_NE(clean.checksum, 0u);
   EXPECT_EQ(chaos.checksum, clean.checksum) << "weights differ after the recoveries";
@@ -389,9 +244,9 @@ TEST_F(ClusterRecoveryTest, BspServerKilledThreeTimesEndsBitIdentical) {
 }
 
 TEST_F(ClusterRecoveryTest, Ssp2ServerKilledThreeTimesReachesTheSameAuc) {
-  const Outcome clean = RunChaos("c_ssp_clean", "mode: SSP staleness: 2", 0, -1);
+  const JobOutcome clean = RunChaos("c_ssp_clean", "mode: SSP staleness: 2", 0, -1);
   ASSERT_EQ(clean.code, 0) << clean.result;
-  const Outcome chaos = RunChaos("c_ssp_chaos", "mode: SSP staleness: 2", 3, -1);
+  const JobOutcome chaos = RunChaos("c_ssp_chaos", "mode: SSP staleness: 2", 3, -1);
   EXPECT_EQ(chaos.code, 0) << chaos.result;
   EXPECT_GE(chaos.recoveries, 3) << chaos.result;
   std::printf("SSP(2): AUC %.6f without kills, %.6f with 3 kills\n  %s\n", clean.auc, chaos.auc,
@@ -404,7 +259,7 @@ TEST_F(ClusterRecoveryTest, Ssp2ServerKilledThreeTimesReachesTheSameAuc) {
 // alive (they rejoin with their state) and the restarted server empty: it
 // rolls the job back to the last checkpoint, and BSP ends bit-identical.
 TEST_F(ClusterRecoveryTest, SchedulerAndServerKilledTogetherEndBitIdentical) {
-  const Outcome clean = RunChaos("c_bsp_clean2", "mode: BSP", 0, -1);
+  const JobOutcome clean = RunChaos("c_bsp_clean2", "mode: BSP", 0, -1);
   ASSERT_EQ(clean.code, 0) << clean.result;
   Job job("c_bsp_both", "mode: BSP", SyntheticData());
   ASSERT_TRUE(WaitForCheckpointAfter(job, 0)) << job.Logs();
@@ -412,7 +267,7 @@ TEST_F(ClusterRecoveryTest, SchedulerAndServerKilledTogetherEndBitIdentical) {
   ASSERT_TRUE(WaitForClock(job, Checkpoints(job.ckpt()).complete + 20));
   job.sup().Signal(job.scheduler(), SIGKILL);
   job.sup().Signal(job.server(1), SIGKILL);
-  const Outcome out = job.Finish();
+  const JobOutcome out = job.Finish();
   EXPECT_EQ(out.code, 0) << out.result << job.Logs();
   EXPECT_EQ(out.checksum, clean.checksum) << "weights differ after the recovery";
   const std::string log = job.SchedulerLog();
@@ -429,7 +284,7 @@ TEST_F(ClusterRecoveryTest, SchedulerAndServerKilledTogetherEndBitIdentical) {
 // rejoins with its state, so nothing is restored or rolled back ("rejoin"),
 // and the BSP job ends bit-identical. A paused process is not a dead one.
 TEST_F(ClusterRecoveryTest, StalledServerRejoinsWithoutRollback) {
-  const Outcome clean = RunChaos("c_bsp_clean3", "mode: BSP", 0, -1);
+  const JobOutcome clean = RunChaos("c_bsp_clean3", "mode: BSP", 0, -1);
   ASSERT_EQ(clean.code, 0) << clean.result;
   Job job("c_bsp_stall", "mode: BSP", SyntheticData());
   ASSERT_TRUE(WaitForCheckpointAfter(job, 0)) << job.Logs();
@@ -449,7 +304,7 @@ TEST_F(ClusterRecoveryTest, StalledServerRejoinsWithoutRollback) {
   EXPECT_TRUE(recovering) << "the stalled server was not noticed\n" << job.Logs();
   absl::SleepFor(absl::Seconds(1));
   kill(pid, SIGCONT);
-  const Outcome out = job.Finish();
+  const JobOutcome out = job.Finish();
   EXPECT_EQ(out.code, 0) << out.result << job.Logs();
   EXPECT_EQ(out.checksum, clean.checksum) << "weights differ after the stall";
   EXPECT_EQ(job.sup().Restarts(job.server(1)), 0) << "the stalled server was restarted";
@@ -468,14 +323,14 @@ TEST_F(ClusterRecoveryTest, StalledServerRejoinsWithoutRollback) {
 // drain) exits 128 + 15, not 0 ("the job ended"), so the supervisor starts it
 // again and the job recovers as from a crash: done, bit-identical (BSP).
 TEST_F(ClusterRecoveryTest, ServerTerminatedBeforeTheEndIsRestarted) {
-  const Outcome clean = RunChaos("c_bsp_clean4", "mode: BSP", 0, -1);
+  const JobOutcome clean = RunChaos("c_bsp_clean4", "mode: BSP", 0, -1);
   ASSERT_EQ(clean.code, 0) << clean.result;
   Job job("c_bsp_term", "mode: BSP", SyntheticData());
   ASSERT_TRUE(WaitForCheckpointAfter(job, 0)) << job.Logs();
   const pid_t pid = job.sup().Pid(job.server(0));
   ASSERT_GT(pid, 0);
   kill(pid, SIGTERM);
-  const Outcome out = job.Finish();
+  const JobOutcome out = job.Finish();
   EXPECT_EQ(out.code, 0) << out.result << job.Logs();
   EXPECT_EQ(job.sup().Restarts(job.server(0)), 1) << job.Logs();
   EXPECT_EQ(out.checksum, clean.checksum) << "weights differ after the restart";
@@ -488,7 +343,7 @@ TEST_F(ClusterRecoveryTest, ServerTerminatedBeforeTheEndIsRestarted) {
 TEST_F(ClusterRecoveryTest, EveryWorkerDeadFailsTheJobWithTheReason) {
   Job job("c_no_data", "mode: SSP staleness: 2",
           "train_files: \"/nonexistent/shardps-train-0.tsv\"", {}, /*max_restarts=*/1);
-  const Outcome out = job.Finish(/*trained=*/false);
+  const JobOutcome out = job.Finish(/*trained=*/false);
   EXPECT_EQ(out.code, 1) << out.result;
   EXPECT_NE(out.result.find("state=failed"), std::string::npos) << out.result;
   const std::string log = job.SchedulerLog();

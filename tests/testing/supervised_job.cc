@@ -1,13 +1,8 @@
 #include "tests/testing/supervised_job.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -18,29 +13,10 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/free_port.h"
 #include "tests/testing/subprocess.h"
 
 namespace shardps::testing {
-namespace {
-
-// A free port on 127.0.0.1 below the ephemeral range.
-int FreePort() {
-  static std::mt19937 rng(static_cast<uint32_t>(getpid()));
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const int port = 20000 + static_cast<int>(rng() % 12000);
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    close(fd);
-    if (ok) return port;
-  }
-  return 0;
-}
-
-}  // namespace
 
 CheckpointState Checkpoints(const std::string& root) {
   CheckpointState s;
