@@ -121,19 +121,67 @@ class ActiveSets {
   std::vector<std::vector<uint32_t>> sets_ ABSL_GUARDED_BY(mu_);
 };
 
+// The members as RegisterAll registers them (incarnations 1, 2, 3).
+const Heartbeats::Who kServer0 = {SERVER, 0, kServerIncarnation};
+const Heartbeats::Who kWorker0 = {WORKER, 0, 2};
+const Heartbeats::Who kWorker1 = {WORKER, 1, 3};
+
+// One started job of fake servers (FakeServerOps, set_job done) with every
+// member registered (RegisterAll): `alive` heartbeat until Beat() replaces
+// them, `lost` until Lose().
+class LossJob {
+ public:
+  LossJob(const JobConfig& c, std::vector<Heartbeats::Who> alive,
+          std::vector<Heartbeats::Who> lost = {},
+          JobCoordinator::ServerNotifier notifier = nullptr)
+      : config_(c), job_(c, std::move(notifier), &ops_) {
+    ops_.set_job(&job_);
+    RegisterAll(&job_, c);
+    Beat(std::move(alive));
+    if (!lost.empty()) lost_ = std::make_unique<Heartbeats>(&job_, c, std::move(lost));
+    job_.Start();
+  }
+
+  JobCoordinator& job() { return job_; }
+  // The `lost` members go silent.
+  void Lose() { lost_.reset(); }
+  // Only `alive` heartbeat from now on (of the members given so far).
+  void Beat(std::vector<Heartbeats::Who> alive) {
+    alive_.reset();
+    alive_ = std::make_unique<Heartbeats>(&job_, config_, std::move(alive));
+  }
+
+ private:
+  const JobConfig config_;
+  FakeServerOps ops_;
+  JobCoordinator job_;
+  // Declared after job_: their threads stop before it goes.
+  std::unique_ptr<Heartbeats> alive_;
+  std::unique_ptr<Heartbeats> lost_;
+};
+
+// Registers incarnation `incarnation` of server 0 once its slot's holder
+// has been silent long enough (two heartbeat periods); 20 s at most.
+absl::Status ReplaceServer0(JobCoordinator* job, const JobConfig& c, uint64_t incarnation) {
+  RegisterResponse resp;
+  absl::Status replaced;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  do {
+    replaced = job->Register(Req(c, SERVER, 0, incarnation), &resp);
+    if (!replaced.ok()) absl::SleepFor(absl::Milliseconds(20));
+  } while (!replaced.ok() && absl::Now() < deadline);
+  return replaced;
+}
+
 // WAIT (BSP's default): the lost worker holds the clocks and stays in the
 // servers' active set; its replacement resumes at its last tick and the
 // job goes on.
 TEST(WorkerLossTest, WaitHoldsTheClocksUntilTheWorkerIsBack) {
   const JobConfig c = LossConfig(BSP, 0);
   ASSERT_EQ(c.cluster().on_worker_loss(), ClusterConfig::WAIT);
-  FakeServerOps ops;
   ActiveSets active;
-  JobCoordinator job(c, active.Notifier(), &ops);
-  RegisterAll(&job, c);
-  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
-  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
-  job.Start();
+  LossJob loss(c, {kServer0, kWorker0}, {kWorker1}, active.Notifier());
+  JobCoordinator& job = loss.job();
   auto s0 = StartOf(&job, 0);
   auto s1 = StartOf(&job, 1);
   ASSERT_TRUE(s0.ok() && s1.ok());
@@ -142,7 +190,7 @@ TEST(WorkerLossTest, WaitHoldsTheClocksUntilTheWorkerIsBack) {
     ASSERT_TRUE(Step(&job, 0, g, t).ok());
     ASSERT_TRUE(Step(&job, 1, g, t).ok());
   }
-  lost.reset();
+  loss.Lose();
   ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
   ASSERT_TRUE(Step(&job, 0, g, 3).ok());
   EXPECT_EQ(TryStep(&job, 0, g, 4), absl::StatusCode::kDeadlineExceeded)
@@ -169,15 +217,11 @@ TEST(WorkerLossTest, WaitHoldsTheClocksUntilTheWorkerIsBack) {
 TEST(WorkerLossTest, WaitFailsTheJobNamingAWorkerPastItsDeadline) {
   JobConfig c = LossConfig(BSP, 0);
   c.mutable_cluster()->set_worker_deadline_ms(300);
-  FakeServerOps ops;
-  JobCoordinator job(c, nullptr, &ops);
-  RegisterAll(&job, c);
-  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
-  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
-  job.Start();
+  LossJob loss(c, {kServer0, kWorker0}, {kWorker1});
+  JobCoordinator& job = loss.job();
   ASSERT_TRUE(StartOf(&job, 0).ok());
   ASSERT_TRUE(StartOf(&job, 1).ok());
-  lost.reset();
+  loss.Lose();
   const absl::Status st = job.WaitDone(absl::Now() + absl::Seconds(20));
   EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
   EXPECT_NE(st.message().find("worker 1 dead for more than worker_deadline_ms"),
@@ -191,18 +235,14 @@ TEST(WorkerLossTest, WaitFailsTheJobNamingAWorkerPastItsDeadline) {
 TEST(WorkerLossTest, ReassignGoesOnButEndsOnlyWithEveryShareTrained) {
   const JobConfig c = LossConfig(SSP, 0);
   ASSERT_EQ(c.cluster().on_worker_loss(), ClusterConfig::REASSIGN);
-  FakeServerOps ops;
   ActiveSets active;
-  JobCoordinator job(c, active.Notifier(), &ops);
-  RegisterAll(&job, c);
-  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
-  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
-  job.Start();
+  LossJob loss(c, {kServer0, kWorker0}, {kWorker1}, active.Notifier());
+  JobCoordinator& job = loss.job();
   const absl::StatusOr<uint64_t> started = StartBoth(&job);
   ASSERT_TRUE(started.ok()) << started.status();
   const uint64_t g = *started;
   ASSERT_TRUE(Step(&job, 1, g, 0).ok());
-  lost.reset();
+  loss.Lose();
   ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
   for (uint64_t t = 0; t < 6; ++t) ASSERT_TRUE(Step(&job, 0, g, t).ok()) << t;
   EXPECT_EQ(active.Last(), std::vector<uint32_t>{0});
@@ -234,18 +274,14 @@ TEST(WorkerLossTest, ReassignGoesOnButEndsOnlyWithEveryShareTrained) {
 // a time.
 TEST(WorkerLossTest, ReassignHandsALostShareToAFinishedWorker) {
   const JobConfig c = LossConfig(SSP, 0);
-  FakeServerOps ops;
-  JobCoordinator job(c, nullptr, &ops);
-  RegisterAll(&job, c);
-  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
-  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
-  job.Start();
+  LossJob loss(c, {kServer0, kWorker0}, {kWorker1});
+  JobCoordinator& job = loss.job();
   const absl::StatusOr<uint64_t> started = StartBoth(&job);
   ASSERT_TRUE(started.ok()) << started.status();
   const uint64_t g = *started;
   ASSERT_TRUE(Step(&job, 1, g, 0).ok());
   ASSERT_TRUE(Step(&job, 1, g, 1).ok());
-  lost.reset();
+  loss.Lose();
   ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
   for (uint64_t t = 0; t < 6; ++t) ASSERT_TRUE(Step(&job, 0, g, t).ok()) << t;
   ASSERT_TRUE(Finish(&job, 0, g).ok());
@@ -274,16 +310,12 @@ TEST(WorkerLossTest, ReassignHandsALostShareToAFinishedWorker) {
 // barrier would otherwise wait for it for ever).
 TEST(WorkerLossTest, ReassignOffersALostShareAtTheTrainedBarrier) {
   const JobConfig c = LossConfig(SSP, 0);
-  FakeServerOps ops;
-  JobCoordinator job(c, nullptr, &ops);
-  RegisterAll(&job, c);
-  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
-  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
-  job.Start();
+  LossJob loss(c, {kServer0, kWorker0}, {kWorker1});
+  JobCoordinator& job = loss.job();
   const absl::StatusOr<uint64_t> started = StartBoth(&job);
   ASSERT_TRUE(started.ok()) << started.status();
   const uint64_t g = *started;
-  lost.reset();
+  loss.Lose();
   ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
   for (uint64_t t = 0; t < 4; ++t) ASSERT_TRUE(Step(&job, 0, g, t).ok()) << t;
   MetricsReport done;
@@ -308,13 +340,8 @@ TEST(WorkerLossTest, ReassignOffersALostShareAtTheTrainedBarrier) {
 // was left untrained, and still takes its final checkpoint.
 TEST(WorkerLossTest, DropEndsDoneCountingTheUntrainedSamples) {
   const JobConfig c = LossConfig(SSP, 4, ClusterConfig::DROP);
-  FakeServerOps ops;
-  JobCoordinator job(c, nullptr, &ops);
-  ops.set_job(&job);
-  RegisterAll(&job, c);
-  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
-  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
-  job.Start();
+  LossJob loss(c, {kServer0, kWorker0}, {kWorker1});
+  JobCoordinator& job = loss.job();
   const absl::StatusOr<uint64_t> started = StartBoth(&job);
   ASSERT_TRUE(started.ok()) << started.status();
   const uint64_t g = *started;
@@ -338,7 +365,7 @@ TEST(WorkerLossTest, DropEndsDoneCountingTheUntrainedSamples) {
       << "more samples than clock x batch_size";
   tick.set_samples(300);
   ASSERT_TRUE(job.Tick(tick, &ticked).ok());
-  lost.reset();
+  loss.Lose();
   ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
   for (uint64_t t = 0; t < 6; ++t) ASSERT_TRUE(Step(&job, 0, g, t).ok()) << t;
   MetricsReport done;
@@ -364,20 +391,14 @@ TEST(WorkerLossTest, DropEndsDoneCountingTheUntrainedSamples) {
 // and the final one, go on after they are back.
 TEST(WorkerLossTest, CutsGoOnAfterEveryWorkerWasLost) {
   const JobConfig c = LossConfig(SSP, 4);
-  FakeServerOps ops;
-  JobCoordinator job(c, nullptr, &ops);
-  ops.set_job(&job);
-  RegisterAll(&job, c);
-  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}});
-  auto lost = std::make_unique<Heartbeats>(
-      &job, c, std::vector<Heartbeats::Who>{{WORKER, 0, 2}, {WORKER, 1, 3}});
-  job.Start();
+  LossJob loss(c, {kServer0}, {kWorker0, kWorker1});
+  JobCoordinator& job = loss.job();
   const absl::StatusOr<uint64_t> started = StartBoth(&job);
   ASSERT_TRUE(started.ok()) << started.status();
   const uint64_t g = *started;
   ASSERT_TRUE(Step(&job, 0, g, 0).ok());
   ASSERT_TRUE(Step(&job, 1, g, 0).ok());
-  lost.reset();
+  loss.Lose();
   ASSERT_TRUE(WaitWorkerState(job, 0, DEAD));
   ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
   RegisterResponse resp;
@@ -407,34 +428,22 @@ TEST(WorkerLossTest, CutsGoOnAfterEveryWorkerWasLost) {
 // on).
 TEST(WorkerLossTest, ClocksResumeAfterARollbackOnceEveryWorkerRegistered) {
   const JobConfig c = LossConfig(SSP, 0);
-  FakeServerOps ops;
-  JobCoordinator job(c, nullptr, &ops);
-  ops.set_job(&job);
-  RegisterAll(&job, c);
-  auto beats = std::make_unique<Heartbeats>(
-      &job, c, std::vector<Heartbeats::Who>{{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}});
-  auto lost = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 1, 3}});
-  job.Start();
+  LossJob loss(c, {kServer0, kWorker0}, {kWorker1});
+  JobCoordinator& job = loss.job();
   const absl::StatusOr<uint64_t> started = StartBoth(&job);
   ASSERT_TRUE(started.ok()) << started.status();
   const uint64_t g = *started;
   ASSERT_TRUE(Step(&job, 0, g, 0).ok());
   ASSERT_TRUE(Step(&job, 1, g, 0).ok());
-  lost.reset();
+  loss.Lose();
   ASSERT_TRUE(WaitWorkerState(job, 1, DEAD));
   // A node lost: the server is replaced too.
-  RegisterResponse resp;
-  beats.reset();
+  loss.Beat({});
   // A new process takes the slot once its holder is silent (two periods).
-  absl::Status replaced;
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  do {
-    replaced = job.Register(Req(c, SERVER, 0, 11), &resp);
-    if (!replaced.ok()) absl::SleepFor(absl::Milliseconds(20));
-  } while (!replaced.ok() && absl::Now() < deadline);
+  const absl::Status replaced = ReplaceServer0(&job, c, 11);
   ASSERT_TRUE(replaced.ok()) << replaced;
-  beats = std::make_unique<Heartbeats>(
-      &job, c, std::vector<Heartbeats::Who>{{SERVER, 0, 11}, {WORKER, 0, 2}});
+  loss.Beat({{SERVER, 0, 11}, kWorker0});
+  RegisterResponse resp;
   auto r0 = StartOf(&job, 0, g);
   ASSERT_TRUE(r0.ok()) << r0.status();
   ASSERT_GT(r0->generation(), g);
@@ -461,12 +470,8 @@ TEST(WorkerLossTest, ClocksResumeAfterARollbackOnceEveryWorkerRegistered) {
 // changes nothing; a policy other than WAIT refuses it.
 TEST(WorkerLossTest, AWorkerThatCannotRedoItsStepRollsTheJobBack) {
   const JobConfig c = LossConfig(BSP, 0);
-  FakeServerOps ops;
-  JobCoordinator job(c, nullptr, &ops);
-  ops.set_job(&job);
-  RegisterAll(&job, c);
-  Heartbeats beats(&job, c, {{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}, {WORKER, 1, 3}});
-  job.Start();
+  LossJob loss(c, {kServer0, kWorker0, kWorker1});
+  JobCoordinator& job = loss.job();
   const absl::StatusOr<uint64_t> started = StartBoth(&job);
   ASSERT_TRUE(started.ok()) << started.status();
   const uint64_t g = *started;
@@ -516,14 +521,8 @@ TEST(WorkerLossTest, AWorkerThatCannotRedoItsStepRollsTheJobBack) {
 // recovery completes when it does.
 TEST(WorkerLossTest, AWorkerLostDuringTheRollbackIsWaitedFor) {
   const JobConfig c = LossConfig(SSP, 0);
-  FakeServerOps ops;
-  JobCoordinator job(c, nullptr, &ops);
-  ops.set_job(&job);
-  RegisterAll(&job, c);
-  auto beats = std::make_unique<Heartbeats>(
-      &job, c,
-      std::vector<Heartbeats::Who>{{SERVER, 0, kServerIncarnation}, {WORKER, 0, 2}, {WORKER, 1, 3}});
-  job.Start();
+  LossJob loss(c, {kServer0, kWorker0, kWorker1});
+  JobCoordinator& job = loss.job();
   const absl::StatusOr<uint64_t> started = StartBoth(&job);
   ASSERT_TRUE(started.ok()) << started.status();
   const uint64_t g = *started;
@@ -531,16 +530,10 @@ TEST(WorkerLossTest, AWorkerLostDuringTheRollbackIsWaitedFor) {
   ASSERT_TRUE(Step(&job, 1, g, 0).ok());
   // The node's server and worker die; the server's replacement registers
   // before the worker is declared dead.
-  beats.reset();
-  beats = std::make_unique<Heartbeats>(&job, c, std::vector<Heartbeats::Who>{{WORKER, 0, 2}});
-  RegisterResponse resp;
-  absl::Status replaced;
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  do {
-    replaced = job.Register(Req(c, SERVER, 0, 11), &resp);
-    if (!replaced.ok()) absl::SleepFor(absl::Milliseconds(20));
-  } while (!replaced.ok() && absl::Now() < deadline);
+  loss.Beat({kWorker0});
+  const absl::Status replaced = ReplaceServer0(&job, c, 11);
   ASSERT_TRUE(replaced.ok()) << replaced;
+  RegisterResponse resp;
   Heartbeats server(&job, c, {{SERVER, 0, 11}});
   auto r0 = StartOf(&job, 0, g);
   ASSERT_TRUE(r0.ok()) << r0.status();
