@@ -141,25 +141,29 @@ absl::StatusOr<std::vector<Cycle>> RunSize(uint64_t rows, const std::string& sch
   std::ofstream(config_path) << ConfigText(absl::StrCat("recovery-bench-", rows), ckpt);
   ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(config_path));
 
-  Proc sched{"ps_scheduler"};
-  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
-  sched.argv = {scheduler_bin, "--config=" + config_path, "--listen=" + address};
-  sched.out = dir + "/scheduler.out";
-  sched.log = dir + "/scheduler.log";
-  sched.Start();
-  RETURN_IF_ERROR(sched.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60)).status());
-  Proc servers[2];
+  testing::Subprocess sched;
+  const std::string address = absl::StrCat("127.0.0.1:", testing::FreePort());
+  const std::string sched_log = dir + "/scheduler.log";
+  RETURN_IF_ERROR(
+      sched.Start({scheduler_bin, "--config=" + config_path, "--listen=" + address}, sched_log));
+  RETURN_IF_ERROR(WaitForLine(sched, "ps_scheduler", "PS_SCHEDULER_LISTENING ", sched_log,
+                              absl::Seconds(60))
+                      .status());
+  std::vector<std::string> server_argv[2];
+  std::string server_log[2];
+  std::unique_ptr<testing::Subprocess> servers[2];
   for (int i = 0; i < 2; ++i) {
-    servers[i].name = absl::StrCat("ps_server ", i);
-    servers[i].argv = {server_bin, "--config=" + config_path, "--scheduler=" + address,
-                       absl::StrCat("--index=", i),
-                       absl::StrCat("--listen=127.0.0.1:", FreePort())};
-    servers[i].out = absl::StrCat(dir, "/server-", i, ".out");
-    servers[i].log = absl::StrCat(dir, "/server-", i, ".log");
-    servers[i].Start();
+    server_argv[i] = {server_bin, "--config=" + config_path, "--scheduler=" + address,
+                      absl::StrCat("--index=", i),
+                      absl::StrCat("--listen=127.0.0.1:", testing::FreePort())};
+    server_log[i] = absl::StrCat(dir, "/server-", i, ".log");
+    servers[i] = std::make_unique<testing::Subprocess>();
+    RETURN_IF_ERROR(servers[i]->Start(server_argv[i], server_log[i]));
   }
-  for (Proc& s : servers) {
-    RETURN_IF_ERROR(s.WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60)).status());
+  for (int i = 0; i < 2; ++i) {
+    RETURN_IF_ERROR(WaitForLine(*servers[i], absl::StrCat("ps_server ", i),
+                                "PS_SERVER_LISTENING ", server_log[i], absl::Seconds(60))
+                        .status());
   }
   SchedulerClient ops(address);  // The operator's view (ps_status).
 
@@ -223,13 +227,13 @@ absl::StatusOr<std::vector<Cycle>> RunSize(uint64_t rows, const std::string& sch
     c.fill_rows_per_sec = rep == 0 ? rows / fill_sec : std::nan("");  // Printed "-".
     // Checkpoint: the worker keeps stepping, so the cut is reached.
     absl::Time t = absl::Now();
-    const std::vector<pid_t> job = {0, sched.pid, servers[0].pid, servers[1].pid};
+    const std::vector<pid_t> job = {0, sched.pid(), servers[0]->pid(), servers[1]->pid()};
     CpuWindow ckpt_cpu(job);
     ASSIGN_OR_RETURN(const uint64_t clock, ops.CheckpointNow(absl::Minutes(10)));
     c.ckpt_request_sec = Secs(absl::Now() - t);
     // Servers alive throughout: their CPU counts from the window's start.
     std::tie(c.ckpt_server_cores, c.ckpt_other_cores) =
-        ckpt_cpu.End({servers[0].pid, servers[1].pid});
+        ckpt_cpu.End({servers[0]->pid(), servers[1]->pid()});
     ASSIGN_OR_RETURN(const JobStatusResponse after_cut, ops.JobStatus());
     c.hold_sec = after_cut.last_checkpoint_hold_sec();
     c.write_sec = after_cut.last_checkpoint_write_sec();
@@ -255,17 +259,20 @@ absl::StatusOr<std::vector<Cycle>> RunSize(uint64_t rows, const std::string& sch
                           " MB/s; killing server 1"));
     const int rewinds = worker->rewinds();
     const absl::Time killed = absl::Now();
-    kill(servers[1].pid, SIGKILL);
-    WaitExit(servers[1].pid, absl::Seconds(30));
+    servers[1]->Signal(SIGKILL);
+    (void)servers[1]->Wait(absl::Seconds(30));
     absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_restart_delay_ms)));
-    servers[1].Start();
+    servers[1] = std::make_unique<testing::Subprocess>();
+    RETURN_IF_ERROR(servers[1]->Start(server_argv[1], server_log[1]));
     c.spawned = Secs(absl::Now() - killed);
-    RETURN_IF_ERROR(servers[1].WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60)).status());
+    RETURN_IF_ERROR(WaitForLine(*servers[1], "ps_server 1", "PS_SERVER_LISTENING ", server_log[1],
+                                absl::Seconds(60))
+                        .status());
     c.listening = Secs(absl::Now() - killed);
     // The restore's window: from the new process listening (it registers,
     // and the restore starts, within milliseconds) to the recovery seen
     // complete (polled every 50 ms).
-    CpuWindow restore_cpu({0, sched.pid, servers[0].pid, servers[1].pid});
+    CpuWindow restore_cpu({0, sched.pid(), servers[0]->pid(), servers[1]->pid()});
 
     // Wait for the scheduler's report of that recovery.
     const absl::Time deadline =
@@ -286,13 +293,13 @@ absl::StatusOr<std::vector<Cycle>> RunSize(uint64_t rows, const std::string& sch
         return absl::DeadlineExceededError(absl::StrCat(
             "no complete recovery ", absl::GetFlag(FLAGS_recovery_timeout_sec),
             " s after the kill (job state: ", state, "); scheduler log:\n",
-            Tail(sched.log, 20)));
+            Tail(sched_log, 20)));
       }
       if (!report) absl::SleepFor(absl::Milliseconds(50));
     }
     c.recovery = *report;
     std::tie(c.restore_server_cores, c.restore_other_cores) =
-        restore_cpu.End({servers[0].pid, servers[1].pid});
+        restore_cpu.End({servers[0]->pid(), servers[1]->pid()});
     // The worker counts its rewind once its WaitStart has returned (a
     // partial recovery rewinds nobody).
     for (int i = 0; i < 500 && report->kind() == "rollback" && worker->rewinds() == rewinds;
@@ -312,8 +319,8 @@ absl::StatusOr<std::vector<Cycle>> RunSize(uint64_t rows, const std::string& sch
   worker_thread.join();
   const absl::Status final_worker = worker_failed();
   worker.reset();
-  for (Proc& s : servers) s.Stop(absl::Seconds(60));
-  sched.Stop(absl::Seconds(30));
+  for (auto& s : servers) Stop(*s, absl::Seconds(60));
+  Stop(sched, absl::Seconds(30));
   RETURN_IF_ERROR(final_worker);
   return cycles;
 }

@@ -1,19 +1,15 @@
 // recovery_bench's plumbing (recovery_bench.cc says what it measures):
 // constants, files and the page cache, CPU accounting, the disk's own rates,
-// and the child processes it supervises. Header-only, for this bench.
+// and the child processes it supervises (tests/testing's Subprocess and
+// FreePort). Header-only, for this bench.
 #ifndef SHARDPS_BENCH_RECOVERY_BENCH_UTIL_H_
 #define SHARDPS_BENCH_RECOVERY_BENCH_UTIL_H_
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
 #include <atomic>
@@ -27,7 +23,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <tuple>
 #include <type_traits>
@@ -48,6 +43,8 @@
 #include "common/init.h"
 #include "common/partition.h"
 #include "common/status_macros.h"
+#include "tests/testing/free_port.h"
+#include "tests/testing/subprocess.h"
 
 namespace shardps::rbench {
 
@@ -290,60 +287,25 @@ inline absl::StatusOr<MemcpyTimes> MeasureMemcpy(uint64_t bytes) {
 
 // ---- child processes ----------------------------------------------------------
 
-// A child that dies with this process (PR_SET_PDEATHSIG is tied to the
-// thread that forks: only the main thread spawns). stdout to `out`
-// (truncated), stderr appended to `log`.
-inline pid_t Spawn(const std::vector<std::string>& args, const std::string& out,
-            const std::string& log) {
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {  // Async-signal-safe calls only until execv.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int l = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (o < 0 || l < 0) _exit(127);
-    dup2(o, 1);
-    dup2(l, 2);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
+// Waits for `p`'s stdout line starting with `prefix`; returns its rest. An
+// error names `name` and, if it exited first, quotes the tail of its `log`.
+inline absl::StatusOr<std::string> WaitForLine(testing::Subprocess& p, const std::string& name,
+                                               const std::string& prefix,
+                                               const std::string& log, absl::Duration timeout) {
+  auto line = p.WaitForLine(prefix, timeout);
+  if (line.ok()) return line;
+  return absl::Status(line.status().code(),
+                      absl::StrCat(name, ": ", line.status().message(), "; its log:\n",
+                                   Tail(log, 20)));
 }
 
-// Waits up to `timeout` for `pid` to exit; its exit code (128 + signal), or
-// nullopt if it still runs.
-inline std::optional<int> WaitExit(pid_t pid, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    int status = 0;
-    const pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (r < 0) return -1;
-    if (absl::Now() >= deadline) return std::nullopt;
-    absl::SleepFor(absl::Milliseconds(10));
+// SIGTERM, then SIGKILL after `grace`.
+inline void Stop(testing::Subprocess& p, absl::Duration grace) {
+  p.Signal(SIGTERM);
+  if (!p.Wait(grace).ok()) {
+    p.Signal(SIGKILL);
+    (void)p.Wait(absl::Seconds(10));
   }
-}
-
-// A free loopback port below the ephemeral range (a restarted server takes
-// its port back: no outgoing connection may take it meanwhile).
-inline int FreePort() {
-  static std::mt19937 rng(static_cast<uint32_t>(getpid()));
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const int port = 20000 + static_cast<int>(rng() % 12000);
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    close(fd);
-    if (ok) return port;
-  }
-  return 0;
 }
 
 // A binary of this workspace: `flag` if set, else from the runfiles (of
@@ -364,57 +326,6 @@ inline absl::StatusOr<std::string> FindBinary(const std::string& flag, const std
   return absl::NotFoundError(absl::StrCat(relative, " not found in the runfiles (build with ",
                                           "bazel build //bench:recovery_bench, or pass its path)"));
 }
-
-// One supervised process: its argv, stdout file and stderr log.
-struct Proc {
-  std::string name;
-  std::vector<std::string> argv;
-  std::string out, log;
-  pid_t pid = 0;
-  int incarnation = 0;
-
-  void Start() {
-    ++incarnation;
-    pid = Spawn(argv, absl::StrCat(out, ".", incarnation), log);
-  }
-  std::string OutPath() const { return absl::StrCat(out, ".", incarnation); }
-  // Waits for a stdout line starting with `prefix`; returns its rest.
-  absl::StatusOr<std::string> WaitForLine(const std::string& prefix, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (true) {
-      const std::string text = ReadFile(OutPath());
-      const size_t at = text.find(prefix);
-      const size_t end = at == std::string::npos ? at : text.find('\n', at);
-      if (end != std::string::npos) return text.substr(at + prefix.size(), end - at - prefix.size());
-      if (auto code = WaitExit(pid, absl::ZeroDuration())) {
-        pid = 0;
-        return absl::InternalError(absl::StrCat(name, " exited (", *code, ") before printing ",
-                                                prefix, "; its log:\n", Tail(log, 20)));
-      }
-      if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(name, " printed no ", prefix, " in ",
-                                                        absl::FormatDuration(timeout)));
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-  }
-  // SIGTERM, then SIGKILL after `grace`.
-  void Stop(absl::Duration grace) {
-    if (pid <= 0) return;
-    kill(pid, SIGTERM);
-    if (!WaitExit(pid, grace)) {
-      kill(pid, SIGKILL);
-      WaitExit(pid, absl::Seconds(10));
-    }
-    pid = 0;
-  }
-  ~Proc() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      WaitExit(pid, absl::Seconds(10));
-    }
-  }
-};
 
 }  // namespace shardps::rbench
 
