@@ -32,7 +32,7 @@
 #include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 #include "torch/torch.h"
-#include "worker/data/metrics.h"
+#include "worker/data/eval_metrics.h"
 #include "worker/export/embedding_file.h"
 
 namespace shardps {

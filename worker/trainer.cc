@@ -13,7 +13,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/data/criteo_reader.h"
-#include "worker/data/metrics.h"
+#include "worker/data/eval_metrics.h"
 #include "worker/embedding_cache.h"
 #include "worker/model/model_factory.h"
 #include "worker/trainer_data.h"

@@ -18,7 +18,7 @@
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "worker/data/batch.h"
-#include "worker/data/metrics.h"
+#include "worker/data/eval_metrics.h"
 #include "worker/model/model.h"
 #include "worker/job_clock.h"
 #include "worker/train_summary.h"

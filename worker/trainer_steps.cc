@@ -10,7 +10,7 @@
 #include "common/config.h"
 #include "common/status_macros.h"
 #include "worker/data/criteo_reader.h"
-#include "worker/data/lr_schedule.h"
+#include "worker/lr_schedule.h"
 #include "worker/trainer_split_pull.h"
 #include "glog/logging.h"
 
@@ -181,7 +181,7 @@ class StepLoop {
 
   float LrScale(uint64_t step) const {
     return static_cast<float>(
-        data::LearningRateMultiplier(env_.lr_schedule, step, env_.max_steps));
+        LearningRateMultiplier(env_.lr_schedule, step, env_.max_steps));
   }
 
   // Pushes r for cur_, waits for the acknowledgement, ticks clock step_ + 1.

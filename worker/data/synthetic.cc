@@ -20,7 +20,7 @@
 #include "common/partition.h"
 #include "common/status_macros.h"
 #include "common/zipf.h"
-#include "worker/data/metrics.h"
+#include "worker/data/eval_metrics.h"
 
 namespace shardps {
 namespace data {

@@ -1,4 +1,4 @@
-#include "worker/data/metrics.h"
+#include "worker/data/eval_metrics.h"
 
 #include <cmath>
 #include <random>

@@ -1,4 +1,4 @@
-#include "worker/data/lr_schedule.h"
+#include "worker/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace shardps {
-namespace data {
 
 double LearningRateMultiplier(const LrScheduleConfig& config, uint64_t step,
                               uint64_t total_steps) {
@@ -54,5 +53,4 @@ absl::Status ValidateLrSchedule(const LrScheduleConfig& config) {
   return absl::OkStatus();
 }
 
-}  // namespace data
 }  // namespace shardps

@@ -13,8 +13,8 @@
 // A label is positive when > 0.5.
 //
 // Thread-compatible.
-#ifndef SHARDPS_WORKER_DATA_METRICS_H_
-#define SHARDPS_WORKER_DATA_METRICS_H_
+#ifndef SHARDPS_WORKER_DATA_EVAL_METRICS_H_
+#define SHARDPS_WORKER_DATA_EVAL_METRICS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -61,4 +61,4 @@ class MetricAccumulator {
 }  // namespace data
 }  // namespace shardps
 
-#endif  // SHARDPS_WORKER_DATA_METRICS_H_
+#endif  // SHARDPS_WORKER_DATA_EVAL_METRICS_H_

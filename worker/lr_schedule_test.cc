@@ -1,11 +1,10 @@
-#include "worker/data/lr_schedule.h"
+#include "worker/lr_schedule.h"
 
 #include <cmath>
 
 #include "gtest/gtest.h"
 
 namespace shardps {
-namespace data {
 namespace {
 
 LrScheduleConfig Schedule(uint64_t warmup, LrScheduleConfig::Decay decay,
@@ -80,5 +79,4 @@ TEST(LrScheduleTest, Validation) {
 }
 
 }  // namespace
-}  // namespace data
 }  // namespace shardps

@@ -16,8 +16,8 @@
 //              gamma = step_gamma (0 = 0.1); step_every 0 = no decay.
 //
 // The multiplier is w(s) * d(s). Pure functions, thread-safe.
-#ifndef SHARDPS_WORKER_DATA_LR_SCHEDULE_H_
-#define SHARDPS_WORKER_DATA_LR_SCHEDULE_H_
+#ifndef SHARDPS_WORKER_LR_SCHEDULE_H_
+#define SHARDPS_WORKER_LR_SCHEDULE_H_
 
 #include <cstdint>
 
@@ -25,7 +25,6 @@
 #include "proto/config.pb.h"
 
 namespace shardps {
-namespace data {
 
 double LearningRateMultiplier(const LrScheduleConfig& config, uint64_t step,
                               uint64_t total_steps);
@@ -34,7 +33,6 @@ double LearningRateMultiplier(const LrScheduleConfig& config, uint64_t step,
 // step_gamma outside [0, 1].
 absl::Status ValidateLrSchedule(const LrScheduleConfig& config);
 
-}  // namespace data
 }  // namespace shardps
 
-#endif  // SHARDPS_WORKER_DATA_LR_SCHEDULE_H_
+#endif  // SHARDPS_WORKER_LR_SCHEDULE_H_
