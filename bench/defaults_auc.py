@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The default job's test AUC against an older default, on several generated
-data sets and epoch counts, in one run (issue 15, item 5).
+data sets and epoch counts, in one run.
 
 For each data set (--data: LINES[:SEED] of generated training lines; 50k
 evaluation lines each, generated once into --cache) and each epoch count

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A hashed logistic regression on Criteo-format files: the baseline the
-default DLRM job is compared against (issue 15: a default 1-epoch job should
-beat this model trained 3 epochs, and a 3-epoch job should not fall below it).
+default DLRM job is compared against (a default 1-epoch job should beat this
+model trained 3 epochs, and a 3-epoch job should not fall below it).
 
 Every field becomes one hashed one-hot feature: a categorical field by its
 value, an integer field by floor(log2(1 + v)) (v < 0 and missing get their own

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A long job (issue 17, item 2): the default model on --lines generated lines
+"""A long job: the default model on --lines generated lines
 (default 20M, one epoch), 2 servers and 2 workers, SSP(2) with prefetch, run
 by deploy/local/ps_launch.py. Every --every seconds it samples the RSS of
 every process of the job (/proc), the job's total samples (ps_status --json),

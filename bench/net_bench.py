@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Speed where the network binds (issue 30): workload W and the README job
+"""Speed where the network binds: workload W and the README job
 on a cluster in a box (tests/testing/netbox.py: hosts as network namespaces
 on a bridge, each host's link shaped with tc tbf in both directions), at
 link rates unshaped, 10, 2.5 and 1 Gb/s and at the rate where the README
@@ -305,7 +305,7 @@ def job_case(box, bins, args, data_dir, case):
 
 def find_bound(box, bins, args, data_dir):
     """Halves the rate from --bound_start until the fp32 job is network-bound
-    (issue 30's definition): its samples/s at most half of an unshaped run's
+    (by definition here): its samples/s at most half of an unshaped run's
     right before it (the machine drifts: each probe is a pair). Returns that
     rate, or None. Worker 1's link use is printed beside: a synchronous step
     leaves the link idle while it computes, so a bound job's link is not

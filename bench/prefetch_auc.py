@@ -8,7 +8,7 @@ launcher in SSP(2) and ASP, each with training.prefetch on and off,
 final state (min-max) and the job's mean samples/s; then, per mode,
 prefetch on minus off. With read-your-own-writes prefetch (docs/design.md,
 "Worker data and models") the AUC difference should be within the runs'
-spread (issue 17 asks for |diff| <= 0.005 on the mean of 3).
+spread (the target: |diff| <= 0.005 on the mean of 3).
 
   bazel build -c opt //worker:ps_worker //server:ps_server //scheduler:all \\
       //worker/data:ps_datagen //common:ps_config_check

@@ -1,4 +1,4 @@
-// Scale benchmark (issue 17, item 1): what one parameter server costs as its
+// Scale benchmark: what one parameter server costs as its
 // table grows. One ParameterServerCore in this process (no gRPC: the server's
 // own work; bench/server_rpc_bench measures the transport) holds one sparse
 // table of N rows (Adagrad, dim D), for each N in --rows and D in --dims:

@@ -1,4 +1,4 @@
-// Workload W (issue 3): one ps_server, 1 or 2 client processes; each step a
+// Workload W: one ps_server, 1 or 2 client processes; each step a
 // client draws 4096 Zipf(1.0) ids over 1e6, dedups them (~2450), pulls those
 // rows (TRAIN) and pushes a gradient for each (SGD on the server). rows/s =
 // unique rows x steps / wall, summed over clients; median of --reps runs.
@@ -9,7 +9,7 @@
 // In the same run, a raw TCP request/response loop over one loopback
 // connection moves the same message sizes (blocking sockets, TCP_NODELAY, the
 // server copying through its own buffers); the ratio to it is printed, and
-// issue 17's ratios (W/raw loop per dim, bf16/fp32) on one line per client.
+// the ratios W/raw loop per dim and bf16/fp32 on one line per client.
 // Also in each rep, the gRPC ceiling: the pipelined client against a gRPC
 // server that only copies the bytes, as the raw loop's server does
 // (server_rpc_bench_null.cc); no table behind unary gRPC can beat it here.

@@ -39,7 +39,7 @@ TEST(ZipfBatchesTest, UniqueIdsPerBatchMatchExpectation) {
     total += ranks.size();
   }
   EXPECT_NEAR(total / kBatches, expected, 0.01 * expected);
-  EXPECT_NEAR(expected, 2450, 60);  // Issue 3's description of W.
+  EXPECT_NEAR(expected, 2450, 60);  // W as docs/benchmarks.md describes it.
 }
 
 }  // namespace

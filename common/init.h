@@ -25,7 +25,7 @@ std::string EnvOr(const char* name, const std::string& fallback);
 // Keeps glibc malloc from handing gRPC's ~MB message buffers back to the
 // kernel after every message: raises the mmap and trim thresholds and the top
 // pad. Without it each pull or push of a few hundred KB costs hundreds of page
-// faults on both ends (issue 3 measured ~3x on the pull/push loop). Call once,
+// faults on both ends (~3x slower on the pull/push loop, measured). Call once,
 // before the first RPC, in every process that moves embedding rows over gRPC
 // (ps_server, ps_worker). Memory the process frees stays in its heap, up to
 // the trim threshold (512 MiB).

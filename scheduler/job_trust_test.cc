@@ -1,4 +1,4 @@
-// JobCoordinator against requests it must not believe (issue 18): ranks
+// JobCoordinator against requests it must not believe: ranks
 // that never registered or died, ticks beyond the granted step, absurd
 // metrics, heartbeats of another job or process; and checkpoint faults: an
 // unusable directory, a corrupt newest checkpoint, cuts that keep failing.

@@ -484,7 +484,7 @@ TEST(CoreTest, LocalStoreAndServerPathAreBitIdentical) {
   EXPECT_EQ(PullBytes(*core, 1, keys), Fp32(rows));
 }
 
-// Issue 18: one push with clock 2^64-1 ages no row past its TTL (the eviction
+// One push with clock 2^64-1 ages no row past its TTL (the eviction
 // clock moves kMaxClockStep a push at most), steady pushes still do; unknown
 // ranks, absurd lr_scales and far BSP clocks are refused and change nothing.
 TEST(CoreTest, PushFieldsAreCheckedAgainstWhatTheServerKnows) {

@@ -218,8 +218,8 @@ TEST(ServerLimitsTest, AbsurdGradientsFollowTheNonFinitePolicy) {
   EXPECT_TRUE(core->Push(MakePush(3, 1, keys, edge), &resp).ok());
 }
 
-// Issue 33 #2: ceil(ttl / 64) + 1 pushes with clock 2^64-1 used to age every
-// row out. With the scheduler's grant, no number of them does.
+// Without the scheduler's grant, ceil(ttl / 64) + 1 pushes with clock
+// 2^64-1 would age every row out; with it, no number of them does.
 TEST(ServerLimitsTest, PushedClocksCannotAgeRowsPastTheGrantedClock) {
   auto core = MakeCore();
   core->GrantClock(0);

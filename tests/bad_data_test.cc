@@ -1,6 +1,7 @@
-// Data a job cannot train on is found before training, with the file named
-// (issue 18): a missing eval file used to fail only after the whole training
-// ran, and train files that are all empty ended "done, samples=0".
+// Data a job cannot train on is found before training, with the file named:
+// a missing eval file fails the job at start (not after the whole training
+// ran), and train files that are all empty fail it too (not "done,
+// samples=0").
 #include <fstream>
 #include <string>
 

@@ -1,5 +1,5 @@
-// Hostile peers and unlucky operators against the real ps_scheduler
-// (issue 18, the scheduler's side), with real ps_servers and ps_workers on
+// Hostile peers and unlucky operators against the real ps_scheduler (the
+// scheduler's side of docs/security.md), with real ps_servers and ps_workers on
 // 127.0.0.1 where the job needs them:
 //
 //  - forged worker requests (a rank that never registered, another process
