@@ -11,7 +11,6 @@ Run by //tests/deploy:docker_image_test (cwd = the runfiles root).
 import os
 import re
 import shlex
-import socket
 import stat
 import subprocess
 import sys
@@ -19,7 +18,9 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.getcwd(), "deploy", "k8s"))
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "testing"))
 import render  # noqa: E402  (deploy/k8s/render.py)
+from testkit import free_port  # noqa: E402  (tests/testing/testkit.py)
 
 DOCKERFILE = "deploy/docker/Dockerfile"
 ENTRYPOINT = "deploy/docker/shardps-entrypoint"
@@ -265,12 +266,6 @@ class EntrypointTest(unittest.TestCase):
         self.assertEqual(rc, 2)
         rc, _, err = self.run_entry([])
         self.assertEqual(rc, 2)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class EntrypointJobTest(unittest.TestCase):

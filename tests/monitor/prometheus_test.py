@@ -8,23 +8,19 @@ Run by //tests/monitor:prometheus_test (cwd = the runfiles root).
 
 import json
 import os
-import socket
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "testing"))
 from local_job import LocalJob  # noqa: E402  (beside this file)
+from testkit import free_port  # noqa: E402  (tests/testing/testkit.py)
 
 PROMETHEUS = "/usr/bin/prometheus"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PrometheusTest(unittest.TestCase):
