@@ -135,7 +135,7 @@ void JobCoordinator::Sweep(absl::Time now) {
                            m.last_heartbeat, now, /*lost=*/false);
       }
     }
-    if (takeover_ && now - start_time_ > Ms(k.dead_after_ms())) {
+    if (takeover_.active() && now - start_time_ > Ms(k.dead_after_ms())) {
       // A worker that has not rejoined by now is gone (it may have finished
       // and exited while there was no scheduler): it counts as dead.
       for (uint32_t rank : members_.ExpireUnregistered(WORKER, now)) {

@@ -108,6 +108,7 @@
 #include "scheduler/membership.h"
 #include "scheduler/recovery_book.h"
 #include "scheduler/server_ops.h"
+#include "scheduler/takeover.h"
 #include "scheduler/worker_loss.h"
 
 namespace shardps {
@@ -216,7 +217,6 @@ class JobCoordinator {
 
  private:
   enum class State { kWaiting, kRunning, kDone, kFailed };
-  using MemberKey = std::pair<Role, uint32_t>;
 
   // ---- job_workers.cc: checks of the workers' requests ----
   // See WaitClock above; `what` names the request in the refusal, and a
@@ -284,8 +284,6 @@ class JobCoordinator {
   // Waits for the servers (and with a takeover the workers), then gives the
   // job its start point. False if the job failed or stopped.
   bool Form();
-  // Why the rejoined state cannot be taken over as it is ("" if it can).
-  std::string TakeoverProblemLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until every server is registered and alive. False if the job
   // ended meanwhile.
   bool WaitForServers();
@@ -366,11 +364,9 @@ class JobCoordinator {
   std::string failure_ ABSL_GUARDED_BY(mu_);
   bool formed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  // Before forming: processes of an earlier scheduler rejoined (takeover_)
-  // with this state, and these registered without state.
-  bool takeover_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<MemberKey, Rejoin> rejoins_ ABSL_GUARDED_BY(mu_);
-  std::set<MemberKey> fresh_ ABSL_GUARDED_BY(mu_);
+  // Before forming: the processes of an earlier scheduler that rejoined
+  // with their state, and those that registered without.
+  Takeover takeover_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, MetricsReport> reports_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> final_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<bool>> barriers_ ABSL_GUARDED_BY(mu_);

@@ -119,29 +119,13 @@ void JobCoordinator::TakeFinalCut(uint64_t serving) {
   changed_.SignalAll();
 }
 
-std::string JobCoordinator::TakeoverProblemLocked() const {
-  for (const MemberKey& key : fresh_) {
-    return absl::StrCat(key.first == SERVER ? "server " : "worker ", key.second,
-                        " registered without the state it had (a new process)");
-  }
-  std::set<uint64_t> generations;
-  for (const auto& [key, r] : rejoins_) generations.insert(r.generation());
-  if (generations.size() > 1) {
-    return absl::StrCat("the processes that rejoined are in different job generations [",
-                        absl::StrJoin(generations, ","), "] (a rollback was under way)");
-  }
-  if (generations.empty() || *generations.begin() == 0) {
-    return "the job had not started when the scheduler stopped";
-  }
-  return "";
-}
-
 bool JobCoordinator::Form() {
   const ClusterConfig& k = config_.cluster();
   // Live processes of an earlier scheduler rejoin at their next heartbeat:
   // give them that long before deciding the job is new.
   const absl::Duration settle =
       std::min(Ms(k.dead_after_ms()), Ms(2 * uint64_t{k.heartbeat_ms()} + 500));
+  bool takeover;
   std::string problem;
   {
     MutexLock lock(&mu_);
@@ -153,17 +137,18 @@ bool JobCoordinator::Form() {
         if (m.role == SERVER && m.state != ALIVE) servers = false;
         if (m.role == WORKER && m.state == STATE_UNSPECIFIED) workers = false;
       }
-      if (servers && now - start_time_ >= settle && (!takeover_ || workers)) break;
+      if (servers && now - start_time_ >= settle && (!takeover_.active() || workers)) break;
       recovery_.ClearDoing();
       changed_.WaitUntil(&mu_, now + absl::Milliseconds(50));
     }
-    if (takeover_) problem = TakeoverProblemLocked();
+    takeover = takeover_.active();
+    if (takeover) problem = takeover_.Problem();
   }
-  if (takeover_ && problem.empty()) {
+  if (takeover && problem.empty()) {
     // Every process came back with one state: the job goes on from it.
     auto points = ops_->RestorePoints();
     MutexLock lock(&mu_);
-    generation_ = rejoins_.begin()->second.generation();
+    generation_ = takeover_.generation();
     clock_.SetGeneration(generation_);
     cuts_.StartFrom(points.ok() && !points->empty() ? points->front().clock : 0);
     std::vector<uint64_t> kept;
@@ -188,13 +173,13 @@ bool JobCoordinator::Form() {
     UpdateStateLocked();
     changed_.SignalAll();
   } else {
-    if (takeover_) LOG(WARNING) << "taking the job over needs a rollback: " << problem;
+    if (takeover) LOG(WARNING) << "taking the job over needs a rollback: " << problem;
     RecoveryReport report;
-    report.set_kind(takeover_ ? "rollback" : "resume");
-    report.set_cause(takeover_ ? absl::StrCat("the scheduler restarted and ", problem)
+    report.set_kind(takeover ? "rollback" : "resume");
+    report.set_cause(takeover ? absl::StrCat("the scheduler restarted and ", problem)
                                : "the job started");
     report.set_started_unix_sec(UnixSec(start_time_));
-    if (!RollBack(&report, start_time_, /*record_initial=*/takeover_)) return false;
+    if (!RollBack(&report, start_time_, /*record_initial=*/takeover)) return false;
   }
   NotifyServers();
   return true;
@@ -227,9 +212,7 @@ bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at,
       MutexLock lock(&mu_);
       recovery_.ClearPending();  // This rollback covers every failure so far.
       recovery_.SetDoing("restoring every server");
-      uint64_t seen = generation_;
-      for (const auto& [key, r] : rejoins_) seen = std::max(seen, r.generation());
-      generation = NextGeneration(seen);
+      generation = NextGeneration(takeover_.MaxGeneration(generation_));
     }
     auto points = ops_->RestorePoints();
     if (!points.ok()) {
@@ -311,7 +294,7 @@ void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
   // every worker has started in the new generation (WaitStart), those
   // restarted after the failure too, or start_deadline_ms passed
   // (ResumeAfterRewindLocked).
-  const bool after_failure = formed_ || takeover_;
+  const bool after_failure = formed_ || takeover_.active();
   std::vector<bool> live(final_.size(), true);
   std::vector<uint32_t> workers;
   for (const Member& m : members_.Members()) {

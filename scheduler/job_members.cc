@@ -91,7 +91,6 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request,
 bool JobCoordinator::AdmitLocked(const RegisterRequest& request, const Registration& reg,
                                  absl::Time now) {
   const Member& m = reg.member;
-  const MemberKey key{request.role(), m.index};
   const std::string who = absl::StrCat(RoleName(request.role()), " ", m.index);
   bool notify = request.role() == SERVER;
   if (request.has_rejoin()) {
@@ -101,9 +100,7 @@ bool JobCoordinator::AdmitLocked(const RegisterRequest& request, const Registrat
               << r.clock() << ", map version " << r.map_version() << ")";
     if (!formed_) {
       // A process of an earlier scheduler: this one takes its job over.
-      takeover_ = true;
-      rejoins_[key] = r;
-      fresh_.erase(key);
+      takeover_.Rejoined(request.role(), m.index, r);
       ApplyRejoinLocked(request, m.index);
     } else if (request.role() == SERVER) {
       if (reg.new_process || r.generation() != generation_) {
@@ -120,7 +117,7 @@ bool JobCoordinator::AdmitLocked(const RegisterRequest& request, const Registrat
       notify = true;
     }
   } else if (!formed_) {
-    fresh_.insert(key);
+    takeover_.Fresh(request.role(), m.index);
     LOG(INFO) << who << " registered" << (m.address.empty() ? "" : " at ") << m.address;
   } else if (request.role() == SERVER) {
     LOG(INFO) << who << " registered at " << m.address << " (a new process)";

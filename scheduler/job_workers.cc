@@ -153,7 +153,7 @@ std::string JobCoordinator::StartWaitLocked() const {
     if (!missing.empty()) {
       return absl::StrCat("servers [", absl::StrJoin(missing, ","), "] to register");
     }
-    return takeover_ ? "every worker to rejoin the restarted scheduler"
+    return takeover_.active() ? "every worker to rejoin the restarted scheduler"
                      : "the job to form (servers being set up)";
   }
   if (!recovery_.idle()) return recovery_.Waiting();

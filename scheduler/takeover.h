@@ -1,0 +1,52 @@
+// Takeover: what a starting scheduler learns, before the job forms, of the
+// processes an earlier scheduler ran (job.h, "Lifecycle").
+//
+// Live servers and workers of an earlier scheduler rejoin it with their
+// state (RegisterRequest.rejoin: job generation, clock, map version); others
+// register without state (a new process). If every process came back with
+// one generation, the job goes on from that state with nothing rolled back
+// (a takeover); otherwise the job rolls back, in a generation above every
+// one seen.
+//
+// Not thread-safe: JobCoordinator holds it under its mutex.
+#ifndef SHARDPS_SCHEDULER_TAKEOVER_H_
+#define SHARDPS_SCHEDULER_TAKEOVER_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "proto/scheduler.pb.h"
+
+namespace shardps {
+
+class Takeover {
+ public:
+  // Process `index` of `role` rejoined with state `rejoin`.
+  void Rejoined(Role role, uint32_t index, const Rejoin& rejoin);
+  // Process `index` of `role` registered without state (unless it rejoined
+  // since: the last registration counts).
+  void Fresh(Role role, uint32_t index);
+
+  // Some process rejoined: this scheduler takes over an earlier one's job.
+  bool active() const { return !rejoins_.empty(); }
+  // Why the rejoined state cannot be taken over as it is ("" if it can): a
+  // process came back without state, the rejoined ones are in different
+  // generations (a rollback was under way), or the job had not started.
+  std::string Problem() const;
+  // The generation every rejoined process is in (when Problem() is "").
+  uint64_t generation() const;
+  // The largest generation a rejoined process was in, or `current` if larger.
+  uint64_t MaxGeneration(uint64_t current) const;
+
+ private:
+  using Key = std::pair<Role, uint32_t>;
+  std::map<Key, Rejoin> rejoins_;
+  std::set<Key> fresh_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_SCHEDULER_TAKEOVER_H_
