@@ -169,6 +169,11 @@ void FillDefaults(JobConfig* c) {
   k->set_on_worker_loss(EffectiveOnWorkerLoss(*k));
   if (k->max_message_bytes() == 0) k->set_max_message_bytes(64ull << 20);
   if (k->dense_chunk_size() == 0) k->set_dense_chunk_size(4096);
+  if (k->max_concurrent_streams() == 0) k->set_max_concurrent_streams(100);
+  if (k->grpc_memory_bytes() == 0) k->set_grpc_memory_bytes(1ull << 30);
+  if (k->max_unsent_answer_bytes() == 0) k->set_max_unsent_answer_bytes(1ull << 30);
+  if (k->answer_send_timeout_ms() == 0) k->set_answer_send_timeout_ms(60000);
+  if (k->scheduler_grpc_memory_bytes() == 0) k->set_scheduler_grpc_memory_bytes(64ull << 20);
   DataConfig* d = c->mutable_data();
   if (d->format() == DataConfig::FORMAT_UNSPECIFIED) d->set_format(DataConfig::CRITEO);
   if (d->num_dense() == 0) d->set_num_dense(13);
@@ -309,6 +314,24 @@ void ValidateRest(const JobConfig& c, Validator* v) {
   }
   if (k.dead_after_ms() <= k.heartbeat_ms()) {
     v->Error({{"cluster"}, {"dead_after_ms"}}, "must exceed heartbeat_ms");
+  }
+  // What a peer may hold (docs/security.md): each bound must leave room for
+  // one message of the job.
+  if (k.grpc_memory_bytes() < 2 * k.max_message_bytes()) {
+    v->Error({{"cluster"}, {"grpc_memory_bytes"}},
+             absl::StrCat("must be at least 2 x max_message_bytes (",
+                          2 * k.max_message_bytes(), ")"));
+  }
+  if (k.max_unsent_answer_bytes() < k.max_message_bytes()) {
+    v->Error({{"cluster"}, {"max_unsent_answer_bytes"}},
+             absl::StrCat("must be at least max_message_bytes (", k.max_message_bytes(), ")"));
+  }
+  if (k.scheduler_grpc_memory_bytes() < (8u << 20)) {
+    v->Error({{"cluster"}, {"scheduler_grpc_memory_bytes"}},
+             "must be at least 8 MiB (8388608)");
+  }
+  if (k.max_concurrent_streams() > (1u << 20)) {
+    v->Error({{"cluster"}, {"max_concurrent_streams"}}, "must be <= 1048576");
   }
   const DataConfig& d = c.data();
   if (d.train_files_size() == 0 && d.synthetic_dir().empty()) {

@@ -252,5 +252,31 @@ TEST(ConfigTest, FingerprintCoversSharedPartsOnly) {
   EXPECT_NE(ConfigFingerprint(*a), ConfigFingerprint(b));
 }
 
+// What a peer may hold (docs/security.md): defaults, and bounds that leave
+// room for one message of the job.
+TEST(ConfigTest, PeerLimitsGetDefaultsAndRoomForOneMessage) {
+  auto config = ParseJobConfig(kValid, "job.pbtxt");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->cluster().max_concurrent_streams(), 100u);
+  EXPECT_EQ(config->cluster().grpc_memory_bytes(), 1ull << 30);
+  EXPECT_EQ(config->cluster().max_unsent_answer_bytes(), 1ull << 30);
+  EXPECT_EQ(config->cluster().answer_send_timeout_ms(), 60000u);
+  EXPECT_EQ(config->cluster().scheduler_grpc_memory_bytes(), 64ull << 20);
+  ExpectRefused(Replace(kValid, "staleness: 2", "staleness: 2 grpc_memory_bytes: 1000"),
+                {"bad.pbtxt:10:", "cluster.grpc_memory_bytes", "2 x max_message_bytes"});
+  ExpectRefused(Replace(kValid, "staleness: 2",
+                        "staleness: 2 max_message_bytes: 2000 max_unsent_answer_bytes: 1999"),
+                {"cluster.max_unsent_answer_bytes", "at least max_message_bytes (2000)"});
+  ExpectRefused(Replace(kValid, "staleness: 2", "staleness: 2 scheduler_grpc_memory_bytes: 4096"),
+                {"cluster.scheduler_grpc_memory_bytes", "8 MiB"});
+  auto small = ParseJobConfig(
+      Replace(kValid, "staleness: 2",
+              "staleness: 2 max_message_bytes: 1048576 grpc_memory_bytes: 2097152 "
+              "max_unsent_answer_bytes: 1048576 max_concurrent_streams: 4"),
+      "small.pbtxt");
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->cluster().max_concurrent_streams(), 4u);
+}
+
 }  // namespace
 }  // namespace shardps

@@ -35,6 +35,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/peer_limits.h"
 #include "common/config.h"
 #include "common/init.h"
 #include "common/job_secret.h"
@@ -138,6 +139,11 @@ int main(int argc, char** argv) {
   constexpr int kMaxRequestBytes = 4 << 20;
   builder.SetMaxReceiveMessageSize(std::min(max_bytes, kMaxRequestBytes));
   builder.SetMaxSendMessageSize(max_bytes);
+  // Calls per connection, the memory of what is being received, keepalive
+  // (docs/security.md, "What a peer may hold").
+  shardps::ApplyPeerLimits(config->cluster(), "ps_scheduler",
+                           config->cluster().scheduler_grpc_memory_bytes(),
+                           /*max_threads=*/0, &builder);
   shardps::ConfigureListener(absl::GetFlag(FLAGS_listen), "ps_scheduler", &builder);
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
                            *shardps::ServerCredentialsFromFlags() /* checked above */, &port);

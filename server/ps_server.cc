@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/peer_limits.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
 #include "glog/logging.h"
@@ -44,11 +45,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
       options.config.cluster().max_message_bytes(), INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
-  if (options.threads > 0) {
-    grpc::ResourceQuota quota("ps_server");
-    quota.SetMaxThreads(options.threads);
-    builder.SetResourceQuota(quota);
-  }
+  // What one peer may hold (docs/security.md).
+  ApplyPeerLimits(options.config.cluster(), "ps_server",
+                  options.config.cluster().grpc_memory_bytes(), options.threads, &builder);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    ServerCredentialsFromFlags());
   ConfigureListener(options.listen, "ps_server", &builder);

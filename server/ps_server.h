@@ -55,6 +55,11 @@ class PsServer {
   ParameterServerCore* core() { return core_.get(); }
   // The token the scheduler's control RPCs carry (PsService).
   void set_control_token(uint64_t token) { service_->set_control_token(token); }
+  // Registering with a scheduler: control RPCs wait up to `timeout` for the
+  // token instead of being refused (PsService::await_control_token).
+  void await_control_token(absl::Duration timeout) {
+    service_->await_control_token(timeout);
+  }
 
   // Stops accepting, wakes waiting BSP pulls, finishes in-flight calls.
   void Shutdown();

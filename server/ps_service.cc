@@ -1,5 +1,9 @@
 #include "server/ps_service.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -9,6 +13,7 @@
 #include "absl/time/time.h"
 #include "glog/logging.h"
 #include "grpc/slice.h"
+#include "grpcpp/alarm.h"
 #include "common/grpc_status.h"
 #include "common/job_secret.h"
 #include "common/metrics.h"
@@ -107,42 +112,71 @@ char* PullResponseSlices::AddTable(uint32_t table_id, uint32_t dim, size_t bytes
   // Refcounted (large) slices keep their bytes on the heap.
   char* room = reinterpret_cast<char*>(values.data.refcounted.bytes);
   slices_.emplace_back(values, grpc::Slice::STEAL_REF);
+  if (bytes >= (size_t{1} << 20)) large_.push_back({room, bytes});
   return room;
+}
+
+void PullResponseSlices::DropPages(const std::vector<Range>& ranges) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  for (const Range& r : ranges) {
+    // Whole pages inside the buffer only: the allocator's bookkeeping
+    // around it stays as it is.
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(r.data) + page - 1) & ~(page - 1);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(r.data) + r.bytes) & ~(page - 1);
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
 }
 
 void PullResponseSlices::Release(grpc::ByteBuffer* out) {
   grpc::ByteBuffer buffer(slices_.data(), slices_.size());
   out->Swap(&buffer);
   slices_.clear();
+  large_.clear();
   bytes_ = 0;
 }
 
 namespace {
 
+// What a data-path completion queue delivers: its Run is called on the
+// queue's thread with the event's `ok`.
+class CqTag {
+ public:
+  virtual void Run(bool ok) = 0;
+
+ protected:
+  ~CqTag() = default;
+};
+
 // One data-path call on a completion queue; its address is the queue's tag.
-// Proceed runs on the queue's thread: first when a request has arrived (ok =
-// false: the server is shutting down), then when its Finish has been sent.
-// On arrival the call asks for the next request (Rearm) before it serves
-// this one (Serve), which ends with a Finish on the responder.
-class DataCall {
+// Run runs on the queue's thread: first when a request has arrived (ok =
+// false: the server is shutting down), then when its Finish has completed
+// (ok: sent). On arrival the call asks for the next request (Rearm) before
+// it serves this one (Serve), which ends with a Finish on the responder.
+class DataCall : public CqTag {
  public:
   DataCall(PsService* service, grpc::ServerCompletionQueue* cq)
       : service_(service), cq_(cq) {}
   virtual ~DataCall() = default;
 
-  void Proceed(bool ok) {
-    if (!ok || finishing_) {
-      delete this;
+  void Run(bool ok) override {
+    if (!finishing_) {
+      if (!ok) {
+        delete this;
+        return;
+      }
+      finishing_ = true;
+      Rearm();
+      Serve();
       return;
     }
-    finishing_ = true;
-    Rearm();
-    Serve();
+    if (Finished(ok)) delete this;
   }
 
  protected:
   virtual void Rearm() = 0;
   virtual void Serve() = 0;
+  // The Finish has completed; true: the call may be deleted.
+  virtual bool Finished(bool /*sent*/) { return true; }
 
   PsService* const service_;
   grpc::ServerCompletionQueue* const cq_;
@@ -151,6 +185,18 @@ class DataCall {
  private:
   bool finishing_ = false;
 };
+
+// A raw request parsed as `Request`; false if its bytes are not one.
+template <typename Request>
+bool ParseRequest(grpc::ByteBuffer* bytes, Request* request) {
+  return grpc::SerializationTraits<Request>::Deserialize(bytes, request).ok();
+}
+
+grpc::Status Malformed(const char* rpc, const char* message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrCat(rpc, " refused: malformed ", message,
+                                   " (not a well-formed ", message, " message)"));
+}
 
 class PullCall final : public DataCall {
  public:
@@ -168,11 +214,8 @@ class PullCall final : public DataCall {
       Finish(ToGrpcStatus(st), nullptr);
       return;
     }
-    if (!grpc::SerializationTraits<PullRequest>::Deserialize(&request_bytes_, &request_)
-             .ok()) {
-      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "malformed PullRequest (not a PullRequest message)"),
-             nullptr);
+    if (!ParseRequest(&request_bytes_, &request_)) {
+      Finish(Malformed("Pull", "PullRequest"), nullptr);
       return;
     }
     if (service_->core()->PullMayWait(request_)) {
@@ -203,28 +246,85 @@ class PullCall final : public DataCall {
     Finish(st, &slices);
   }
 
-  void Finish(const grpc::Status& st, PullResponseSlices* slices) {
-    Metrics().pull.Record(start_, st, st.ok() ? slices->bytes() : 0);
-    if (st.ok()) {
-      grpc::ByteBuffer response;
-      slices->Release(&response);
-      responder_.Finish(response, st, this);
-    } else {
-      responder_.FinishWithError(st, this);
+  // May run on a waiting pull's own thread: everything the queue's thread
+  // reads later (reserved_, pending_) is set before the Finish is started.
+  void Finish(grpc::Status st, PullResponseSlices* slices) {
+    if (st.ok() && !service_->TryReserveAnswer(slices->bytes())) {
+      st = grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("Pull refused for now: pull answers this server's callers have not "
+                       "yet taken hold ",
+                       service_->unsent_answer_bytes(), " bytes; this answer of ",
+                       slices->bytes(), " would pass cluster.max_unsent_answer_bytes (",
+                       service_->max_unsent_answer_bytes(), "); retry"));
     }
+    Metrics().pull.Record(start_, st, st.ok() ? slices->bytes() : 0);
+    if (!st.ok()) {
+      if (slices != nullptr) PullResponseSlices::DropPages(slices->large());
+      responder_.FinishWithError(st, this);
+      return;
+    }
+    reserved_ = slices->bytes();
+    large_ = slices->large();
+    pending_ = 2;  // The Finish and the alarm.
+    grpc::ByteBuffer response;
+    slices->Release(&response);
+    alarm_.Set(cq_, absl::ToChronoTime(absl::Now() + service_->answer_send_timeout()),
+               &alarm_tag_);
+    responder_.Finish(response, st, this);
   }
+
+  bool Finished(bool sent) override {
+    if (pending_ == 0) return true;  // An error: no answer, no alarm.
+    service_->ReleaseAnswer(reserved_);
+    // Nothing reads an answer that was not sent: its pages go back now,
+    // whenever gRPC lets its buffers go.
+    if (!sent) PullResponseSlices::DropPages(large_);
+    finish_done_ = true;
+    alarm_.Cancel();  // Its tag comes back (ok = false) unless it fired.
+    return --pending_ == 0;
+  }
+
+  // The answer was not sent within answer_send_timeout (fired), or its
+  // Finish completed first (the alarm was cancelled).
+  void OnAlarm(bool fired) {
+    if (fired && !finish_done_) {
+      LOG_EVERY_N(WARNING, 10)
+          << "cancelled a pull answer of " << reserved_ << " bytes that " << context_.peer()
+          << " did not take within " << service_->answer_send_timeout()
+          << " (cluster.answer_send_timeout_ms)";
+      context_.TryCancel();
+    }
+    if (--pending_ == 0) delete this;
+  }
+
+  class AlarmTag final : public CqTag {
+   public:
+    explicit AlarmTag(PullCall* call) : call_(call) {}
+    void Run(bool ok) override { call_->OnAlarm(ok); }
+
+   private:
+    PullCall* const call_;
+  };
 
   grpc::ByteBuffer request_bytes_;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
   PullRequest request_;
   std::chrono::steady_clock::time_point start_;
+  // An answer handed to gRPC: its bytes, and the events still to come.
+  size_t reserved_ = 0;
+  std::vector<PullResponseSlices::Range> large_;
+  int pending_ = 0;
+  bool finish_done_ = false;
+  grpc::Alarm alarm_;
+  AlarmTag alarm_tag_{this};
 };
 
 class PushCall final : public DataCall {
  public:
   PushCall(PsService* service, grpc::ServerCompletionQueue* cq)
       : DataCall(service, cq), responder_(&context_) {
-    service_->RequestPush(&context_, &request_, &responder_, cq_, cq_, this);
+    service_->RequestPush(&context_, &request_bytes_, &responder_, cq_, cq_, this);
   }
 
  private:
@@ -233,23 +333,44 @@ class PushCall final : public DataCall {
   void Serve() override {
     const auto start = std::chrono::steady_clock::now();
     PushResponse response;
-    absl::Status checked = CheckJobSecret("Push", context_);
-    if (checked.ok()) checked = service_->core()->Push(request_, &response);
-    const grpc::Status st = ToGrpcStatus(checked);
+    grpc::Status st = ToGrpcStatus(CheckJobSecret("Push", context_));
+    if (st.ok() && !ParseRequest(&request_bytes_, &request_)) {
+      st = Malformed("Push", "PushRequest");
+    }
+    if (st.ok()) st = ToGrpcStatus(service_->core()->Push(request_, &response));
     Metrics().push.Record(start, st, request_.ByteSizeLong());
+    if (!st.ok()) {
+      responder_.FinishWithError(st, this);
+      return;
+    }
+    Metrics().rows_applied.Increment(static_cast<double>(response.rows_applied()));
+    grpc::ByteBuffer bytes;
+    bool own_buffer = false;
+    st = grpc::SerializationTraits<PushResponse>::Serialize(response, &bytes, &own_buffer);
     if (st.ok()) {
-      Metrics().rows_applied.Increment(static_cast<double>(response.rows_applied()));
-      responder_.Finish(response, st, this);
+      responder_.Finish(bytes, st, this);
     } else {
       responder_.FinishWithError(st, this);
     }
   }
 
+  grpc::ByteBuffer request_bytes_;
   PushRequest request_;
-  grpc::ServerAsyncResponseWriter<PushResponse> responder_;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
 };
 
 }  // namespace
+
+PsService::PsService(ParameterServerCore* core)
+    : core_(core),
+      max_waiting_(4 * static_cast<int>(core->config().cluster().num_workers()) + 16),
+      max_unsent_answer_bytes_(core->config().cluster().max_unsent_answer_bytes() > 0
+                                   ? core->config().cluster().max_unsent_answer_bytes()
+                                   : uint64_t{1} << 30),
+      answer_send_timeout_(absl::Milliseconds(
+          core->config().cluster().answer_send_timeout_ms() > 0
+              ? core->config().cluster().answer_send_timeout_ms()
+              : 60000)) {}
 
 PsService::~PsService() { StopDataPath(); }
 
@@ -263,7 +384,7 @@ void PsService::ServeDataPath(
     threads_.emplace_back([q] {
       void* tag;
       bool ok;
-      while (q->Next(&tag, &ok)) static_cast<DataCall*>(tag)->Proceed(ok);
+      while (q->Next(&tag, &ok)) static_cast<CqTag*>(tag)->Run(ok);
     });
   }
 }
@@ -277,6 +398,20 @@ void PsService::StopDataPath() {
   for (std::thread& t : threads_) t.join();
   threads_.clear();
   cqs_.clear();
+}
+
+bool PsService::TryReserveAnswer(size_t bytes) {
+  uint64_t held = unsent_answer_bytes_.load(std::memory_order_relaxed);
+  do {
+    // One answer alone always goes (it is at most max_message_bytes).
+    if (held > 0 && held + bytes > max_unsent_answer_bytes_) return false;
+  } while (!unsent_answer_bytes_.compare_exchange_weak(held, held + bytes,
+                                                       std::memory_order_relaxed));
+  return true;
+}
+
+void PsService::ReleaseAnswer(size_t bytes) {
+  unsent_answer_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
 bool PsService::TryBeginWait() {
@@ -305,9 +440,32 @@ grpc::Status PsService::TableInfo(grpc::ServerContext* context,
   return ToGrpcStatus(core_->TableInfo(*request, response));
 }
 
+void PsService::set_control_token(uint64_t token) {
+  control_token_.store(token, std::memory_order_release);
+  MutexLock lock(&mu_);
+  token_set_.SignalAll();
+}
+
+void PsService::await_control_token(absl::Duration timeout) {
+  MutexLock lock(&mu_);
+  await_token_until_ = absl::Now() + timeout;
+}
+
 absl::Status PsService::CheckControl(const char* rpc, uint64_t token,
                                      const grpc::ServerContext* context) const {
-  const uint64_t mine = control_token_.load(std::memory_order_acquire);
+  uint64_t mine = control_token_.load(std::memory_order_acquire);
+  if (mine == 0) {
+    // Registering: the scheduler's first Control may come before its
+    // Register answer has been read here. Wait for the token (in slices, to
+    // see a cancelled call) until the registration's or the call's deadline.
+    MutexLock lock(&mu_);
+    const absl::Time until =
+        std::min(absl::FromChrono(context->deadline()), await_token_until_);
+    while ((mine = control_token_.load(std::memory_order_acquire)) == 0 &&
+           absl::Now() < until && !context->IsCancelled()) {
+      token_set_.WaitUntil(&mu_, std::min(until, absl::Now() + absl::Milliseconds(100)));
+    }
+  }
   if (mine != 0 && token == mine) return absl::OkStatus();
   const std::string why =
       mine == 0 ? "this server has no control token yet (it has not registered with a "

@@ -18,10 +18,21 @@
 // refused with PERMISSION_DENIED and changes nothing (docs/security.md).
 // Pull, Push, InitRows and TableInfo are the data path, open to workers.
 //
-// Pull is a raw method: the service parses the PullRequest itself and builds
-// the response's wire bytes as gRPC slices (PullResponseSlices), so the
-// table writes each value once, into the buffer gRPC sends from. Clients see
-// an ordinary PullResponse.
+// Pull and Push are raw methods: the service parses the request itself (a
+// malformed one is answered INVALID_ARGUMENT naming the message, where gRPC's
+// own parsing answers INTERNAL) and builds the pull response's wire bytes as
+// gRPC slices (PullResponseSlices), so the table writes each value once, into
+// the buffer gRPC sends from. Clients see an ordinary PullResponse.
+//
+// What a caller may leave unread (docs/security.md): the bytes of pull
+// answers handed to gRPC and not yet sent (a caller that does not read its
+// answers holds them) are bounded by cluster.max_unsent_answer_bytes over
+// every caller; a pull past it is refused with UNAVAILABLE (clients retry)
+// and its answer freed at once. An answer not sent within
+// cluster.answer_send_timeout_ms is cancelled (ServerContext::TryCancel), so
+// its buffers are freed even while its caller stays connected. After an
+// answer that was never sent (cancelled, or its caller left) the service
+// gives the answer's pages back to the system (PullResponseSlices::DropPages).
 //
 // Thread-safety: thread-safe (the core is). The core must outlive the
 // service.
@@ -35,6 +46,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps.grpc.pb.h"
 #include "common/mutex.h"
@@ -52,18 +64,33 @@ class PullResponseSlices final : public PullSink {
   // Moves the slices into `out` (this is then empty).
   void Release(grpc::ByteBuffer* out);
 
+  // The value buffers of at least 1 MiB, for DropPages.
+  struct Range {
+    char* data;
+    size_t bytes;
+  };
+  const std::vector<Range>& large() const { return large_; }
+  // Gives the pages of `ranges` back to the system (MADV_DONTNEED), for an
+  // answer that will never be sent (cancelled, its caller gone, or refused):
+  // the process keeps large freed buffers for reuse otherwise
+  // (TuneMallocForLargeMessages), and one thread's allocator arena keeps
+  // freed memory at its top even through malloc_trim. The buffers stay
+  // valid (their pages read as zeros) until gRPC frees them.
+  static void DropPages(const std::vector<Range>& ranges);
+
  private:
   std::vector<grpc::Slice> slices_;
+  std::vector<Range> large_;
   size_t bytes_ = 0;
 };
 
 using PsServiceBase = ParameterServer::WithRawMethod_Pull<
-    ParameterServer::WithAsyncMethod_Push<ParameterServer::Service>>;
+    ParameterServer::WithRawMethod_Push<ParameterServer::Service>>;
 
 class PsService final : public PsServiceBase {
  public:
-  explicit PsService(ParameterServerCore* core)
-      : core_(core), max_waiting_(4 * static_cast<int>(core->config().cluster().num_workers()) + 16) {}
+  // The limits come from core->config().cluster() (0: their defaults).
+  explicit PsService(ParameterServerCore* core);
   ~PsService();  // Calls StopDataPath.
   PsService(const PsService&) = delete;
   PsService& operator=(const PsService&) = delete;
@@ -91,10 +118,14 @@ class PsService final : public PsServiceBase {
                        const ControlRequest* request,
                        ControlResponse* response) override;
 
-  // The token control RPCs must carry; 0 refuses every control RPC.
-  void set_control_token(uint64_t token) {
-    control_token_.store(token, std::memory_order_release);
-  }
+  // The token control RPCs must carry; 0 refuses every control RPC. Wakes
+  // the control RPCs that wait for it (await_control_token).
+  void set_control_token(uint64_t token);
+  // The server is registering with a scheduler: until set_control_token
+  // (at most `timeout`), a control RPC without a token to check against
+  // waits for it instead of being refused. The scheduler may send its first
+  // Control before the server has read the token from Register's answer.
+  void await_control_token(absl::Duration timeout);
 
   // For the data path's calls (ps_service.cc).
   ParameterServerCore* core() const { return core_; }
@@ -104,6 +135,16 @@ class PsService final : public PsServiceBase {
   void EndWait();    // ... and has called Finish.
   // At most 4 per worker (prefetch keeps at most two in flight) + 16.
   int max_waiting() const { return max_waiting_; }
+  // A pull answer of `bytes` is handed to gRPC (false: the answers not yet
+  // sent would exceed max_unsent_answer_bytes; the pull is refused) ...
+  bool TryReserveAnswer(size_t bytes);
+  // ... and its Finish has completed.
+  void ReleaseAnswer(size_t bytes);
+  uint64_t max_unsent_answer_bytes() const { return max_unsent_answer_bytes_; }
+  uint64_t unsent_answer_bytes() const {
+    return unsent_answer_bytes_.load(std::memory_order_relaxed);
+  }
+  absl::Duration answer_send_timeout() const { return answer_send_timeout_; }
 
  private:
   // OK if `token` is this server's control token; else PERMISSION_DENIED
@@ -113,12 +154,17 @@ class PsService final : public PsServiceBase {
 
   ParameterServerCore* const core_;  // Not owned.
   const int max_waiting_;
+  const uint64_t max_unsent_answer_bytes_;
+  const absl::Duration answer_send_timeout_;
   std::atomic<uint64_t> control_token_{0};
+  std::atomic<uint64_t> unsent_answer_bytes_{0};
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
   std::vector<std::thread> threads_;
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar waits_done_;
+  mutable CondVar token_set_;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time await_token_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace shardps
