@@ -1,7 +1,7 @@
 // ps_server: one parameter-server shard.
 //
 //   ps_server --config=job.pbtxt [--listen=127.0.0.1:0] [--index=0]
-//             [--threads=N] [--port_file=path]
+//             [--threads=N] [--port_file=path] [--control_token_file=path]
 //
 // Prints exactly one line to stdout once it listens,
 //   PS_SERVER_LISTENING <host:port>
@@ -17,14 +17,21 @@
 // or when the scheduler refused it, 3 when the scheduler gave it up (another
 // process took its index, or it was unreachable for 3 x dead_after_ms).
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cerrno>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/ascii.h"
 #include "common/config.h"
 #include "common/init.h"
 #include "server/helper_pool.h"
@@ -63,11 +70,16 @@ ABSL_FLAG(int, table_helpers, -1,
 ABSL_FLAG(int, testing_checkpoint_write_delay_ms, 0,
           "Testing: each background checkpoint write sleeps this long first "
           "(fault tests kill a server during a write).");
+ABSL_FLAG(std::string, control_token_file, shardps::EnvOr("SHARDPS_CONTROL_TOKEN_FILE", ""),
+          "Only for a server without --scheduler (tools, tests): a file holding the "
+          "token (a decimal number, not 0) its Checkpoint, Restore and Control "
+          "callers must send; others may neither read nor write it (chmod 600). "
+          "With a scheduler the token comes from the scheduler. Without it those "
+          "RPCs are refused. Env: SHARDPS_CONTROL_TOKEN_FILE.");
 ABSL_FLAG(uint64_t, control_token,
           std::stoull(shardps::EnvOr("SHARDPS_CONTROL_TOKEN", "0")),
-          "Only for a server without --scheduler (tools, tests): the token its "
-          "Checkpoint, Restore and Control callers must send. With a scheduler "
-          "the token comes from the scheduler. 0 = those RPCs are refused.");
+          "Deprecated (a flag's value shows in the process list): "
+          "--control_token_file. The token as a number. Env: SHARDPS_CONTROL_TOKEN.");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the chosen port is written to this file once listening.");
 
@@ -87,6 +99,9 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> JoinScheduler(
                                                              : absl::GetFlag(FLAGS_advertise));
   request.set_requested_index(absl::GetFlag(FLAGS_index));
   request.set_config_fingerprint(ConfigFingerprint(config));
+  // The scheduler may send its first Control before Register's answer (with
+  // the token) has been read here: it waits for the token, not refused.
+  server->await_control_token(absl::Seconds(300));
   auto reg = client->Register(request, absl::Seconds(300));
   if (!reg.ok()) return reg.status();
   server->set_control_token(reg->control_token());
@@ -121,6 +136,52 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> JoinScheduler(
         std::_Exit(3);
       });
   return client;
+}
+
+// The control token of a server without a scheduler: --control_token_file,
+// checked as a job secret file is (common/job_secret.h: a regular file
+// others may neither read nor write and its group may not write), or the
+// deprecated --control_token. 0 when neither is given. INVALID_ARGUMENT
+// naming the file or the flags.
+absl::StatusOr<uint64_t> ControlTokenFromFlags() {
+  const std::string path = absl::GetFlag(FLAGS_control_token_file);
+  const uint64_t flag = absl::GetFlag(FLAGS_control_token);
+  if (!path.empty() && flag != 0) {
+    return absl::InvalidArgumentError(
+        "give --control_token_file or --control_token, not both");
+  }
+  if (flag != 0) {
+    const char* env = std::getenv("SHARDPS_CONTROL_TOKEN");
+    if (env == nullptr || std::to_string(flag) != env) {
+      LOG(WARNING) << "--control_token is deprecated: its value shows in the process "
+                      "list (ps); give --control_token_file";
+    }
+    return flag;
+  }
+  if (path.empty()) return 0;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot read the control token file ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the control token file ", path, " is not a regular file"));
+  }
+  if ((st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the control token file ", path, " is open to others or writable by its group (mode ",
+        absl::StrFormat("%03o", st.st_mode & 0777), "): chmod 600 it"));
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  uint64_t token = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text.str()), &token) || token == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the control token file ", path, " does not hold a number other than 0"));
+  }
+  return token;
 }
 
 bool HasEvictionByClocks(const JobConfig& config) {
@@ -211,6 +272,11 @@ int Run() {
     LOG(ERROR) << config.status().message();
     return 2;
   }
+  const absl::StatusOr<uint64_t> control_token = ControlTokenFromFlags();
+  if (!control_token.ok()) {
+    LOG(ERROR) << control_token.status().message();
+    return 2;
+  }
   // Block the stop signals in every thread (gRPC's threads inherit the
   // mask); the main thread takes them with sigwait.
   sigset_t stop;
@@ -236,7 +302,7 @@ int Run() {
     LOG(ERROR) << st;
     return 2;
   }
-  (*server)->set_control_token(absl::GetFlag(FLAGS_control_token));
+  (*server)->set_control_token(*control_token);
   TableMetrics table_metrics((*server)->core()->store());
   metrics::Poller table_poller(absl::Seconds(2), [&] { table_metrics.Refresh(); });
   std::printf("PS_SERVER_LISTENING %s\n", (*server)->address().c_str());

@@ -6,6 +6,7 @@
 // full one is smaller and restores (as a chain) the same rows and tables;
 // the scheduler's checkpointer writes delta chains with checkpoint.delta.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <iostream>
@@ -34,9 +35,17 @@ using testing::RunfilePath;
 using testing::Subprocess;
 
 constexpr uint32_t kParts = 64;
-// The control token the test's servers are started with (--control_token):
-// the test plays the scheduler.
+// The control token the test's servers are started with
+// (--control_token_file): the test plays the scheduler.
 constexpr uint64_t kControlToken = 0x5eed5eed12345678ULL;
+
+// A file holding kControlToken, readable by its owner only.
+std::string ControlTokenFile() {
+  const std::string path = ::testing::TempDir() + "/control.token";
+  std::ofstream(path) << kControlToken << "\n";
+  chmod(path.c_str(), 0600);
+  return path;
+}
 
 std::string Config(uint32_t num_servers) {
   return absl::StrCat(R"pb(
@@ -86,7 +95,7 @@ class Cluster {
       EXPECT_TRUE(servers_[i]
                       ->Start({RunfilePath("server/ps_server"), "--config=" + path,
                                absl::StrCat("--index=", i),
-                               absl::StrCat("--control_token=", kControlToken)})
+                               "--control_token_file=" + ControlTokenFile()})
                       .ok());
       auto address = servers_[i]->WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60));
       EXPECT_TRUE(address.ok()) << address.status();

@@ -316,8 +316,27 @@ TEST(ServerTrustTest, CheckpointsGoOnlyUnderTheConfiguredDirectory) {
   std::filesystem::remove_all(elsewhere);
   const std::string config = dir + "/server.pbtxt";
   std::ofstream(config) << kServerConfig << "checkpoint { dir: \"" << dir << "/ckpt\" }\n";
+  // The token from a file (a flag's value shows in `ps`): refused while
+  // others may read it, taken once it is 0600.
+  const std::string token_file = dir + "/control.token";
+  std::ofstream(token_file) << "77\n";
+  std::filesystem::permissions(token_file, std::filesystem::perms(0644));
+  {
+    Subprocess open_to_others;
+    ASSERT_TRUE(open_to_others
+                    .Start({RunfilePath("server/ps_server"), "--config=" + config,
+                            "--control_token_file=" + token_file},
+                           dir + "/open-token-server.log")
+                    .ok());
+    EXPECT_EQ(open_to_others.Wait(absl::Seconds(30)).value_or(-1), 2);
+    EXPECT_NE(testing::ReadFile(dir + "/open-token-server.log").find("is open to others"),
+              std::string::npos)
+        << testing::ReadFile(dir + "/open-token-server.log");
+  }
+  std::filesystem::permissions(token_file, std::filesystem::perms(0600));
   Subprocess server;
-  const std::string address = StartServer(&server, config, {"--control_token=77"});
+  const std::string address =
+      StartServer(&server, config, {"--control_token_file=" + token_file});
   ASSERT_FALSE(address.empty()) << server.output();
   auto stub = ServerStub(address);
   // A request as an old client would send it: field 1 was the directory.
