@@ -3,8 +3,8 @@
 // gRPC's default health service (EnableDefaultHealthCheckService) is built on
 // the callback API, and any callback method makes gRPC 1.51 start its
 // callback threads ("nexting" threads). Those poll the same connections as
-// the data path's completion-queue threads, read requests and hand them over:
-// under workload W that cost 10% of the rows/s (docs/benchmarks.md). This
+// the data path's completion-queue threads, read requests and hand them over,
+// which costs the data path rows/s (workload W, bench/server_rpc_bench). This
 // service answers like the default one: the whole server (service "") is
 // SERVING until SetNotServing, any other service name is NOT_FOUND. Watch
 // sends the current status (SERVICE_UNKNOWN for another name), then for ""
