@@ -282,6 +282,7 @@ void ValidateTables(const JobConfig& c, Validator* v) {
 constexpr uint32_t kMaxBatchSize = 1u << 24;
 constexpr uint32_t kMaxIntraOpThreads = 1024;
 
+// Fields and the model name tables of the right kind.
 void ValidateRest(const JobConfig& c, Validator* v) {
   for (int i = 0; i < c.fields_size(); ++i) {
     const FieldConfig& f = c.fields(i);
@@ -300,6 +301,9 @@ void ValidateRest(const JobConfig& c, Validator* v) {
       v->Error({{"model"}, {"dense_table"}}, "must name a DENSE table");
     }
   }
+}
+
+void ValidateCluster(const JobConfig& c, Validator* v) {
   const ClusterConfig& k = c.cluster();
   if (k.num_partitions() < k.num_servers() || k.num_partitions() > (1u << 20)) {
     v->Error({{"cluster"}, {"num_partitions"}},
@@ -333,6 +337,9 @@ void ValidateRest(const JobConfig& c, Validator* v) {
   if (k.max_concurrent_streams() > (1u << 20)) {
     v->Error({{"cluster"}, {"max_concurrent_streams"}}, "must be <= 1048576");
   }
+}
+
+void ValidateData(const JobConfig& c, Validator* v) {
   const DataConfig& d = c.data();
   if (d.train_files_size() == 0 && d.synthetic_dir().empty()) {
     v->Error({{"data"}, {"train_files"}},
@@ -348,12 +355,17 @@ void ValidateRest(const JobConfig& c, Validator* v) {
              absl::StrCat("must be <= ", kMaxShuffleBuffer,
                           " (lines per worker's shuffle window; 0 = no line shuffling)"));
   }
-  if (c.checkpoint().recovery() == CheckpointConfig::PARTIAL && k.mode() == BSP) {
+  if (c.checkpoint().recovery() == CheckpointConfig::PARTIAL && c.cluster().mode() == BSP) {
     v->Error({{"checkpoint"}, {"recovery"}}, "PARTIAL recovery is for SSP/ASP jobs");
   }
   if (!CheckpointConfig::OnCorrupt_IsValid(c.checkpoint().on_corrupt())) {
     v->Error({{"checkpoint"}, {"on_corrupt"}}, "must be FAIL or FALL_BACK");
   }
+}
+
+void ValidateTraining(const JobConfig& c, Validator* v) {
+  const ClusterConfig& k = c.cluster();
+  const DataConfig& d = c.data();
   // Integers that are narrowed later (to int, for the data pipeline and
   // LibTorch) are bounded here, so a huge value is refused by name instead
   // of wrapping negative at run time.
@@ -406,6 +418,16 @@ void ValidateRest(const JobConfig& c, Validator* v) {
   if (!TrainingConfig::Precision_IsValid(tr.mixed_precision())) {
     v->Error({{"training"}, {"mixed_precision"}}, "must be FP32, BF16 or FP16");
   }
+  const LrScheduleConfig& lr = tr.lr_schedule();
+  if (!(lr.min_scale() >= 0 && lr.min_scale() <= 1)) {  // NaN too.
+    v->Error({{"training"}, {"lr_schedule"}, {"min_scale"}},
+             absl::StrCat("must be in [0, 1] (the last step's share of the rate), got ",
+                          lr.min_scale()));
+  }
+  if (!(lr.step_gamma() >= 0 && lr.step_gamma() <= 1)) {
+    v->Error({{"training"}, {"lr_schedule"}, {"step_gamma"}},
+             absl::StrCat("must be in [0, 1] (0: 0.1), got ", lr.step_gamma()));
+  }
 }
 
 absl::Status FinalizeWith(JobConfig* config, const std::string& filename,
@@ -414,6 +436,9 @@ absl::Status FinalizeWith(JobConfig* config, const std::string& filename,
   Validator v(*config, filename, tree);
   ValidateTables(*config, &v);
   ValidateRest(*config, &v);
+  ValidateCluster(*config, &v);
+  ValidateData(*config, &v);
+  ValidateTraining(*config, &v);
   return v.status();
 }
 

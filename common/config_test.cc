@@ -166,6 +166,19 @@ TEST(ConfigTest, PeriodicEvaluationAndEarlyStoppingAreCheckedByName) {
                   .ok());
 }
 
+TEST(ConfigTest, LearningRateScheduleIsCheckedByName) {
+  ExpectRefused(std::string(kValid) + "training { lr_schedule { decay: COSINE min_scale: 1.5 } }\n",
+                {"training.lr_schedule.min_scale", "must be in [0, 1]", "1.5"});
+  ExpectRefused(std::string(kValid) + "training { lr_schedule { decay: STEP step_every: 10 "
+                                      "step_gamma: -1 } }\n",
+                {"training.lr_schedule.step_gamma", "must be in [0, 1]"});
+  EXPECT_TRUE(ParseJobConfig(std::string(kValid) + "training { lr_schedule { decay: STEP "
+                                                   "step_every: 10 step_gamma: 0.5 "
+                                                   "min_scale: 0.1 } }\n",
+                             "job.pbtxt")
+                  .ok());
+}
+
 TEST(ConfigTest, OnCorruptDefaultsToFailAndTakesFallBack) {
   auto config = ParseJobConfig(kValid, "job.pbtxt");
   ASSERT_TRUE(config.ok()) << config.status();

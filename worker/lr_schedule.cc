@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
-
 namespace shardps {
 
 double LearningRateMultiplier(const LrScheduleConfig& config, uint64_t step,
@@ -37,20 +35,6 @@ double LearningRateMultiplier(const LrScheduleConfig& config, uint64_t step,
       break;
   }
   return warm * decay;
-}
-
-absl::Status ValidateLrSchedule(const LrScheduleConfig& config) {
-  if (!(config.min_scale() >= 0 && config.min_scale() <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "training.lr_schedule.min_scale: ", config.min_scale(),
-        " is not in [0, 1]"));
-  }
-  if (!(config.step_gamma() >= 0 && config.step_gamma() <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "training.lr_schedule.step_gamma: ", config.step_gamma(),
-        " is not in [0, 1]"));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace shardps

@@ -15,23 +15,19 @@
 //   STEP       d = max(m, gamma^floor((s - W) / step_every)) for s >= W;
 //              gamma = step_gamma (0 = 0.1); step_every 0 = no decay.
 //
-// The multiplier is w(s) * d(s). Pure functions, thread-safe.
+// The multiplier is w(s) * d(s). The job config refuses min_scale and
+// step_gamma outside [0, 1] (common/config.h). Pure functions, thread-safe.
 #ifndef SHARDPS_WORKER_LR_SCHEDULE_H_
 #define SHARDPS_WORKER_LR_SCHEDULE_H_
 
 #include <cstdint>
 
-#include "absl/status/status.h"
 #include "proto/config.pb.h"
 
 namespace shardps {
 
 double LearningRateMultiplier(const LrScheduleConfig& config, uint64_t step,
                               uint64_t total_steps);
-
-// INVALID_ARGUMENT (naming the field) if min_scale is outside [0, 1] or
-// step_gamma outside [0, 1].
-absl::Status ValidateLrSchedule(const LrScheduleConfig& config);
 
 }  // namespace shardps
 

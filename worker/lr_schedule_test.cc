@@ -70,13 +70,5 @@ TEST(LrScheduleTest, StepDecaysByGammaDownToMinScale) {
   EXPECT_NEAR(LearningRateMultiplier(d, 25, 0), 0.01, 1e-12);
 }
 
-TEST(LrScheduleTest, Validation) {
-  EXPECT_TRUE(ValidateLrSchedule(Schedule(1, LrScheduleConfig::COSINE, 0.5f)).ok());
-  EXPECT_EQ(ValidateLrSchedule(Schedule(1, LrScheduleConfig::COSINE, 1.5f)).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ValidateLrSchedule(Schedule(0, LrScheduleConfig::STEP, 0, 1, -1)).code(),
-            absl::StatusCode::kInvalidArgument);
-}
-
 }  // namespace
 }  // namespace shardps
