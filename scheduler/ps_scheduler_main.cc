@@ -209,7 +209,12 @@ int main(int argc, char** argv) {
   // Servers and live workers learn the end from the answer to their next
   // heartbeat: wait until each has sent one since (on a loaded machine a
   // fixed pause was too short, and a server that then found the scheduler
-  // gone exited as for a failure), at most 3 x dead_after_ms.
+  // gone exited as for a failure), at most 3 x dead_after_ms. A failed job
+  // also waits for the members that never registered (a job that failed at
+  // start, processes still starting): their registration is answered with
+  // the failure and they exit saying so, instead of retrying an address
+  // nobody answers until their start_deadline_ms.
+  const bool failed = !result.ok() && !g_interrupted;
   const absl::Time ended = absl::Now();
   const absl::Time heard_deadline =
       ended + absl::Milliseconds(3 * uint64_t{config->cluster().dead_after_ms()});
@@ -219,6 +224,13 @@ int main(int argc, char** argv) {
     job.JobStatus(&status);
     const absl::Time now = absl::Now();
     std::vector<std::string> unheard;
+    if (failed) {
+      int never = 0;  // Slots nobody registered for.
+      for (const shardps::MemberStatus& m : status.members()) {
+        never += m.state() == shardps::STATE_UNSPECIFIED;
+      }
+      if (never > 0) unheard.push_back(absl::StrCat(never, " members that never registered"));
+    }
     for (const shardps::MemberStatus& m : status.members()) {
       if (m.state() != shardps::ALIVE) continue;
       if (now - absl::Seconds(m.last_heartbeat_age_sec()) <= ended) {

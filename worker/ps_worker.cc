@@ -446,6 +446,14 @@ int RunPsWorker(JobConfig config, const WorkerOptions& w) {
   if (w.rank >= 0) requested = w.rank;
   RegisterRequest request = WorkerRegistration(config, requested);
   auto reg = scheduler.Register(request, absl::Milliseconds(k.start_deadline_ms()));
+  if (!reg.ok() && absl::IsUnavailable(reg.status())) {
+    // A scheduler stays a while after its job ended or failed to answer
+    // late processes; gone, it leaves nothing to join.
+    LOG(ERROR) << "cannot reach the scheduler at " << w.scheduler << " within start_deadline_ms ("
+               << k.start_deadline_ms() << " ms), so no job to join (if it ran, it has ended): "
+               << reg.status().message();
+    return 2;
+  }
   if (!reg.ok()) {
     LOG(ERROR) << "registration refused: " << reg.status();
     return 2;
