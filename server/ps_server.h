@@ -60,6 +60,7 @@ class PsServer {
   void await_control_token(absl::Duration timeout) {
     service_->await_control_token(timeout);
   }
+  PsService* service() { return service_.get(); }
 
   // Stops accepting, wakes waiting BSP pulls, finishes in-flight calls.
   void Shutdown();

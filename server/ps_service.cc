@@ -446,6 +446,11 @@ void PsService::set_control_token(uint64_t token) {
   token_set_.SignalAll();
 }
 
+int PsService::control_calls_awaiting_token() const {
+  MutexLock lock(&mu_);
+  return awaiting_token_;
+}
+
 void PsService::await_control_token(absl::Duration timeout) {
   MutexLock lock(&mu_);
   await_token_until_ = absl::Now() + timeout;
@@ -461,10 +466,12 @@ absl::Status PsService::CheckControl(const char* rpc, uint64_t token,
     MutexLock lock(&mu_);
     const absl::Time until =
         std::min(absl::FromChrono(context->deadline()), await_token_until_);
+    ++awaiting_token_;
     while ((mine = control_token_.load(std::memory_order_acquire)) == 0 &&
            absl::Now() < until && !context->IsCancelled()) {
       token_set_.WaitUntil(&mu_, std::min(until, absl::Now() + absl::Milliseconds(100)));
     }
+    --awaiting_token_;
   }
   if (mine != 0 && token == mine) return absl::OkStatus();
   const std::string why =

@@ -126,6 +126,8 @@ class PsService final : public PsServiceBase {
   // waits for it instead of being refused. The scheduler may send its first
   // Control before the server has read the token from Register's answer.
   void await_control_token(absl::Duration timeout);
+  // Control RPCs waiting for the token now (tests poll it).
+  int control_calls_awaiting_token() const;
 
   // For the data path's calls (ps_service.cc).
   ParameterServerCore* core() const { return core_; }
@@ -165,6 +167,7 @@ class PsService final : public PsServiceBase {
   mutable CondVar token_set_;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time await_token_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  mutable int awaiting_token_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardps
