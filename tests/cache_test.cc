@@ -25,18 +25,16 @@ using Result = std::map<std::string, std::string>;
 
 // Row-wise Adagrad (one float of state a row) for the embeddings, as the
 // default job; Adam for the MLP.
+// The job's tables and model: testing::kSmallDlrmTables with its own sparse
+// optimizer.
+std::string Tables() {
+  testing::SmallDlrm t;
+  t.sparse_optimizer = "rowwise_adagrad { learning_rate: 0.1 initial_accumulator: 3e-6 }";
+  return testing::SmallDlrmTables(t);
+}
+
 constexpr char kConfig[] = R"pb(
 name: "cache"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { rowwise_adagrad { learning_rate: 0.1 initial_accumulator: 3e-6 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adam { learning_rate: 0.002 } }
-}
-model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 data { format: CRITEO synthetic_dir: "@DATA@" }
 training {
   batch_size: 128 epochs: 1 shuffle_seed: 7 intra_op_threads: 1 prefetch: true
@@ -52,7 +50,7 @@ cluster {
 std::string WriteConfig(const std::string& name, int workers, const std::string& mode,
                         bool cache) {
   const std::string path = Dir(name) + "/job.pbtxt";
-  std::ofstream(path) << absl::StrReplaceAll(
+  std::ofstream(path) << Tables() << absl::StrReplaceAll(
       kConfig, {{"@DATA@", ::testing::TempDir() + "/cache_data"},
                 {"@WORKERS@", absl::StrCat(workers)},
                 {"@MODE@", mode},

@@ -21,18 +21,17 @@ using testing::LocalCluster;
 using testing::ReadFile;
 constexpr auto Dir = testing::TestDir;
 
+// The job's tables and model: testing::kSmallDlrmTables with its own sparse
+// optimizer, its own dense optimizer.
+std::string Tables() {
+  testing::SmallDlrm t;
+  t.sparse_optimizer = "adam { learning_rate: 0.01 }";
+  t.dense_optimizer = "sgd { learning_rate: 0.05 momentum: 0.5 }";
+  return testing::SmallDlrmTables(t);
+}
+
 constexpr char kConfig[] = R"pb(
 name: "exact"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { adam { learning_rate: 0.01 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { sgd { learning_rate: 0.05 momentum: 0.5 } }
-}
-model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 data { format: CRITEO synthetic_dir: "@DATA@" }
 training {
   batch_size: 128 epochs: 2 shuffle_seed: 7 intra_op_threads: 1 prefetch: @PREFETCH@
@@ -48,7 +47,7 @@ cluster {
 std::string WriteConfig(const std::string& name, int servers, int workers,
                         const std::string& mode = "BSP", bool prefetch = true) {
   const std::string path = Dir(name) + "/job.pbtxt";
-  std::ofstream(path) << absl::StrReplaceAll(
+  std::ofstream(path) << Tables() << absl::StrReplaceAll(
       kConfig, {{"@DATA@", ::testing::TempDir() + "/exact_data"},
                 {"@SERVERS@", absl::StrCat(servers)}, {"@WORKERS@", absl::StrCat(workers)},
                 {"@MODE@", mode}, {"@PREFETCH@", prefetch ? "true" : "false"}});

@@ -21,18 +21,19 @@ using testing::LocalCluster;
 constexpr uint64_t kTrainLines = 40000;
 constexpr uint64_t kEvalLines = 10000;
 
+// The job's tables and model: testing::kSmallDlrmTables with its own sparse
+// optimizer, its own dense optimizer, wider MLPs.
+std::string Tables() {
+  testing::SmallDlrm t;
+  t.sparse_optimizer = "rowwise_adagrad { learning_rate: 0.05 }";
+  t.dense_optimizer = "adagrad { learning_rate: 0.02 }";
+  t.bottom_mlp = "32, 8";
+  t.top_mlp = "32";
+  return testing::SmallDlrmTables(t);
+}
+
 constexpr char kConfig[] = R"pb(
 name: "e2e"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { rowwise_adagrad { learning_rate: 0.05 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adagrad { learning_rate: 0.02 } }
-}
-model { kind: DLRM bottom_mlp: [32, 8] top_mlp: [32] dense_table: "mlp" }
 data { format: CRITEO synthetic_dir: "@DATA@" }
 training { batch_size: 256 epochs: 2 shuffle_seed: 7 prefetch: @PREFETCH@ intra_op_threads: 1 }
 cluster {
@@ -47,7 +48,7 @@ std::string DataDir() { return ::testing::TempDir() + "/e2e_data"; }
 std::string WriteConfig(const std::string& name, const std::string& mode, int servers,
                         int workers, bool prefetch = true) {
   const std::string path = ::testing::TempDir() + "/" + name + ".pbtxt";
-  std::ofstream(path) << absl::StrReplaceAll(
+  std::ofstream(path) << Tables() << absl::StrReplaceAll(
       kConfig, {{"@DATA@", DataDir()}, {"@MODE@", mode},
                 {"@SERVERS@", absl::StrCat(servers)}, {"@WORKERS@", absl::StrCat(workers)},
                 {"@PREFETCH@", prefetch ? "true" : "false"}});

@@ -56,19 +56,16 @@ bool IsSharedRowKey(uint64_t key, uint32_t p) {
   return partition(mixed) == p && (mixed == 0 || partition(mixed - 1) != p);
 }
 
+// The job's tables and model: testing::kSmallDlrmTables with admission on the
+// sparse table.
+std::string Tables() {
+  testing::SmallDlrm t;
+  t.sparse_extra = "admission { min_count: 2 }";
+  return testing::SmallDlrmTables(t);
+}
+
 constexpr char kConfig[] = R"pb(
 name: "export"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  admission { min_count: 2 }
-  optimizer { adagrad { learning_rate: 0.05 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adam { learning_rate: 0.002 } }
-}
-model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 data { format: CRITEO synthetic_dir: "@DATA@" }
 training { batch_size: 128 epochs: 1 shuffle_seed: 7 intra_op_threads: 1 }
 cluster {
@@ -83,7 +80,7 @@ std::string EvalFile() { return DataDir() + "/eval.tsv"; }
 
 std::string WriteConfig(const std::string& name, const std::string& checkpoint) {
   const std::string path = ::testing::TempDir() + "/" + name + ".pbtxt";
-  std::ofstream(path) << absl::StrReplaceAll(
+  std::ofstream(path) << Tables() << absl::StrReplaceAll(
       kConfig, {{"@DATA@", DataDir()}, {"@CHECKPOINT@", checkpoint}});
   return path;
 }

@@ -55,16 +55,6 @@ bool WaitForClock(const LocalCluster& cluster, uint64_t clock) {
 
 constexpr char kConfig[] = R"pb(
 name: "chaos"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { adagrad { learning_rate: 0.05 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adam { learning_rate: 0.002 } }
-}
-model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 data { format: CRITEO synthetic_dir: "@DATA@" }
 training { batch_size: 128 epochs: 3 shuffle_seed: 7 intra_op_threads: 1 prefetch: true }
 cluster {
@@ -91,7 +81,7 @@ std::string WriteConfig(const std::string& name, const std::string& mode,
                         const std::string& checkpoint_extra = "") {
   const std::string dir = Dir(name);
   const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << absl::StrReplaceAll(
+  std::ofstream(config) << testing::kSmallDlrmTables << absl::StrReplaceAll(
       kConfig, {{"@DATA@", ::testing::TempDir() + "/chaos_data"}, {"@MODE@", mode},
                 {"@CKPT@", Dir(name + "/ckpt")}, {"keep: 2", "keep: 2 " + checkpoint_extra}});
   return config;

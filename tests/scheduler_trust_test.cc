@@ -45,18 +45,16 @@ using testing::LocalCluster;
 using testing::RunfilePath;
 using testing::Subprocess;
 
+// The job's tables and model: testing::kSmallDlrmTables with its own dense
+// optimizer.
+std::string Tables() {
+  testing::SmallDlrm t;
+  t.dense_optimizer = "adagrad { learning_rate: 0.02 }";
+  return testing::SmallDlrmTables(t);
+}
+
 constexpr char kConfig[] = R"pb(
 name: "trust"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { adagrad { learning_rate: 0.05 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adagrad { learning_rate: 0.02 } }
-}
-model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 data { format: CRITEO synthetic_dir: "@DATA@" }
 training { batch_size: 256 epochs: 1 shuffle_seed: 7 intra_op_threads: 1 }
 cluster {
@@ -70,7 +68,7 @@ std::string DataDir() { return ::testing::TempDir() + "/trust_data"; }
 
 std::string WriteConfig(const std::string& name, int servers, const std::string& checkpoint) {
   const std::string path = testing::TestDir(name) + "/job.pbtxt";
-  std::ofstream(path) << absl::StrReplaceAll(
+  std::ofstream(path) << Tables() << absl::StrReplaceAll(
       kConfig, {{"@DATA@", DataDir()},
                 {"@SERVERS@", std::to_string(servers)},
                 {"@CHECKPOINT@", checkpoint}});

@@ -34,18 +34,19 @@ using ::testing::HasSubstr;
 using testing::LocalCluster;
 using testing::Subprocess;
 
+// The job's tables and model: testing::kSmallDlrmTables with its own sparse
+// optimizer, its own dense optimizer, wider MLPs.
+std::string Tables() {
+  testing::SmallDlrm t;
+  t.sparse_optimizer = "rowwise_adagrad { learning_rate: 0.05 }";
+  t.dense_optimizer = "adagrad { learning_rate: 0.02 }";
+  t.bottom_mlp = "32, 8";
+  t.top_mlp = "32";
+  return testing::SmallDlrmTables(t);
+}
+
 constexpr char kJobConfig[] = R"pb(
 name: "tls"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { rowwise_adagrad { learning_rate: 0.05 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adagrad { learning_rate: 0.02 } }
-}
-model { kind: DLRM bottom_mlp: [32, 8] top_mlp: [32] dense_table: "mlp" }
 data { format: CRITEO synthetic_dir: "@DATA@" }
 training { batch_size: 256 epochs: 1 shuffle_seed: 7 intra_op_threads: 1 }
 cluster {
@@ -154,7 +155,7 @@ TEST_F(TlsTest, WholeJobRunsWithMutualTls) {
   const std::string data = ::testing::TempDir() + "/tls_data";
   ASSERT_TRUE(testing::MakeSyntheticData(data, 20000, 5000).ok());
   const std::string config = P("job.pbtxt");
-  std::ofstream(config) << absl::StrReplaceAll(kJobConfig, {{"@DATA@", data}});
+  std::ofstream(config) << Tables() << absl::StrReplaceAll(kJobConfig, {{"@DATA@", data}});
   LocalCluster::Options o;
   o.config_path = config;
   o.dir = testing::TestDir("tls_job");

@@ -23,18 +23,19 @@ namespace {
 using testing::LocalCluster;
 constexpr auto Dir = testing::TestDir;
 
+// The job's tables and model: testing::kSmallDlrmTables with its own sparse
+// optimizer, its own dense optimizer, wider MLPs.
+std::string Tables() {
+  testing::SmallDlrm t;
+  t.sparse_optimizer = "rowwise_adagrad { learning_rate: 0.05 }";
+  t.dense_optimizer = "adagrad { learning_rate: 0.02 }";
+  t.bottom_mlp = "32, 8";
+  t.top_mlp = "64, 32";
+  return testing::SmallDlrmTables(t);
+}
+
 constexpr char kConfig[] = R"pb(
 name: "tuning"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { rowwise_adagrad { learning_rate: 0.05 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adagrad { learning_rate: 0.02 } }
-}
-model { kind: DLRM bottom_mlp: [32, 8] top_mlp: [64, 32] dense_table: "mlp" }
 data { format: CRITEO synthetic_dir: "@DATA@" }
 training {
   batch_size: 128 epochs: 1 shuffle_seed: 7 intra_op_threads: 1
@@ -58,7 +59,7 @@ const JobResult& RunJob(const std::string& name, const std::string& levers) {
   if (auto it = done->find(name); it != done->end()) return it->second;
   JobResult& r = (*done)[name];
   const std::string config = Dir(name) + "/job.pbtxt";
-  std::ofstream(config) << absl::StrReplaceAll(
+  std::ofstream(config) << Tables() << absl::StrReplaceAll(
       kConfig, {{"@DATA@", ::testing::TempDir() + "/tuning_data"}, {"@LEVERS@", levers}});
   LocalCluster cluster({config, Dir(name), 2, 2, {"--checksum"}, {}});
   EXPECT_TRUE(cluster.Start().ok());

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -15,6 +16,33 @@
 #include "gtest/gtest.h"
 
 namespace shardps::testing {
+
+std::string SmallDlrmTables(const SmallDlrm& o) {
+  // Each default is text of kSmallDlrmTables, the one copy of the tables:
+  // found in it, then replaced from the last to the first.
+  const SmallDlrm d;
+  const std::string text = kSmallDlrmTables;
+  const std::pair<std::string, std::string> edits[] = {
+      {"init { kind: UNIFORM scale: 0.05 }",
+       "init { kind: UNIFORM scale: 0.05 }" +
+           (o.sparse_extra.empty() ? "" : "\n  " + o.sparse_extra)},
+      {"optimizer { " + d.sparse_optimizer + " }", "optimizer { " + o.sparse_optimizer + " }"},
+      {"optimizer { " + d.dense_optimizer + " }", "optimizer { " + o.dense_optimizer + " }"},
+      {"bottom_mlp: [" + d.bottom_mlp + "] top_mlp: [" + d.top_mlp + "]",
+       "bottom_mlp: [" + o.bottom_mlp + "] top_mlp: [" + o.top_mlp + "]"},
+  };
+  std::map<size_t, const std::pair<std::string, std::string>*> at;
+  for (const auto& edit : edits) {
+    const size_t pos = text.find(edit.first);
+    EXPECT_NE(pos, std::string::npos) << "\"" << edit.first << "\" is not in kSmallDlrmTables";
+    if (pos != std::string::npos) at[pos] = &edit;
+  }
+  std::string out = text;
+  for (auto it = at.rbegin(); it != at.rend(); ++it) {
+    out.replace(it->first, it->second->first.size(), it->second->second);
+  }
+  return out;
+}
 
 absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines,
                                uint64_t eval_lines, int train_shards) {

@@ -43,6 +43,17 @@ tables {
 model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 )pb";
 
+// kSmallDlrmTables with other optimizers, MLP widths or sparse-table
+// settings; the defaults give kSmallDlrmTables itself.
+struct SmallDlrm {
+  std::string sparse_optimizer = "adagrad { learning_rate: 0.05 }";  // "categorical"'s.
+  std::string sparse_extra;  // More "categorical" fields, e.g. "admission { min_count: 2 }".
+  std::string dense_optimizer = "adam { learning_rate: 0.002 }";  // "mlp"'s.
+  std::string bottom_mlp = "16, 8";
+  std::string top_mlp = "16";
+};
+std::string SmallDlrmTables(const SmallDlrm& options);
+
 // Writes a synthetic data set (ps_datagen) to `dir` unless one is there.
 absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines,
                                uint64_t eval_lines, int train_shards = 1);
