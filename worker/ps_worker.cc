@@ -466,7 +466,10 @@ int RunPsWorker(JobConfig config, const WorkerOptions& w) {
       WORKER, rank, reg->job_id(), absl::Milliseconds(k.heartbeat_ms()),
       absl::Milliseconds(k.dead_after_ms() * 3), [&job_failed](bool job_ended, const std::string& why) {
         if (job_ended) {  // The main thread sees it in WaitStart.
-          if (why.find("failed") != std::string::npos) job_failed = true;
+          if (why.find("failed") != std::string::npos) {
+            LOG(ERROR) << why;
+            job_failed = true;
+          }
           return;
         }
         LOG(ERROR) << "stopping: " << why;
