@@ -35,18 +35,11 @@ LAUNCH = os.path.join(ROOT, "deploy", "local", "ps_launch.py")
 PS_STATUS = os.path.join(ROOT, "scheduler", "ps_status")
 STEPS = 360  # A worker's steps (its share of the data is 468).
 
-CONFIG = """
+sys.path.insert(0, os.path.join(ROOT, "tests", "testing"))
+import testkit  # noqa: E402  (tests/testing/testkit.py)
+
+CONFIG = testkit.small_dlrm_tables() + """
 name: "launcher-chaos"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { adagrad { learning_rate: 0.05 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adam { learning_rate: 0.002 } }
-}
-model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 data {
   format: CRITEO synthetic_dir: "data"
   synthetic_train_lines: 60000 synthetic_eval_lines: 5000 synthetic_seed: 5

@@ -20,22 +20,19 @@ import json
 import os
 import queue
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
 
-CONFIG = """
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "testing"))
+import testkit  # noqa: E402  (tests/testing/testkit.py)
+
+CONFIG = testkit.small_dlrm_tables(
+    sparse_optimizer="rowwise_adagrad { learning_rate: 0.05 }",
+    dense_optimizer="adagrad { learning_rate: 0.02 }",
+    bottom_mlp="32, 8", top_mlp="32") + """
 name: "monitor"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { rowwise_adagrad { learning_rate: 0.05 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adagrad { learning_rate: 0.02 } }
-}
-model { kind: DLRM bottom_mlp: [32, 8] top_mlp: [32] dense_table: "mlp" }
 data { format: CRITEO synthetic_dir: "%(data)s" }
 training { batch_size: 128 epochs: 100000 shuffle_seed: 7 prefetch: true intra_op_threads: 1 }
 cluster {
