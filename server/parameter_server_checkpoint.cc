@@ -123,16 +123,10 @@ absl::Status ParameterServerCore::StartCheckpointWrite(
   uint32_t generation = 0;
   if (bsp_) {
     // Under the clock lock: no clock can be applied half-way through the copy.
-    MutexLock lock(&bsp_mu_);
-    if (applied_clock_ != request.clock()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Checkpoint at clock ", request.clock(), ": server ", server_index_,
-          " has applied clocks < ", applied_clock_,
-          " (BSP checkpoints need exactly the clocks < ", request.clock(),
-          " applied)"));
-    }
-    generation = store_->AdvanceGeneration();
-    snapshot = StoreSnapshot::Take(*store_, owned, since);
+    RETURN_IF_ERROR(bsp_clocks_.AtClock(request.clock(), [&] {
+      generation = store_->AdvanceGeneration();
+      snapshot = StoreSnapshot::Take(*store_, owned, since);
+    }));
   } else {
     generation = store_->AdvanceGeneration();
     snapshot = StoreSnapshot::Take(*store_, owned, since);
@@ -198,15 +192,12 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
     MutexLock checkpoint_lock(&checkpoint_mu_);
     DropCheckpointWrite();
     WriterMutexLock state(&state_mu_);
-    MutexLock lock(&bsp_mu_);
     for (Table* table : store_->tables()) table->Clear();
     bases_.clear();
-    pending_.clear();
-    applied_clock_ = 0;
     max_clock_.store(0, std::memory_order_relaxed);
     store_->ResetClock(0);
     generation_.store(request.generation(), std::memory_order_release);
-    clock_applied_.SignalAll();
+    bsp_clocks_.Reset(0, request.generation());
     LOG(INFO) << "server " << server_index_ << " reset every row to its initial value "
               << "(clock 0, job generation " << request.generation() << ")";
     response->set_clock(0);
@@ -240,18 +231,15 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
   }
   {
     WriterMutexLock state(&state_mu_);
-    MutexLock lock(&bsp_mu_);
     rows = ApplyChain(chain, owned, store_.get());
     // The tables now equal the checkpoint: the only base for the next delta
     // (deltas on earlier bases would miss the deletions Clear() forgot).
     bases_.clear();
     RememberBase({source.root, clock, store_->AdvanceGeneration(), owned});
-    pending_.clear();
-    applied_clock_ = clock;
     max_clock_.store(clock, std::memory_order_relaxed);
     store_->ResetClock(clock);
     generation_.store(request.generation(), std::memory_order_release);
-    clock_applied_.SignalAll();
+    bsp_clocks_.Reset(clock, request.generation());
   }
   LOG(INFO) << "server " << server_index_ << " restored " << rows
             << " rows from " << files_read << " files of " << dir

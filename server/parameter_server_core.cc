@@ -96,15 +96,14 @@ ParameterServerCore::ParameterServerCore(const CoreOptions& options,
       bsp_(options.config.cluster().mode() == BSP),
       checkpoint_write_delay_(options.checkpoint_write_delay),
       store_(std::move(store)),
-      map_(std::make_shared<const PartitionMap>(std::move(map))) {
-  {
-    MutexLock lock(&checkpoint_mu_);
-    checkpoint_root_ = config_.checkpoint().dir();
-  }
-  MutexLock lock(&bsp_mu_);
-  for (uint32_t r = 0; r < config_.cluster().num_workers(); ++r) {
-    active_.insert(r);
-  }
+      map_(std::make_shared<const PartitionMap>(std::move(map))),
+      bsp_clocks_(options.server_index, options.config.cluster().num_workers(), store_.get(),
+                  [this](uint64_t applied) {
+                    max_clock_.store(applied, std::memory_order_relaxed);
+                    store_->SetClock(applied);
+                  }) {
+  MutexLock lock(&checkpoint_mu_);
+  checkpoint_root_ = config_.checkpoint().dir();
 }
 
 ParameterServerCore::~ParameterServerCore() {
@@ -122,10 +121,7 @@ uint64_t ParameterServerCore::map_version() const {
   return CurrentMap()->version();
 }
 
-uint64_t ParameterServerCore::applied_clock() const {
-  MutexLock lock(&bsp_mu_);
-  return applied_clock_;
-}
+uint64_t ParameterServerCore::applied_clock() const { return bsp_clocks_.applied_clock(); }
 
 bool ParameterServerCore::PullMayWait(const PullRequest& request) const {
   return bsp_ && request.clock() > 0 && applied_clock() < request.clock();
@@ -160,35 +156,6 @@ absl::Status ParameterServerCore::CheckJobGeneration(uint64_t generation) const 
   const uint64_t current = generation_.load(std::memory_order_acquire);
   if (generation == current) return absl::OkStatus();
   return CheckGeneration(absl::StrCat("server ", server_index_), generation, current);
-}
-
-absl::Status ParameterServerCore::WaitForClock(uint64_t clock, uint64_t generation,
-                                               absl::Time deadline) {
-  deadline = std::min(deadline,
-                      absl::Now() + absl::Milliseconds(
-                                        config_.cluster().server_deadline_ms()));
-  MutexLock lock(&bsp_mu_);
-  // A restore into another generation wakes the wait (the request is then
-  // refused by the caller's generation check).
-  while (applied_clock_ < clock && !shutdown_ &&
-         generation_.load(std::memory_order_relaxed) == generation) {
-    if (!clock_applied_.WaitUntil(&bsp_mu_, deadline) &&
-        applied_clock_ < clock &&
-        generation_.load(std::memory_order_relaxed) == generation) {
-      std::vector<uint32_t> missing;
-      auto it = pending_.find(applied_clock_);
-      for (uint32_t r : active_) {
-        if (it == pending_.end() || !it->second.count(r)) missing.push_back(r);
-      }
-      return absl::DeadlineExceededError(absl::StrCat(
-          "BSP pull for clock ", clock, " timed out: server ", server_index_,
-          " has applied clocks < ", applied_clock_, "; clock ", applied_clock_,
-          " still waits for the pushes of ranks [",
-          absl::StrJoin(missing, ","), "]"));
-    }
-  }
-  if (shutdown_) return absl::UnavailableError("server is shutting down");
-  return absl::OkStatus();
 }
 
 namespace {
@@ -235,7 +202,10 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
     // A stale client learns it now rather than after the wait.
     RETURN_IF_ERROR(CheckMapVersion(request.map_version(), *CurrentMap()));
     RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
-    RETURN_IF_ERROR(WaitForClock(request.clock(), request.generation(), deadline));
+    RETURN_IF_ERROR(bsp_clocks_.WaitForClock(
+        request.clock(), request.generation(),
+        std::min(deadline, absl::Now() + absl::Milliseconds(
+                                             config_.cluster().server_deadline_ms()))));
   }
   if (bsp_ && request.refuse_applied_clock() && request.purpose() == TRAIN) {
     const uint64_t applied = applied_clock();
@@ -495,11 +465,8 @@ absl::Status ParameterServerCore::Control(const ControlRequest& request,
     map_ = std::make_shared<const PartitionMap>(std::move(map));
   }
   if (request.active_workers_size() > 0) {
-    MutexLock lock(&bsp_mu_);
-    active_ = std::set<uint32_t>(request.active_workers().begin(),
-                                 request.active_workers().end());
-    CloseClocks();
-    clock_applied_.SignalAll();
+    bsp_clocks_.SetActive(
+        std::set<uint32_t>(request.active_workers().begin(), request.active_workers().end()));
   }
   return absl::OkStatus();
 }
@@ -518,10 +485,39 @@ uint64_t ParameterServerCore::Evict() {
   return store_->Evict(eviction_clock(), absl::ToUnixSeconds(absl::Now()));
 }
 
-void ParameterServerCore::Shutdown() {
-  MutexLock lock(&bsp_mu_);
-  shutdown_ = true;
-  clock_applied_.SignalAll();
+void ParameterServerCore::Shutdown() { bsp_clocks_.Shutdown(); }
+
+absl::Status ParameterServerCore::BufferBspPush(const PushRequest& request, float lr_scale,
+                                                const std::vector<DecodedTable>& tables,
+                                                PushResponse* response) {
+  BspAggregator::BufferedPush push;
+  push.lr_scale = lr_scale;
+  uint64_t buffered = 0, skipped = 0;
+  for (const DecodedTable& d : tables) {
+    BspAggregator::BufferedTable bt;
+    bt.table_id = d.table->id();
+    const size_t dim = d.table->dim();
+    bt.keys.reserve(d.n);
+    bt.grads.reserve(d.n * dim);
+    uint64_t table_skipped = 0;
+    for (size_t i = 0; i < d.n; ++i) {
+      const float* g = d.grads + i * dim;
+      if (!AllFinite(g, dim)) {  // Only under SKIP_AND_COUNT (validated).
+        ++table_skipped;
+        continue;
+      }
+      bt.keys.push_back(d.keys[i]);
+      bt.grads.insert(bt.grads.end(), g, g + dim);
+    }
+    d.table->CountSkippedNonFinite(table_skipped);
+    skipped += table_skipped;
+    buffered += bt.keys.size();
+    push.tables.push_back(std::move(bt));
+  }
+  RETURN_IF_ERROR(bsp_clocks_.Buffer(request.worker_rank(), request.clock(), std::move(push)));
+  response->set_rows_applied(buffered);
+  response->set_rows_skipped_nonfinite(skipped);
+  return absl::OkStatus();
 }
 
 }  // namespace shardps

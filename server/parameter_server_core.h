@@ -100,7 +100,7 @@
 //
 // What a push may carry, whatever the mode: a worker_rank below the job's
 // num_workers; an lr_scale in [0, kMaxLrScale] (table_store.h); in BSP a
-// clock below applied + kBspClocksAhead (so buffered pushes are bounded);
+// clock below applied + BspAggregator::kClocksAhead (buffers are bounded);
 // per table at most max_keys_per_request keys (SPARSE), chunk indexes below
 // the table's chunks (DENSE), gradients within max_gradient_abs (the table's
 // non_finite policy decides what happens to the others): the limits are
@@ -144,6 +144,7 @@
 #include "proto/config.pb.h"
 #include "proto/ps.pb.h"
 #include "common/checkpoint/checkpoint_file.h"
+#include "server/bsp_aggregator.h"
 #include "server/table_store.h"
 
 namespace shardps {
@@ -237,22 +238,9 @@ class ParameterServerCore {
   TableStore* store() { return store_.get(); }
 
  private:
-  // BSP: pushes of clocks >= applied + kBspClocksAhead are refused (bounds
-  // what is buffered; a worker is at most one clock ahead of the servers).
-  static constexpr uint64_t kBspClocksAhead = 8;
   // SSP/ASP: how far one push may move the eviction clock forward.
   static constexpr uint64_t kMaxClockStep = 64;
 
-  // One rank's buffered push of one BSP clock.
-  struct BufferedTable {
-    uint32_t table_id = 0;
-    std::vector<uint64_t> keys;
-    std::vector<float> grads;
-  };
-  struct BufferedPush {
-    float lr_scale = 1;
-    std::vector<BufferedTable> tables;
-  };
   // A push's table after validation: keys and decoded gradients.
   struct DecodedTable {
     Table* table = nullptr;
@@ -279,16 +267,13 @@ class ParameterServerCore {
   // Decodes (or expands) the gradients of tables CheckPushShape accepted.
   absl::Status DecodeGradients(const PushRequest& request,
                                std::vector<DecodedTable>* tables) const;
+  // BSP: hands the push's rows (the finite ones; the others are counted)
+  // to the aggregator.
   absl::Status BufferBspPush(const PushRequest& request, float lr_scale,
                              const std::vector<DecodedTable>& tables,
                              PushResponse* response);
-  absl::Status WaitForClock(uint64_t clock, uint64_t generation, absl::Time deadline);
   // OK if `generation` is this server's (see the top).
   absl::Status CheckJobGeneration(uint64_t generation) const;
-  // Applies every complete clock in order.
-  void CloseClocks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bsp_mu_);
-  void ApplyClock(const std::map<uint32_t, BufferedPush>& pushes,
-                  size_t num_ranks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(bsp_mu_);
   // owned[p]: whether this server owns partition p under `map`.
   std::vector<bool> OwnedPartitions(const PartitionMap& map) const;
 
@@ -353,25 +338,19 @@ class ParameterServerCore {
   const std::unique_ptr<TableStore> store_;
 
   // Shared by requests that read or change rows (their generation check and
-  // their effect), exclusive for Restore. Taken before bsp_mu_.
+  // their effect), exclusive for Restore. Taken before the aggregator's lock.
   mutable SharedMutex state_mu_;
-  // The job generation served; written under state_mu_ (exclusive) and
-  // bsp_mu_, read anywhere.
+  // The job generation served; written under state_mu_ (exclusive) before
+  // the aggregator's Reset, read anywhere.
   std::atomic<uint64_t> generation_{0};
 
   mutable Mutex map_mu_;
   std::shared_ptr<const PartitionMap> map_ ABSL_GUARDED_BY(map_mu_);
 
-  mutable Mutex bsp_mu_;
-  CondVar clock_applied_;
-  std::set<uint32_t> active_ ABSL_GUARDED_BY(bsp_mu_);
-  // clock -> rank -> push, for clocks >= applied_clock_.
-  std::map<uint64_t, std::map<uint32_t, BufferedPush>> pending_
-      ABSL_GUARDED_BY(bsp_mu_);
-  uint64_t applied_clock_ ABSL_GUARDED_BY(bsp_mu_) = 0;
-  bool shutdown_ ABSL_GUARDED_BY(bsp_mu_) = false;
-
   std::atomic<uint64_t> max_clock_{0};  // For eviction by clocks.
+  // BSP: the clocks, the buffered pushes, the active workers (used in
+  // every mode for applied_clock(), which stays 0 outside BSP).
+  BspAggregator bsp_clocks_;
   // GrantClock's; no bound until the first call.
   std::atomic<uint64_t> granted_clock_{UINT64_MAX};
 };
