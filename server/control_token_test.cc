@@ -16,11 +16,17 @@ namespace shardps {
 namespace {
 
 constexpr char kConfig[] = R"pb(
-name: "control-token"
-tables { id: 1 name: "emb" dim: 4 seed: 3 init { kind: UNIFORM scale: 0.1 }
-         optimizer { sgd { learning_rate: 0.01 } } }
-data { train_files: "unused.tsv" }
-cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
+  name: "control-token"
+  tables {
+    id: 1
+    name: "emb"
+    dim: 4
+    seed: 3
+    init { kind: UNIFORM scale: 0.1 }
+    optimizer { sgd { learning_rate: 0.01 } }
+  }
+  data { train_files: "unused.tsv" }
+  cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
 )pb";
 
 std::unique_ptr<PsServer> StartServer() {
@@ -50,10 +56,11 @@ TEST(ControlTokenTest, AControlThatOvertakesTheTokenWaitsForIt) {
   std::unique_ptr<PsServer> server = StartServer();
   ASSERT_NE(server, nullptr);
   server->await_control_token(absl::Seconds(60));  // Registering.
-  auto control = std::async(std::launch::async,
-                            [&] { return SendControl(server->address(), 4242); });
+  auto control = std::async(
+      std::launch::async, [&] { return SendControl(server->address(), 4242); });
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (server->service()->control_calls_awaiting_token() == 0 && absl::Now() < deadline) {
+  while (server->service()->control_calls_awaiting_token() == 0 &&
+         absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(5));  // Polls the server's state.
   }
   ASSERT_EQ(server->service()->control_calls_awaiting_token(), 1)
@@ -70,7 +77,8 @@ TEST(ControlTokenTest, WithoutARegistrationUnderWayAControlIsRefusedAtOnce) {
   std::unique_ptr<PsServer> server = StartServer();
   ASSERT_NE(server, nullptr);
   const grpc::Status st = SendControl(server->address(), 4242);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << st.error_message();
   EXPECT_EQ(server->core()->map_version(), 1u);
   server->Shutdown();
   server->Wait();

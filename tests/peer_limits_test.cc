@@ -10,7 +10,8 @@
 //    cluster.answer_send_timeout_ms: they are cancelled, the memory comes
 //    back, and another caller's pull is served again.
 //  - A malformed request is refused with INVALID_ARGUMENT naming the
-//    method, on the asynchronous data path and on a synchronous method.
+//    method, on the server's asynchronous data path and on synchronous
+//    methods of the server and the scheduler.
 //
 // The server's memory is its VmRSS (/proc/<pid>/status). The moments are
 // the attacker's progress (it prints once every answer is built: the
@@ -22,6 +23,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -212,44 +214,65 @@ TEST(PeerLimitsTest, AnswersLeftUnreadAreCancelledAfterTheTimeout) {
   EXPECT_EQ(server.Wait(absl::Seconds(30)).value_or(-1), 0);
 }
 
+// A request of `method` whose bytes are no protobuf message, to the server
+// at `address`: its status.
+grpc::Status SendGarbage(const std::string& address,
+                         const std::string& method) {
+  grpc::GenericStub stub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  const std::string garbage =
+      "\xff\xff\xff\xff";  // A tag with no valid field number.
+  grpc::Slice slice(garbage);
+  const grpc::ByteBuffer bytes(&slice, 1);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareUnaryCall(&ctx, method, bytes, &cq);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status st;
+  call->Finish(&response, &st, reinterpret_cast<void*>(1));
+  void* tag;
+  bool ok;
+  if (!cq.Next(&tag, &ok))
+    return grpc::Status(grpc::StatusCode::INTERNAL, "no answer");
+  return st;
+}
+
 // gRPC answers a request it cannot parse with INTERNAL and no message; the
-// server says INVALID_ARGUMENT and names the method, on the raw data path
-// (Pull, Push) and on a synchronous method (TableInfo).
+// server and the scheduler say INVALID_ARGUMENT and name the method, on the
+// server's raw data path (Pull, Push) and on synchronous methods (TableInfo,
+// the scheduler's Register).
 TEST(PeerLimitsTest, MalformedRequestsAreInvalidArgumentNamingTheMethod) {
   const std::string dir = testing::TestDir("peer_limits_malformed");
   const std::string config = WriteConfig(dir, "");
   Subprocess server;
   const std::string address = StartServer(&server, config);
   ASSERT_FALSE(address.empty()) << server.output();
-  {  // The channel closes before the server is stopped.
-    grpc::GenericStub stub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-    const std::string garbage =
-        "\xff\xff\xff\xff";  // A tag with no valid field number.
-    grpc::Slice slice(garbage);
-    const grpc::ByteBuffer bytes(&slice, 1);
-    for (const char* method : {"Pull", "Push", "TableInfo"}) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(30));
-      grpc::CompletionQueue cq;
-      auto call = stub.PrepareUnaryCall(
-          &ctx, absl::StrCat("/shardps.ParameterServer/", method), bytes, &cq);
-      call->StartCall();
-      grpc::ByteBuffer response;
-      grpc::Status st;
-      call->Finish(&response, &st, reinterpret_cast<void*>(1));
-      void* tag;
-      bool ok;
-      ASSERT_TRUE(cq.Next(&tag, &ok));
-      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
-          << method << ": " << st.error_message();
-      EXPECT_NE(st.error_message().find(method), std::string::npos)
-          << st.error_message();
-      EXPECT_NE(st.error_message().find("not a well-formed"), std::string::npos)
-          << st.error_message();
-    }
+  Subprocess scheduler;
+  ASSERT_TRUE(
+      scheduler
+          .Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + config})
+          .ok());
+  auto scheduler_address =
+      scheduler.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
+  ASSERT_TRUE(scheduler_address.ok()) << scheduler_address.status();
+  const std::vector<std::pair<std::string, std::string>> calls = {
+      {address, "/shardps.ParameterServer/Pull"},
+      {address, "/shardps.ParameterServer/Push"},
+      {address, "/shardps.ParameterServer/TableInfo"},
+      {*scheduler_address, "/shardps.Scheduler/Register"}};
+  for (const auto& [to, method] : calls) {
+    const grpc::Status st = SendGarbage(to, method);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << st.error_message();
+    const std::string name = method.substr(method.rfind('/') + 1);
+    EXPECT_NE(st.error_message().find(name), std::string::npos)
+        << st.error_message();
+    EXPECT_NE(st.error_message().find("not a well-formed"), std::string::npos)
+        << st.error_message();
   }
+  scheduler.Signal(SIGKILL);
   server.Signal(SIGTERM);
   EXPECT_EQ(server.Wait(absl::Seconds(30)).value_or(-1), 0);
 }
