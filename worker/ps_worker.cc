@@ -431,6 +431,111 @@ absl::Status TrainAdopted(const WorkerOptions& w, const JobConfig& config, uint3
   return absl::OkStatus();
 }
 
+// Registers with the scheduler (the rank asked for, if any), then keeps
+// heartbeating: a heartbeat that hears the job failed sets *job_failed, one
+// that hears this process was replaced or lost ends it (exit 3). An error
+// says why no job can be joined.
+absl::StatusOr<RegisterResponse> JoinJob(const JobConfig& config, const WorkerOptions& w,
+                                         SchedulerClient* scheduler,
+                                         std::atomic<bool>* job_failed) {
+  const ClusterConfig& k = config.cluster();
+  std::optional<uint32_t> requested;
+  if (w.rank >= 0) requested = w.rank;
+  RegisterRequest request = WorkerRegistration(config, requested);
+  auto reg = scheduler->Register(request, absl::Milliseconds(k.start_deadline_ms()));
+  if (!reg.ok() && absl::IsUnavailable(reg.status())) {
+    // A scheduler stays a while after its job ended or failed to answer
+    // late processes; gone, it leaves nothing to join.
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the scheduler at ", w.scheduler, " within start_deadline_ms (",
+        k.start_deadline_ms(), " ms), so no job to join (if it ran, it has ended): ",
+        reg.status().message()));
+  }
+  if (!reg.ok()) {
+    return absl::Status(reg.status().code(),
+                        absl::StrCat("registration refused: ", reg.status().ToString()));
+  }
+  const uint32_t rank = reg->index();
+  LOG(INFO) << "worker rank " << rank << " of " << reg->shard().num_workers();
+  request.set_requested_index(rank);
+  scheduler->EnableRejoin(request, nullptr);
+  scheduler->StartHeartbeats(
+      WORKER, rank, reg->job_id(), absl::Milliseconds(k.heartbeat_ms()),
+      absl::Milliseconds(k.dead_after_ms() * 3),
+      [job_failed](bool job_ended, const std::string& why) {
+        if (job_ended) {  // The main thread sees it in WaitStart.
+          if (why.find("failed") != std::string::npos) {
+            LOG(ERROR) << why;
+            *job_failed = true;
+          }
+          return;
+        }
+        LOG(ERROR) << "stopping: " << why;
+        std::fflush(nullptr);
+        std::_Exit(3);
+      });
+  return reg;
+}
+
+// With periodic evaluation and eval files: the evaluator of the checkpoints
+// the scheduler leases to this worker; else nullptr.
+std::unique_ptr<CheckpointEvaluator> StartEvaluator(const JobConfig& config,
+                                                    const WorkerOptions& w, uint32_t rank,
+                                                    const std::vector<std::string>& eval,
+                                                    SchedulerClient* scheduler) {
+  if (config.training().eval_every_steps() == 0 || eval.empty()) return nullptr;
+  CheckpointEvaluator::Options eo;
+  eo.rank = rank;
+  eo.config_path = w.config_path;
+  eo.checkpoint_dir = config.checkpoint().dir();
+  eo.eval_files = eval;
+  eo.scheduler = scheduler;
+  return std::make_unique<CheckpointEvaluator>(std::move(eo));
+}
+
+// What a worker does after training in a generation failed with `st`.
+enum class Retry {
+  kNewerGeneration,  // Wait for the next generation (a rollback).
+  kFromLastStep,     // Start again from the scheduler's start point now.
+  kGiveUp,
+};
+
+// A stale generation: the job rolled back. A step that cannot be redone
+// exactly (BSP + WAIT): ask the scheduler to roll back. A transient error:
+// start again, at most 5 times in a row (*transient_failures). Anything
+// else: the worker reports the error to the scheduler and gives up.
+Retry AfterFailedGeneration(const absl::Status& st, const JobConfig& config, uint32_t rank,
+                            const WaitStartResponse& start, SchedulerClient* scheduler,
+                            int* transient_failures) {
+  if (IsStaleGeneration(st)) {
+    LOG(WARNING) << "the job rolled back (" << st.message()
+                 << "); restarting from the scheduler's start point";
+    return Retry::kNewerGeneration;
+  }
+  if (AppliedClockRefused(st) && RedoneStepsExact(config)) {
+    LOG(WARNING) << "worker " << rank << " cannot redo step " << start.clock() << " exactly ("
+                 << st.message() << "): part of its push of it reached "
+                 << "the servers before it was lost; asking for a rollback to the last "
+                 << "checkpoint";
+    const absl::Status asked =
+        scheduler->RequestRollBack(rank, start.clock(), std::string(st.message()));
+    if (asked.ok()) return Retry::kNewerGeneration;  // The rollback's generation.
+    LOG(WARNING) << "asking for a rollback: " << asked;
+    if (++*transient_failures <= 5) return Retry::kFromLastStep;
+  }
+  if (Transient(st) && ++*transient_failures <= 5) {
+    LOG(WARNING) << "training stopped (" << st << "); starting again from the last "
+                 << "acknowledged step (attempt " << *transient_failures << " of 5)";
+    return Retry::kFromLastStep;
+  }
+  LOG(ERROR) << "training failed: " << st;
+  MetricsReport failed;
+  failed.set_rank(rank);
+  failed.set_error(std::string(st.message()));
+  (void)scheduler->ReportMetrics(failed);
+  return Retry::kGiveUp;
+}
+
 }  // namespace
 
 int RunPsWorker(JobConfig config, const WorkerOptions& w) {
@@ -442,52 +547,16 @@ int RunPsWorker(JobConfig config, const WorkerOptions& w) {
   const ClusterConfig& k = config.cluster();
   std::atomic<bool> job_failed{false};  // Heartbeats saw it (outlive `scheduler`).
   SchedulerClient scheduler(w.scheduler);
-  std::optional<uint32_t> requested;
-  if (w.rank >= 0) requested = w.rank;
-  RegisterRequest request = WorkerRegistration(config, requested);
-  auto reg = scheduler.Register(request, absl::Milliseconds(k.start_deadline_ms()));
-  if (!reg.ok() && absl::IsUnavailable(reg.status())) {
-    // A scheduler stays a while after its job ended or failed to answer
-    // late processes; gone, it leaves nothing to join.
-    LOG(ERROR) << "cannot reach the scheduler at " << w.scheduler << " within start_deadline_ms ("
-               << k.start_deadline_ms() << " ms), so no job to join (if it ran, it has ended): "
-               << reg.status().message();
-    return 2;
-  }
+  auto reg = JoinJob(config, w, &scheduler, &job_failed);
   if (!reg.ok()) {
-    LOG(ERROR) << "registration refused: " << reg.status();
+    LOG(ERROR) << reg.status().message();
     return 2;
   }
   const uint32_t rank = reg->index();
-  LOG(INFO) << "worker rank " << rank << " of " << reg->shard().num_workers();
-  request.set_requested_index(rank);
-  scheduler.EnableRejoin(request, nullptr);
-  scheduler.StartHeartbeats(
-      WORKER, rank, reg->job_id(), absl::Milliseconds(k.heartbeat_ms()),
-      absl::Milliseconds(k.dead_after_ms() * 3), [&job_failed](bool job_ended, const std::string& why) {
-        if (job_ended) {  // The main thread sees it in WaitStart.
-          if (why.find("failed") != std::string::npos) {
-            LOG(ERROR) << why;
-            job_failed = true;
-          }
-          return;
-        }
-        LOG(ERROR) << "stopping: " << why;
-        std::fflush(nullptr);
-        std::_Exit(3);
-      });
   // Periodic evaluation: this worker evaluates the checkpoints the
   // scheduler gives it, beside training (stopped before `scheduler` goes).
-  std::unique_ptr<CheckpointEvaluator> evaluator;
-  if (config.training().eval_every_steps() > 0 && !eval.empty()) {
-    CheckpointEvaluator::Options eo;
-    eo.rank = rank;
-    eo.config_path = w.config_path;
-    eo.checkpoint_dir = config.checkpoint().dir();
-    eo.eval_files = eval;
-    eo.scheduler = &scheduler;
-    evaluator = std::make_unique<CheckpointEvaluator>(std::move(eo));
-  }
+  const std::unique_ptr<CheckpointEvaluator> evaluator =
+      StartEvaluator(config, w, rank, eval, &scheduler);
   // Long enough for every server to register and a recovery to finish.
   const absl::Duration start_timeout =
       absl::Milliseconds(uint64_t{k.start_deadline_ms()} + k.server_deadline_ms()) +
@@ -532,42 +601,12 @@ int RunPsWorker(JobConfig config, const WorkerOptions& w) {
       after = generation;  // Done: wait for the job's end, a rollback or a lost share.
       continue;
     }
-    const absl::Status& st = result.status();
-    if (IsStaleGeneration(st)) {
-      LOG(WARNING) << "the job rolled back (" << st.message()
-                   << "); restarting from the scheduler's start point";
-      after = generation;
-      continue;
+    switch (AfterFailedGeneration(result.status(), config, rank, *start, &scheduler,
+                                  &transient_failures)) {
+      case Retry::kNewerGeneration: after = generation; break;
+      case Retry::kFromLastStep: after.reset(); break;
+      case Retry::kGiveUp: return 1;
     }
-    if (AppliedClockRefused(st) && RedoneStepsExact(config)) {
-      LOG(WARNING) << "worker " << rank << " cannot redo step " << start->clock()
-                   << " exactly (" << st.message() << "): part of its push of it reached "
-                   << "the servers before it was lost; asking for a rollback to the last "
-                   << "checkpoint";
-      const absl::Status asked =
-          scheduler.RequestRollBack(rank, start->clock(), std::string(st.message()));
-      if (asked.ok()) {
-        after = generation;  // Wait for the rollback's generation.
-        continue;
-      }
-      LOG(WARNING) << "asking for a rollback: " << asked;
-      if (++transient_failures <= 5) {
-        after.reset();
-        continue;
-      }
-    }
-    if (Transient(st) && ++transient_failures <= 5) {
-      LOG(WARNING) << "training stopped (" << st << "); starting again from the last "
-                   << "acknowledged step (attempt " << transient_failures << " of 5)";
-      after.reset();
-      continue;
-    }
-    LOG(ERROR) << "training failed: " << st;
-    MetricsReport failed;
-    failed.set_rank(rank);
-    failed.set_error(std::string(st.message()));
-    (void)scheduler.ReportMetrics(failed);
-    return 1;
   }
   if (outcome) {
     PrintResult(rank, outcome->summary, outcome->eval ? &*outcome->eval : nullptr,
