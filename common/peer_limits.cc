@@ -48,19 +48,32 @@ class MalformedRequestInterceptor final
   bool malformed_ = false;
 };
 
+// Intercepts every method but `own_parsers` (raw methods that parse their
+// requests themselves: no interceptor on their path at all).
 class MalformedRequestFactory final
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
+  explicit MalformedRequestFactory(std::vector<std::string> own_parsers)
+      : own_parsers_(std::move(own_parsers)) {}
+
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
+    const char* method = info->method();
+    for (const std::string& own : own_parsers_) {
+      if (method != nullptr && own == method) return nullptr;
+    }
     return new MalformedRequestInterceptor(info);
   }
+
+ private:
+  const std::vector<std::string> own_parsers_;
 };
 
 }  // namespace
 
 void ApplyPeerLimits(const ClusterConfig& cluster, const char* name,
                      uint64_t memory_bytes, int max_threads,
+                     std::vector<std::string> own_parsers,
                      grpc::ServerBuilder* builder) {
   grpc::ResourceQuota quota(name);
   if (memory_bytes > 0) quota.Resize(static_cast<size_t>(memory_bytes));
@@ -80,7 +93,8 @@ void ApplyPeerLimits(const ClusterConfig& cluster, const char* name,
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
-  interceptors.push_back(std::make_unique<MalformedRequestFactory>());
+  interceptors.push_back(
+      std::make_unique<MalformedRequestFactory>(std::move(own_parsers)));
   builder->experimental().SetInterceptorCreators(std::move(interceptors));
 }
 

@@ -24,6 +24,8 @@
 #define SHARDPS_COMMON_PEER_LIMITS_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "proto/config.pb.h"
@@ -33,9 +35,12 @@ namespace shardps {
 // Sets the limits above on `builder` for a process whose quota is
 // `memory_bytes` (0: none) and whose synchronous server has at most
 // `max_threads` threads (0: gRPC's default). Fields of `cluster` that are 0
-// leave gRPC's defaults.
+// leave gRPC's defaults. `own_parsers` names methods ("/pkg.Service/Method")
+// that parse their requests themselves (raw methods): they are not
+// intercepted, which keeps the interceptor off a hot path.
 void ApplyPeerLimits(const ClusterConfig& cluster, const char* name,
                      uint64_t memory_bytes, int max_threads,
+                     std::vector<std::string> own_parsers,
                      grpc::ServerBuilder* builder);
 
 }  // namespace shardps

@@ -46,8 +46,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
   // What one peer may hold (docs/security.md).
+  // Pull and Push parse their requests themselves (PsService).
   ApplyPeerLimits(options.config.cluster(), "ps_server",
-                  options.config.cluster().grpc_memory_bytes(), options.threads, &builder);
+                  options.config.cluster().grpc_memory_bytes(), options.threads,
+                  {"/shardps.ParameterServer/Pull", "/shardps.ParameterServer/Push"}, &builder);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    ServerCredentialsFromFlags());
   ConfigureListener(options.listen, "ps_server", &builder);
