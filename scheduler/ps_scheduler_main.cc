@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   // (docs/security.md, "What a peer may hold").
   shardps::ApplyPeerLimits(config->cluster(), "ps_scheduler",
                            config->cluster().scheduler_grpc_memory_bytes(),
-                           /*max_threads=*/0, &builder);
+                           /*max_threads=*/0, /*own_parsers=*/{}, &builder);
   shardps::ConfigureListener(absl::GetFlag(FLAGS_listen), "ps_scheduler", &builder);
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
                            *shardps::ServerCredentialsFromFlags() /* checked above */, &port);
