@@ -95,6 +95,155 @@ std::string EvaluationFields(const shardps::JobStatusResponse& status) {
                       " early_stopped_at=", status.early_stopped_at());
 }
 
+// The scheduler's gRPC server on --listen, or nullptr (logged) if it cannot
+// listen; sets *port and *address.
+std::unique_ptr<grpc::Server> StartRpcServer(const shardps::JobConfig& config,
+                                             shardps::SchedulerService* service, int* port,
+                                             std::string* address) {
+  grpc::ServerBuilder builder;
+  const int max_bytes =
+      static_cast<int>(std::min<uint64_t>(config.cluster().max_message_bytes(), INT32_MAX));
+  // What the scheduler receives is small (registrations, ticks, reports): a
+  // larger request is refused from its length prefix, before its body is
+  // buffered (never-finished 16 MB Register bodies held 170 MB).
+  constexpr int kMaxRequestBytes = 4 << 20;
+  builder.SetMaxReceiveMessageSize(std::min(max_bytes, kMaxRequestBytes));
+  builder.SetMaxSendMessageSize(max_bytes);
+  // Calls per connection, the memory of what is being received, keepalive
+  // (docs/security.md, "What a peer may hold").
+  shardps::ApplyPeerLimits(config.cluster(), "ps_scheduler",
+                           config.cluster().scheduler_grpc_memory_bytes(),
+                           /*max_threads=*/0, /*own_parsers=*/{}, &builder);
+  shardps::ConfigureListener(absl::GetFlag(FLAGS_listen), "ps_scheduler", &builder);
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
+                           *shardps::ServerCredentialsFromFlags() /* checked in main */, port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *port == 0) {
+    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen)
+               << " (in use by another process, or not an address of this host)";
+    return nullptr;
+  }
+  *address = HostOf(absl::GetFlag(FLAGS_listen)) + ":" + std::to_string(*port);
+  return server;
+}
+
+// The status page on --status_listen (none if the flag is empty).
+absl::StatusOr<std::unique_ptr<shardps::StatusPage>> StartStatusPage(
+    const shardps::JobConfig& config, shardps::JobCoordinator* job) {
+  shardps::StatusPage::Options page_options;
+  page_options.listen = absl::GetFlag(FLAGS_status_listen);
+  page_options.status = [job] {
+    shardps::JobStatusResponse status;
+    job->JobStatus(&status);
+    return status;
+  };
+  page_options.checkpoints = [dir = config.checkpoint().dir()] { return CheckpointNames(dir); };
+  auto page = shardps::StatusPage::Start(std::move(page_options));
+  if (page.ok() && !(*page)->address().empty()) {
+    LOG(INFO) << "status page on http://" << (*page)->address() << "/";
+  }
+  return page;
+}
+
+// An unusable checkpoint directory fails the job now, with the reason (the
+// result line says it and every process that registers is told to stop). A
+// checkpoint directory of another job is refused now (false), not after the
+// servers registered.
+bool CheckCheckpointsAtStart(shardps::JobCoordinator* job, shardps::ServerOps* ops) {
+  if (!job->CheckCheckpointDir().ok()) return true;  // Reported as the job's failure.
+  auto points = ops->RestorePoints();
+  if (!points.ok()) {
+    LOG(ERROR) << points.status().message();
+    return false;
+  }
+  if (!points->empty()) {
+    LOG(INFO) << "checkpoint.dir holds a complete checkpoint at clock " << points->front().clock
+              << ": unless the job's processes are still running (they rejoin), it resumes "
+                 "from there";
+  }
+  return true;
+}
+
+// Servers and live workers learn the end from the answer to their next
+// heartbeat: waits until each has sent one since the end (on a loaded
+// machine a fixed pause was too short, and a server that then found the
+// scheduler gone exited as for a failure), at most 3 x dead_after_ms. A
+// `failed` job also waits for the members that never registered (a job that
+// failed at start, processes still starting): their registration is
+// answered with the failure and they exit saying so, instead of retrying an
+// address nobody answers until their start_deadline_ms. Returns the job's
+// last status.
+shardps::JobStatusResponse WaitUntilMembersHeard(const shardps::JobConfig& config,
+                                                 shardps::JobCoordinator* job, bool failed) {
+  const absl::Time ended = absl::Now();
+  const absl::Time heard_deadline =
+      ended + absl::Milliseconds(3 * uint64_t{config.cluster().dead_after_ms()});
+  shardps::JobStatusResponse status;
+  while (true) {
+    status.Clear();
+    job->JobStatus(&status);
+    const absl::Time now = absl::Now();
+    std::vector<std::string> unheard;
+    if (failed) {
+      int never = 0;  // Slots nobody registered for.
+      for (const shardps::MemberStatus& m : status.members()) {
+        never += m.state() == shardps::STATE_UNSPECIFIED;
+      }
+      if (never > 0) unheard.push_back(absl::StrCat(never, " members that never registered"));
+    }
+    for (const shardps::MemberStatus& m : status.members()) {
+      if (m.state() != shardps::ALIVE) continue;
+      if (now - absl::Seconds(m.last_heartbeat_age_sec()) <= ended) {
+        unheard.push_back(
+            absl::StrCat(m.role() == shardps::SERVER ? "server " : "worker ", m.index()));
+      }
+    }
+    if (unheard.empty() || g_interrupted) break;
+    if (now >= heard_deadline) {
+      LOG(WARNING) << "exiting before " << absl::StrJoin(unheard, ", ")
+                   << " heard that the job ended (no heartbeat for 3 x dead_after_ms)";
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));  // Polls the members' heartbeats.
+  }
+  return status;
+}
+
+// Logs the recoveries and prints the PS_JOB_RESULT line.
+void PrintJobResult(const shardps::JobStatusResponse& status) {
+  // Recoveries that rolled something back or restored a server (a job
+  // resumed at its start and a scheduler takeover are listed, not counted).
+  int recoveries = 0;
+  double recovery_sec = 0;
+  for (const shardps::RecoveryReport& r : status.recoveries()) {
+    LOG(INFO) << "recovery: " << r.kind() << " (" << r.cause() << "): generation "
+              << r.generation() << ", restarted at clock " << r.clock() << ", "
+              << r.total_sec() << " s (detect " << r.detect_sec() << " s, wait " << r.wait_sec()
+              << " s, restore " << r.restore_sec() << " s, rewind " << r.rewind_sec() << " s)";
+    if (r.kind() == "rollback" || r.kind() == "partial" || r.kind() == "rejoin") {
+      ++recoveries;
+      recovery_sec += r.total_sec();
+    }
+  }
+  std::printf("PS_JOB_RESULT state=%s samples=%llu samples_per_sec=%.0f eval_auc=%.6f eval_logloss=%.6f "
+              "max_clock=%llu max_spread=%llu elapsed_sec=%.1f recoveries=%d recovery_sec=%.2f "
+              "generation=%llu%s%s\n",
+              status.state().c_str(),
+              static_cast<unsigned long long>(status.total_samples()),
+              status.elapsed_sec() > 0 ? status.total_samples() / status.elapsed_sec() : 0.0,
+              status.eval_auc(), status.eval_loss(),
+              static_cast<unsigned long long>(status.max_clock()),
+              static_cast<unsigned long long>(status.max_spread()),
+              status.elapsed_sec(), recoveries, recovery_sec,
+              static_cast<unsigned long long>(status.generation()),
+              EvaluationFields(status).c_str(),
+              status.untrained_samples() > 0
+                  ? absl::StrCat(" untrained_samples=", status.untrained_samples()).c_str()
+                  : "");
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,31 +279,9 @@ int main(int argc, char** argv) {
       &job, control_token,
       absl::StrSplit(absl::GetFlag(FLAGS_operator_names), ',', absl::SkipEmpty()));
   int port = 0;
-  grpc::ServerBuilder builder;
-  const int max_bytes = static_cast<int>(
-      std::min<uint64_t>(config->cluster().max_message_bytes(), INT32_MAX));
-  // What the scheduler receives is small (registrations, ticks, reports): a
-  // larger request is refused from its length prefix, before its body is
-  // buffered (issue 33: never-finished 16 MB Register bodies held 170 MB).
-  constexpr int kMaxRequestBytes = 4 << 20;
-  builder.SetMaxReceiveMessageSize(std::min(max_bytes, kMaxRequestBytes));
-  builder.SetMaxSendMessageSize(max_bytes);
-  // Calls per connection, the memory of what is being received, keepalive
-  // (docs/security.md, "What a peer may hold").
-  shardps::ApplyPeerLimits(config->cluster(), "ps_scheduler",
-                           config->cluster().scheduler_grpc_memory_bytes(),
-                           /*max_threads=*/0, /*own_parsers=*/{}, &builder);
-  shardps::ConfigureListener(absl::GetFlag(FLAGS_listen), "ps_scheduler", &builder);
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           *shardps::ServerCredentialsFromFlags() /* checked above */, &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen)
-               << " (in use by another process, or not an address of this host)";
-    return 2;
-  }
-  const std::string address = HostOf(absl::GetFlag(FLAGS_listen)) + ":" + std::to_string(port);
+  std::string address;
+  std::unique_ptr<grpc::Server> server = StartRpcServer(*config, &service, &port, &address);
+  if (server == nullptr) return 2;
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     std::ofstream(absl::GetFlag(FLAGS_port_file)) << port << "\n";
   }
@@ -162,41 +289,17 @@ int main(int argc, char** argv) {
     LOG(ERROR) << st;
     return 2;
   }
-  shardps::StatusPage::Options page_options;
-  page_options.listen = absl::GetFlag(FLAGS_status_listen);
-  page_options.status = [&job] {
-    shardps::JobStatusResponse status;
-    job.JobStatus(&status);
-    return status;
-  };
-  page_options.checkpoints = [dir = config->checkpoint().dir()] { return CheckpointNames(dir); };
-  auto status_page = shardps::StatusPage::Start(std::move(page_options));
+  auto status_page = StartStatusPage(*config, &job);
   if (!status_page.ok()) {
     LOG(ERROR) << status_page.status();
     return 2;
-  }
-  if (!(*status_page)->address().empty()) {
-    LOG(INFO) << "status page on http://" << (*status_page)->address() << "/";
   }
   std::printf("PS_SCHEDULER_LISTENING %s\n", address.c_str());
   std::fflush(stdout);
   LOG(INFO) << "job \"" << config->name() << "\": waiting for "
             << config->cluster().num_servers() << " servers and "
             << config->cluster().num_workers() << " workers on " << address;
-  // An unusable checkpoint directory fails the job now, with the reason
-  // (the result line says it and every process that registers is told to
-  // stop). A checkpoint directory of another job is refused now, not after
-  // the servers registered.
-  if (!job.CheckCheckpointDir().ok()) {
-    // Reported below, as the job's failure.
-  } else if (auto points = ops->RestorePoints(); !points.ok()) {
-    LOG(ERROR) << points.status().message();
-    return 2;
-  } else if (!points->empty()) {
-    LOG(INFO) << "checkpoint.dir holds a complete checkpoint at clock " << points->front().clock
-              << ": unless the job's processes are still running (they rejoin), it resumes "
-                 "from there";
-  }
+  if (!CheckCheckpointsAtStart(&job, ops.get())) return 2;
   job.Start();
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
@@ -206,77 +309,10 @@ int main(int argc, char** argv) {
     result = job.WaitDone(absl::Now() + absl::Milliseconds(200));
   }
   if (g_interrupted) result = absl::CancelledError("interrupted");
-  // Servers and live workers learn the end from the answer to their next
-  // heartbeat: wait until each has sent one since (on a loaded machine a
-  // fixed pause was too short, and a server that then found the scheduler
-  // gone exited as for a failure), at most 3 x dead_after_ms. A failed job
-  // also waits for the members that never registered (a job that failed at
-  // start, processes still starting): their registration is answered with
-  // the failure and they exit saying so, instead of retrying an address
-  // nobody answers until their start_deadline_ms.
-  const bool failed = !result.ok() && !g_interrupted;
-  const absl::Time ended = absl::Now();
-  const absl::Time heard_deadline =
-      ended + absl::Milliseconds(3 * uint64_t{config->cluster().dead_after_ms()});
-  shardps::JobStatusResponse status;
-  while (true) {
-    status.Clear();
-    job.JobStatus(&status);
-    const absl::Time now = absl::Now();
-    std::vector<std::string> unheard;
-    if (failed) {
-      int never = 0;  // Slots nobody registered for.
-      for (const shardps::MemberStatus& m : status.members()) {
-        never += m.state() == shardps::STATE_UNSPECIFIED;
-      }
-      if (never > 0) unheard.push_back(absl::StrCat(never, " members that never registered"));
-    }
-    for (const shardps::MemberStatus& m : status.members()) {
-      if (m.state() != shardps::ALIVE) continue;
-      if (now - absl::Seconds(m.last_heartbeat_age_sec()) <= ended) {
-        unheard.push_back(absl::StrCat(m.role() == shardps::SERVER ? "server " : "worker ",
-                                       m.index()));
-      }
-    }
-    if (unheard.empty() || g_interrupted) break;
-    if (now >= heard_deadline) {
-      LOG(WARNING) << "exiting before " << absl::StrJoin(unheard, ", ")
-                   << " heard that the job ended (no heartbeat for 3 x dead_after_ms)";
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(50));  // Polls the members' heartbeats.
-  }
+  const shardps::JobStatusResponse status =
+      WaitUntilMembersHeard(*config, &job, /*failed=*/!result.ok() && !g_interrupted);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  // Recoveries that rolled something back or restored a server (a job
-  // resumed at its start and a scheduler takeover are listed, not counted).
-  int recoveries = 0;
-  double recovery_sec = 0;
-  for (const shardps::RecoveryReport& r : status.recoveries()) {
-    LOG(INFO) << "recovery: " << r.kind() << " (" << r.cause() << "): generation "
-              << r.generation() << ", restarted at clock " << r.clock() << ", "
-              << r.total_sec() << " s (detect " << r.detect_sec() << " s, wait " << r.wait_sec()
-              << " s, restore " << r.restore_sec() << " s, rewind " << r.rewind_sec() << " s)";
-    if (r.kind() == "rollback" || r.kind() == "partial" || r.kind() == "rejoin") {
-      ++recoveries;
-      recovery_sec += r.total_sec();
-    }
-  }
-  std::printf("PS_JOB_RESULT state=%s samples=%llu samples_per_sec=%.0f eval_auc=%.6f eval_logloss=%.6f "
-              "max_clock=%llu max_spread=%llu elapsed_sec=%.1f recoveries=%d recovery_sec=%.2f "
-              "generation=%llu%s%s\n",
-              status.state().c_str(),
-              static_cast<unsigned long long>(status.total_samples()),
-              status.elapsed_sec() > 0 ? status.total_samples() / status.elapsed_sec() : 0.0,
-              status.eval_auc(), status.eval_loss(),
-              static_cast<unsigned long long>(status.max_clock()),
-              static_cast<unsigned long long>(status.max_spread()),
-              status.elapsed_sec(), recoveries, recovery_sec,
-              static_cast<unsigned long long>(status.generation()),
-              EvaluationFields(status).c_str(),
-              status.untrained_samples() > 0
-                  ? absl::StrCat(" untrained_samples=", status.untrained_samples()).c_str()
-                  : "");
-  std::fflush(stdout);
+  PrintJobResult(status);
   if (!result.ok()) {
     LOG(ERROR) << result.message() << "\n" << status.summary();
     return 1;
