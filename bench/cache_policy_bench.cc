@@ -52,8 +52,7 @@ ABSL_FLAG(std::string, workload, "w",
           "batch of 256 lines x 26 fields, field f a Zipf(1.05 + 0.01 ((7 f) mod 21)) over "
           "round(10^(1 + 5 f / 25)) ids (worker/data/synthetic.h)");
 ABSL_FLAG(std::string, windows, "1,2,4", "Reuse windows w (steps).");
-ABSL_FLAG(std::string, capacities, "1000,2000,4000,8000,16000,64000",
-          "Cache sizes in rows.");
+ABSL_FLAG(std::string, capacities, "1000,2000,4000,8000,16000,64000", "Cache sizes in rows.");
 
 namespace shardps {
 namespace bench {
@@ -172,8 +171,12 @@ class TinyLfu final : public Policy {
   // oldest read) with no admission test when that row is stale (it can
   // never hit again).
   TinyLfu(size_t cap, bool by_read, bool expired_first = false)
-      : cap_(cap), by_read_(by_read), expired_first_(expired_first), width_(NextPow2(cap * 4)),
-        counts_(4 * width_, 0), sample_(10 * cap) {}
+      : cap_(cap),
+        by_read_(by_read),
+        expired_first_(expired_first),
+        width_(NextPow2(cap * 4)),
+        counts_(4 * width_, 0),
+        sample_(10 * cap) {}
   const char* name() const override {
     if (expired_first_) return by_read_ ? "freq-adm. read, stale 1st" : "freq-adm. LRU, stale 1st";
     return by_read_ ? "freq-admitted read order" : "freq-admitted LRU";
@@ -303,8 +306,8 @@ double Run(Policy* p, const std::vector<std::vector<uint64_t>>& draws, int64_t w
 // `first_sightings_cold`: a key the sketch has not seen is pulled without
 // state and not cached (what the trainer does); `*with_state` gets the
 // share of the misses pulled with their state.
-double RunReal(size_t cap, const std::vector<std::vector<uint64_t>>& draws, int64_t w,
-               int warmup, bool first_sightings_cold, double* with_state) {
+double RunReal(size_t cap, const std::vector<std::vector<uint64_t>>& draws, int64_t w, int warmup,
+               bool first_sightings_cold, double* with_state) {
   EmbeddingCache::Options o;
   o.max_rows = cap;
   o.staleness = static_cast<uint32_t>(w);
@@ -383,13 +386,13 @@ void CostReal(const std::vector<std::vector<uint64_t>>& draws, int64_t w) {
     apply += since(t0);
     for (auto* v : {&hit, &miss, &cold}) v->clear();
   }
-  std::printf("\nthe real cache's cost (w = %lld, ample, dim 16, row-wise Adagrad), ns a key of "
-              "the step: PlanStep %.0f, Insert %.0f, Fill %.0f, ApplyPush %.0f; total %.0f "
-              "(%.2f ms a step of %.0f keys)\n",
-              (long long)w, plan / keys, insert / keys, fill / keys, apply / keys,
-              (plan + insert + fill + apply) / keys,
-              (plan + insert + fill + apply) / draws.size() / 1e6,
-              static_cast<double>(keys) / draws.size());
+  std::printf(
+      "\nthe real cache's cost (w = %lld, ample, dim 16, row-wise Adagrad), ns a key of "
+      "the step: PlanStep %.0f, Insert %.0f, Fill %.0f, ApplyPush %.0f; total %.0f "
+      "(%.2f ms a step of %.0f keys)\n",
+      (long long)w, plan / keys, insert / keys, fill / keys, apply / keys,
+      (plan + insert + fill + apply) / keys, (plan + insert + fill + apply) / draws.size() / 1e6,
+      static_cast<double>(keys) / draws.size());
 }
 
 int Main() {

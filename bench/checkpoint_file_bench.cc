@@ -58,8 +58,7 @@ const Rows& TestRows() {
 
 std::string BenchPath() {
   const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/ckpt_bench.", getpid(),
-                      ".shard");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/ckpt_bench.", getpid(), ".shard");
 }
 
 void Write(const std::string& path, Compression c) {
@@ -72,31 +71,24 @@ void Write(const std::string& path, Compression c) {
     const uint32_t p = static_cast<uint32_t>(i * 64 / kRows);
     absl::Status s =
         (*writer)->Add(p, 1, rows.keys[i],
-                       absl::string_view(rows.payloads)
-                           .substr(size_t{kPayload} * i, kPayload));
+                       absl::string_view(rows.payloads).substr(size_t{kPayload} * i, kPayload));
     if (!s.ok()) std::abort();
   }
   if (!(*writer)->Finish().ok()) std::abort();
 }
 
 void BM_Write(benchmark::State& state) {
-  const Compression c =
-      state.range(0) ? Compression::kZstd : Compression::kNone;
+  const Compression c = state.range(0) ? Compression::kZstd : Compression::kNone;
   const std::string path = BenchPath();
   for (auto _ : state) Write(path, c);
   state.SetBytesProcessed(state.iterations() * kRows * (8 + kPayload));
   state.counters["file_MB"] = *FileSize(path) / 1e6;
   (void)RemoveAll(path);
 }
-BENCHMARK(BM_Write)
-    ->Arg(0)
-    ->Arg(1)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_Write)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_Read(benchmark::State& state) {
-  const Compression c =
-      state.range(0) ? Compression::kZstd : Compression::kNone;
+  const Compression c = state.range(0) ? Compression::kZstd : Compression::kNone;
   const std::string path = BenchPath();
   Write(path, c);
   for (auto _ : state) {
@@ -107,11 +99,7 @@ void BM_Read(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kRows * (8 + kPayload));
   (void)RemoveAll(path);
 }
-BENCHMARK(BM_Read)
-    ->Arg(0)
-    ->Arg(1)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_Read)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace checkpoint

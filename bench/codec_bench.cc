@@ -43,8 +43,8 @@ double NsPerValue(size_t values, int reps, Fn fn) {
   for (int r = 0; r < reps; ++r) {
     const auto start = std::chrono::steady_clock::now();
     for (int k = 0; k < 50; ++k) fn();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                         .count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::min(best, s / 50 / values * 1e9);
   }
   return best;
@@ -65,12 +65,11 @@ void Run(int dim, size_t rows, int reps) {
     });
   });
   const double scalar_ns = NsPerValue(n, reps, [&] {
-    by_rows([&](const float* row, char* w) {
-      ScalarBf16(row, dim, w + (row - values.data()) * 2);
-    });
+    by_rows(
+        [&](const float* row, char* w) { ScalarBf16(row, dim, w + (row - values.data()) * 2); });
   });
-  std::printf("dim %d, %zu rows: fp32 memcpy %.3f ns/value; bf16 value by value %.3f\n",
-              dim, rows, memcpy_ns, scalar_ns);
+  std::printf("dim %d, %zu rows: fp32 memcpy %.3f ns/value; bf16 value by value %.3f\n", dim, rows,
+              memcpy_ns, scalar_ns);
   for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kFp16}) {
     const size_t width = BytesPerValue(e);
     const double enc = NsPerValue(n, reps, [&] {

@@ -83,8 +83,8 @@ void Push(TableStore& store, const std::vector<uint64_t>& keys, uint32_t dim) {
 
 // Writes one checkpoint (full, or a delta since `since`); returns its bytes.
 uint64_t Write(const TableStore& store, const std::string& root, uint64_t clock,
-               std::optional<uint32_t> since, uint64_t base_clock, double* seconds,
-               uint64_t* rows, uint64_t* deletions) {
+               std::optional<uint32_t> since, uint64_t base_clock, double* seconds, uint64_t* rows,
+               uint64_t* deletions) {
   const auto start = Clock::now();
   const std::vector<bool> owned(kParts, true);
   auto snapshot = StoreSnapshot::Take(store, owned, since);

@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
     for (int s = 0; s < steps; ++s) c.Compress(grads[s % grads.size()], out.data());
     const double compress_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%-6.2f %14.2f %14.2f %7.1fx   (whole Compress %.2f ms)\n", ratio,
-                nth_ms / steps, radix_ms / steps, nth_ms / radix_ms, compress_ms / steps);
+    std::printf("%-6.2f %14.2f %14.2f %7.1fx   (whole Compress %.2f ms)\n", ratio, nth_ms / steps,
+                radix_ms / steps, nth_ms / radix_ms, compress_ms / steps);
   }
   return 0;
 }

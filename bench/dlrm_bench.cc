@@ -7,9 +7,9 @@
 //
 // Figures only: it never fails on time.
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -92,8 +92,8 @@ void Dedup(const ModelSpec& spec, std::vector<KeyDeduper>* dedup, Batch* b) {
   b->fields.clear();
   for (size_t f = 0; f < spec.fields.size(); ++f) {
     const KeyDeduper& d = (*dedup)[spec.fields[f].table];
-    b->fields.push_back({absl::MakeConstSpan(d.inverse()).subspan(start[f], b->keys[f].size()),
-                         b->offsets[f]});
+    b->fields.push_back(
+        {absl::MakeConstSpan(d.inverse()).subspan(start[f], b->keys[f].size()), b->offsets[f]});
   }
 }
 

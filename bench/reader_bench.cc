@@ -88,8 +88,7 @@ double ReaderSeconds(const ReaderOptions& o, uint64_t* lines,
   });
 }
 
-double ReaderSeconds(const std::string& path, uint32_t rank, uint32_t workers,
-                     uint64_t* lines) {
+double ReaderSeconds(const std::string& path, uint32_t rank, uint32_t workers, uint64_t* lines) {
   return ReaderSeconds(BenchOptions({path}, rank, workers), lines);
 }
 
@@ -114,10 +113,11 @@ void RunSharded() {
   uint64_t gz_bytes = 0;
   for (const std::string& path : gz) gz_bytes += FileSize(path);
   const uint32_t workers = absl::GetFlag(FLAGS_workers);
-  printf("sharded: %llu lines in %zu gzip files (%.1f MB, %.1f MB uncompressed), "
-         "%u workers, one epoch each\n",
-         static_cast<unsigned long long>(g.train_lines), gz.size(), gz_bytes / 1e6,
-         data_bytes / 1e6, workers);
+  printf(
+      "sharded: %llu lines in %zu gzip files (%.1f MB, %.1f MB uncompressed), "
+      "%u workers, one epoch each\n",
+      static_cast<unsigned long long>(g.train_lines), gz.size(), gz_bytes / 1e6, data_bytes / 1e6,
+      workers);
   uint64_t total_lines = 0;
   uint64_t total_decompressed = 0;
   double total_seconds = 0;
@@ -127,10 +127,11 @@ void RunSharded() {
     const ReaderOptions o = BenchOptions(gz, rank, workers);
     const double seconds = ReaderSeconds(o, &lines, &stats);
     const size_t files = CriteoReader::Create(o).value()->Units(0).size();
-    printf("  worker %u: %zu files, %9llu lines, %7.1f MB decompressed (%.3f of the data), "
-           "%8.0f lines/s\n",
-           rank, files, static_cast<unsigned long long>(lines), stats.bytes_decompressed / 1e6,
-           static_cast<double>(stats.bytes_decompressed) / data_bytes, lines / seconds);
+    printf(
+        "  worker %u: %zu files, %9llu lines, %7.1f MB decompressed (%.3f of the data), "
+        "%8.0f lines/s\n",
+        rank, files, static_cast<unsigned long long>(lines), stats.bytes_decompressed / 1e6,
+        static_cast<double>(stats.bytes_decompressed) / data_bytes, lines / seconds);
     total_lines += lines;
     total_decompressed += stats.bytes_decompressed;
     total_seconds += seconds;
@@ -138,14 +139,15 @@ void RunSharded() {
   CHECK_EQ(total_lines, g.train_lines) << "the workers' shares do not cover the data once";
   uint64_t lines = 0;
   const double one = ReaderSeconds(BenchOptions(gz, 0, 1), &lines);
-  printf("  total: %.1f MB decompressed = %.3f x the data (the line-stripe reader: %u.000 x, "
-         "every worker decompressed every file)\n",
-         total_decompressed / 1e6, static_cast<double>(total_decompressed) / data_bytes,
-         workers);
-  printf("  one reader of all the files: %8.0f lines/s; the %u workers' lines over the sum "
-         "of their times: %8.0f lines/s (ratio %.3f)\n",
-         lines / one, workers, total_lines / total_seconds,
-         (total_lines / total_seconds) / (lines / one));
+  printf(
+      "  total: %.1f MB decompressed = %.3f x the data (the line-stripe reader: %u.000 x, "
+      "every worker decompressed every file)\n",
+      total_decompressed / 1e6, static_cast<double>(total_decompressed) / data_bytes, workers);
+  printf(
+      "  one reader of all the files: %8.0f lines/s; the %u workers' lines over the sum "
+      "of their times: %8.0f lines/s (ratio %.3f)\n",
+      lines / one, workers, total_lines / total_seconds,
+      (total_lines / total_seconds) / (lines / one));
   ReaderOptions windowed = BenchOptions(gz, 0, 1);
   windowed.shuffle_buffer = absl::GetFlag(FLAGS_window);
   const double shuffled = ReaderSeconds(windowed, &lines);
@@ -176,17 +178,18 @@ int Run() {
   CHECK_EQ(lines, g.train_lines);
   const double reader_plain_r0of4 = ReaderSeconds(plain, 0, 4, &lines);
   printf("reader_bench: %llu lines (%s), batch %d, fastest of %d runs, 1 thread\n",
-         static_cast<unsigned long long>(g.train_lines), plain.c_str(),
-         absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_repeat));
+         static_cast<unsigned long long>(g.train_lines), plain.c_str(), absl::GetFlag(FLAGS_batch),
+         absl::GetFlag(FLAGS_repeat));
   printf("  cat | wc -l          %10.0f lines/s\n", n / cat);
-  printf("  CriteoReader plain   %10.0f lines/s   ratio to cat  %.3f\n",
-         n / reader_plain, cat / reader_plain);
+  printf("  CriteoReader plain   %10.0f lines/s   ratio to cat  %.3f\n", n / reader_plain,
+         cat / reader_plain);
   printf("  zcat | wc -l         %10.0f lines/s\n", n / zcat);
   printf("  CriteoReader gzip    %10.0f lines/s   ratio to zcat %.3f\n", n / reader_gz,
          zcat / reader_gz);
-  printf("  CriteoReader plain, rank 0 of 4 (%llu lines, its byte range): "
-         "%.0f of its lines/s\n",
-         static_cast<unsigned long long>(lines), lines / reader_plain_r0of4);
+  printf(
+      "  CriteoReader plain, rank 0 of 4 (%llu lines, its byte range): "
+      "%.0f of its lines/s\n",
+      static_cast<unsigned long long>(lines), lines / reader_plain_r0of4);
   RunSharded();
   return 0;
 }

@@ -64,10 +64,10 @@
 #include <optional>
 #include <random>
 #include <sstream>
-#include <tuple>
-#include <type_traits>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -115,7 +115,8 @@ namespace {
 
 std::string ConfigText(const std::string& name, const std::string& ckpt) {
   return absl::StrCat(R"pb(
-name: ")pb", name, R"pb("
+name: ")pb",
+                      name, R"pb("
 tables {
   id: 1 name: "emb" kind: SPARSE dim: 16 seed: 7
   init { kind: UNIFORM scale: 0.01 }
@@ -126,7 +127,8 @@ cluster {
   num_servers: 2 num_workers: 1 num_partitions: 256 mode: ASP
   heartbeat_ms: 200 dead_after_ms: 2000 server_deadline_ms: 60000
 }
-checkpoint { dir: ")pb", ckpt, R"pb(" recovery: )pb",
+checkpoint { dir: ")pb",
+                      ckpt, R"pb(" recovery: )pb",
                       absl::GetFlag(FLAGS_recovery) == "partial" ? "PARTIAL" : "EXACT", R"pb( }
 )pb");
 }
@@ -146,9 +148,9 @@ absl::StatusOr<std::vector<Cycle>> RunSize(uint64_t rows, const std::string& sch
   const std::string sched_log = dir + "/scheduler.log";
   RETURN_IF_ERROR(
       sched.Start({scheduler_bin, "--config=" + config_path, "--listen=" + address}, sched_log));
-  RETURN_IF_ERROR(WaitForLine(sched, "ps_scheduler", "PS_SCHEDULER_LISTENING ", sched_log,
-                              absl::Seconds(60))
-                      .status());
+  RETURN_IF_ERROR(
+      WaitForLine(sched, "ps_scheduler", "PS_SCHEDULER_LISTENING ", sched_log, absl::Seconds(60))
+          .status());
   std::vector<std::string> server_argv[2];
   std::string server_log[2];
   std::unique_ptr<testing::Subprocess> servers[2];
@@ -161,8 +163,8 @@ absl::StatusOr<std::vector<Cycle>> RunSize(uint64_t rows, const std::string& sch
     RETURN_IF_ERROR(servers[i]->Start(server_argv[i], server_log[i]));
   }
   for (int i = 0; i < 2; ++i) {
-    RETURN_IF_ERROR(WaitForLine(*servers[i], absl::StrCat("ps_server ", i),
-                                "PS_SERVER_LISTENING ", server_log[i], absl::Seconds(60))
+    RETURN_IF_ERROR(WaitForLine(*servers[i], absl::StrCat("ps_server ", i), "PS_SERVER_LISTENING ",
+                                server_log[i], absl::Seconds(60))
                         .status());
   }
   SchedulerClient ops(address);  // The operator's view (ps_status).
@@ -292,8 +294,7 @@ absl::StatusOr<std::vector<Cycle>> RunSize(uint64_t rows, const std::string& sch
       if (!report && absl::Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             "no complete recovery ", absl::GetFlag(FLAGS_recovery_timeout_sec),
-            " s after the kill (job state: ", state, "); scheduler log:\n",
-            Tail(sched_log, 20)));
+            " s after the kill (job state: ", state, "); scheduler log:\n", Tail(sched_log, 20)));
       }
       if (!report) absl::SleepFor(absl::Milliseconds(50));
     }
@@ -302,14 +303,13 @@ absl::StatusOr<std::vector<Cycle>> RunSize(uint64_t rows, const std::string& sch
         restore_cpu.End({servers[0]->pid(), servers[1]->pid()});
     // The worker counts its rewind once its WaitStart has returned (a
     // partial recovery rewinds nobody).
-    for (int i = 0; i < 500 && report->kind() == "rollback" && worker->rewinds() == rewinds;
-         ++i) {
+    for (int i = 0; i < 500 && report->kind() == "rollback" && worker->rewinds() == rewinds; ++i) {
       absl::SleepFor(absl::Milliseconds(10));
     }
     c.rewinds = worker->rewinds() - rewinds;
     c.last_heartbeat = report->started_unix_sec() - UnixSec(killed);
-    Progress(absl::StrCat("recovery (", report->kind(), ") complete in ", report->total_sec(),
-                          " s"));
+    Progress(
+        absl::StrCat("recovery (", report->kind(), ") complete in ", report->total_sec(), " s"));
     cycles.push_back(c);
   }
 
@@ -347,10 +347,9 @@ int Main() {
   auto scheduler_bin = FindBinary(absl::GetFlag(FLAGS_ps_scheduler), "scheduler/ps_scheduler");
   auto server_bin = FindBinary(absl::GetFlag(FLAGS_ps_server), "server/ps_server");
   if (!scheduler_bin.ok() || !server_bin.ok()) {
-    std::fprintf(stderr, "%s\n",
-                 (!scheduler_bin.ok() ? scheduler_bin.status() : server_bin.status())
-                     .ToString()
-                     .c_str());
+    std::fprintf(
+        stderr, "%s\n",
+        (!scheduler_bin.ok() ? scheduler_bin.status() : server_bin.status()).ToString().c_str());
     return 2;
   }
   if (absl::GetFlag(FLAGS_recovery) != "exact" && absl::GetFlag(FLAGS_recovery) != "partial") {
@@ -381,11 +380,12 @@ int Main() {
                  static_cast<unsigned long long>(largest), need / 1e9);
     return 2;
   }
-  std::printf("recovery_bench: sparse table dim %u, Adagrad; 2 servers, 1 worker (this "
-              "process), ASP, recovery %s; heartbeat 200 ms, dead after 2000 ms; server 1 "
-              "SIGKILLed and restarted %d ms later; %d rep(s) per size; work dir %s\n",
-              kDim, absl::GetFlag(FLAGS_recovery).c_str(), absl::GetFlag(FLAGS_restart_delay_ms),
-              reps, work.c_str());
+  std::printf(
+      "recovery_bench: sparse table dim %u, Adagrad; 2 servers, 1 worker (this "
+      "process), ASP, recovery %s; heartbeat 200 ms, dead after 2000 ms; server 1 "
+      "SIGKILLed and restarted %d ms later; %d rep(s) per size; work dir %s\n",
+      kDim, absl::GetFlag(FLAGS_recovery).c_str(), absl::GetFlag(FLAGS_restart_delay_ms), reps,
+      work.c_str());
   std::printf("binaries: %s, %s\n", scheduler_bin->c_str(), server_bin->c_str());
   std::fflush(stdout);
   std::vector<Cycle> all;

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -24,11 +25,12 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
-#include <tuple>
-#include <type_traits>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <type_traits>
 #include <vector>
+
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -172,7 +174,8 @@ inline uint64_t MachineBusy() {
 
 // utime + stime of process `pid` (0: this one), in jiffies.
 inline uint64_t ProcessCpu(pid_t pid) {
-  const std::string stat = ReadFile(pid == 0 ? "/proc/self/stat" : absl::StrCat("/proc/", pid, "/stat"));
+  const std::string stat =
+      ReadFile(pid == 0 ? "/proc/self/stat" : absl::StrCat("/proc/", pid, "/stat"));
   const size_t paren = stat.rfind(')');
   if (paren == std::string::npos) return 0;
   std::istringstream in(stat.substr(paren + 2));
@@ -290,13 +293,12 @@ inline absl::StatusOr<MemcpyTimes> MeasureMemcpy(uint64_t bytes) {
 // Waits for `p`'s stdout line starting with `prefix`; returns its rest. An
 // error names `name` and, if it exited first, quotes the tail of its `log`.
 inline absl::StatusOr<std::string> WaitForLine(testing::Subprocess& p, const std::string& name,
-                                               const std::string& prefix,
-                                               const std::string& log, absl::Duration timeout) {
+                                               const std::string& prefix, const std::string& log,
+                                               absl::Duration timeout) {
   auto line = p.WaitForLine(prefix, timeout);
   if (line.ok()) return line;
-  return absl::Status(line.status().code(),
-                      absl::StrCat(name, ": ", line.status().message(), "; its log:\n",
-                                   Tail(log, 20)));
+  return absl::Status(line.status().code(), absl::StrCat(name, ": ", line.status().message(),
+                                                         "; its log:\n", Tail(log, 20)));
 }
 
 // SIGTERM, then SIGKILL after `grace`.
@@ -310,7 +312,8 @@ inline void Stop(testing::Subprocess& p, absl::Duration grace) {
 
 // A binary of this workspace: `flag` if set, else from the runfiles (of
 // RUNFILES_DIR, of this executable, or the working directory under bazel run).
-inline absl::StatusOr<std::string> FindBinary(const std::string& flag, const std::string& relative) {
+inline absl::StatusOr<std::string> FindBinary(const std::string& flag,
+                                              const std::string& relative) {
   if (!flag.empty()) return flag;
   std::vector<std::string> candidates;
   if (const char* dir = std::getenv("RUNFILES_DIR")) {
@@ -318,7 +321,8 @@ inline absl::StatusOr<std::string> FindBinary(const std::string& flag, const std
   }
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) candidates.push_back(absl::StrCat(std::string(self, n), ".runfiles/shardps/", relative));
+  if (n > 0)
+    candidates.push_back(absl::StrCat(std::string(self, n), ".runfiles/shardps/", relative));
   candidates.push_back(relative);
   for (const std::string& c : candidates) {
     if (access(c.c_str(), X_OK) == 0) return c;

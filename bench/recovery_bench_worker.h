@@ -26,13 +26,12 @@ class Worker {
     request.set_config_fingerprint(ConfigFingerprint(config_));
     ASSIGN_OR_RETURN(const RegisterResponse reg, scheduler_.Register(request, absl::Minutes(2)));
     scheduler_.EnableRejoin(request, nullptr);
-    scheduler_.StartHeartbeats(WORKER, reg.index(), reg.job_id(),
-                               absl::Milliseconds(k.heartbeat_ms()),
-                               absl::Milliseconds(3 * k.dead_after_ms()),
-                               [this](bool job_ended, const std::string& why) {
-                                 std::lock_guard<std::mutex> lock(stop_mu_);
-                                 stopped_ = absl::StrCat(job_ended ? "the job ended: " : "", why);
-                               });
+    scheduler_.StartHeartbeats(
+        WORKER, reg.index(), reg.job_id(), absl::Milliseconds(k.heartbeat_ms()),
+        absl::Milliseconds(3 * k.dead_after_ms()), [this](bool job_ended, const std::string& why) {
+          std::lock_guard<std::mutex> lock(stop_mu_);
+          stopped_ = absl::StrCat(job_ended ? "the job ended: " : "", why);
+        });
     ASSIGN_OR_RETURN(const WaitStartResponse start,
                      scheduler_.WaitStart(kRank, std::nullopt, absl::Minutes(2)));
     if (start.job_ended()) return absl::FailedPreconditionError("the job ended at once");
@@ -104,8 +103,9 @@ class Worker {
                ->Wait();
     }
     if (st.ok()) {
-      st = client_->PushAsync({{kTable, kDim, keys_.data(), n, grads_.data()}}, clock_, 1.0f,
-                              /*to_every_server=*/false)
+      st = client_
+               ->PushAsync({{kTable, kDim, keys_.data(), n, grads_.data()}}, clock_, 1.0f,
+                           /*to_every_server=*/false)
                ->Wait();
     }
     if (st.ok()) st = scheduler_.Tick(kRank, clock_ + 1);

@@ -133,13 +133,13 @@ struct Case {
   double disk_write_gbps = 0, disk_read_gbps = 0;
 };
 
-#define BENCH_CHECK_OK(expr)                                                      \
-  do {                                                                            \
-    const absl::Status _st = (expr);                                              \
-    if (!_st.ok()) {                                                              \
+#define BENCH_CHECK_OK(expr)                                                       \
+  do {                                                                             \
+    const absl::Status _st = (expr);                                               \
+    if (!_st.ok()) {                                                               \
       std::fprintf(stderr, "%s: %s\n", #expr, std::string(_st.message()).c_str()); \
-      std::exit(1);                                                               \
-    }                                                                             \
+      std::exit(1);                                                                \
+    }                                                                              \
   } while (0)
 
 std::unique_ptr<ParameterServerCore> NewCore(uint32_t dim, const std::string& root) {
@@ -322,10 +322,9 @@ Case RunCase(uint64_t num_rows, uint32_t dim, const std::string& dir) {
       "ckpt_gb=%.3f copy_s=%.2f write_s=%.2f write_gbps=%.2f disk_write_gbps=%.2f "
       "restore_s=%.2f restore_gbps=%.2f disk_read_gbps=%.2f resident_before_restore=%.2f\n",
       static_cast<unsigned long long>(num_rows), dim, c.bytes_per_row, c.table_bytes_per_row,
-      c.fill_rows_per_s, c.unique_per_step, c.pull_rows_per_s, c.push_rows_per_s,
-      c.w_rows_per_s, c.ckpt_gb, c.copy_s, c.write_s, c.ckpt_gb / c.write_s,
-      c.disk_write_gbps, c.restore_s, c.ckpt_gb / c.restore_s, c.disk_read_gbps,
-      c.resident_before_restore);
+      c.fill_rows_per_s, c.unique_per_step, c.pull_rows_per_s, c.push_rows_per_s, c.w_rows_per_s,
+      c.ckpt_gb, c.copy_s, c.write_s, c.ckpt_gb / c.write_s, c.disk_write_gbps, c.restore_s,
+      c.ckpt_gb / c.restore_s, c.disk_read_gbps, c.resident_before_restore);
   std::fflush(stdout);
   return c;
 }
@@ -356,23 +355,22 @@ int Main() {
       "\none in-process server core, 1 sparse table, Adagrad; W: 4096 Zipf(1.0) draws/step "
       "over all rows, %d steps; checkpoint and disk under %s\n",
       absl::GetFlag(FLAGS_steps), dir.c_str());
-  std::printf("%10s %4s %8s %8s %9s %9s %9s %9s %8s %7s %7s %8s %8s %7s %8s %8s\n", "rows",
-              "dim", "B/row", "table B", "uniq/step", "pull Mr/s", "push Mr/s", "W Mr/s",
-              "ckpt GB", "copy s", "write s", "wr GB/s", "disk wr", "rest s", "rs GB/s",
-              "disk rd");
+  std::printf("%10s %4s %8s %8s %9s %9s %9s %9s %8s %7s %7s %8s %8s %7s %8s %8s\n", "rows", "dim",
+              "B/row", "table B", "uniq/step", "pull Mr/s", "push Mr/s", "W Mr/s", "ckpt GB",
+              "copy s", "write s", "wr GB/s", "disk wr", "rest s", "rs GB/s", "disk rd");
   for (const Case& c : cases) {
     if (c.skipped) {
       std::printf("%10llu %4u   skipped (memory)\n", static_cast<unsigned long long>(c.rows),
                   c.dim);
       continue;
     }
-    std::printf("%10llu %4u %8.1f %8.0f %9.0f %9.2f %9.2f %9.2f %8.2f %7.2f %7.2f %8.2f %8.2f "
-                "%7.2f %8.2f %8.2f\n",
-                static_cast<unsigned long long>(c.rows), c.dim, c.bytes_per_row,
-                c.table_bytes_per_row, c.unique_per_step, c.pull_rows_per_s / 1e6,
-                c.push_rows_per_s / 1e6, c.w_rows_per_s / 1e6, c.ckpt_gb, c.copy_s, c.write_s,
-                c.ckpt_gb / c.write_s, c.disk_write_gbps, c.restore_s, c.ckpt_gb / c.restore_s,
-                c.disk_read_gbps);
+    std::printf(
+        "%10llu %4u %8.1f %8.0f %9.0f %9.2f %9.2f %9.2f %8.2f %7.2f %7.2f %8.2f %8.2f "
+        "%7.2f %8.2f %8.2f\n",
+        static_cast<unsigned long long>(c.rows), c.dim, c.bytes_per_row, c.table_bytes_per_row,
+        c.unique_per_step, c.pull_rows_per_s / 1e6, c.push_rows_per_s / 1e6, c.w_rows_per_s / 1e6,
+        c.ckpt_gb, c.copy_s, c.write_s, c.ckpt_gb / c.write_s, c.disk_write_gbps, c.restore_s,
+        c.ckpt_gb / c.restore_s, c.disk_read_gbps);
   }
   return 0;
 }

@@ -84,8 +84,7 @@ double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void RunCase(uint32_t dim, const std::string& opt, const Batches& b,
-             uint64_t num_ids) {
+void RunCase(uint32_t dim, const std::string& opt, const Batches& b, uint64_t num_ids) {
   const JobConfig config = OneTable(dim, opt);
   std::vector<float> grads(8192 * dim, 0.001f);
   // The table: every id created first, so the timed loop is steady state.
@@ -100,8 +99,7 @@ void RunCase(uint32_t dim, const std::string& opt, const Batches& b,
   for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
     auto start = Clock::now();
     for (size_t s = 0; s < b.keys.size(); ++s) {
-      (void)store->Push(1, b.keys[s].data(), b.keys[s].size(), grads.data(),
-                        1.0f);
+      (void)store->Push(1, b.keys[s].data(), b.keys[s].size(), grads.data(), 1.0f);
     }
     table_rates.push_back(b.rows / Seconds(start));
   }
@@ -123,10 +121,10 @@ void RunCase(uint32_t dim, const std::string& opt, const Batches& b,
   }
   const double table_rate = Median(table_rates);
   const double plain_rate = Median(plain_rates);
-  std::printf("optimizer %-8s dim %3u: table %7.2f M rows/s, plain array %7.2f "
-              "M rows/s, ratio %.2f\n",
-              opt.c_str(), dim, table_rate / 1e6, plain_rate / 1e6,
-              table_rate / plain_rate);
+  std::printf(
+      "optimizer %-8s dim %3u: table %7.2f M rows/s, plain array %7.2f "
+      "M rows/s, ratio %.2f\n",
+      opt.c_str(), dim, table_rate / 1e6, plain_rate / 1e6, table_rate / plain_rate);
 }
 
 void RunMemory(uint64_t rows) {
@@ -141,11 +139,11 @@ void RunMemory(uint64_t rows) {
   }
   const TableCounters c = store->FindTable(1)->Counters();
   const double raw = 8 + 16 * 4 + 16 * 4;  // key + weights + accumulators.
-  std::printf("memory: %llu rows dim 16 adagrad: %llu bytes/row, raw %.0f, "
-              "ratio %.2f\n",
-              static_cast<unsigned long long>(c.live_rows),
-              static_cast<unsigned long long>(c.bytes_per_row), raw,
-              c.bytes_per_row / raw);
+  std::printf(
+      "memory: %llu rows dim 16 adagrad: %llu bytes/row, raw %.0f, "
+      "ratio %.2f\n",
+      static_cast<unsigned long long>(c.live_rows),
+      static_cast<unsigned long long>(c.bytes_per_row), raw, c.bytes_per_row / raw);
 }
 
 }  // namespace
@@ -155,11 +153,10 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   shardps::HelperPool::SetSharedHelpers(absl::GetFlag(FLAGS_table_helpers));
   const uint64_t rows = absl::GetFlag(FLAGS_rows);
-  const shardps::Batches b = shardps::MakeBatches(
-      absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_draws), rows);
-  std::printf("%zu steps, %.0f unique rows/step (Zipf 1.0 over %llu ids)\n",
-              b.keys.size(), double(b.rows) / b.keys.size(),
-              static_cast<unsigned long long>(rows));
+  const shardps::Batches b =
+      shardps::MakeBatches(absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_draws), rows);
+  std::printf("%zu steps, %.0f unique rows/step (Zipf 1.0 over %llu ids)\n", b.keys.size(),
+              double(b.rows) / b.keys.size(), static_cast<unsigned long long>(rows));
   for (uint32_t dim : {16u, 64u}) {
     for (const char* opt : {"sgd", "adagrad", "adam"}) {
       shardps::RunCase(dim, opt, b, rows);

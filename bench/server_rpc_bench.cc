@@ -18,6 +18,8 @@
 //   bazel run -c opt //bench:server_rpc_bench -- [--steps=3000] [--reps=3]
 //       [--two_clients=false] [--ps_server_before=/path/to/old/ps_server]
 //       [--client_before=/path/to/old/server_rpc_bench]
+#include "bench/server_rpc_bench.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -39,7 +41,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "bench/server_rpc_bench.h"
 #include "bench/server_zipf.h"
 #include "common/codec.h"
 #include "common/init.h"
@@ -48,8 +49,7 @@
 
 extern char** environ;
 
-ABSL_FLAG(std::string, role, "main",
-          "main | client | pipelined_client | tcp_server | tcp_client");
+ABSL_FLAG(std::string, role, "main", "main | client | pipelined_client | tcp_server | tcp_client");
 ABSL_FLAG(std::string, address, "", "Server address (client roles).");
 ABSL_FLAG(int, dim, 64, "Row width.");
 ABSL_FLAG(std::string, encoding, "fp32", "fp32 | bf16 (wire values).");
@@ -72,14 +72,14 @@ namespace {
 
 using bench::Clock;
 using bench::ConnectLoopback;
+using bench::kDraws;
+using bench::kIds;
 using bench::RunGrpcClient;
 using bench::RunTcpClient;
 using bench::RunTcpServer;
 using bench::Seconds;
 using bench::StepTimes;
 using bench::WriteAll;
-using bench::kDraws;
-using bench::kIds;
 
 // ---- the driver ------------------------------------------------------------
 
@@ -110,8 +110,7 @@ Child Spawn(const std::vector<std::string>& args) {
 // `prefixes`, or to EOF; returns the rest of the first line seen with each
 // prefix ("" for none). Earlier prefixes are for lines printed before the
 // last one (a line printed after it would block until the child exits).
-std::vector<std::string> ReadLines(const Child& c,
-                                   const std::vector<std::string>& prefixes) {
+std::vector<std::string> ReadLines(const Child& c, const std::vector<std::string>& prefixes) {
   std::vector<std::string> found(prefixes.size());
   char line[512];
   while (found.back().empty() && std::fgets(line, sizeof line, c.out) != nullptr) {
@@ -176,23 +175,21 @@ std::string SelfPath() {
 // (its handlers, from its metrics; warmup calls included).
 struct Run {
   double rate = 0;
-  StepTimes client;         // ms per step.
+  StepTimes client;        // ms per step.
   double server_pull = 0;  // ms per call.
   double server_push = 0;
 };
 
 // Runs `clients` client processes against `address`.
-Run RunClients(const std::string& binary, const std::string& role,
-               const std::string& address, int clients, int dim,
-               const std::string& encoding) {
+Run RunClients(const std::string& binary, const std::string& role, const std::string& address,
+               int clients, int dim, const std::string& encoding) {
   std::vector<Child> children;
   for (int i = 0; i < clients; ++i) {
-    children.push_back(Spawn(
-        {binary, "--role=" + role, "--address=" + address,
-         absl::StrCat("--dim=", dim), "--encoding=" + encoding,
-         absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
-         absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
-         absl::StrCat("--seed=", 100 + i)}));
+    children.push_back(
+        Spawn({binary, "--role=" + role, "--address=" + address, absl::StrCat("--dim=", dim),
+               "--encoding=" + encoding, absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
+               absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
+               absl::StrCat("--seed=", 100 + i)}));
   }
   Run run;
   for (Child& c : children) {
@@ -227,19 +224,18 @@ double MedianOf(const std::vector<Run>& runs, Field field) {
 }
 
 // One run of `clients` clients against a fresh `ps_server`.
-Run GrpcRun(const std::string& ps_server, const std::string& client,
-            const std::string& role, int dim, const std::string& encoding, int clients) {
+Run GrpcRun(const std::string& ps_server, const std::string& client, const std::string& role,
+            int dim, const std::string& encoding, int clients) {
   const std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   const std::string config = absl::StrCat(tmp, "/server_rpc_bench_", getpid(), ".pbtxt");
   std::ofstream(config) << "name: \"w\"\n"
-      << "tables { id: 1 name: \"emb\" kind: SPARSE dim: " << dim
-      << " init { kind: UNIFORM scale: 0.01 }"
-      << " optimizer { sgd { learning_rate: 0.01 } } }\n"
-      << "cluster { num_servers: 1 num_workers: " << clients
-      << " num_partitions: 4096 mode: ASP }\n"
-      << "data { synthetic_dir: \"unused\" }\n";
-  Child server = Spawn({ps_server, "--config=" + config,
-                        "--metrics_listen=127.0.0.1:0"});
+                        << "tables { id: 1 name: \"emb\" kind: SPARSE dim: " << dim
+                        << " init { kind: UNIFORM scale: 0.01 }"
+                        << " optimizer { sgd { learning_rate: 0.01 } } }\n"
+                        << "cluster { num_servers: 1 num_workers: " << clients
+                        << " num_partitions: 4096 mode: ASP }\n"
+                        << "data { synthetic_dir: \"unused\" }\n";
+  Child server = Spawn({ps_server, "--config=" + config, "--metrics_listen=127.0.0.1:0"});
   // ps_server prints where its metrics listen before where it serves.
   const std::vector<std::string> lines =
       ReadLines(server, {"PS_METRICS_LISTENING ", "PS_SERVER_LISTENING "});
@@ -258,8 +254,8 @@ Run GrpcRun(const std::string& ps_server, const std::string& client,
 
 // The pipelined client against the gRPC ceiling (--role=null_server).
 Run NullRun(int dim, const std::string& encoding) {
-  Child server = Spawn({SelfPath(), "--role=null_server",
-                        absl::StrCat("--dim=", dim), "--encoding=" + encoding});
+  Child server = Spawn(
+      {SelfPath(), "--role=null_server", absl::StrCat("--dim=", dim), "--encoding=" + encoding});
   const std::string address = ReadLine(server, "NULL_LISTENING ");
   if (address.empty()) {
     std::fprintf(stderr, "the null gRPC server did not start\n");
@@ -271,8 +267,8 @@ Run NullRun(int dim, const std::string& encoding) {
 }
 
 Run TcpRun(int dim, const std::string& encoding) {
-  Child server = Spawn({SelfPath(), "--role=tcp_server",
-                        absl::StrCat("--dim=", dim), "--encoding=" + encoding});
+  Child server = Spawn(
+      {SelfPath(), "--role=tcp_server", absl::StrCat("--dim=", dim), "--encoding=" + encoding});
   const std::string address = ReadLine(server, "TCP_LISTENING ");
   const Run run = RunClients(SelfPath(), "tcp_client", address, 1, dim, encoding);
   Finish(server, false);
@@ -287,18 +283,18 @@ int RunMain() {
   const int reps = absl::GetFlag(FLAGS_reps);
   const std::string after = absl::GetFlag(FLAGS_ps_server);
   const std::string before = absl::GetFlag(FLAGS_ps_server_before);
-  const std::string client_before = absl::GetFlag(FLAGS_client_before).empty()
-                                        ? SelfPath()
-                                        : absl::GetFlag(FLAGS_client_before);
-  std::printf("workload W: Zipf(1.0) over %llu ids, %d draws/step, %d steps, "
-              "median of %d reps%s\n",
-              static_cast<unsigned long long>(kIds), kDraws,
-              absl::GetFlag(FLAGS_steps), reps,
-              before.empty() ? "" : "; before = --ps_server_before, same reps");
-  std::printf("clients: serial = one step at a time (draw, pull, push), raw stub; "
-              "pipelined = the real PsClient, step t's push and step t+1's pull in "
-              "flight at once while the next batch is drawn (a worker with prefetch); "
-              "the raw TCP loop is serial\n");
+  const std::string client_before =
+      absl::GetFlag(FLAGS_client_before).empty() ? SelfPath() : absl::GetFlag(FLAGS_client_before);
+  std::printf(
+      "workload W: Zipf(1.0) over %llu ids, %d draws/step, %d steps, "
+      "median of %d reps%s\n",
+      static_cast<unsigned long long>(kIds), kDraws, absl::GetFlag(FLAGS_steps), reps,
+      before.empty() ? "" : "; before = --ps_server_before, same reps");
+  std::printf(
+      "clients: serial = one step at a time (draw, pull, push), raw stub; "
+      "pipelined = the real PsClient, step t's push and step t+1's pull in "
+      "flight at once while the next batch is drawn (a worker with prefetch); "
+      "the raw TCP loop is serial\n");
   struct Case {
     int dim;
     const char* encoding;
@@ -326,8 +322,8 @@ int RunMain() {
       null_ratio[c].push_back(null_rate[c].back() / t);
       for (size_t m = 0; m < modes.size(); ++m) {
         const size_t i = c * modes.size() + m;
-        const Run run = GrpcRun(after, SelfPath(), modes[m].role, cases[c].dim,
-                                cases[c].encoding, modes[m].clients);
+        const Run run = GrpcRun(after, SelfPath(), modes[m].role, cases[c].dim, cases[c].encoding,
+                                modes[m].clients);
         runs[i].push_back(run);
         rate[i].push_back(run.rate);
         ratio[i].push_back(run.rate / t);
@@ -345,15 +341,14 @@ int RunMain() {
   for (size_t c = 0; c < cases.size(); ++c) {
     for (size_t m = 0; m < modes.size(); ++m) {
       const size_t i = c * modes.size() + m;
-      std::printf("dim %2d %s %d client(s) %-9s: %6.3f M rows/s; raw TCP loop %6.3f M "
-                  "rows/s; ratio %.2f",
-                  cases[c].dim, cases[c].encoding, modes[m].clients, modes[m].name,
-                  Median(rate[i]) / 1e6,
-                  MedianOf(tcp_runs[c], [](const Run& r) { return r.rate; }) / 1e6,
-                  Median(ratio[i]));
+      std::printf(
+          "dim %2d %s %d client(s) %-9s: %6.3f M rows/s; raw TCP loop %6.3f M "
+          "rows/s; ratio %.2f",
+          cases[c].dim, cases[c].encoding, modes[m].clients, modes[m].name, Median(rate[i]) / 1e6,
+          MedianOf(tcp_runs[c], [](const Run& r) { return r.rate; }) / 1e6, Median(ratio[i]));
       if (!before.empty()) {
-        std::printf("; before %6.3f M rows/s, after/before %.2f",
-                    Median(before_rate[i]) / 1e6, Median(speedup[i]));
+        std::printf("; before %6.3f M rows/s, after/before %.2f", Median(before_rate[i]) / 1e6,
+                    Median(speedup[i]));
       }
       std::printf("\n");
     }
@@ -361,10 +356,10 @@ int RunMain() {
   // What no table behind unary gRPC can beat here: the pipelined client
   // against a server that only copies the bytes (server_rpc_bench_null.cc).
   for (size_t c = 0; c < cases.size(); ++c) {
-    std::printf("dim %2d %s gRPC ceiling (pipelined, a server that only copies the bytes): "
-                "%6.3f M rows/s; ratio to the raw loop %.2f\n",
-                cases[c].dim, cases[c].encoding, Median(null_rate[c]) / 1e6,
-                Median(null_ratio[c]));
+    std::printf(
+        "dim %2d %s gRPC ceiling (pipelined, a server that only copies the bytes): "
+        "%6.3f M rows/s; ratio to the raw loop %.2f\n",
+        cases[c].dim, cases[c].encoding, Median(null_rate[c]) / 1e6, Median(null_ratio[c]));
   }
   {
     std::vector<double> bf16_64, bf16_16;
@@ -377,9 +372,10 @@ int RunMain() {
       raw_64.push_back(tcp_runs[2][rep].rate / tcp_runs[0][rep].rate);
       raw_16.push_back(tcp_runs[3][rep].rate / tcp_runs[1][rep].rate);
     }
-    std::printf("bf16/fp32 of the raw loop: dim 64 %.2f, dim 16 %.2f; of the gRPC ceiling: "
-                "dim 64 %.2f, dim 16 %.2f\n",
-                Median(raw_64), Median(raw_16), Median(bf16_64), Median(bf16_16));
+    std::printf(
+        "bf16/fp32 of the raw loop: dim 64 %.2f, dim 16 %.2f; of the gRPC ceiling: "
+        "dim 64 %.2f, dim 16 %.2f\n",
+        Median(raw_64), Median(raw_16), Median(bf16_64), Median(bf16_16));
   }
   // The issue-17 figures: 1 client, gRPC against the raw loop of the same
   // rep, and bf16 against fp32 (both gRPC, same rep, same dim and mode).
@@ -397,19 +393,21 @@ int RunMain() {
       bf16_64.push_back(rate[index(64, "bf16", m)][rep] / rate[index(64, "fp32", m)][rep]);
       bf16_16.push_back(rate[index(16, "bf16", m)][rep] / rate[index(16, "fp32", m)][rep]);
     }
-    std::printf("W ratios, 1 client %-9s: W/raw loop dim 64 fp32 %.2f (target >= 0.97), "
-                "dim 16 fp32 %.2f (target >= 0.86); bf16/fp32 dim 64 %.2f, dim 16 %.2f "
-                "(target >= 1.5)\n",
-                modes[m].name, Median(ratio[index(64, "fp32", m)]),
-                Median(ratio[index(16, "fp32", m)]), Median(bf16_64), Median(bf16_16));
+    std::printf(
+        "W ratios, 1 client %-9s: W/raw loop dim 64 fp32 %.2f (target >= 0.97), "
+        "dim 16 fp32 %.2f (target >= 0.86); bf16/fp32 dim 64 %.2f, dim 16 %.2f "
+        "(target >= 1.5)\n",
+        modes[m].name, Median(ratio[index(64, "fp32", m)]), Median(ratio[index(16, "fp32", m)]),
+        Median(bf16_64), Median(bf16_16));
   }
   // A serial step: draw, pull round trip, push round trip. A round trip
   // minus the server's handler time is transport (gRPC, HTTP/2, kernel,
   // wake-ups, both sides' copies); the raw loop's round trip is nearly all
   // transport (its server only copies). A pipelined step's pull and push are
   // the client's waits for them.
-  std::printf("where a 1-client step goes, ms (medians over reps; server = "
-              "ps_server's handler time per call, warmup calls included):\n");
+  std::printf(
+      "where a 1-client step goes, ms (medians over reps; server = "
+      "ps_server's handler time per call, warmup calls included):\n");
   for (size_t c = 0; c < cases.size(); ++c) {
     const auto& t = tcp_runs[c];
     std::printf("  dim %2d %s: raw loop: draw %.3f, pull %.3f, push %.3f\n", cases[c].dim,
@@ -418,13 +416,14 @@ int RunMain() {
                 MedianOf(t, [](const Run& r) { return r.client.push; }));
     for (size_t m = 0; m < 2; ++m) {
       const auto& g = runs[c * modes.size() + m];
-      std::printf("    gRPC %-9s: draw %.3f, pull %.3f (server %.3f), push %.3f "
-                  "(server %.3f)\n",
-                  modes[m].name, MedianOf(g, [](const Run& r) { return r.client.draw; }),
-                  MedianOf(g, [](const Run& r) { return r.client.pull; }),
-                  MedianOf(g, [](const Run& r) { return r.server_pull; }),
-                  MedianOf(g, [](const Run& r) { return r.client.push; }),
-                  MedianOf(g, [](const Run& r) { return r.server_push; }));
+      std::printf(
+          "    gRPC %-9s: draw %.3f, pull %.3f (server %.3f), push %.3f "
+          "(server %.3f)\n",
+          modes[m].name, MedianOf(g, [](const Run& r) { return r.client.draw; }),
+          MedianOf(g, [](const Run& r) { return r.client.pull; }),
+          MedianOf(g, [](const Run& r) { return r.server_pull; }),
+          MedianOf(g, [](const Run& r) { return r.client.push; }),
+          MedianOf(g, [](const Run& r) { return r.server_push; }));
     }
   }
   std::fflush(stdout);

@@ -78,8 +78,7 @@ int RunGrpcClient() {
     TableGradients* tg = push.add_tables();
     tg->set_table_id(1);
     tg->mutable_keys()->Add(keys.begin(), keys.end());
-    EncodeValues(grads.data(), keys.size() * dim,
-                 bf16 ? Encoding::kBf16 : Encoding::kFp32,
+    EncodeValues(grads.data(), keys.size() * dim, bf16 ? Encoding::kBf16 : Encoding::kFp32,
                  tg->mutable_gradients());
     grpc::ClientContext push_ctx;
     s = stub->Push(&push_ctx, push, &pushed);
@@ -90,8 +89,7 @@ int RunGrpcClient() {
     }
     rows += keys.size();
   }
-  std::printf("ROWS %llu SECONDS %.6f\n", static_cast<unsigned long long>(rows),
-              Seconds(start));
+  std::printf("ROWS %llu SECONDS %.6f\n", static_cast<unsigned long long>(rows), Seconds(start));
   times.Print(absl::GetFlag(FLAGS_steps));
   return 0;
 }
@@ -222,8 +220,7 @@ int RunTcpClient() {
     times.push += Seconds(t);
     rows += keys.size();
   }
-  std::printf("ROWS %llu SECONDS %.6f\n", static_cast<unsigned long long>(rows),
-              Seconds(start));
+  std::printf("ROWS %llu SECONDS %.6f\n", static_cast<unsigned long long>(rows), Seconds(start));
   times.Print(absl::GetFlag(FLAGS_steps));
   close(fd);
   return 0;

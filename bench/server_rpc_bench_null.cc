@@ -80,8 +80,7 @@ class NullPull final : public Call {
   void Rearm() override { new NullPull(service_, cq_, rows_); }
   void Serve() override {
     PullRequest request;
-    if (!grpc::SerializationTraits<PullRequest>::Deserialize(&request_bytes_, &request)
-             .ok()) {
+    if (!grpc::SerializationTraits<PullRequest>::Deserialize(&request_bytes_, &request).ok()) {
       responder_.FinishWithError(
           grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed PullRequest"), this);
       return;
@@ -118,8 +117,7 @@ class NullPush final : public Call {
     for (const TableGradients& t : request_.tables()) {
       const size_t n = std::min<size_t>(t.keys_size(), t.gradients().size() / rows_->row_bytes);
       for (size_t i = 0; i < n; ++i) {
-        std::memcpy(rows_->row(i), t.gradients().data() + i * rows_->row_bytes,
-                    rows_->row_bytes);
+        std::memcpy(rows_->row(i), t.gradients().data() + i * rows_->row_bytes, rows_->row_bytes);
       }
       response.set_rows_applied(response.rows_applied() + n);
     }

@@ -41,8 +41,7 @@ int RunPipelinedClient() {
   TuneMallocForLargeMessages();  // As ps_worker does.
   const int dim = absl::GetFlag(FLAGS_dim);
   PsClient::Options options;
-  options.encoding =
-      absl::GetFlag(FLAGS_encoding) == "bf16" ? Encoding::kBf16 : Encoding::kFp32;
+  options.encoding = absl::GetFlag(FLAGS_encoding) == "bf16" ? Encoding::kBf16 : Encoding::kFp32;
   PartitionMapProto map;  // One server owns every partition (map version 1).
   map.set_version(1);
   map.set_num_partitions(kPartitions);
@@ -59,14 +58,14 @@ int RunPipelinedClient() {
   std::array<Slot, 3> slots;
   for (Slot& s : slots) s.rows.resize(size_t{kDraws} * dim);
   auto pull = [&](Slot& s, uint64_t clock) {
-    return ps.PullAsync({{1, static_cast<uint32_t>(dim), s.keys.data(), s.keys.size(),
-                          s.rows.data()}},
-                        TRAIN, clock);
+    return ps.PullAsync(
+        {{1, static_cast<uint32_t>(dim), s.keys.data(), s.keys.size(), s.rows.data()}}, TRAIN,
+        clock);
   };
   auto push = [&](Slot& s, uint64_t clock) {
-    return ps.PushAsync({{1, static_cast<uint32_t>(dim), s.keys.data(), s.keys.size(),
-                          grads.data()}},
-                        clock, 1.0f, /*to_every_server=*/false);
+    return ps.PushAsync(
+        {{1, static_cast<uint32_t>(dim), s.keys.data(), s.keys.size(), grads.data()}}, clock, 1.0f,
+        /*to_every_server=*/false);
   };
   auto failed = [](const char* what, const absl::Status& st) {
     std::fprintf(stderr, "%s: %s\n", what, st.ToString().c_str());
@@ -108,8 +107,7 @@ int RunPipelinedClient() {
   }
   const absl::Status st = pushing->Wait();
   if (!st.ok()) return failed("push", st);
-  std::printf("ROWS %llu SECONDS %.6f\n", static_cast<unsigned long long>(rows),
-              Seconds(start));
+  std::printf("ROWS %llu SECONDS %.6f\n", static_cast<unsigned long long>(rows), Seconds(start));
   times.Print(absl::GetFlag(FLAGS_steps));
   return 0;
 }

@@ -96,12 +96,12 @@ void DecodeHalfScalar(const char* src, size_t n, float* out) {
 // (the magnitude is below 2^31).
 __attribute__((target("avx2"))) inline __m256i Bf16Lanes(__m256i x) {
   const __m256i hi = _mm256_srli_epi32(x, 16);
-  const __m256i rounded = _mm256_srli_epi32(
-      _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
-                       _mm256_and_si256(hi, _mm256_set1_epi32(1))),
-      16);
-  const __m256i nan = _mm256_cmpgt_epi32(
-      _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                                         _mm256_and_si256(hi, _mm256_set1_epi32(1))),
+                        16);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
   return _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
 }
 
@@ -109,12 +109,10 @@ __attribute__((target("avx2"))) inline __m256i Bf16Lanes(__m256i x) {
 // at -O3 but narrows 32 -> 16 bits slowly: on rows of 64 values this takes
 // 0.43x the time of the value-by-value loop, on rows of 16 0.76x
 // (bench/codec_bench).
-__attribute__((target("avx2"))) void EncodeBf16Avx2(const float* values, size_t n,
-                                                    char* dst) {
+__attribute__((target("avx2"))) void EncodeBf16Avx2(const float* values, size_t n, char* dst) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256i a =
-        Bf16Lanes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + i)));
+    const __m256i a = Bf16Lanes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + i)));
     const __m256i b =
         Bf16Lanes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + i + 8)));
     // packus packs within 128-bit halves (a0-3 b0-3 a4-7 b4-7): reorder.
@@ -141,8 +139,7 @@ const bool kHasF16c = [] {
 // as FloatToHalf does for every one of the 2^32 floats, and widens as
 // HalfToFloat does for every half (checked once, exhaustively, when this
 // was written; codec_test holds both to it on a sample and on all halves).
-__attribute__((target("avx,f16c"))) void EncodeHalfF16c(const float* values, size_t n,
-                                                        char* dst) {
+__attribute__((target("avx,f16c"))) void EncodeHalfF16c(const float* values, size_t n, char* dst) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(values + i), _MM_FROUND_TO_NEAREST_INT);
@@ -150,8 +147,7 @@ __attribute__((target("avx,f16c"))) void EncodeHalfF16c(const float* values, siz
   }
   if (i < n) EncodeHalfScalar(values + i, n - i, dst + 2 * i);
 }
-__attribute__((target("avx,f16c"))) void DecodeHalfF16c(const char* src, size_t n,
-                                                        float* out) {
+__attribute__((target("avx,f16c"))) void DecodeHalfF16c(const char* src, size_t n, float* out) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
@@ -198,21 +194,19 @@ void EncodeValuesTo(const float* values, size_t n, Encoding encoding, char* dst)
   }
 }
 
-void EncodeValues(const float* values, size_t n, Encoding encoding,
-                  std::string* out) {
+void EncodeValues(const float* values, size_t n, Encoding encoding, std::string* out) {
   if (n == 0) return;
   const size_t start = out->size();
   out->resize(start + n * BytesPerValue(encoding));
   EncodeValuesTo(values, n, encoding, out->data() + start);
 }
 
-absl::Status DecodeValues(absl::string_view bytes, Encoding encoding, size_t n,
-                          float* out) {
+absl::Status DecodeValues(absl::string_view bytes, Encoding encoding, size_t n, float* out) {
   const size_t width = BytesPerValue(encoding);
   if (bytes.size() != n * width) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("value bytes: expected ", n, " values of ", width,
-                     " bytes (", n * width, " bytes), got ", bytes.size()));
+    return absl::InvalidArgumentError(absl::StrCat("value bytes: expected ", n, " values of ",
+                                                   width, " bytes (", n * width, " bytes), got ",
+                                                   bytes.size()));
   }
   if (n == 0) return absl::OkStatus();
   const char* src = bytes.data();
@@ -252,9 +246,9 @@ absl::Status ExpandNonZeros(const uint32_t* gaps, size_t count, absl::string_vie
                             Encoding encoding, size_t n, float* out) {
   const size_t width = BytesPerValue(encoding);
   if (values.size() != count * width) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sparse values: ", count, " indices need ", count * width, " bytes of ", width,
-        "-byte values, got ", values.size()));
+    return absl::InvalidArgumentError(absl::StrCat("sparse values: ", count, " indices need ",
+                                                   count * width, " bytes of ", width,
+                                                   "-byte values, got ", values.size()));
   }
   std::fill(out, out + n, 0.0f);
   uint64_t index = 0;
@@ -265,8 +259,8 @@ absl::Status ExpandNonZeros(const uint32_t* gaps, size_t count, absl::string_vie
     }
     index = (i == 0 ? 0 : index) + gaps[i];
     if (index >= n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sparse index ", index, " (entry ", i, ") is outside the ", n, " values"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse index ", index, " (entry ", i, ") is outside the ", n, " values"));
     }
     // The size was checked above: one value always decodes.
     (void)DecodeValues(values.substr(i * width, width), encoding, 1, out + index);

@@ -31,9 +31,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 enum class Encoding { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
 
 // Bytes per value in `encoding`.
-inline size_t BytesPerValue(Encoding encoding) {
-  return encoding == Encoding::kFp32 ? 4 : 2;
-}
+inline size_t BytesPerValue(Encoding encoding) { return encoding == Encoding::kFp32 ? 4 : 2; }
 
 inline uint32_t FloatBits(float f) {
   uint32_t u;
@@ -68,15 +66,13 @@ inline uint16_t FloatToBf16(float f) {
 inline float Bf16ToFloat(uint16_t b) { return BitsFloat(uint32_t{b} << 16); }
 
 // Appends `n` values to `out` in `encoding`.
-void EncodeValues(const float* values, size_t n, Encoding encoding,
-                  std::string* out);
+void EncodeValues(const float* values, size_t n, Encoding encoding, std::string* out);
 // Writes `n` values in `encoding` to dst (room for n * BytesPerValue bytes).
 void EncodeValuesTo(const float* values, size_t n, Encoding encoding, char* dst);
 
 // Decodes exactly `n` values from `bytes` into `out` (room for n floats).
 // INVALID_ARGUMENT if bytes.size() is not n * BytesPerValue(encoding).
-absl::Status DecodeValues(absl::string_view bytes, Encoding encoding,
-                          size_t n, float* out);
+absl::Status DecodeValues(absl::string_view bytes, Encoding encoding, size_t n, float* out);
 
 // The sparse form of a value array (ps.proto SparseGradients): the indices
 // of its non-zero elements as gaps (the first index, then each index minus

@@ -20,8 +20,8 @@ TEST(HalfTest, ReferenceValues) {
   EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
   EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
   EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
-  EXPECT_EQ(FloatToHalf(0.1f), 0x2e66);  // 0.0999755859375
-  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);  // largest finite
+  EXPECT_EQ(FloatToHalf(0.1f), 0x2e66);       // 0.0999755859375
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);   // largest finite
   EXPECT_EQ(FloatToHalf(Pow2(-14)), 0x0400);  // smallest normal
   EXPECT_EQ(FloatToHalf(Pow2(-24)), 0x0001);  // smallest subnormal
 }
@@ -93,11 +93,10 @@ TEST(Bf16Test, ReferenceValuesAndRounding) {
 // must be what the scalar FloatToBf16 / FloatToHalf give (ties, carries into
 // the exponent, overflow, Inf, NaN payloads, subnormals, both signs).
 std::vector<uint32_t> FloatPatterns() {
-  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu,
-                                0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu,
-                                0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u,
-                                0xffc12345u, 0x7fffffffu, 0x7f7f8000u, 0x0000ffffu,
-                                0x477ff000u, 0x477fefffu, 0x38800000u, 0x33000000u,
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x3f808000u,
+                                0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+                                0xff800000u, 0x7f800001u, 0xffc12345u, 0x7fffffffu, 0x7f7f8000u,
+                                0x0000ffffu, 0x477ff000u, 0x477fefffu, 0x38800000u, 0x33000000u,
                                 0x33000001u, 0xb3800000u, 0x3f801000u, 0x3f803000u};
   uint64_t x = 0x9e3779b97f4a7c15ull;  // splitmix64: any 32-bit pattern.
   while (bits.size() < 150003) {
@@ -117,8 +116,8 @@ TEST(CodecTest, ArrayNarrowingEqualsTheScalarRoundingForEveryPattern) {
   std::vector<float> values(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) values[i] = BitsFloat(bits[i]);
   for (Encoding e : {Encoding::kBf16, Encoding::kFp16}) {
-    for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{15}, size_t{16},
-                     size_t{17}, size_t{64}, values.size()}) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{15}, size_t{16}, size_t{17},
+                     size_t{64}, values.size()}) {
       std::string wire(2 * n, '\0');
       EncodeValuesTo(values.data(), n, e, wire.data());
       for (size_t i = 0; i < n; ++i) {
@@ -126,8 +125,8 @@ TEST(CodecTest, ArrayNarrowingEqualsTheScalarRoundingForEveryPattern) {
         std::memcpy(&got, wire.data() + 2 * i, 2);
         const uint16_t want =
             e == Encoding::kBf16 ? FloatToBf16(values[i]) : FloatToHalf(values[i]);
-        ASSERT_EQ(got, want) << (e == Encoding::kBf16 ? "bf16" : "fp16") << " n " << n
-                             << " at " << i << " float bits 0x" << std::hex << bits[i];
+        ASSERT_EQ(got, want) << (e == Encoding::kBf16 ? "bf16" : "fp16") << " n " << n << " at "
+                             << i << " float bits 0x" << std::hex << bits[i];
       }
     }
   }
@@ -145,8 +144,8 @@ TEST(HalfTest, ArrayWideningEqualsHalfToFloatForEveryHalf) {
   std::vector<float> out(0x10000);
   for (size_t n : {size_t{0x10000}, size_t{13}}) {
     for (size_t start = 0; start + n <= 0x10000; start += n) {
-      ASSERT_TRUE(DecodeValues(absl::string_view(wire).substr(2 * start, 2 * n),
-                               Encoding::kFp16, n, out.data() + start)
+      ASSERT_TRUE(DecodeValues(absl::string_view(wire).substr(2 * start, 2 * n), Encoding::kFp16, n,
+                               out.data() + start)
                       .ok());
     }
     for (uint32_t h = 0; h < 0x10000 / n * n; ++h) {
@@ -165,9 +164,8 @@ TEST(CodecTest, ArraysRoundTripInEveryEncoding) {
     EncodeValues(values.data(), values.size(), e, &wire);
     ASSERT_EQ(wire.size(), 6 + values.size() * BytesPerValue(e));
     std::vector<float> back(values.size());
-    ASSERT_TRUE(DecodeValues(absl::string_view(wire).substr(6), e,
-                             values.size(), back.data())
-                    .ok());
+    ASSERT_TRUE(
+        DecodeValues(absl::string_view(wire).substr(6), e, values.size(), back.data()).ok());
     for (size_t i = 0; i < values.size(); ++i) {
       EXPECT_EQ(FloatBits(back[i]), FloatBits(values[i]));  // all exact here
     }
@@ -190,10 +188,9 @@ TEST(CodecTest, FirstNonFiniteFindsTheFirstNanOrInfinity) {
   v[8] = std::numeric_limits<float>::denorm_min();
   EXPECT_EQ(FirstNonFinite(v.data(), v.size()), v.size());
   EXPECT_EQ(FirstNonFinite(v.data(), 0), 0u);
-  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
-                       std::numeric_limits<float>::infinity(),
-                       -std::numeric_limits<float>::infinity(),
-                       -std::numeric_limits<float>::quiet_NaN()};
+  const float bad[] = {
+      std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+      -std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()};
   // Positions at and around the scan's 64-value blocks.
   for (size_t at : {0, 1, 63, 64, 65, 127, 128, 199}) {
     for (float b : bad) {
@@ -208,14 +205,11 @@ TEST(CodecTest, FirstNonFiniteFindsTheFirstNanOrInfinity) {
 
 TEST(CodecTest, WrongByteCountIsRejected) {
   float out[3];
-  const absl::Status st =
-      DecodeValues(std::string(10, '\0'), Encoding::kFp32, 3, out);
+  const absl::Status st = DecodeValues(std::string(10, '\0'), Encoding::kFp32, 3, out);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("expected 3 values"), std::string::npos)
-      << st.message();
+  EXPECT_NE(st.message().find("expected 3 values"), std::string::npos) << st.message();
   EXPECT_TRUE(DecodeValues(std::string(6, '\0'), Encoding::kBf16, 3, out).ok());
 }
-
 
 // The sparse form keeps signs and indices: expanding what was appended gives
 // the array back, in every encoding (up to the encoding's rounding).
@@ -254,16 +248,21 @@ TEST(CodecTest, BadSparseFormsAreRefused) {
   const uint32_t ok[] = {1, 3};
   EXPECT_TRUE(ExpandNonZeros(ok, 2, two, Encoding::kFp32, 10, out).ok());
   const uint32_t repeated[] = {1, 0};
-  EXPECT_NE(ExpandNonZeros(repeated, 2, two, Encoding::kFp32, 10, out).message().find(
-                "must increase"), std::string::npos);
+  EXPECT_NE(
+      ExpandNonZeros(repeated, 2, two, Encoding::kFp32, 10, out).message().find("must increase"),
+      std::string::npos);
   const uint32_t outside[] = {4, 6};
-  EXPECT_NE(ExpandNonZeros(outside, 2, two, Encoding::kFp32, 10, out).message().find(
-                "outside the 10 values"), std::string::npos);
+  EXPECT_NE(ExpandNonZeros(outside, 2, two, Encoding::kFp32, 10, out)
+                .message()
+                .find("outside the 10 values"),
+            std::string::npos);
   // A gap that wraps a 32-bit index around is still outside.
   const uint32_t wrap[] = {5, 0xffffffffu};
   EXPECT_FALSE(ExpandNonZeros(wrap, 2, two, Encoding::kFp32, 10, out).ok());
   EXPECT_NE(ExpandNonZeros(ok, 2, std::string(6, '\0'), Encoding::kFp32, 10, out)
-                .message().find("2 indices need 8 bytes"), std::string::npos);
+                .message()
+                .find("2 indices need 8 bytes"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #include "common/config.h"
 
+#include <cmath>
 #include <fstream>
 #include <limits>
-#include <cmath>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -34,8 +34,7 @@ class ParseErrors : public google::protobuf::io::ErrorCollector {
     std::string where = absl::StrCat(filename_, ":", line + 1, ":", column + 1);
     std::string quoted;
     if (line >= 0 && line < static_cast<int>(lines_.size())) {
-      quoted = absl::StrCat(" (in `", absl::StripAsciiWhitespace(lines_[line]),
-                            "`)");
+      quoted = absl::StrCat(" (in `", absl::StripAsciiWhitespace(lines_[line]), "`)");
     }
     errors_.push_back(absl::StrCat(where, ": ", message, quoted));
   }
@@ -60,8 +59,7 @@ using Path = std::vector<PathStep>;
 // (absent when the config did not come from text).
 class Validator {
  public:
-  Validator(const JobConfig& config, std::string filename,
-            const TextFormat::ParseInfoTree* tree)
+  Validator(const JobConfig& config, std::string filename, const TextFormat::ParseInfoTree* tree)
       : config_(config), filename_(std::move(filename)), tree_(tree) {}
 
   void Error(const Path& path, absl::string_view what) {
@@ -82,8 +80,7 @@ class Validator {
     const TextFormat::ParseInfoTree* tree = tree_;
     for (const PathStep& step : path) {
       if (tree == nullptr || msg == nullptr) break;
-      const FieldDescriptor* field =
-          msg->GetDescriptor()->FindFieldByName(step.field);
+      const FieldDescriptor* field = msg->GetDescriptor()->FindFieldByName(step.field);
       if (field == nullptr) break;
       if (field->is_repeated() != (step.index >= 0)) break;  // Else DFATAL.
       const auto loc = tree->GetLocation(field, step.index);
@@ -114,8 +111,7 @@ class Validator {
       if (step.index >= 0) {
         absl::StrAppend(&out, "[", step.index, "]");
         if (step.field == "tables" && step.index < config_.tables_size()) {
-          absl::StrAppend(&out, " (\"", config_.tables(step.index).name(),
-                          "\")");
+          absl::StrAppend(&out, " (\"", config_.tables(step.index).name(), "\")");
         }
       }
     }
@@ -136,8 +132,8 @@ void FillDefaults(JobConfig* c) {
       init->set_kind(t.kind() == TableConfig::DENSE ? InitializerConfig::MODEL
                                                     : InitializerConfig::UNIFORM);
     }
-    if (init->scale() == 0 && (init->kind() == InitializerConfig::UNIFORM ||
-                               init->kind() == InitializerConfig::NORMAL)) {
+    if (init->scale() == 0 &&
+        (init->kind() == InitializerConfig::UNIFORM || init->kind() == InitializerConfig::NORMAL)) {
       init->set_scale(0.01f);
     }
     OptimizerConfig* opt = t.mutable_optimizer();
@@ -210,11 +206,11 @@ void ValidateOptimizer(const TableConfig& t, const Path& at, Validator* v) {
       positive("adagrad", "learning_rate", o.adagrad().learning_rate());
       break;
     case OptimizerConfig::kRowwiseAdagrad:
-      positive("rowwise_adagrad", "learning_rate",
-               o.rowwise_adagrad().learning_rate());
+      positive("rowwise_adagrad", "learning_rate", o.rowwise_adagrad().learning_rate());
       if (t.kind() == TableConfig::DENSE) {
-        v->Error(p, "rowwise_adagrad is a row-wise optimizer and is refused on "
-                    "DENSE tables (use adagrad)");
+        v->Error(p,
+                 "rowwise_adagrad is a row-wise optimizer and is refused on "
+                 "DENSE tables (use adagrad)");
       }
       break;
     case OptimizerConfig::kAdam:
@@ -230,8 +226,9 @@ void ValidateOptimizer(const TableConfig& t, const Path& at, Validator* v) {
       }
       break;
     case OptimizerConfig::KIND_NOT_SET:
-      v->Error(p, "an optimizer is required (sgd, adagrad, rowwise_adagrad, "
-                  "adam or ftrl)");
+      v->Error(p,
+               "an optimizer is required (sgd, adagrad, rowwise_adagrad, "
+               "adam or ftrl)");
       break;
   }
   if (o.clip_norm() < 0) v->Error(p, "clip_norm must be >= 0");
@@ -266,10 +263,10 @@ void ValidateTables(const JobConfig& c, Validator* v) {
     if (t.kind() == TableConfig::DENSE && t.admission().min_count() > 1) {
       v->Error(field("admission"), "min_count is for SPARSE tables");
     }
-    if (t.admission().unadmitted() != AdmissionConfig::SHARED &&
-        t.admission().min_count() <= 1) {
-      v->Error(field("admission"), "unadmitted needs min_count > 1 (every key is admitted "
-                                   "at its first touch)");
+    if (t.admission().unadmitted() != AdmissionConfig::SHARED && t.admission().min_count() <= 1) {
+      v->Error(field("admission"),
+               "unadmitted needs min_count > 1 (every key is admitted "
+               "at its first touch)");
     }
     if (t.init().scale() < 0) v->Error(field("init"), "scale must be >= 0");
     if (!std::isfinite(t.max_gradient_abs()) || t.max_gradient_abs() < 0) {
@@ -288,8 +285,7 @@ void ValidateRest(const JobConfig& c, Validator* v) {
     const FieldConfig& f = c.fields(i);
     const TableConfig* t = FindTable(c, f.table());
     if (t == nullptr) {
-      v->Error({{"fields", i}, {"table"}},
-               absl::StrCat("names no table (\"", f.table(), "\")"));
+      v->Error({{"fields", i}, {"table"}}, absl::StrCat("names no table (\"", f.table(), "\")"));
     } else if (t->kind() != TableConfig::SPARSE) {
       v->Error({{"fields", i}, {"table"}}, "must name a SPARSE table");
     }
@@ -306,8 +302,7 @@ void ValidateRest(const JobConfig& c, Validator* v) {
 void ValidateCluster(const JobConfig& c, Validator* v) {
   const ClusterConfig& k = c.cluster();
   if (k.num_partitions() < k.num_servers() || k.num_partitions() > (1u << 20)) {
-    v->Error({{"cluster"}, {"num_partitions"}},
-             "must be >= num_servers and <= 1048576");
+    v->Error({{"cluster"}, {"num_partitions"}}, "must be >= num_servers and <= 1048576");
   }
   if (k.staleness() < 0) v->Error({{"cluster"}, {"staleness"}}, "must be >= 0");
   if (k.mode() == SSP && k.staleness() < 1) {
@@ -322,17 +317,16 @@ void ValidateCluster(const JobConfig& c, Validator* v) {
   // What a peer may hold (docs/security.md): each bound must leave room for
   // one message of the job.
   if (k.grpc_memory_bytes() < 2 * k.max_message_bytes()) {
-    v->Error({{"cluster"}, {"grpc_memory_bytes"}},
-             absl::StrCat("must be at least 2 x max_message_bytes (",
-                          2 * k.max_message_bytes(), ")"));
+    v->Error(
+        {{"cluster"}, {"grpc_memory_bytes"}},
+        absl::StrCat("must be at least 2 x max_message_bytes (", 2 * k.max_message_bytes(), ")"));
   }
   if (k.max_unsent_answer_bytes() < k.max_message_bytes()) {
     v->Error({{"cluster"}, {"max_unsent_answer_bytes"}},
              absl::StrCat("must be at least max_message_bytes (", k.max_message_bytes(), ")"));
   }
   if (k.scheduler_grpc_memory_bytes() < (8u << 20)) {
-    v->Error({{"cluster"}, {"scheduler_grpc_memory_bytes"}},
-             "must be at least 8 MiB (8388608)");
+    v->Error({{"cluster"}, {"scheduler_grpc_memory_bytes"}}, "must be at least 8 MiB (8388608)");
   }
   if (k.max_concurrent_streams() > (1u << 20)) {
     v->Error({{"cluster"}, {"max_concurrent_streams"}}, "must be <= 1048576");
@@ -342,8 +336,7 @@ void ValidateCluster(const JobConfig& c, Validator* v) {
 void ValidateData(const JobConfig& c, Validator* v) {
   const DataConfig& d = c.data();
   if (d.train_files_size() == 0 && d.synthetic_dir().empty()) {
-    v->Error({{"data"}, {"train_files"}},
-             "no training data: give train_files (or synthetic_dir)");
+    v->Error({{"data"}, {"train_files"}}, "no training data: give train_files (or synthetic_dir)");
   }
   for (int i = 0; i < d.train_files_size(); ++i) {
     if (d.train_files(i).empty()) v->Error({{"data"}, {"train_files", i}}, "is empty");
@@ -375,15 +368,15 @@ void ValidateTraining(const JobConfig& c, Validator* v) {
              absl::StrCat("must be <= ", kMaxBatchSize, " (examples per worker and step)"));
   }
   if (tr.intra_op_threads() > kMaxIntraOpThreads) {
-    v->Error({{"training"}, {"intra_op_threads"}},
-             absl::StrCat("must be <= ", kMaxIntraOpThreads));
+    v->Error({{"training"}, {"intra_op_threads"}}, absl::StrCat("must be <= ", kMaxIntraOpThreads));
   }
   if (tr.has_dense_compression()) {
     const float ratio = tr.dense_compression().ratio();
     if (!(ratio > 0.0f && ratio <= 1.0f)) {  // NaN too.
       v->Error({{"training"}, {"dense_compression"}, {"ratio"}},
                absl::StrCat("must be in (0, 1] (the share of the dense gradient sent "
-                            "each step), got ", ratio));
+                            "each step), got ",
+                            ratio));
     }
   }
   if (tr.eval_every_steps() > 0 && c.checkpoint().dir().empty()) {
@@ -444,8 +437,7 @@ absl::Status FinalizeWith(JobConfig* config, const std::string& filename,
 
 }  // namespace
 
-absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view text,
-                                         absl::string_view filename) {
+absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view text, absl::string_view filename) {
   JobConfig config;
   ParseErrors errors(filename, text);
   TextFormat::ParseInfoTree tree;
@@ -468,9 +460,7 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   return ParseJobConfig(buf.str(), path);
 }
 
-absl::Status FinalizeJobConfig(JobConfig* config) {
-  return FinalizeWith(config, "", nullptr);
-}
+absl::Status FinalizeJobConfig(JobConfig* config) { return FinalizeWith(config, "", nullptr); }
 
 uint64_t ConfigFingerprint(const JobConfig& config) {
   JobConfig shared;

@@ -21,8 +21,7 @@ namespace shardps {
 
 // Parses `text` (named `filename` in errors), fills defaults, validates.
 // INVALID_ARGUMENT with file:line:field on any problem.
-absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view text,
-                                         absl::string_view filename);
+absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view text, absl::string_view filename);
 
 // Reads and parses `path`. NOT_FOUND if it cannot be read.
 absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path);

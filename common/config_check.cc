@@ -13,10 +13,10 @@
 #include <sstream>
 #include <string>
 
-#include "common/config.h"
-#include "common/init.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
+#include "common/config.h"
+#include "common/init.h"
 #include "common/partition.h"
 #include "google/protobuf/text_format.h"
 
@@ -38,7 +38,8 @@ ABSL_FLAG(uint32_t, eval_every_steps, 0,
 ABSL_FLAG(bool, prefetch, true, "training.prefetch (when --write).");
 ABSL_FLAG(float, dense_compression, 0,
           "Set training.dense_compression.ratio (0: leave the config's).");
-ABSL_FLAG(std::string, mixed_precision, "", "Override training.mixed_precision: FP32, BF16 or FP16.");
+ABSL_FLAG(std::string, mixed_precision, "",
+          "Override training.mixed_precision: FP32, BF16 or FP16.");
 
 namespace {
 
@@ -57,22 +58,28 @@ absl::Status ApplyOverrides(shardps::JobConfig* c) {
   }
   if (absl::GetFlag(FLAGS_staleness) >= 0) k->set_staleness(absl::GetFlag(FLAGS_staleness));
   if (absl::GetFlag(FLAGS_heartbeat_ms) > 0) k->set_heartbeat_ms(absl::GetFlag(FLAGS_heartbeat_ms));
-  if (absl::GetFlag(FLAGS_dead_after_ms) > 0) k->set_dead_after_ms(absl::GetFlag(FLAGS_dead_after_ms));
+  if (absl::GetFlag(FLAGS_dead_after_ms) > 0)
+    k->set_dead_after_ms(absl::GetFlag(FLAGS_dead_after_ms));
   auto* d = c->mutable_data();
   if (!absl::GetFlag(FLAGS_train_files).empty()) {
     d->clear_train_files();
-    for (auto f : absl::StrSplit(absl::GetFlag(FLAGS_train_files), ',')) d->add_train_files(std::string(f));
+    for (auto f : absl::StrSplit(absl::GetFlag(FLAGS_train_files), ','))
+      d->add_train_files(std::string(f));
   }
   if (!absl::GetFlag(FLAGS_eval_files).empty()) {
     d->clear_eval_files();
-    for (auto f : absl::StrSplit(absl::GetFlag(FLAGS_eval_files), ',')) d->add_eval_files(std::string(f));
+    for (auto f : absl::StrSplit(absl::GetFlag(FLAGS_eval_files), ','))
+      d->add_eval_files(std::string(f));
   }
-  if (!absl::GetFlag(FLAGS_synthetic_dir).empty()) d->set_synthetic_dir(absl::GetFlag(FLAGS_synthetic_dir));
+  if (!absl::GetFlag(FLAGS_synthetic_dir).empty())
+    d->set_synthetic_dir(absl::GetFlag(FLAGS_synthetic_dir));
   if (!absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
     c->mutable_checkpoint()->set_dir(absl::GetFlag(FLAGS_checkpoint_dir));
   }
-  if (absl::GetFlag(FLAGS_epochs) > 0) c->mutable_training()->set_epochs(absl::GetFlag(FLAGS_epochs));
-  if (absl::GetFlag(FLAGS_max_steps) > 0) c->mutable_training()->set_max_steps(absl::GetFlag(FLAGS_max_steps));
+  if (absl::GetFlag(FLAGS_epochs) > 0)
+    c->mutable_training()->set_epochs(absl::GetFlag(FLAGS_epochs));
+  if (absl::GetFlag(FLAGS_max_steps) > 0)
+    c->mutable_training()->set_max_steps(absl::GetFlag(FLAGS_max_steps));
   if (absl::GetFlag(FLAGS_eval_every_steps) > 0) {
     c->mutable_training()->set_eval_every_steps(absl::GetFlag(FLAGS_eval_every_steps));
   }
@@ -105,8 +112,8 @@ bool ParseUnchecked(const std::string& path, shardps::JobConfig* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto files = shardps::InitProcess(
-      argc, argv, "ps_config_check JOB.pbtxt...: validate job configs");
+  const auto files =
+      shardps::InitProcess(argc, argv, "ps_config_check JOB.pbtxt...: validate job configs");
   if (files.empty()) {
     std::fprintf(stderr, "usage: ps_config_check JOB.pbtxt...\n");
     return 2;
@@ -148,11 +155,12 @@ int main(int argc, char** argv) {
       ++bad;
       continue;
     }
-    std::printf("%s: ok, job \"%s\", %d tables, %u servers, %u workers, "
-                "fingerprint %016" PRIx64 "\n",
-                path.c_str(), config->name().c_str(), config->tables_size(),
-                config->cluster().num_servers(), config->cluster().num_workers(),
-                shardps::ConfigFingerprint(*config));
+    std::printf(
+        "%s: ok, job \"%s\", %d tables, %u servers, %u workers, "
+        "fingerprint %016" PRIx64 "\n",
+        path.c_str(), config->name().c_str(), config->tables_size(),
+        config->cluster().num_servers(), config->cluster().num_workers(),
+        shardps::ConfigFingerprint(*config));
   }
   return bad == 0 ? 0 : 1;
 }

@@ -42,8 +42,7 @@ TEST(ConfigTest, ValidConfigGetsDefaults) {
 }
 
 // Expects `text` to be refused with a message containing each of `needles`.
-void ExpectRefused(const std::string& text,
-                   std::initializer_list<const char*> needles) {
+void ExpectRefused(const std::string& text, std::initializer_list<const char*> needles) {
   auto config = ParseJobConfig(text, "bad.pbtxt");
   ASSERT_FALSE(config.ok()) << "accepted:\n" << text;
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
@@ -53,21 +52,18 @@ void ExpectRefused(const std::string& text,
   }
 }
 
-std::string Replace(std::string text, const std::string& from,
-                    const std::string& to) {
+std::string Replace(std::string text, const std::string& from, const std::string& to) {
   const size_t at = text.find(from);
   EXPECT_NE(at, std::string::npos) << from;
   return text.replace(at, from.size(), to);
 }
 
 TEST(ConfigTest, UnknownFieldNamesFieldAndLine) {
-  ExpectRefused(Replace(kValid, "dim: 8", "dimm: 8"),
-                {"bad.pbtxt:6:", "dimm"});
+  ExpectRefused(Replace(kValid, "dim: 8", "dimm: 8"), {"bad.pbtxt:6:", "dimm"});
 }
 
 TEST(ConfigTest, WrongTypeNamesFieldAndLine) {
-  ExpectRefused(Replace(kValid, "dim: 8", "dim: \"eight\""),
-                {"bad.pbtxt:6:", "dim"});
+  ExpectRefused(Replace(kValid, "dim: 8", "dim: \"eight\""), {"bad.pbtxt:6:", "dim"});
 }
 
 TEST(ConfigTest, ZeroDimNamesFieldAndLine) {
@@ -94,21 +90,17 @@ TEST(ConfigTest, MissingDataPathNamesField) {
 
 TEST(ConfigTest, MissingOptimizerAndDuplicateNamesAreRefused) {
   ExpectRefused(Replace(kValid, "optimizer { sgd { learning_rate: 0.1 } }", ""),
-                {"bad.pbtxt:3:", "tables[0] (\"emb\").optimizer",
-                 "optimizer is required"});
-  const std::string twice =
-      std::string(kValid) +
-      "tables { id: 2 name: \"emb\" dim: 4 optimizer { sgd { learning_rate: "
-      "1 } } }\n";
-  ExpectRefused(twice, {"bad.pbtxt:11:", "tables[1] (\"emb\").name",
-                        "used by another table"});
+                {"bad.pbtxt:3:", "tables[0] (\"emb\").optimizer", "optimizer is required"});
+  const std::string twice = std::string(kValid) +
+                            "tables { id: 2 name: \"emb\" dim: 4 optimizer { sgd { learning_rate: "
+                            "1 } } }\n";
+  ExpectRefused(twice, {"bad.pbtxt:11:", "tables[1] (\"emb\").name", "used by another table"});
 }
 
 TEST(ConfigTest, RowWiseOptimizerRefusedOnDenseTable) {
-  const std::string text =
-      std::string(kValid) +
-      "tables { id: 2 name: \"mlp\" kind: DENSE optimizer { rowwise_adagrad "
-      "{ learning_rate: 1 } } }\n";
+  const std::string text = std::string(kValid) +
+                           "tables { id: 2 name: \"mlp\" kind: DENSE optimizer { rowwise_adagrad "
+                           "{ learning_rate: 1 } } }\n";
   ExpectRefused(text, {"tables[1] (\"mlp\").optimizer", "refused on DENSE"});
 }
 
@@ -124,8 +116,7 @@ TEST(ConfigTest, AdmissionIsForSparseTablesAndUnadmittedNeedsIt) {
 }
 
 TEST(ConfigTest, FieldMustNameASparseTable) {
-  ExpectRefused(std::string(kValid) +
-                    "fields { name: \"C1\" column: 14 table: \"nope\" }\n",
+  ExpectRefused(std::string(kValid) + "fields { name: \"C1\" column: 14 table: \"nope\" }\n",
                 {"bad.pbtxt:11:", "fields[0].table", "names no table"});
 }
 
@@ -138,9 +129,9 @@ TEST(ConfigTest, HugeIntegersAreRefusedByName) {
                 {"training.intra_op_threads", "must be <= 1024"});
   ExpectRefused(Replace(kValid, "data {", "data { shuffle_buffer: 16777217"),
                 {"bad.pbtxt:9:", "data.shuffle_buffer", "must be <= 16777216"});
-  EXPECT_TRUE(ParseJobConfig(Replace(kValid, "data {", "data { shuffle_buffer: 16777216"),
-                             "job.pbtxt")
-                  .ok());
+  EXPECT_TRUE(
+      ParseJobConfig(Replace(kValid, "data {", "data { shuffle_buffer: 16777216"), "job.pbtxt")
+          .ok());
 }
 
 TEST(ConfigTest, PeriodicEvaluationAndEarlyStoppingAreCheckedByName) {
@@ -148,9 +139,9 @@ TEST(ConfigTest, PeriodicEvaluationAndEarlyStoppingAreCheckedByName) {
                                    "data { train_files: \"train.tsv\" eval_files: \"e.tsv\" }");
   ExpectRefused(eval + "training { eval_every_steps: 100 }\n",
                 {"training.eval_every_steps", "set checkpoint.dir"});
-  ExpectRefused(std::string(kValid) +
-                    "training { eval_every_steps: 100 }\ncheckpoint { dir: \"/c\" }\n",
-                {"training.eval_every_steps", "needs data.eval_files"});
+  ExpectRefused(
+      std::string(kValid) + "training { eval_every_steps: 100 }\ncheckpoint { dir: \"/c\" }\n",
+      {"training.eval_every_steps", "needs data.eval_files"});
   const std::string with_dir = eval + "checkpoint { dir: \"/c\" }\n";
   ExpectRefused(with_dir + "training { early_stopping { patience: 2 } }\n",
                 {"training.early_stopping", "needs training.eval_every_steps"});
@@ -169,8 +160,9 @@ TEST(ConfigTest, PeriodicEvaluationAndEarlyStoppingAreCheckedByName) {
 TEST(ConfigTest, LearningRateScheduleIsCheckedByName) {
   ExpectRefused(std::string(kValid) + "training { lr_schedule { decay: COSINE min_scale: 1.5 } }\n",
                 {"training.lr_schedule.min_scale", "must be in [0, 1]", "1.5"});
-  ExpectRefused(std::string(kValid) + "training { lr_schedule { decay: STEP step_every: 10 "
-                                      "step_gamma: -1 } }\n",
+  ExpectRefused(std::string(kValid) +
+                    "training { lr_schedule { decay: STEP step_every: 10 "
+                    "step_gamma: -1 } }\n",
                 {"training.lr_schedule.step_gamma", "must be in [0, 1]"});
   EXPECT_TRUE(ParseJobConfig(std::string(kValid) + "training { lr_schedule { decay: STEP "
                                                    "step_every: 10 step_gamma: 0.5 "
@@ -187,12 +179,12 @@ TEST(ConfigTest, OnCorruptDefaultsToFailAndTakesFallBack) {
                           "job.pbtxt");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->checkpoint().on_corrupt(), CheckpointConfig::FALL_BACK);
-  ExpectRefused(std::string(kValid) + "checkpoint { on_corrupt: 7 }\n",
-                {"checkpoint.on_corrupt"});
+  ExpectRefused(std::string(kValid) + "checkpoint { on_corrupt: 7 }\n", {"checkpoint.on_corrupt"});
 }
 
 TEST(ConfigTest, DenseCompressionRatioMustBeAShare) {
-  const std::string with = Replace(kValid, "data {", "training { dense_compression { ratio: R } }\ndata {");
+  const std::string with =
+      Replace(kValid, "data {", "training { dense_compression { ratio: R } }\ndata {");
   for (const char* bad : {"0", "-0.5", "1.5", "nan", "inf"}) {
     ExpectRefused(Replace(with, "R", bad),
                   {"bad.pbtxt:9:", "training.dense_compression.ratio", "must be in (0, 1]"});
@@ -211,8 +203,8 @@ TEST(ConfigTest, CacheStalenessIsBoundBySsps) {
   // kValid is SSP(2).
   for (const char* good : {"training { cache { } }", "training { cache { staleness: 2 } }",
                            "training { cache { max_rows: 1000 max_bytes: 1048576 } }"}) {
-    auto config = ParseJobConfig(Replace(kValid, "data {", absl::StrCat(good, "\ndata {")),
-                                 "good.pbtxt");
+    auto config =
+        ParseJobConfig(Replace(kValid, "data {", absl::StrCat(good, "\ndata {")), "good.pbtxt");
     ASSERT_TRUE(config.ok()) << good << ": " << config.status();
     EXPECT_TRUE(config->training().has_cache());
   }
@@ -220,10 +212,9 @@ TEST(ConfigTest, CacheStalenessIsBoundBySsps) {
                 {"bad.pbtxt:9:", "training.cache.staleness", "must be <= cluster.staleness (2)"});
   // ASP has no bound to keep; BSP keeps the cache inert.
   for (const char* mode : {"mode: ASP", "mode: BSP staleness: 0"}) {
-    auto config = ParseJobConfig(
-        Replace(Replace(kValid, "mode: SSP staleness: 2", mode), "data {",
-                "training { cache { staleness: 5 } }\ndata {"),
-        "good.pbtxt");
+    auto config = ParseJobConfig(Replace(Replace(kValid, "mode: SSP staleness: 2", mode), "data {",
+                                         "training { cache { staleness: 5 } }\ndata {"),
+                                 "good.pbtxt");
     ASSERT_TRUE(config.ok()) << mode << ": " << config.status();
   }
 }
@@ -231,8 +222,8 @@ TEST(ConfigTest, CacheStalenessIsBoundBySsps) {
 TEST(ConfigTest, MixedPrecisionTakesKnownNamesOnly) {
   for (const char* good : {"FP32", "BF16", "FP16"}) {
     auto config = ParseJobConfig(
-        Replace(kValid, "data {", absl::StrCat("training { mixed_precision: ", good,
-                                               " }\ndata {")), "good.pbtxt");
+        Replace(kValid, "data {", absl::StrCat("training { mixed_precision: ", good, " }\ndata {")),
+        "good.pbtxt");
     ASSERT_TRUE(config.ok()) << good << ": " << config.status();
   }
   ExpectRefused(Replace(kValid, "data {", "training { mixed_precision: FP8 }\ndata {"),
@@ -251,8 +242,7 @@ TEST(ConfigTest, EmptyConfigIsRefusedNotCrashed) {
 TEST(ConfigTest, UnreadableFileIsNotFound) {
   auto config = LoadJobConfig("/nonexistent/job.pbtxt");
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(config.status().message().find("/nonexistent/job.pbtxt"),
-            std::string::npos);
+  EXPECT_NE(config.status().message().find("/nonexistent/job.pbtxt"), std::string::npos);
 }
 
 TEST(ConfigTest, FingerprintCoversSharedPartsOnly) {
@@ -282,11 +272,11 @@ TEST(ConfigTest, PeerLimitsGetDefaultsAndRoomForOneMessage) {
                 {"cluster.max_unsent_answer_bytes", "at least max_message_bytes (2000)"});
   ExpectRefused(Replace(kValid, "staleness: 2", "staleness: 2 scheduler_grpc_memory_bytes: 4096"),
                 {"cluster.scheduler_grpc_memory_bytes", "8 MiB"});
-  auto small = ParseJobConfig(
-      Replace(kValid, "staleness: 2",
-              "staleness: 2 max_message_bytes: 1048576 grpc_memory_bytes: 2097152 "
-              "max_unsent_answer_bytes: 1048576 max_concurrent_streams: 4"),
-      "small.pbtxt");
+  auto small =
+      ParseJobConfig(Replace(kValid, "staleness: 2",
+                             "staleness: 2 max_message_bytes: 1048576 grpc_memory_bytes: 2097152 "
+                             "max_unsent_answer_bytes: 1048576 max_concurrent_streams: 4"),
+                     "small.pbtxt");
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_EQ(small->cluster().max_concurrent_streams(), 4u);
 }

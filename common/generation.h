@@ -72,8 +72,7 @@ inline bool IsNotYetInGeneration(const absl::Status& status) {
 }
 
 // Checks a request's generation against the receiver's: OK if equal.
-inline absl::Status CheckGeneration(absl::string_view who, uint64_t request,
-                                    uint64_t current) {
+inline absl::Status CheckGeneration(absl::string_view who, uint64_t request, uint64_t current) {
   if (request == current) return absl::OkStatus();
   if (request < current) return StaleGenerationError(who, request, current);
   return NotYetInGenerationError(who, request, current);

@@ -11,13 +11,11 @@
 #include "glog/logging.h"
 
 ABSL_FLAG(int, verbosity, 0, "glog verbose level (VLOG).");
-ABSL_FLAG(std::string, glog_dir, "",
-          "Also write glog files here (default: stderr only).");
+ABSL_FLAG(std::string, glog_dir, "", "Also write glog files here (default: stderr only).");
 
 namespace shardps {
 
-std::vector<std::string> InitProcess(int argc, char** argv,
-                                     const char* usage) {
+std::vector<std::string> InitProcess(int argc, char** argv, const char* usage) {
   absl::SetProgramUsageMessage(usage);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   const std::string glog_dir = absl::GetFlag(FLAGS_glog_dir);

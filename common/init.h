@@ -14,8 +14,7 @@
 
 namespace shardps {
 
-std::vector<std::string> InitProcess(int argc, char** argv,
-                                     const char* usage);
+std::vector<std::string> InitProcess(int argc, char** argv, const char* usage);
 
 // Value of environment variable `name`, or `fallback` if unset or empty. The
 // binaries read SHARDPS_* variables this way so one container image works in

@@ -128,9 +128,9 @@ absl::StatusOr<std::string> ReadJobSecretFile(const std::string& path) {
   }
   std::string secret(absl::StripAsciiWhitespace(text.str()));
   if (secret.size() < kMinSecretBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the job secret file ", path, " holds ", secret.size(), " bytes; at least ",
-        kMinSecretBytes, " are needed"));
+    return absl::InvalidArgumentError(absl::StrCat("the job secret file ", path, " holds ",
+                                                   secret.size(), " bytes; at least ",
+                                                   kMinSecretBytes, " are needed"));
   }
   return secret;
 }

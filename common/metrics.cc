@@ -111,11 +111,13 @@ prometheus::Gauge& GetGauge(const std::string& name, const std::string& help,
 }
 
 prometheus::Histogram& GetHistogram(const std::string& name, const std::string& help,
-                                    const std::vector<double>& buckets,
-                                    const Labels& labels) {
+                                    const std::vector<double>& buckets, const Labels& labels) {
   return Checked(name, [&]() -> prometheus::Histogram& {
-    return prometheus::BuildHistogram().Name(name).Help(help).Register(Registry()).Add(
-        labels, prometheus::Histogram::BucketBoundaries(buckets));
+    return prometheus::BuildHistogram()
+        .Name(name)
+        .Help(help)
+        .Register(Registry())
+        .Add(labels, prometheus::Histogram::BucketBoundaries(buckets));
   });
 }
 
@@ -129,9 +131,7 @@ const std::vector<double>& ByteBuckets() {
   return *buckets;
 }
 
-std::string Scrape() {
-  return prometheus::TextSerializer().Serialize(Registry().Collect());
-}
+std::string Scrape() { return prometheus::TextSerializer().Serialize(Registry().Collect()); }
 
 Poller::Poller(absl::Duration period, std::function<void()> fn) {
   thread_ = std::thread([this, period, fn = std::move(fn)] {

@@ -64,8 +64,7 @@ prometheus::Gauge& GetGauge(const std::string& name, const std::string& help,
                             const Labels& labels = {});
 // `buckets`: ascending upper bounds (the +Inf bucket is implicit).
 prometheus::Histogram& GetHistogram(const std::string& name, const std::string& help,
-                                    const std::vector<double>& buckets,
-                                    const Labels& labels = {});
+                                    const std::vector<double>& buckets, const Labels& labels = {});
 
 // Bucket bounds for RPC latencies in seconds: 50 us .. ~13 s, x2 apart.
 const std::vector<double>& LatencyBuckets();

@@ -53,8 +53,7 @@ TEST(MetricsTest, SameNameAndLabelsGiveTheSameSeries) {
 TEST(MetricsTest, ScrapeShowsEveryTypeWithLabels) {
   GetCounter("test_requests_total", "Requests.", {{"rpc", "pull"}}).Increment(7);
   GetGauge("test_rows", "Rows.", {{"table", "emb"}}).Set(42);
-  prometheus::Histogram& h =
-      GetHistogram("test_latency_seconds", "Latency.", LatencyBuckets());
+  prometheus::Histogram& h = GetHistogram("test_latency_seconds", "Latency.", LatencyBuckets());
   h.Observe(0.001);
   h.Observe(0.5);
   const std::string text = Scrape();

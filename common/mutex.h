@@ -39,9 +39,7 @@ class ABSL_LOCKABLE Mutex {
 // Holds `mu` for its scope.
 class ABSL_SCOPED_LOCKABLE MutexLock {
  public:
-  explicit MutexLock(Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
-    mu_->Lock();
-  }
+  explicit MutexLock(Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_->Lock(); }
   ~MutexLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
@@ -108,11 +106,9 @@ class CondVar {
     lock.release();
   }
   // Returns false if `deadline` passed (the lock is held again either way).
-  bool WaitUntil(Mutex* mu, absl::Time deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  bool WaitUntil(Mutex* mu, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
-    const auto status =
-        cv_.wait_until(lock, absl::ToChronoTime(deadline));
+    const auto status = cv_.wait_until(lock, absl::ToChronoTime(deadline));
     lock.release();
     return status == std::cv_status::no_timeout;
   }

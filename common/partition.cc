@@ -7,14 +7,12 @@
 
 namespace shardps {
 
-absl::StatusOr<PartitionMap> PartitionMap::Contiguous(uint64_t version,
-                                                      uint32_t num_partitions,
+absl::StatusOr<PartitionMap> PartitionMap::Contiguous(uint64_t version, uint32_t num_partitions,
                                                       uint32_t num_servers) {
   if (num_servers == 0 || num_servers > num_partitions) {
     return absl::InvalidArgumentError(
-        absl::StrCat("partition map needs 0 < servers <= partitions, got ",
-                     num_servers, " servers and ", num_partitions,
-                     " partitions"));
+        absl::StrCat("partition map needs 0 < servers <= partitions, got ", num_servers,
+                     " servers and ", num_partitions, " partitions"));
   }
   std::vector<uint32_t> owner(num_partitions);
   for (uint32_t p = 0; p < num_partitions; ++p) {
@@ -23,16 +21,16 @@ absl::StatusOr<PartitionMap> PartitionMap::Contiguous(uint64_t version,
   return FromOwners(version, std::move(owner), num_servers);
 }
 
-absl::StatusOr<PartitionMap> PartitionMap::FromOwners(
-    uint64_t version, std::vector<uint32_t> owner, uint32_t num_servers) {
+absl::StatusOr<PartitionMap> PartitionMap::FromOwners(uint64_t version, std::vector<uint32_t> owner,
+                                                      uint32_t num_servers) {
   if (owner.empty()) {
     return absl::InvalidArgumentError("partition map has no partitions");
   }
   for (size_t p = 0; p < owner.size(); ++p) {
     if (owner[p] >= num_servers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("partition ", p, " is owned by server ", owner[p],
-                       " but the job has ", num_servers, " servers"));
+      return absl::InvalidArgumentError(absl::StrCat("partition ", p, " is owned by server ",
+                                                     owner[p], " but the job has ", num_servers,
+                                                     " servers"));
     }
   }
   PartitionMap map;

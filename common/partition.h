@@ -36,11 +36,9 @@ inline uint64_t MixKey(uint32_t table_id, uint64_t key) {
 
 // The partition of `key` in table `table_id`, in [0, num_partitions).
 // `num_partitions` must be > 0.
-inline uint32_t PartitionOf(uint32_t table_id, uint64_t key,
-                            uint32_t num_partitions) {
+inline uint32_t PartitionOf(uint32_t table_id, uint64_t key, uint32_t num_partitions) {
   return static_cast<uint32_t>(
-      (static_cast<unsigned __int128>(MixKey(table_id, key)) * num_partitions) >>
-      64);
+      (static_cast<unsigned __int128>(MixKey(table_id, key)) * num_partitions) >> 64);
 }
 
 // Which server owns each partition, at one version. Versions only grow; a
@@ -51,13 +49,11 @@ class PartitionMap {
   // The initial assignment: contiguous, near-equal ranges of partitions per
   // server (server s owns [s*P/S, (s+1)*P/S)). Fails unless
   // 0 < num_servers <= num_partitions.
-  static absl::StatusOr<PartitionMap> Contiguous(uint64_t version,
-                                                 uint32_t num_partitions,
+  static absl::StatusOr<PartitionMap> Contiguous(uint64_t version, uint32_t num_partitions,
                                                  uint32_t num_servers);
   // From an explicit owner list (owner[p] = server of partition p). Fails if
   // the list is empty or names a server >= num_servers.
-  static absl::StatusOr<PartitionMap> FromOwners(uint64_t version,
-                                                 std::vector<uint32_t> owner,
+  static absl::StatusOr<PartitionMap> FromOwners(uint64_t version, std::vector<uint32_t> owner,
                                                  uint32_t num_servers);
 
   PartitionMap() = default;  // Version 0, no partitions: owns nothing.

@@ -12,8 +12,7 @@ int main(int argc, char** argv) {
   unsigned partitions = 4096;
   if (argc > 1) std::sscanf(argv[1], "%u", &partitions);
   while (std::scanf("%u %" SCNu64, &table, &key) == 2) {
-    std::printf("%u %" PRIu64 " %u\n", table, key,
-                shardps::PartitionOf(table, key, partitions));
+    std::printf("%u %" PRIu64 " %u\n", table, key, shardps::PartitionOf(table, key, partitions));
   }
   return 0;
 }

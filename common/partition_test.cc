@@ -38,8 +38,8 @@ void ExpectUniform(const std::vector<uint64_t>& keys, const char* what) {
   const double crit = ChiSquareCritical(kPartitions - 1);
   for (uint32_t table : {0u, 1u, 77u}) {
     const double chi = ChiSquare(keys, table);
-    EXPECT_LT(chi, crit) << what << ", table " << table << ": chi-square "
-                         << chi << " over " << keys.size() << " keys";
+    EXPECT_LT(chi, crit) << what << ", table " << table << ": chi-square " << chi << " over "
+                         << keys.size() << " keys";
   }
 }
 
@@ -65,8 +65,7 @@ TEST(PartitionTest, ZipfSampleIdsSpreadEvenly) {
   std::uniform_real_distribution<double> u(0, sum);
   std::set<uint64_t> distinct;
   for (int i = 0; i < 500'000; ++i) {
-    distinct.insert(std::lower_bound(cdf.begin(), cdf.end(), u(rng)) -
-                    cdf.begin());
+    distinct.insert(std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin());
   }
   std::vector<uint64_t> keys(distinct.begin(), distinct.end());
   ASSERT_GT(keys.size(), 50'000u);

@@ -38,9 +38,8 @@ namespace shardps {
 // leave gRPC's defaults. `own_parsers` names methods ("/pkg.Service/Method")
 // that parse their requests themselves (raw methods): they are not
 // intercepted, which keeps the interceptor off a hot path.
-void ApplyPeerLimits(const ClusterConfig& cluster, const char* name,
-                     uint64_t memory_bytes, int max_threads,
-                     std::vector<std::string> own_parsers,
+void ApplyPeerLimits(const ClusterConfig& cluster, const char* name, uint64_t memory_bytes,
+                     int max_threads, std::vector<std::string> own_parsers,
                      grpc::ServerBuilder* builder);
 
 }  // namespace shardps

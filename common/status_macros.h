@@ -11,9 +11,9 @@
 #define SHARDPS_CONCAT_INNER_(a, b) a##b
 #define SHARDPS_CONCAT_(a, b) SHARDPS_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    const absl::Status shardps_status_ = (expr);     \
+#define RETURN_IF_ERROR(expr)                          \
+  do {                                                 \
+    const absl::Status shardps_status_ = (expr);       \
     if (!shardps_status_.ok()) return shardps_status_; \
   } while (0)
 

@@ -25,11 +25,10 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 
-ABSL_FLAG(
-    std::string, tls_cert, shardps::EnvOr("SHARDPS_TLS_CERT", ""),
-    "TLS: this process's certificate (chain), PEM. Set with --tls_key and "
-    "--tls_ca for mutual TLS on every gRPC channel; all empty = "
-    "plaintext. Env: SHARDPS_TLS_CERT.");
+ABSL_FLAG(std::string, tls_cert, shardps::EnvOr("SHARDPS_TLS_CERT", ""),
+          "TLS: this process's certificate (chain), PEM. Set with --tls_key and "
+          "--tls_ca for mutual TLS on every gRPC channel; all empty = "
+          "plaintext. Env: SHARDPS_TLS_CERT.");
 ABSL_FLAG(std::string, tls_key, shardps::EnvOr("SHARDPS_TLS_KEY", ""),
           "TLS: the private key of --tls_cert, PEM (unencrypted). Env: "
           "SHARDPS_TLS_KEY.");
@@ -67,33 +66,28 @@ std::string OpenSslError() {
 int NoPassphrase(char*, int, int, void*) { return -1; }
 
 BioPtr MemBio(const std::string& s) {
-  return BioPtr(BIO_new_mem_buf(s.data(), static_cast<int>(s.size())),
-                &BIO_free);
+  return BioPtr(BIO_new_mem_buf(s.data(), static_cast<int>(s.size())), &BIO_free);
 }
 
-absl::StatusOr<std::string> ReadFile(const char* flag,
-                                     const std::string& path) {
+absl::StatusOr<std::string> ReadFile(const char* flag, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where(flag, path), ": cannot read: ", std::strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(flag, path), ": cannot read: ", std::strerror(errno)));
   }
   std::stringstream s;
   s << in.rdbuf();
   if (in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(flag, path), ": read error"));
+    return absl::InvalidArgumentError(absl::StrCat(Where(flag, path), ": read error"));
   }
   return s.str();
 }
 
-absl::StatusOr<X509Ptr> ParseCertificate(BIO* bio, const char* flag,
-                                         const std::string& path) {
-  X509Ptr cert(PEM_read_bio_X509(bio, nullptr, &NoPassphrase, nullptr),
-               &X509_free);
+absl::StatusOr<X509Ptr> ParseCertificate(BIO* bio, const char* flag, const std::string& path) {
+  X509Ptr cert(PEM_read_bio_X509(bio, nullptr, &NoPassphrase, nullptr), &X509_free);
   if (cert == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where(flag, path), ": not a PEM certificate (", OpenSslError(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(flag, path), ": not a PEM certificate (", OpenSslError(), ")"));
   }
   return cert;
 }
@@ -101,22 +95,20 @@ absl::StatusOr<X509Ptr> ParseCertificate(BIO* bio, const char* flag,
 // Parses the three PEM texts and checks the key belongs to the certificate.
 absl::Status CheckPem(const TlsFiles& files, const Pem& pem) {
   BioPtr cert_bio = MemBio(pem.cert);
-  ASSIGN_OR_RETURN(X509Ptr cert,
-                   ParseCertificate(cert_bio.get(), "tls_cert", files.cert));
+  ASSIGN_OR_RETURN(X509Ptr cert, ParseCertificate(cert_bio.get(), "tls_cert", files.cert));
   BioPtr key_bio = MemBio(pem.key);
-  KeyPtr key(
-      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, &NoPassphrase, nullptr),
-      &EVP_PKEY_free);
+  KeyPtr key(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, &NoPassphrase, nullptr),
+             &EVP_PKEY_free);
   if (key == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where("tls_key", files.key), ": not an unencrypted PEM private key (",
-        OpenSslError(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(Where("tls_key", files.key),
+                                                   ": not an unencrypted PEM private key (",
+                                                   OpenSslError(), ")"));
   }
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
     ERR_clear_error();
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where("tls_key", files.key), ": does not belong to the certificate ",
-        Where("tls_cert", files.cert)));
+    return absl::InvalidArgumentError(absl::StrCat(Where("tls_key", files.key),
+                                                   ": does not belong to the certificate ",
+                                                   Where("tls_cert", files.cert)));
   }
   BioPtr ca_bio = MemBio(pem.ca);
   RETURN_IF_ERROR(ParseCertificate(ca_bio.get(), "tls_ca", files.ca).status());
@@ -128,8 +120,7 @@ absl::StatusOr<Pem> LoadPem(const TlsFiles& files) {
     return absl::InvalidArgumentError(
         absl::StrCat("TLS needs all of --tls_cert, --tls_key and --tls_ca or "
                      "none; got --tls_cert=\"",
-                     files.cert, "\" --tls_key=\"", files.key, "\" --tls_ca=\"",
-                     files.ca, "\""));
+                     files.cert, "\" --tls_key=\"", files.key, "\" --tls_ca=\"", files.ca, "\""));
   }
   Pem pem;
   ASSIGN_OR_RETURN(pem.cert, ReadFile("tls_cert", files.cert));
@@ -147,8 +138,7 @@ std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const Pem& pem) {
   return grpc::SslServerCredentials(options);
 }
 
-std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
-    const Pem& pem) {
+std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(const Pem& pem) {
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = pem.ca;
   options.pem_private_key = pem.key;
@@ -168,8 +158,7 @@ class FlagCache {
     MutexLock lock(&mu_);
     RETURN_IF_ERROR(RefreshLocked());
     if (server_ == nullptr) {
-      server_ = pem_ ? MakeServerCredentials(*pem_)
-                     : grpc::InsecureServerCredentials();
+      server_ = pem_ ? MakeServerCredentials(*pem_) : grpc::InsecureServerCredentials();
     }
     return server_;
   }
@@ -178,8 +167,7 @@ class FlagCache {
     MutexLock lock(&mu_);
     RETURN_IF_ERROR(RefreshLocked());
     if (channel_ == nullptr) {
-      channel_ = pem_ ? MakeChannelCredentials(*pem_)
-                      : grpc::InsecureChannelCredentials();
+      channel_ = pem_ ? MakeChannelCredentials(*pem_) : grpc::InsecureChannelCredentials();
     }
     return channel_;
   }
@@ -243,9 +231,11 @@ absl::Status CheckOperator(const char* rpc, const grpc::ServerContext& context,
                            const std::vector<std::string>& operator_names) {
   if (!TlsEnabledFromFlags()) {
     if (IsLoopbackAddress(context.peer())) return absl::OkStatus();
-    return absl::PermissionDeniedError(absl::StrCat(
-        rpc, " refused: without TLS only a caller on the scheduler's host (loopback) is an "
-             "operator; the caller is ", context.peer()));
+    return absl::PermissionDeniedError(
+        absl::StrCat(rpc,
+                     " refused: without TLS only a caller on the scheduler's host (loopback) is an "
+                     "operator; the caller is ",
+                     context.peer()));
   }
   if (operator_names.empty()) return absl::OkStatus();
   std::vector<std::string> names;
@@ -259,14 +249,13 @@ absl::Status CheckOperator(const char* rpc, const grpc::ServerContext& context,
       return absl::OkStatus();
     }
   }
-  return absl::PermissionDeniedError(absl::StrCat(
-      rpc, " refused: the caller's certificate (CN ",
-      names.empty() ? std::string("none") : absl::StrJoin(names, ", "),
-      ") is not an operator's (--operator_names)"));
+  return absl::PermissionDeniedError(
+      absl::StrCat(rpc, " refused: the caller's certificate (CN ",
+                   names.empty() ? std::string("none") : absl::StrJoin(names, ", "),
+                   ") is not an operator's (--operator_names)"));
 }
 
-void ConfigureListener(const std::string& listen, const char* role,
-                       grpc::ServerBuilder* builder) {
+void ConfigureListener(const std::string& listen, const char* role, grpc::ServerBuilder* builder) {
   builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (TlsEnabledFromFlags() || IsLoopbackAddress(listen)) return;
   if (JobSecretEnabled()) {
@@ -309,19 +298,16 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TlsChannelCredentials(
 
 absl::Status InitTlsFromFlags() { return FlagCache::Get().Init(); }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
-ServerCredentialsFromFlags() {
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFlags() {
   return FlagCache::Get().Server();
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
-ChannelCredentialsFromFlags() {
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags() {
   return FlagCache::Get().Channel();
 }
 
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFromFlagsOrDie() {
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
-      ChannelCredentialsFromFlags();
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = ChannelCredentialsFromFlags();
   if (!creds.ok()) {
     LOG(FATAL) << creds.status()
                << " (main() should have refused this at startup with "

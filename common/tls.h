@@ -73,9 +73,7 @@ struct TlsFiles {
   std::string ca;    // CA certificate(s) a peer's certificate must chain to.
 
   bool empty() const { return cert.empty() && key.empty() && ca.empty(); }
-  bool operator==(const TlsFiles& o) const {
-    return cert == o.cert && key == o.key && ca == o.ca;
-  }
+  bool operator==(const TlsFiles& o) const { return cert == o.cert && key == o.key && ca == o.ca; }
 };
 
 // The flags' values (not checked; see CheckTlsFiles).
@@ -100,10 +98,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TlsChannelCredentials(
 absl::Status InitTlsFromFlags();
 
 // Credentials for the flags' files (cached; errors as CheckTlsFiles).
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
-ServerCredentialsFromFlags();
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
-ChannelCredentialsFromFlags();
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFlags();
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags();
 
 // For code that cannot return a status (constructors of RPC clients). Every
 // main() has checked the flags with InitTlsFromFlags before it builds such a
@@ -121,8 +117,7 @@ bool TlsEnabledFromFlags();
 // secret (common/job_secret.h; docs/security.md: then anyone who reaches the
 // port is a member) and a line saying the secret crosses in the clear with
 // one.
-void ConfigureListener(const std::string& listen, const char* role,
-                       grpc::ServerBuilder* builder);
+void ConfigureListener(const std::string& listen, const char* role, grpc::ServerBuilder* builder);
 
 // What every client channel of a job (PsClient, the scheduler's calls to
 // servers, SchedulerClient) sets on its arguments: a lost peer is retried

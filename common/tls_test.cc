@@ -18,9 +18,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // Runs a shell command; true on exit status 0.
-bool Sh(const std::string& command) {
-  return std::system((command + " 2>/dev/null").c_str()) == 0;
-}
+bool Sh(const std::string& command) { return std::system((command + " 2>/dev/null").c_str()) == 0; }
 
 class TlsTest : public ::testing::Test {
  protected:
@@ -29,12 +27,11 @@ class TlsTest : public ::testing::Test {
     ASSERT_TRUE(Sh("mkdir -p " + dir_));
     // Two self-signed certificates (each is its own CA), EC keys for speed.
     for (const char* name : {"a", "b"}) {
-      ASSERT_TRUE(Sh(absl::StrCat(
-          "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
-          "-nodes -days 2",
-          " -subj /CN=", name,
-          " -addext subjectAltName=IP:127.0.0.1,DNS:localhost", " -keyout ",
-          dir_, "/", name, ".key -out ", dir_, "/", name, ".crt")))
+      ASSERT_TRUE(
+          Sh(absl::StrCat("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+                          "-nodes -days 2",
+                          " -subj /CN=", name, " -addext subjectAltName=IP:127.0.0.1,DNS:localhost",
+                          " -keyout ", dir_, "/", name, ".key -out ", dir_, "/", name, ".crt")))
           << "openssl is required";
     }
     std::ofstream(dir_ + "/text.txt") << "not a certificate\n";
@@ -75,13 +72,11 @@ TEST_F(TlsTest, GoodFilesGiveCredentials) {
 }
 
 TEST_F(TlsTest, OnlySomeFilesAreRefused) {
-  for (const TlsFiles& f :
-       {TlsFiles{P("a.crt"), "", ""}, TlsFiles{"", P("a.key"), ""},
-        TlsFiles{P("a.crt"), P("a.key"), ""}, TlsFiles{"", "", P("a.crt")}}) {
+  for (const TlsFiles& f : {TlsFiles{P("a.crt"), "", ""}, TlsFiles{"", P("a.key"), ""},
+                            TlsFiles{P("a.crt"), P("a.key"), ""}, TlsFiles{"", "", P("a.crt")}}) {
     const absl::Status s = CheckTlsFiles(f);
     EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
-    EXPECT_THAT(s.message(),
-                HasSubstr("needs all of --tls_cert, --tls_key and --tls_ca"));
+    EXPECT_THAT(s.message(), HasSubstr("needs all of --tls_cert, --tls_key and --tls_ca"));
     EXPECT_TRUE(absl::IsInvalidArgument(TlsServerCredentials(f).status()));
     EXPECT_TRUE(absl::IsInvalidArgument(TlsChannelCredentials(f).status()));
   }
@@ -92,26 +87,22 @@ TEST_F(TlsTest, MissingFileIsNamed) {
   f.key = P("no-such.key");
   const absl::Status s = CheckTlsFiles(f);
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
-  EXPECT_THAT(s.message(),
-              HasSubstr("--tls_key=" + P("no-such.key") + ": cannot read"));
+  EXPECT_THAT(s.message(), HasSubstr("--tls_key=" + P("no-such.key") + ": cannot read"));
 }
 
 TEST_F(TlsTest, NonPemFilesAreNamed) {
   TlsFiles f = Good();
   f.cert = P("text.txt");
-  EXPECT_THAT(
-      CheckTlsFiles(f).message(),
-      HasSubstr("--tls_cert=" + P("text.txt") + ": not a PEM certificate"));
+  EXPECT_THAT(CheckTlsFiles(f).message(),
+              HasSubstr("--tls_cert=" + P("text.txt") + ": not a PEM certificate"));
   f = Good();
   f.key = P("text.txt");
   EXPECT_THAT(CheckTlsFiles(f).message(),
-              HasSubstr("--tls_key=" + P("text.txt") +
-                        ": not an unencrypted PEM private key"));
+              HasSubstr("--tls_key=" + P("text.txt") + ": not an unencrypted PEM private key"));
   f = Good();
   f.ca = P("text.txt");
-  EXPECT_THAT(
-      CheckTlsFiles(f).message(),
-      HasSubstr("--tls_ca=" + P("text.txt") + ": not a PEM certificate"));
+  EXPECT_THAT(CheckTlsFiles(f).message(),
+              HasSubstr("--tls_ca=" + P("text.txt") + ": not a PEM certificate"));
   f = Good();
   f.cert = P("a.key");  // A key where a certificate belongs.
   EXPECT_THAT(CheckTlsFiles(f).message(), HasSubstr("not a PEM certificate"));
@@ -122,8 +113,7 @@ TEST_F(TlsTest, KeyOfAnotherCertificateIsRefused) {
   f.key = P("b.key");
   const absl::Status s = CheckTlsFiles(f);
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
-  EXPECT_THAT(s.message(),
-              HasSubstr("does not belong to the certificate --tls_cert="));
+  EXPECT_THAT(s.message(), HasSubstr("does not belong to the certificate --tls_cert="));
 }
 
 TEST_F(TlsTest, FlagsAreCheckedAndCached) {
@@ -148,8 +138,7 @@ TEST_F(TlsTest, FlagsAreCheckedAndCached) {
   EXPECT_NE(ChannelCredentialsFromFlagsOrDie(), nullptr);
 
   absl::SetFlag(&FLAGS_tls_ca, P("missing.crt"));
-  EXPECT_THAT(InitTlsFromFlags().message(),
-              HasSubstr("--tls_ca=" + P("missing.crt")));
+  EXPECT_THAT(InitTlsFromFlags().message(), HasSubstr("--tls_ca=" + P("missing.crt")));
 }
 
 // Listen addresses and gRPC peer strings: loopback or not (the plaintext

@@ -40,12 +40,8 @@ class ZipfSampler {
   }
 
  private:
-  static double Log1pOverX(double x) {
-    return std::fabs(x) > 1e-8 ? std::log1p(x) / x : 1 - x / 2;
-  }
-  static double Expm1OverX(double x) {
-    return std::fabs(x) > 1e-8 ? std::expm1(x) / x : 1 + x / 2;
-  }
+  static double Log1pOverX(double x) { return std::fabs(x) > 1e-8 ? std::log1p(x) / x : 1 - x / 2; }
+  static double Expm1OverX(double x) { return std::fabs(x) > 1e-8 ? std::expm1(x) / x : 1 + x / 2; }
   double H(double x) const { return std::exp(-s_ * std::log(x)); }
   // Integral of H from 1 to x: (x^(1-s) - 1) / (1 - s), log(x) at s = 1.
   double HIntegral(double x) const {

@@ -10,13 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/manifest.h"
 #include "common/client/ps_channel.h"
 #include "common/config.h"
 #include "common/grpc_status.h"
 #include "glog/logging.h"
 #include "proto/ps.grpc.pb.h"
-#include "common/checkpoint/checkpoint_dir.h"
-#include "common/checkpoint/manifest.h"
 
 namespace shardps {
 namespace {
@@ -67,8 +67,7 @@ class GrpcServerOps final : public ServerOps {
 
   void PinCheckpoints(const std::vector<uint64_t>& clocks) override { pinned_ = clocks; }
 
-  absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation,
-                       uint64_t clock) override {
+  absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation, uint64_t clock) override {
     // A delta on the previous complete checkpoint, unless this is the first
     // one or the chain already has kMaxDeltasPerFull deltas.
     cut_delta_ = config_.checkpoint().delta() && !chain_.empty() &&
@@ -93,8 +92,8 @@ class GrpcServerOps final : public ServerOps {
       request.set_phase(CheckpointRequest::COLLECT);
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
-      return NameServer(FromGrpcStatus(Stub(address)->Checkpoint(&ctx, request, &responses[i])),
-                        i, address);
+      return NameServer(FromGrpcStatus(Stub(address)->Checkpoint(&ctx, request, &responses[i])), i,
+                        address);
     });
     if (!st.ok()) return st;
     checkpoint::CheckpointManifest manifest;
@@ -151,8 +150,8 @@ class GrpcServerOps final : public ServerOps {
       auto resolved = checkpoint::LoadCheckpoint(root, it->clock, options);
       if (!resolved.ok()) {
         if (points.empty()) {
-          LOG(WARNING) << it->dir << " is not a complete checkpoint: "
-                       << resolved.status().message();
+          LOG(WARNING) << it->dir
+                       << " is not a complete checkpoint: " << resolved.status().message();
         }
         continue;
       }
@@ -164,8 +163,8 @@ class GrpcServerOps final : public ServerOps {
       if (m.job_name() != config_.name() ||
           m.num_partitions() != config_.cluster().num_partitions()) {
         return absl::FailedPreconditionError(absl::StrCat(
-            resolved->dir, ": checkpoint of job \"", m.job_name(), "\" with ",
-            m.num_partitions(), " partitions; this job is \"", config_.name(), "\" with ",
+            resolved->dir, ": checkpoint of job \"", m.job_name(), "\" with ", m.num_partitions(),
+            " partitions; this job is \"", config_.name(), "\" with ",
             config_.cluster().num_partitions(), " (use another checkpoint.dir)"));
       }
       RestorePoint p;
@@ -179,9 +178,8 @@ class GrpcServerOps final : public ServerOps {
     return points;
   }
 
-  absl::StatusOr<RestoreStats> Restore(const PartitionMapProto& map,
-                                       std::optional<uint32_t> index, const RestorePoint& point,
-                                       uint64_t generation) override {
+  absl::StatusOr<RestoreStats> Restore(const PartitionMapProto& map, std::optional<uint32_t> index,
+                                       const RestorePoint& point, uint64_t generation) override {
     RestoreRequest request;
     request.set_generation(generation);
     request.set_control_token(control_token_);
@@ -222,8 +220,7 @@ class GrpcServerOps final : public ServerOps {
     return request;
   }
 
-  absl::Status Copy(const PartitionMapProto& map, uint64_t generation, uint64_t clock,
-                    bool delta) {
+  absl::Status Copy(const PartitionMapProto& map, uint64_t generation, uint64_t clock, bool delta) {
     return ForEachServer(map, std::nullopt, [&](uint32_t i, const std::string& address) {
       CheckpointRequest request = Request(generation, clock, delta);
       request.set_phase(CheckpointRequest::COPY);
@@ -240,7 +237,7 @@ class GrpcServerOps final : public ServerOps {
   // The chain of the last complete checkpoint written or restored (empty:
   // the next one is FULL).
   std::vector<std::string> chain_;
-  bool cut_delta_ = false;  // The cut being written is a delta.
+  bool cut_delta_ = false;        // The cut being written is a delta.
   std::vector<uint64_t> pinned_;  // Kept by GC whatever checkpoint.keep says.
 };
 

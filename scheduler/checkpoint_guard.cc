@@ -35,8 +35,7 @@ absl::Status ProbeCheckpointDir(const std::string& root) {
   if (ec || !std::filesystem::is_directory(root)) {
     return absl::ErrnoToStatus(ec ? ec.value() : ENOTDIR, absl::StrCat("mkdir ", root));
   }
-  const std::string probe =
-      checkpoint::JoinPath(root, absl::StrCat(".probe-", ::getpid(), ".tmp"));
+  const std::string probe = checkpoint::JoinPath(root, absl::StrCat(".probe-", ::getpid(), ".tmp"));
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno(errno, "cannot create", probe);
   const char kText[] = "shardps checkpoint.dir probe\n";

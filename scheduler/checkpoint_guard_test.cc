@@ -47,14 +47,13 @@ TEST(CheckpointGuardTest, ProbeRefusesAFileAndAPathBelowAFile) {
 TEST(CheckpointGuardTest, CorruptIsAManifestThatDoesNotLoadNotAMissingOne) {
   const std::string root = Root("corrupt");
   Write(checkpoint::CheckpointPath(root, 10) + "/part-0000.shard", "half a file");  // Incomplete.
-  Write(checkpoint::CheckpointPath(root, 20) + "/MANIFEST", "garbage");            // Corrupt.
-  Write(checkpoint::CheckpointPath(root, 30) + "/part-0000.shard", "x");           // Incomplete.
+  Write(checkpoint::CheckpointPath(root, 20) + "/MANIFEST", "garbage");             // Corrupt.
+  Write(checkpoint::CheckpointPath(root, 30) + "/part-0000.shard", "x");            // Incomplete.
   auto corrupt = FindCorruptCheckpoints(root, -1);
   ASSERT_TRUE(corrupt.ok()) << corrupt.status();
   ASSERT_EQ(corrupt->size(), 1u);
   EXPECT_EQ((*corrupt)[0].clock, 20u);
-  EXPECT_NE((*corrupt)[0].why.message().find("MANIFEST"), std::string::npos)
-      << (*corrupt)[0].why;
+  EXPECT_NE((*corrupt)[0].why.message().find("MANIFEST"), std::string::npos) << (*corrupt)[0].why;
   corrupt = FindCorruptCheckpoints(root, 20);
   ASSERT_TRUE(corrupt.ok());
   EXPECT_TRUE(corrupt->empty()) << "only checkpoints newer than `after` are listed";

@@ -42,15 +42,12 @@ void ClockService::RecordSpreadLocked() {
   max_spread_ = std::max(max_spread_, max - *min);
 }
 
-absl::StatusOr<uint64_t> ClockService::WaitToStart(uint32_t rank,
-                                                   uint64_t step,
-                                                   absl::Time deadline,
-                                                   uint64_t generation) {
+absl::StatusOr<uint64_t> ClockService::WaitToStart(uint32_t rank, uint64_t step,
+                                                   absl::Time deadline, uint64_t generation) {
   MutexLock lock(&mu_);
   if (rank >= clock_.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("worker rank ", rank, " out of range [0, ",
-                     clock_.size(), ")"));
+        absl::StrCat("worker rank ", rank, " out of range [0, ", clock_.size(), ")"));
   }
   while (true) {
     if (!abort_reason_.empty()) return absl::AbortedError(abort_reason_);
@@ -58,8 +55,7 @@ absl::StatusOr<uint64_t> ClockService::WaitToStart(uint32_t rank,
       return CheckGeneration("the scheduler's clock", generation, generation_);
     }
     if (state_[rank] != WorkerState::kLive) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("worker ", rank, " is no longer live"));
+      return absl::FailedPreconditionError(absl::StrCat("worker ", rank, " is no longer live"));
     }
     if (stop_ && step >= *stop_) {
       return absl::OutOfRangeError(
@@ -71,27 +67,25 @@ absl::StatusOr<uint64_t> ClockService::WaitToStart(uint32_t rank,
       return MinLocked().value_or(step);
     }
     if (!changed_.WaitUntil(&mu_, deadline) && !MayStartLocked(step)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "worker ", rank, " waited for step ", step, "; min clock is ",
-          MinLocked().value_or(0), paused_ ? " (job paused)" : ""));
+      return absl::DeadlineExceededError(absl::StrCat("worker ", rank, " waited for step ", step,
+                                                      "; min clock is ", MinLocked().value_or(0),
+                                                      paused_ ? " (job paused)" : ""));
     }
   }
 }
 
-absl::StatusOr<uint64_t> ClockService::Tick(uint32_t rank, uint64_t clock,
-                                            uint64_t generation) {
+absl::StatusOr<uint64_t> ClockService::Tick(uint32_t rank, uint64_t clock, uint64_t generation) {
   MutexLock lock(&mu_);
   if (rank >= clock_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker rank ", rank, " out of range"));
+    return absl::InvalidArgumentError(absl::StrCat("worker rank ", rank, " out of range"));
   }
   if (generation != generation_) {
     return CheckGeneration("the scheduler's clock", generation, generation_);
   }
   if (clock != clock_[rank] && clock != clock_[rank] + 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker ", rank, " ticked to clock ", clock,
-                     " from clock ", clock_[rank], "; clocks advance by one"));
+    return absl::InvalidArgumentError(absl::StrCat("worker ", rank, " ticked to clock ", clock,
+                                                   " from clock ", clock_[rank],
+                                                   "; clocks advance by one"));
   }
   if (clock != clock_[rank] && clock > may_tick_to_[rank]) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -109,8 +103,7 @@ absl::StatusOr<uint64_t> ClockService::Tick(uint32_t rank, uint64_t clock,
   return after.value_or(clock);
 }
 
-void ClockService::Rewind(uint64_t generation, uint64_t clock,
-                          const std::vector<bool>& live) {
+void ClockService::Rewind(uint64_t generation, uint64_t clock, const std::vector<bool>& live) {
   MutexLock lock(&mu_);
   generation_ = generation;
   for (size_t r = 0; r < clock_.size(); ++r) {

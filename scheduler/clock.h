@@ -50,8 +50,8 @@ class ClockService {
   // that moment. DEADLINE_EXCEEDED at `deadline`; INVALID_ARGUMENT for a bad
   // rank; FAILED_PRECONDITION if the worker is dead or finished; ABORTED
   // after Abort() (with its reason).
-  absl::StatusOr<uint64_t> WaitToStart(uint32_t rank, uint64_t step,
-                                       absl::Time deadline, uint64_t generation = 0);
+  absl::StatusOr<uint64_t> WaitToStart(uint32_t rank, uint64_t step, absl::Time deadline,
+                                       uint64_t generation = 0);
 
   // Worker `rank` has completed `clock` steps. Clocks only move forward by
   // one: a repeated tick is accepted (idempotent retry), a jump or a step back

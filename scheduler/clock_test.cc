@@ -20,8 +20,7 @@ TEST(ClockTest, BspWaitsForEveryWorker) {
   ASSERT_TRUE(clock.WaitToStart(0, 0, Soon()).ok());
   ASSERT_TRUE(clock.Tick(0, 1).ok());
   // Worker 0 may not start step 1 while worker 1 has completed 0 steps.
-  EXPECT_EQ(clock.WaitToStart(0, 1, Soon()).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(clock.WaitToStart(0, 1, Soon()).status().code(), absl::StatusCode::kDeadlineExceeded);
   clock.NoteGranted(0, 1);  // Worker 1 started step 0 (not asked here).
   testing::BackgroundCall waiter([&] { return clock.WaitToStart(0, 1, Later()).status(); });
   ASSERT_TRUE(waiter.WaitUntilBlocked().ok()) << "worker 0 did not wait for worker 1";
@@ -36,8 +35,7 @@ TEST(ClockTest, SspAllowsExactlySStepsOfLead) {
     ASSERT_TRUE(clock.Tick(0, c).ok());
   }
   // min = 0: step 2 was allowed (0 >= 2 - 2), step 3 is not.
-  EXPECT_EQ(clock.WaitToStart(0, 3, Soon()).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(clock.WaitToStart(0, 3, Soon()).status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(clock.MaxSpread(), 3u);  // = s + 1, the bound
 }
 
@@ -60,8 +58,7 @@ TEST(ClockTest, DeadAndFinishedWorkersLeaveTheMinimum) {
   EXPECT_FALSE(clock.WaitToStart(0, 2, Soon()).ok());  // worker 2 at 0
   clock.MarkFinished(2);
   EXPECT_TRUE(clock.WaitToStart(0, 2, Soon()).ok());
-  EXPECT_EQ(clock.WaitToStart(1, 0, Soon()).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(clock.WaitToStart(1, 0, Soon()).status().code(), absl::StatusCode::kFailedPrecondition);
   clock.Revive(1, 0);
   EXPECT_FALSE(clock.WaitToStart(0, 2, Soon()).ok());  // 1 is back at 0
 }
@@ -74,8 +71,7 @@ TEST(ClockTest, TicksAdvanceByOne) {
   EXPECT_EQ(clock.Tick(0, 3).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(clock.Tick(0, 0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(clock.Tick(5, 1).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(clock.WaitToStart(9, 0, Soon()).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(clock.WaitToStart(9, 0, Soon()).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // A worker completes only steps it was allowed to start: a tick beyond its

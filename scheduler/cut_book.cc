@@ -4,8 +4,8 @@ namespace shardps {
 
 CutBook::CutBook(const JobConfig& config)
     : every_(absl::Seconds(config.checkpoint().every_seconds())) {
-  for (uint64_t k : {config.checkpoint().every_steps(),
-                     uint64_t{config.training().eval_every_steps()}}) {
+  for (uint64_t k :
+       {config.checkpoint().every_steps(), uint64_t{config.training().eval_every_steps()}}) {
     if (k > 0) multiples_.push_back(k);
   }
 }

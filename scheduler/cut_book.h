@@ -66,8 +66,8 @@ class CutBook {
   // A cut at `clock` ended with `status` at `end`, after holding the
   // workers for `hold` and writing for `write`; it served the requests up
   // to `served`. A written one is complete and resets the failures.
-  void Completed(uint64_t clock, const absl::Status& status, uint64_t served,
-                 absl::Duration hold, absl::Duration write, absl::Time end);
+  void Completed(uint64_t clock, const absl::Status& status, uint64_t served, absl::Duration hold,
+                 absl::Duration write, absl::Time end);
   // The last cut failed for a reason of its own at `now`. Returns the wait
   // before it is tried again, or nullopt if that was the kAttempts-th
   // failure in a row (the job fails).

@@ -36,8 +36,8 @@ TEST(CutBookTest, EverySecondsCountsFromTheLastCutWhateverItsOutcome) {
   book.Completed(5, absl::OkStatus(), 0, absl::Milliseconds(10), absl::Seconds(1), kT0);
   EXPECT_FALSE(book.TimeDue(kT0 + absl::Seconds(29)));
   EXPECT_TRUE(book.TimeDue(kT0 + absl::Seconds(30)));
-  book.Completed(9, absl::InternalError("disk full"), 0, absl::ZeroDuration(),
-                 absl::ZeroDuration(), kT0 + absl::Seconds(40));
+  book.Completed(9, absl::InternalError("disk full"), 0, absl::ZeroDuration(), absl::ZeroDuration(),
+                 kT0 + absl::Seconds(40));
   EXPECT_FALSE(book.TimeDue(kT0 + absl::Seconds(60)));
 }
 

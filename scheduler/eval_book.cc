@@ -75,8 +75,8 @@ void EvalBook::ExpireLeases(absl::Time now) {
     if (d.holder && now - d.taken > o_.lease) expired.emplace_back(*d.holder, clock);
   }
   for (const auto& [rank, clock] : expired) {
-    Failed(rank, clock, absl::StrCat("no answer within ", absl::FormatDuration(o_.lease),
-                                     " of taking it"));
+    Failed(rank, clock,
+           absl::StrCat("no answer within ", absl::FormatDuration(o_.lease), " of taking it"));
   }
 }
 
@@ -91,15 +91,15 @@ absl::Status EvalBook::Record(uint32_t rank, const CheckpointEval& e) {
     return absl::InvalidArgumentError(absl::StrCat("evaluation: auc is ", e.auc()));
   }
   if (!(e.logloss() >= 0) || !std::isfinite(e.seconds()) || e.seconds() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "evaluation: logloss ", e.logloss(), " and seconds ", e.seconds(), " must be >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat("evaluation: logloss ", e.logloss(),
+                                                   " and seconds ", e.seconds(), " must be >= 0"));
   }
   auto it = due_.find(e.clock());
   if (it == due_.end()) return absl::OkStatus();
   if (it->second.holder && *it->second.holder != rank) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "evaluation of the checkpoint at clock ", e.clock(), " from worker ", rank,
-        ": it is leased to worker ", *it->second.holder, "; refused"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("evaluation of the checkpoint at clock ", e.clock(), " from worker ", rank,
+                     ": it is leased to worker ", *it->second.holder, "; refused"));
   }
   due_.erase(it);
   evals_[e.clock()] = e;
@@ -201,8 +201,8 @@ absl::Status EvalBook::Persist() const {
     st = checkpoint::RemoveAll(best_path);
   }
   if (!st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("writing the evaluations in ", o_.dir, ": ",
-                                                st.message()));
+    return absl::Status(st.code(),
+                        absl::StrCat("writing the evaluations in ", o_.dir, ": ", st.message()));
   }
   return absl::OkStatus();
 }

@@ -40,12 +40,12 @@ TEST(EvalBookTest, DueCheckpointsAreHandedOutOnceInClockOrder) {
   book.Enqueue(150, false);  // Not a multiple of 100 and not final: not due.
   book.Enqueue(200, false);
   book.Enqueue(100, false);
-  book.Enqueue(250, true);   // The final one is.
+  book.Enqueue(250, true);  // The final one is.
   EXPECT_EQ(book.DueClocks(), (std::vector<uint64_t>{100, 200, 250}));
   EXPECT_EQ(book.Take(0), 100u);
   EXPECT_EQ(book.Take(0), 100u);  // Asked again: the same one.
   EXPECT_EQ(book.Take(1), 200u);
-  book.Release(0);                // Worker 0 is gone: 100 is free again.
+  book.Release(0);  // Worker 0 is gone: 100 is free again.
   EXPECT_EQ(book.Take(2), 100u);
   ASSERT_TRUE(book.Record(2, Eval(100, 0.7)).ok());
   ASSERT_TRUE(book.Record(2, Eval(100, 0.9)).ok());  // A duplicate: ignored.

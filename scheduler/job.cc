@@ -32,16 +32,14 @@ JobCoordinator::JobCoordinator(JobConfig config, ServerNotifier notifier, Server
       checkpoints_on_(!config_.checkpoint().dir().empty()),
       loss_(EffectiveOnWorkerLoss(config_.cluster())),
       members_(config_, fingerprint_),
-      clock_(config_.cluster().num_workers(),
-             EffectiveStaleness(config_.cluster()) == UINT32_MAX
-                 ? ClockService::kUnbounded
-                 : EffectiveStaleness(config_.cluster())),
+      clock_(config_.cluster().num_workers(), EffectiveStaleness(config_.cluster()) == UINT32_MAX
+                                                  ? ClockService::kUnbounded
+                                                  : EffectiveStaleness(config_.cluster())),
       final_(config_.cluster().num_workers(), false),
       cuts_(config_),
-      evals_(EvalBook::Options{
-          config_.checkpoint().dir(), config_.training().eval_every_steps(),
-          config_.training().early_stopping().patience(),
-          config_.training().early_stopping().min_delta()}) {
+      evals_(EvalBook::Options{config_.checkpoint().dir(), config_.training().eval_every_steps(),
+                               config_.training().early_stopping().patience(),
+                               config_.training().early_stopping().min_delta()}) {
   // No step starts before the job has formed (Form unpauses).
   clock_.SetPaused(true);
 }
@@ -157,8 +155,7 @@ void JobCoordinator::Sweep(absl::Time now) {
       }
     }
     for (const Member& s : members) {
-      if (s.role == SERVER && s.state == DEAD &&
-          now - s.state_since > Ms(k.server_deadline_ms())) {
+      if (s.role == SERVER && s.state == DEAD && now - s.state_since > Ms(k.server_deadline_ms())) {
         FailLocked(absl::StrCat("server ", s.index, " (", s.address, ") dead for more than ",
                                 k.server_deadline_ms(), " ms: no replacement registered"));
       }
@@ -190,11 +187,10 @@ void JobCoordinator::CheckWorkerDeadlinesLocked(const std::vector<Member>& membe
     // The clocks wait for every lost worker: it has to come back.
     for (const Member& m : members) {
       if (!unfinished(m) || now - m.state_since <= Ms(k.worker_deadline_ms())) continue;
-      FailLocked(absl::StrCat(
-          "worker ", m.index, " dead for more than worker_deadline_ms (",
-          k.worker_deadline_ms(), " ms) with its data unfinished at clock ",
-          clock_.Clocks()[m.index], " (cluster.on_worker_loss WAIT; ", m.reason, "):\n",
-          SummaryLocked()));
+      FailLocked(absl::StrCat("worker ", m.index, " dead for more than worker_deadline_ms (",
+                              k.worker_deadline_ms(), " ms) with its data unfinished at clock ",
+                              clock_.Clocks()[m.index], " (cluster.on_worker_loss WAIT; ", m.reason,
+                              "):\n", SummaryLocked()));
       return;
     }
     return;
@@ -208,8 +204,7 @@ void JobCoordinator::CheckWorkerDeadlinesLocked(const std::vector<Member>& membe
     any_unfinished |= unfinished(m);
     const bool never =
         m.state == STATE_UNSPECIFIED && now - start_time_ > Ms(k.start_deadline_ms());
-    const bool here = (m.state != DEAD && !never) ||
-                      (loss_.drops() && final_[m.index]);
+    const bool here = (m.state != DEAD && !never) || (loss_.drops() && final_[m.index]);
     if (here) gone = false;
   }
   if (loss_.reassigns() && !any_unfinished) gone = false;
@@ -222,8 +217,7 @@ void JobCoordinator::CheckWorkerDeadlinesLocked(const std::vector<Member>& membe
   } else if (now - *workers_gone_since_ > Ms(k.worker_deadline_ms())) {
     FailLocked(absl::StrCat("every worker died and none came back within worker_deadline_ms (",
                             k.worker_deadline_ms(), " ms; cluster.on_worker_loss ",
-                            loss_.policy_name(), "):\n",
-                            SummaryLocked()));
+                            loss_.policy_name(), "):\n", SummaryLocked()));
   }
 }
 
@@ -234,8 +228,7 @@ bool JobCoordinator::ResumeAfterRewindLocked(absl::Time now) {
   // waited for any more (the others go on; with WAIT the job failed).
   if (loss_.LeavesClock()) {
     for (const Member& m : members_.Members()) {
-      if (m.role == WORKER && m.state == DEAD &&
-          now - m.state_since > Ms(k.worker_deadline_ms())) {
+      if (m.role == WORKER && m.state == DEAD && now - m.state_since > Ms(k.worker_deadline_ms())) {
         loss_.StopAwaiting(m.index);
       }
     }
@@ -291,8 +284,10 @@ void JobCoordinator::UpdateStateLocked() {
   for (const Member& m : members_.Members()) {
     if (m.role != WORKER) continue;
     const bool trained = clock_states[m.index] == ClockService::WorkerState::kFinished;
-    if (final_[m.index]) any_final = true;
-    else if (m.state != DEAD || !(trained || loss_.drops())) all_over = false;
+    if (final_[m.index])
+      any_final = true;
+    else if (m.state != DEAD || !(trained || loss_.drops()))
+      all_over = false;
   }
   // The job ends after the control thread took the final cut (servers exit
   // when it ends).
@@ -300,8 +295,8 @@ void JobCoordinator::UpdateStateLocked() {
       !EvaluationsPendingLocked()) {
     state_ = State::kDone;
     if (const uint64_t untrained = UntrainedSamplesLocked(); untrained > 0) {
-      LOG(WARNING) << "the job ends without the shares of the workers it lost: about "
-                   << untrained << " samples untrained (cluster.on_worker_loss DROP)";
+      LOG(WARNING) << "the job ends without the shares of the workers it lost: about " << untrained
+                   << " samples untrained (cluster.on_worker_loss DROP)";
     }
     LOG(INFO) << "job done\n" << SummaryLocked();
     clock_.Abort("job done");
@@ -315,17 +310,16 @@ std::string JobCoordinator::SummaryLocked() const {
     if (m.role != WORKER) continue;
     // Steps acknowledged: the worker's clock (its reports may be older).
     auto it = reports_.find(m.index);
-    const uint64_t step =
-        std::max(clocks[m.index], it == reports_.end() ? 0 : it->second.step());
-    const char* what = final_[m.index]                    ? "finished"
-                       : m.state == DEAD                  ? "DEAD, data unfinished"
-                       : m.state == STATE_UNSPECIFIED     ? "not registered yet,"
-                                                          : "training";
+    const uint64_t step = std::max(clocks[m.index], it == reports_.end() ? 0 : it->second.step());
+    const char* what = final_[m.index]                ? "finished"
+                       : m.state == DEAD              ? "DEAD, data unfinished"
+                       : m.state == STATE_UNSPECIFIED ? "not registered yet,"
+                                                      : "training";
     absl::StrAppend(&out, "  worker ", m.index, ": ", what, " after ", step, " steps");
     if (!final_[m.index] && m.state == DEAD) {
-      absl::StrAppend(&out, loss_.drops() ? " (its shard from step "
-                                          : " (waited for; its shard from step ",
-                      step, loss_.drops() ? " on was not trained)" : " on is not trained yet)");
+      absl::StrAppend(
+          &out, loss_.drops() ? " (its shard from step " : " (waited for; its shard from step ",
+          step, loss_.drops() ? " on was not trained)" : " on is not trained yet)");
       if (!m.reason.empty()) absl::StrAppend(&out, ": ", m.reason);
     }
     absl::StrAppend(&out, "\n");
@@ -380,12 +374,18 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
   response->set_elapsed_sec(absl::ToDoubleSeconds(now - start_time_));
   MutexLock lock(&mu_);
   switch (state_) {
-    case State::kWaiting: response->set_state("waiting"); break;
+    case State::kWaiting:
+      response->set_state("waiting");
+      break;
     case State::kRunning:
       response->set_state(recovery_.idle() ? "running" : "recovering");
       break;
-    case State::kDone: response->set_state("done"); break;
-    case State::kFailed: response->set_state("failed: " + failure_); break;
+    case State::kDone:
+      response->set_state("done");
+      break;
+    case State::kFailed:
+      response->set_state("failed: " + failure_);
+      break;
   }
   response->set_generation(generation_);
   for (const RecoveryReport& r : recovery_.reports()) *response->add_recoveries() = r;

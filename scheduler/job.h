@@ -117,8 +117,8 @@ class JobCoordinator {
  public:
   // Called (outside locks) when servers must learn a new active-worker set
   // or partition map: (map, active worker ranks).
-  using ServerNotifier = std::function<void(const PartitionMapProto& map,
-                                            const std::vector<uint32_t>& active)>;
+  using ServerNotifier =
+      std::function<void(const PartitionMapProto& map, const std::vector<uint32_t>& active)>;
 
   // `ops` is not owned and must outlive the coordinator.
   JobCoordinator(JobConfig config, ServerNotifier notifier, ServerOps* ops);
@@ -153,8 +153,7 @@ class JobCoordinator {
   // incarnation of the slot's holder (membership.h): a heartbeat that does
   // not keeps nobody alive.
   absl::Status Heartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
-  absl::Status GetPartitionMap(const GetPartitionMapRequest& request,
-                               PartitionMapProto* response);
+  absl::Status GetPartitionMap(const GetPartitionMapRequest& request, PartitionMapProto* response);
   // Where worker `rank` starts (see WaitStartRequest). FAILED_PRECONDITION
   // for a rank that did not register with this scheduler; ABORTED once the
   // job failed. With on_worker_loss REASSIGN, a worker that has finished its
@@ -173,8 +172,7 @@ class JobCoordinator {
   // FAILED_PRECONDITION if `role` `index` is held (alive or finished) by
   // another process than `incarnation` (RegisterRequest.incarnation); OK
   // otherwise, the calls themselves refuse unregistered and dead ranks.
-  absl::Status CheckSender(const char* what, Role role, uint32_t index,
-                           uint64_t incarnation) const;
+  absl::Status CheckSender(const char* what, Role role, uint32_t index, uint64_t incarnation) const;
   // A tick beyond the rank's granted step + 1 is FAILED_PRECONDITION
   // (clock.h).
   absl::Status Tick(const TickRequest& request, TickResponse* response);
@@ -304,8 +302,8 @@ class JobCoordinator {
                         RecoveryReport* report);
   // Moves the clocks and positions to `point` in `generation`; `kept`: the
   // clocks of the complete checkpoints up to it (periodic evaluation).
-  void Rewind(const RestorePoint& point, uint64_t generation, RecoveryReport* report,
-              bool record, const std::vector<uint64_t>& kept);
+  void Rewind(const RestorePoint& point, uint64_t generation, RecoveryReport* report, bool record,
+              const std::vector<uint64_t>& kept);
   // ---- job_checkpoint.cc ----
   // Writes the checkpoint at `clock` (every worker held there or finished);
   // releases the hold after the copy (`next`: the next hold, 0 = none).

@@ -28,15 +28,14 @@ absl::Status JobCoordinator::CheckCheckpointDir() {
   absl::Status st = ProbeCheckpointDir(root);
   if (st.ok()) st = LoadEvaluations();
   if (st.ok()) return st;
-  st = absl::Status(st.code(), absl::StrCat("checkpoint.dir ", root, " is unusable: ",
-                                            st.message()));
+  st = absl::Status(st.code(),
+                    absl::StrCat("checkpoint.dir ", root, " is unusable: ", st.message()));
   MutexLock lock(&mu_);
   FailLocked(std::string(st.message()));
   return st;
 }
 
-absl::Status JobCoordinator::Cut(uint64_t clock, uint64_t next, uint64_t serving,
-                                 bool final) {
+absl::Status JobCoordinator::Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final) {
   Positions positions;
   uint64_t generation;
   std::vector<uint64_t> pinned;
@@ -84,7 +83,8 @@ bool JobCoordinator::AfterCut(uint64_t clock, const absl::Status& st) {
     LOG(WARNING) << "cannot remove the failed checkpoint's files: " << removed;
   }
   MutexLock lock(&mu_);
-  if (ServerGone(st) || recovery_.pending() != nullptr || Ended()) return false;  // A recovery takes over.
+  if (ServerGone(st) || recovery_.pending() != nullptr || Ended())
+    return false;  // A recovery takes over.
   const std::optional<absl::Duration> backoff = cuts_.CountFailure(absl::Now());
   if (!backoff) {
     FailLocked(absl::StrCat("checkpoint at clock ", clock, " failed ", cuts_.failures(),
@@ -93,8 +93,7 @@ bool JobCoordinator::AfterCut(uint64_t clock, const absl::Status& st) {
     return false;
   }
   LOG(ERROR) << "checkpoint at clock " << clock << ": attempt " << cuts_.failures() << " of "
-             << CutBook::kAttempts << " failed; trying again in "
-             << absl::FormatDuration(*backoff);
+             << CutBook::kAttempts << " failed; trying again in " << absl::FormatDuration(*backoff);
   return true;
 }
 

@@ -99,8 +99,7 @@ void JobCoordinator::TakeFinalCut(uint64_t serving) {
   // Dead workers with data left: their shares are still to be
   // trained (WAIT, REASSIGN), or, when none finished, the job waits
   // for one to come back; the cuts and the final one go on then.
-  if (!all_finished && (!loss_.drops() ||
-                        std::none_of(states.begin(), states.end(), finished))) {
+  if (!all_finished && (!loss_.drops() || std::none_of(states.begin(), states.end(), finished))) {
     return;
   }
   if (clock_.MaxClock() > last) {
@@ -177,7 +176,7 @@ bool JobCoordinator::Form() {
     RecoveryReport report;
     report.set_kind(takeover ? "rollback" : "resume");
     report.set_cause(takeover ? absl::StrCat("the scheduler restarted and ", problem)
-                               : "the job started");
+                              : "the job started");
     report.set_started_unix_sec(UnixSec(start_time_));
     if (!RollBack(&report, start_time_, /*record_initial=*/takeover)) return false;
   }
@@ -195,14 +194,13 @@ bool JobCoordinator::WaitForServers() {
     }
     if (missing.empty()) return true;
     recovery_.SetDoing(absl::StrCat("waiting for servers [", absl::StrJoin(missing, ","),
-                               "] to register again (at most server_deadline_ms, ",
+                                    "] to register again (at most server_deadline_ms, ",
                                     config_.cluster().server_deadline_ms(), " ms)"));
     changed_.WaitUntil(&mu_, absl::Now() + absl::Milliseconds(50));
   }
 }
 
-bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at,
-                              bool record_initial) {
+bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at, bool record_initial) {
   absl::Duration backoff = absl::Milliseconds(200);
   while (true) {
     if (!WaitForServers()) return false;
@@ -265,10 +263,9 @@ bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at,
     report->set_restore_sec(Secs(absl::Now() - back));
     report->set_rows(stats.rows);
     report->set_bytes(stats.bytes);
-    LOG(INFO) << "every server restored " << PointName(point) << " (" << stats.rows
-              << " rows, " << stats.bytes << " bytes) in "
-              << absl::FormatDuration(absl::Now() - back) << "; job generation " << generation
-              << ", workers restart at clock " << point.clock;
+    LOG(INFO) << "every server restored " << PointName(point) << " (" << stats.rows << " rows, "
+              << stats.bytes << " bytes) in " << absl::FormatDuration(absl::Now() - back)
+              << "; job generation " << generation << ", workers restart at clock " << point.clock;
     std::vector<uint64_t> kept;
     for (size_t i = *chosen; i < candidates.size(); ++i) {
       if (!candidates[i].initial) kept.push_back(candidates[i].clock);
@@ -279,9 +276,8 @@ bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at,
   }
 }
 
-void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
-                            RecoveryReport* report, bool record,
-                            const std::vector<uint64_t>& kept) {
+void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation, RecoveryReport* report,
+                            bool record, const std::vector<uint64_t>& kept) {
   MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
   generation_ = generation;
@@ -321,8 +317,7 @@ void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation,
   if (after_failure) {
     loss_.HoldClocks(now);
     LOG(INFO) << "the clocks resume once every worker has started at clock " << point.clock
-              << " (at most start_deadline_ms, " << config_.cluster().start_deadline_ms()
-              << " ms)";
+              << " (at most start_deadline_ms, " << config_.cluster().start_deadline_ms() << " ms)";
   } else {
     loss_.ReleaseClocks(/*forget_awaited=*/!record);
     clock_.SetPaused(false);

@@ -25,8 +25,7 @@ absl::Status JobCoordinator::LoadEvaluations() {
   return evals_.Load();
 }
 
-void JobCoordinator::ResumeEvaluationsLocked(uint64_t clock,
-                                             const std::vector<uint64_t>& points) {
+void JobCoordinator::ResumeEvaluationsLocked(uint64_t clock, const std::vector<uint64_t>& points) {
   if (!evals_.on()) return;
   if (absl::Status st = evals_.DropAfter(clock); !st.ok()) LOG(WARNING) << st;
   for (uint64_t c : points) {
@@ -41,9 +40,10 @@ void JobCoordinator::ResumeEvaluationsLocked(uint64_t clock,
 void JobCoordinator::MaybeStopLocked() {
   if (!evals_.on() || clock_.StopClock() || !evals_.ShouldStop()) return;
   const EarlyStoppingConfig& es = config_.training().early_stopping();
-  const std::string why =
-      absl::StrCat("early stopping: ", es.patience(), " evaluations without an AUC gain of more "
-                   "than ", es.min_delta());
+  const std::string why = absl::StrCat("early stopping: ", es.patience(),
+                                       " evaluations without an AUC gain of more "
+                                       "than ",
+                                       es.min_delta());
   const uint64_t at = clock_.StopAtFirstUnstarted(why);
   LOG(INFO) << why << "; training stops at clock " << at;
   if (absl::Status st = evals_.SetStopped(at); !st.ok()) LOG(WARNING) << st;

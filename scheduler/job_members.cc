@@ -32,9 +32,8 @@ void JobCoordinator::ApplyRejoinLocked(const RegisterRequest& request, uint32_t 
   }
 }
 
-RecoveryBook::Pending& JobCoordinator::PendLocked(const std::string& cause,
-                                                            absl::Time failed_at,
-                                                            absl::Time now) {
+RecoveryBook::Pending& JobCoordinator::PendLocked(const std::string& cause, absl::Time failed_at,
+                                                  absl::Time now) {
   RecoveryBook::Pending& pending = recovery_.Pend(cause, failed_at, now);
   clock_.SetPaused(true);
   changed_.SignalAll();
@@ -48,8 +47,7 @@ void JobCoordinator::ServerFailedLocked(uint32_t index, const std::string& cause
   if (lost) p.silent.erase(index);
 }
 
-absl::Status JobCoordinator::Register(const RegisterRequest& request,
-                                      RegisterResponse* response) {
+absl::Status JobCoordinator::Register(const RegisterRequest& request, RegisterResponse* response) {
   if (request.has_rejoin() && !request.has_requested_index()) {
     return absl::InvalidArgumentError("rejoin: requested_index is required");
   }
@@ -96,8 +94,8 @@ bool JobCoordinator::AdmitLocked(const RegisterRequest& request, const Registrat
   if (request.has_rejoin()) {
     const Rejoin& r = request.rejoin();
     members_.RaiseMapVersionAbove(r.map_version());
-    LOG(INFO) << who << " rejoined (generation " << r.generation() << ", clock "
-              << r.clock() << ", map version " << r.map_version() << ")";
+    LOG(INFO) << who << " rejoined (generation " << r.generation() << ", clock " << r.clock()
+              << ", map version " << r.map_version() << ")";
     if (!formed_) {
       // A process of an earlier scheduler: this one takes its job over.
       takeover_.Rejoined(request.role(), m.index, r);
@@ -122,15 +120,16 @@ bool JobCoordinator::AdmitLocked(const RegisterRequest& request, const Registrat
   } else if (request.role() == SERVER) {
     LOG(INFO) << who << " registered at " << m.address << " (a new process)";
     if (reg.previous_state != STATE_UNSPECIFIED) {
-      ServerFailedLocked(m.index, absl::StrCat(who, " restarted (a new process at ",
-                                               m.address, ")"),
+      ServerFailedLocked(m.index,
+                         absl::StrCat(who, " restarted (a new process at ", m.address, ")"),
                          reg.previous_heartbeat, now, /*lost=*/true);
     }
   } else {
     // A restarted worker: it resumes at its last acknowledged clock from
     // the data position it recorded there (WaitStart).
     LOG(INFO) << who << " registered"
-              << (reg.previous_state == STATE_UNSPECIFIED ? "" : " (restarted: takes its rank back)");
+              << (reg.previous_state == STATE_UNSPECIFIED ? ""
+                                                          : " (restarted: takes its rank back)");
     clock_.Revive(m.index, clock_.Clocks()[m.index]);
     notify = true;
   }
@@ -145,8 +144,8 @@ absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
         absl::Hex(request.job_id(), absl::kZeroPad16), "; this scheduler runs job ",
         absl::Hex(fingerprint_, absl::kZeroPad16), " (RegisterResponse.job_id); refused"));
   }
-  auto verdict = members_.Heartbeat(request.role(), request.index(), request.incarnation(),
-                                    absl::Now());
+  auto verdict =
+      members_.Heartbeat(request.role(), request.index(), request.incarnation(), absl::Now());
   if (!verdict.ok()) return verdict.status();
   response->set_map_version(members_.MapVersion());
   MutexLock lock(&mu_);
@@ -155,9 +154,9 @@ absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
   if (state_ == State::kFailed) response->set_failure(failure_);
   if (*verdict == HeartbeatVerdict::kRejoin) response->set_rejoin(true);
   if (*verdict == HeartbeatVerdict::kReplaced) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        RoleName(request.role()), " ", request.index(),
-        " was replaced by a newer process (another incarnation holds the slot)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(RoleName(request.role()), " ", request.index(),
+                     " was replaced by a newer process (another incarnation holds the slot)"));
   }
   return absl::OkStatus();
 }

@@ -14,8 +14,8 @@
 namespace shardps {
 namespace {
 
-using testing::FakeServerOps;
 using testing::Config;
+using testing::FakeServerOps;
 using testing::Finish;
 using testing::RegisterAll;
 using testing::Req;
@@ -98,8 +98,9 @@ TEST(JobRecoveryTest, ReplacedServerRollsTheJobBackToTheLastCheckpoint) {
   EXPECT_TRUE(report.complete());
   EXPECT_EQ(report.clock(), 5u);
   EXPECT_GE(report.detect_sec(), 0.1);  // The old server's silence.
-  EXPECT_NEAR(report.total_sec(), report.detect_sec() + report.wait_sec() +
-                                      report.restore_sec() + report.rewind_sec(), 1e-6);
+  EXPECT_NEAR(report.total_sec(),
+              report.detect_sec() + report.wait_sec() + report.restore_sec() + report.rewind_sec(),
+              1e-6);
   EXPECT_NE(report.cause().find("server 0 restarted"), std::string::npos) << report.cause();
   // The job goes on in the new generation.
   EXPECT_TRUE(Step(&job, 0, r0->generation(), 5).ok());
@@ -289,8 +290,7 @@ TEST(JobTakeoverTest, TakeoverWithALostServerRollsBack) {
   job.JobStatus(&status);
   ASSERT_EQ(status.recoveries_size(), 1);
   EXPECT_EQ(status.recoveries(0).kind(), "rollback");
-  EXPECT_NE(status.recoveries(0).cause().find("server 0 registered without"),
-            std::string::npos)
+  EXPECT_NE(status.recoveries(0).cause().find("server 0 registered without"), std::string::npos)
       << status.recoveries(0).cause();
 }
 

@@ -1,4 +1,6 @@
 // JobCoordinator: forming the job, checkpoint cuts, lifecycle (fake servers).
+#include "scheduler/job.h"
+
 #include <atomic>
 #include <thread>
 
@@ -6,14 +8,13 @@
 #include "common/config.h"
 #include "common/generation.h"
 #include "gtest/gtest.h"
-#include "scheduler/job.h"
 #include "scheduler/job_test_util.h"
 
 namespace shardps {
 namespace {
 
-using testing::FakeServerOps;
 using testing::Config;
+using testing::FakeServerOps;
 using testing::Finish;
 using testing::RegisterAll;
 using testing::Req;
@@ -206,8 +207,7 @@ TEST(JobLifecycleTest, NewProcessTakesASilentSlotOnly) {
   hb.set_incarnation(3);
   HeartbeatResponse hr;
   ASSERT_TRUE(job.Heartbeat(hb, &hr).ok());
-  EXPECT_EQ(job.Register(Req(c, WORKER, 1, 50), &resp).code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(job.Register(Req(c, WORKER, 1, 50), &resp).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_TRUE(job.Register(Req(c, WORKER, 1, 3), &resp).ok()) << "the holder's retry";
   absl::SleepFor(absl::Milliseconds(150));
   EXPECT_TRUE(job.Register(Req(c, WORKER, 1, 50), &resp).ok());

@@ -36,8 +36,8 @@ class FakeServerOps final : public ServerOps {
 
   absl::Status CopyCut(const PartitionMapProto&, uint64_t generation, uint64_t clock) override {
     MutexLock lock(&mu_);
-    copying_ = {clock, generation,
-                job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0, {}};
+    copying_ = {
+        clock, generation, job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0, {}};
     return absl::OkStatus();
   }
   absl::Status FinishCut(const PartitionMapProto&, uint64_t, uint64_t clock,
@@ -67,8 +67,7 @@ class FakeServerOps final : public ServerOps {
     return points_;
   }
   absl::StatusOr<RestoreStats> Restore(const PartitionMapProto&, std::optional<uint32_t> index,
-                                       const RestorePoint& point,
-                                       uint64_t generation) override {
+                                       const RestorePoint& point, uint64_t generation) override {
     MutexLock lock(&mu_);
     restores_.push_back({index, point, generation});
     RestoreStats stats;
@@ -105,7 +104,7 @@ class FakeServerOps final : public ServerOps {
 };
 
 inline JobConfig Config(uint64_t every_steps, ConsistencyMode mode = ASP,
-                 const std::string& dir = "/unused") {
+                        const std::string& dir = "/unused") {
   JobConfig c;
   auto* t = c.add_tables();
   t->set_id(1);
@@ -144,8 +143,8 @@ inline void RegisterAll(JobCoordinator* job, const JobConfig& c) {
 }
 
 inline absl::StatusOr<WaitStartResponse> StartOf(JobCoordinator* job, uint32_t rank,
-                                          std::optional<uint64_t> after = std::nullopt,
-                                          uint32_t timeout_ms = 20000) {
+                                                 std::optional<uint64_t> after = std::nullopt,
+                                                 uint32_t timeout_ms = 20000) {
   WaitStartRequest request;
   request.set_rank(rank);
   if (after) request.set_after_generation(*after);
@@ -158,7 +157,7 @@ inline absl::StatusOr<WaitStartResponse> StartOf(JobCoordinator* job, uint32_t r
 
 // Step t of worker `rank` in `generation`: wait for the clock, tick.
 inline absl::Status Step(JobCoordinator* job, uint32_t rank, uint64_t generation, uint64_t t,
-                  uint32_t timeout_ms = 20000) {
+                         uint32_t timeout_ms = 20000) {
   WaitClockRequest w;
   w.set_rank(rank);
   w.set_step(t);
@@ -186,7 +185,8 @@ inline absl::Status Finish(JobCoordinator* job, uint32_t rank, uint64_t generati
 }
 
 // Runs two workers for `steps` steps, `delay` per step, then reports done.
-inline std::vector<std::thread> RunWorkers(JobCoordinator* job, uint64_t steps, absl::Duration delay) {
+inline std::vector<std::thread> RunWorkers(JobCoordinator* job, uint64_t steps,
+                                           absl::Duration delay) {
   std::vector<std::thread> workers;
   for (uint32_t r = 0; r < 2; ++r) {
     workers.emplace_back([job, r, steps, delay] {

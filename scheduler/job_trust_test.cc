@@ -185,9 +185,9 @@ TEST(JobCheckpointFaultTest, AnUnusableDirectoryFailsTheJobAtStart) {
   FakeServerOps ops;
   JobCoordinator job(Config(0, ASP, file), nullptr, &ops);
   const absl::Status st = job.CheckCheckpointDir();
-  ExpectRefused(st, absl::StatusCode::kFailedPrecondition,
-                "checkpoint.dir " + file + " is unusable: " + file +
-                    " exists and is not a directory");
+  ExpectRefused(
+      st, absl::StatusCode::kFailedPrecondition,
+      "checkpoint.dir " + file + " is unusable: " + file + " exists and is not a directory");
   ExpectRefused(job.WaitDone(absl::Now()), absl::StatusCode::kAborted, "is unusable");
 }
 

@@ -29,9 +29,9 @@ using testing::WaitCheckpoints;
 // Incarnations RegisterAll gives: server 0 is 1, worker r is 2 + r.
 constexpr uint64_t kServerIncarnation = 1;
 
-JobConfig LossConfig(ConsistencyMode mode, uint64_t every_steps,
-                     ClusterConfig::OnWorkerLoss policy =
-                         ClusterConfig::ON_WORKER_LOSS_UNSPECIFIED) {
+JobConfig LossConfig(
+    ConsistencyMode mode, uint64_t every_steps,
+    ClusterConfig::OnWorkerLoss policy = ClusterConfig::ON_WORKER_LOSS_UNSPECIFIED) {
   JobConfig c = Config(every_steps, mode);
   c.mutable_cluster()->set_dead_after_ms(400);
   c.mutable_cluster()->set_worker_deadline_ms(60000);
@@ -132,8 +132,7 @@ const Heartbeats::Who kWorker1 = {WORKER, 1, 3};
 class LossJob {
  public:
   LossJob(const JobConfig& c, std::vector<Heartbeats::Who> alive,
-          std::vector<Heartbeats::Who> lost = {},
-          JobCoordinator::ServerNotifier notifier = nullptr)
+          std::vector<Heartbeats::Who> lost = {}, JobCoordinator::ServerNotifier notifier = nullptr)
       : config_(c), job_(c, std::move(notifier), &ops_) {
     ops_.set_job(&job_);
     RegisterAll(&job_, c);
@@ -224,8 +223,7 @@ TEST(WorkerLossTest, WaitFailsTheJobNamingAWorkerPastItsDeadline) {
   loss.Lose();
   const absl::Status st = job.WaitDone(absl::Now() + absl::Seconds(20));
   EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
-  EXPECT_NE(st.message().find("worker 1 dead for more than worker_deadline_ms"),
-            std::string::npos)
+  EXPECT_NE(st.message().find("worker 1 dead for more than worker_deadline_ms"), std::string::npos)
       << st;
 }
 
@@ -499,7 +497,8 @@ TEST(WorkerLossTest, AWorkerThatCannotRedoItsStepRollsTheJobBack) {
   ASSERT_EQ(status.recoveries_size(), n);
   EXPECT_EQ(status.recoveries(n - 1).kind(), "rollback");
   EXPECT_NE(status.recoveries(n - 1).cause().find("worker 1 cannot redo step 1 exactly"),
-            std::string::npos) << status.recoveries(n - 1).cause();
+            std::string::npos)
+      << status.recoveries(n - 1).cause();
   // Asked again from the old generation: the rollback covers it.
   ASSERT_TRUE(job.RequestRollBack(ask).ok());
   JobStatusResponse after;

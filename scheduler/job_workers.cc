@@ -23,32 +23,31 @@ absl::Time DeadlineFromMs(uint32_t timeout_ms) {
 
 }  // namespace
 
-absl::Status JobCoordinator::CheckWorker(const char* what, uint32_t rank,
-                                         bool finished_ok) const {
+absl::Status JobCoordinator::CheckWorker(const char* what, uint32_t rank, bool finished_ok) const {
   const std::optional<Member> m = members_.Get(WORKER, rank);
   if (!m) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, ": worker rank ", rank, " out of range [0, ", config_.cluster().num_workers(),
-        ")"));
+        what, ": worker rank ", rank, " out of range [0, ", config_.cluster().num_workers(), ")"));
   }
   switch (m->state) {
-    case ALIVE: return absl::OkStatus();
+    case ALIVE:
+      return absl::OkStatus();
     case FINISHED:
       if (finished_ok) return absl::OkStatus();
       return absl::FailedPreconditionError(
           absl::StrCat(what, ": worker ", rank, " already finished its data"));
     case DEAD:
-      return absl::UnavailableError(absl::StrCat(
-          what, ": worker ", rank, " was declared dead (", m->reason,
-          "); it rejoins with its next heartbeat, then a retry is accepted"));
+      return absl::UnavailableError(
+          absl::StrCat(what, ": worker ", rank, " was declared dead (", m->reason,
+                       "); it rejoins with its next heartbeat, then a retry is accepted"));
     default: {
       bool formed;
       {
         MutexLock lock(&mu_);
         formed = formed_;
       }
-      const std::string why = absl::StrCat(
-          what, ": worker ", rank, " has not registered with this scheduler; refused");
+      const std::string why =
+          absl::StrCat(what, ": worker ", rank, " has not registered with this scheduler; refused");
       // Before the job formed, a live process of an earlier scheduler may
       // still be on its way to rejoin: it retries.
       return formed ? absl::FailedPreconditionError(why) : absl::UnavailableError(why);
@@ -62,30 +61,33 @@ absl::Status JobCoordinator::CheckSender(const char* what, Role role, uint32_t i
   if (!m || (m->state != ALIVE && m->state != FINISHED) || m->incarnation == incarnation) {
     return absl::OkStatus();
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      what, ": ", role == SERVER ? "server " : "worker ", index,
-      " is held by another process (the request ",
-      incarnation == 0 ? "names no incarnation" : "names another incarnation",
-      " than its registration); refused"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, ": ", role == SERVER ? "server " : "worker ", index,
+                   " is held by another process (the request ",
+                   incarnation == 0 ? "names no incarnation" : "names another incarnation",
+                   " than its registration); refused"));
 }
 
 absl::Status JobCoordinator::ValidateReport(const MetricsReport& r, uint64_t max_step) const {
   const auto bad = [&r](const char* field, const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metrics of worker ", r.rank(), ": ", field, " ", what, "; report refused"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics of worker ", r.rank(), ": ", field, " ", what, "; report refused"));
   };
-  const std::pair<const char*, double> amounts[] = {
-      {"samples_per_sec", r.samples_per_sec()}, {"train_loss", r.train_loss()},
-      {"eval_loss", r.eval_loss()}, {"wait_sec", r.wait_sec()}, {"pull_sec", r.pull_sec()},
-      {"compute_sec", r.compute_sec()}, {"push_sec", r.push_sec()},
-      {"data_sec", r.data_sec()}};
+  const std::pair<const char*, double> amounts[] = {{"samples_per_sec", r.samples_per_sec()},
+                                                    {"train_loss", r.train_loss()},
+                                                    {"eval_loss", r.eval_loss()},
+                                                    {"wait_sec", r.wait_sec()},
+                                                    {"pull_sec", r.pull_sec()},
+                                                    {"compute_sec", r.compute_sec()},
+                                                    {"push_sec", r.push_sec()},
+                                                    {"data_sec", r.data_sec()}};
   for (const auto& [field, v] : amounts) {
     if (!std::isfinite(v) || v < 0) {
       return bad(field, absl::StrCat("is ", v, " (must be finite and >= 0)"));
     }
   }
-  for (const auto& [field, v] : {std::pair<const char*, double>{"eval_auc", r.eval_auc()},
-                                 {"train_auc", r.train_auc()}}) {
+  for (const auto& [field, v] :
+       {std::pair<const char*, double>{"eval_auc", r.eval_auc()}, {"train_auc", r.train_auc()}}) {
     if (!(v >= 0 && v <= 1)) return bad(field, absl::StrCat("is ", v, " (must be in [0, 1])"));
   }
   if (r.step() > max_step) {
@@ -108,8 +110,8 @@ absl::Status JobCoordinator::GetPartitionMap(const GetPartitionMapRequest& reque
   while (members_.MapVersion() < want || !formed_) {
     if (state_ == State::kFailed) return absl::AbortedError(failure_);
     if (!changed_.WaitUntil(&mu_, deadline) && (members_.MapVersion() < want || !formed_)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "partition map version ", want, " not ready: waiting for servers"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("partition map version ", want, " not ready: waiting for servers"));
     }
   }
   *response = *members_.Map();
@@ -123,8 +125,7 @@ void JobCoordinator::WorkerStartedLocked(uint32_t rank, absl::Time now) {
 }
 
 std::optional<uint32_t> JobCoordinator::LeaseOrphanLocked(uint32_t rank, absl::Time now) {
-  if (!loss_.reassigns() || !formed_ || !recovery_.idle() ||
-      loss_.clocks_held() ||
+  if (!loss_.reassigns() || !formed_ || !recovery_.idle() || loss_.clocks_held() ||
       clock_.States()[rank] != ClockService::WorkerState::kFinished) {
     return std::nullopt;
   }
@@ -137,8 +138,7 @@ std::optional<uint32_t> JobCoordinator::LeaseOrphanLocked(uint32_t rank, absl::T
     }
     if (!loss_.TakeLease(m.index, now, 2 * dead_after)) continue;
     LOG(INFO) << "worker " << rank << " finished its share and takes over worker " << m.index
-              << "'s, unfinished at clock " << clock_.Clocks()[m.index] << " ("
-              << m.reason << ")";
+              << "'s, unfinished at clock " << clock_.Clocks()[m.index] << " (" << m.reason << ")";
     return m.index;
   }
   return std::nullopt;
@@ -154,7 +154,7 @@ std::string JobCoordinator::StartWaitLocked() const {
       return absl::StrCat("servers [", absl::StrJoin(missing, ","), "] to register");
     }
     return takeover_.active() ? "every worker to rejoin the restarted scheduler"
-                     : "the job to form (servers being set up)";
+                              : "the job to form (servers being set up)";
   }
   if (!recovery_.idle()) return recovery_.Waiting();
   return absl::StrCat("a rollback or the job's end (generation ", generation_,
@@ -176,8 +176,7 @@ absl::Status JobCoordinator::WaitStart(const WaitStartRequest& request,
       response->set_job_ended(true);
       return absl::OkStatus();
     }
-    const bool newer =
-        !request.has_after_generation() || generation_ > request.after_generation();
+    const bool newer = !request.has_after_generation() || generation_ > request.after_generation();
     if (formed_ && recovery_.idle() && newer) break;
     if (request.has_after_generation() && request.after_generation() == generation_) {
       if (const std::optional<uint32_t> orphan = LeaseOrphanLocked(rank, absl::Now())) {
@@ -241,7 +240,8 @@ absl::Status JobCoordinator::RequestRollBack(const RollBackRequest& request) {
   MutexLock lock(&mu_);
   if (config_.cluster().mode() != BSP || loss_.LeavesClock()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "RollBack from worker ", request.rank(), ": only a BSP job with "
+        "RollBack from worker ", request.rank(),
+        ": only a BSP job with "
         "cluster.on_worker_loss WAIT rolls back for a step a worker cannot redo; refused"));
   }
   if (request.generation() != generation_) {
@@ -249,16 +249,15 @@ absl::Status JobCoordinator::RequestRollBack(const RollBackRequest& request) {
               << request.generation() << "; the job is in " << generation_ << " already";
     return absl::OkStatus();
   }
-  const std::string cause = absl::StrCat(
-      "worker ", request.rank(), " cannot redo step ", request.clock(), " exactly (",
-      request.cause().substr(0, 400), ")");
+  const std::string cause =
+      absl::StrCat("worker ", request.rank(), " cannot redo step ", request.clock(), " exactly (",
+                   request.cause().substr(0, 400), ")");
   const absl::Time now = absl::Now();
   PendLocked(cause, now, now).roll_back = true;
   return absl::OkStatus();
 }
 
-absl::Status JobCoordinator::Barrier(const BarrierRequest& request,
-                                     BarrierResponse* response) {
+absl::Status JobCoordinator::Barrier(const BarrierRequest& request, BarrierResponse* response) {
   if (request.role() != WORKER || request.index() >= final_.size()) {
     return absl::InvalidArgumentError("barrier: only workers with a valid rank");
   }
@@ -282,8 +281,8 @@ absl::Status JobCoordinator::Barrier(const BarrierRequest& request,
       if (m.role != WORKER) continue;
       // A worker that finished (reported done) no longer counts, nor one
       // that died after it, or (on_worker_loss DROP) before.
-      const bool trained = m.state == FINISHED ||
-                           states[m.index] == ClockService::WorkerState::kFinished;
+      const bool trained =
+          m.state == FINISHED || states[m.index] == ClockService::WorkerState::kFinished;
       const bool dropped = m.state == DEAD && loss_.drops();
       if (!now_entered[m.index] && !trained && !dropped) all = false;
     }
@@ -302,8 +301,8 @@ absl::Status JobCoordinator::Barrier(const BarrierRequest& request,
 absl::Status JobCoordinator::ReportMetrics(const MetricsReport& report) {
   const uint32_t rank = report.rank();
   if (rank >= final_.size() || !members_.Registered(WORKER, rank)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "metrics: worker ", rank, " has not registered with this scheduler; refused"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("metrics: worker ", rank, " has not registered with this scheduler; refused"));
   }
   const absl::Time now = absl::Now();
   if (report.error().empty()) {

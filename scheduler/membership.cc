@@ -40,41 +40,37 @@ absl::Status Membership::CheckRegistration(const RegisterRequest& request) const
     return absl::InvalidArgumentError("register: role must be SERVER or WORKER");
   }
   if (request.incarnation() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "register: the ", RoleName(request.role()),
-        " sent no incarnation (a random non-zero number per process start)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: the ", RoleName(request.role()),
+                     " sent no incarnation (a random non-zero number per process start)"));
   }
   if (request.address().size() > kMaxAddressBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "register: an address of ", request.address().size(), " bytes (at most ",
-        kMaxAddressBytes, ": host:port)"));
+    return absl::InvalidArgumentError(absl::StrCat("register: an address of ",
+                                                   request.address().size(), " bytes (at most ",
+                                                   kMaxAddressBytes, ": host:port)"));
   }
   if (request.role() == SERVER && request.address().empty()) {
     return absl::InvalidArgumentError("register: a server must give its address");
   }
   if (request.config_fingerprint() != fingerprint_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "register: the ", RoleName(request.role()),
-        " loaded a different job config (fingerprint ",
-        absl::Hex(request.config_fingerprint(), absl::kZeroPad16),
-        ", the scheduler's is ", absl::Hex(fingerprint_, absl::kZeroPad16),
-        "): start every process with the same config"));
+        "register: the ", RoleName(request.role()), " loaded a different job config (fingerprint ",
+        absl::Hex(request.config_fingerprint(), absl::kZeroPad16), ", the scheduler's is ",
+        absl::Hex(fingerprint_, absl::kZeroPad16), "): start every process with the same config"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request,
-                                                  absl::Time now) {
+absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request, absl::Time now) {
   if (absl::Status st = CheckRegistration(request); !st.ok()) return st;
   MutexLock lock(&mu_);
   std::vector<Member>& slots = *SlotsLocked(request.role());
   Member* slot = nullptr;
   if (request.has_requested_index()) {
     if (request.requested_index() >= slots.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "register: ", RoleName(request.role()), " index ",
-          request.requested_index(), " out of range; the job has ",
-          slots.size()));
+      return absl::InvalidArgumentError(absl::StrCat("register: ", RoleName(request.role()),
+                                                     " index ", request.requested_index(),
+                                                     " out of range; the job has ", slots.size()));
     }
     slot = &slots[request.requested_index()];
     const bool held = slot->state == ALIVE || slot->state == FINISHED;
@@ -91,9 +87,8 @@ absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request
     if (held && now - slot->last_heartbeat <= silent_after_) {
       return absl::AlreadyExistsError(absl::StrCat(
           "register: ", RoleName(request.role()), " index ", slot->index,
-          " is held by a live process", slot->address.empty() ? "" : " at ",
-          slot->address, " (last heartbeat ",
-          absl::FormatDuration(now - slot->last_heartbeat),
+          " is held by a live process", slot->address.empty() ? "" : " at ", slot->address,
+          " (last heartbeat ", absl::FormatDuration(now - slot->last_heartbeat),
           " ago); a restarted process takes it once the old one has been silent for ",
           absl::FormatDuration(silent_after_)));
     }
@@ -105,9 +100,9 @@ absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request
       }
     }
     if (slot == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "register: all ", slots.size(), " ", RoleName(request.role()),
-          " slots are taken; pass the index of a dead one to replace it"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("register: all ", slots.size(), " ", RoleName(request.role()),
+                       " slots are taken; pass the index of a dead one to replace it"));
     }
   }
   Registration r;
@@ -127,8 +122,7 @@ absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request
   return r;
 }
 
-void Membership::MarkDead(Role role, uint32_t index, const std::string& reason,
-                          absl::Time now) {
+void Membership::MarkDead(Role role, uint32_t index, const std::string& reason, absl::Time now) {
   MutexLock lock(&mu_);
   if (role != SERVER && role != WORKER) return;
   std::vector<Member>& slots = *SlotsLocked(role);
@@ -183,10 +177,8 @@ void Membership::RebuildMapLocked() {
   for (const Member& s : servers_) {
     if (s.state == STATE_UNSPECIFIED) return;  // Not complete yet.
   }
-  const uint64_t version =
-      std::max<uint64_t>(map_ ? map_->version() + 1 : 1, min_version_);
-  auto contiguous =
-      PartitionMap::Contiguous(version, num_partitions_, servers_.size());
+  const uint64_t version = std::max<uint64_t>(map_ ? map_->version() + 1 : 1, min_version_);
+  auto contiguous = PartitionMap::Contiguous(version, num_partitions_, servers_.size());
   PartitionMapProto map;
   map.set_version(version);
   map.set_num_partitions(num_partitions_);
@@ -221,8 +213,7 @@ absl::StatusOr<HeartbeatVerdict> Membership::Heartbeat(Role role, uint32_t index
   return HeartbeatVerdict::kOk;
 }
 
-std::vector<Member> Membership::Sweep(absl::Time now,
-                                      absl::Duration dead_after) {
+std::vector<Member> Membership::Sweep(absl::Time now, absl::Duration dead_after) {
   MutexLock lock(&mu_);
   std::vector<Member> died;
   for (std::vector<Member>* slots : {&servers_, &workers_}) {
@@ -230,9 +221,9 @@ std::vector<Member> Membership::Sweep(absl::Time now,
       if ((m.state == ALIVE || m.state == FINISHED) && now - m.last_heartbeat > dead_after) {
         m.state = DEAD;
         m.state_since = now;
-        m.reason = absl::StrCat("missed heartbeats for ",
-                                absl::FormatDuration(now - m.last_heartbeat),
-                                " (killed, crashed or stalled)");
+        m.reason =
+            absl::StrCat("missed heartbeats for ", absl::FormatDuration(now - m.last_heartbeat),
+                         " (killed, crashed or stalled)");
         died.push_back(m);
       }
     }

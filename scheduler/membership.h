@@ -51,9 +51,9 @@ struct Member {
 
 // What a registration did to its slot.
 struct Registration {
-  Member member;                          // After it.
+  Member member;                                   // After it.
   MemberState previous_state = STATE_UNSPECIFIED;  // Before it.
-  absl::Time previous_heartbeat;          // The previous holder's last one.
+  absl::Time previous_heartbeat;                   // The previous holder's last one.
   // The holder itself again (same incarnation), not declared dead: nothing
   // changed but its heartbeat time.
   bool repeat = false;

@@ -15,8 +15,8 @@ JobConfig Config() {
 }
 
 // `incarnation` 0: a new one per call (a new process each time).
-RegisterRequest Req(Role role, std::string address, int index = -1,
-                    uint64_t fingerprint = 42, uint64_t incarnation = 0) {
+RegisterRequest Req(Role role, std::string address, int index = -1, uint64_t fingerprint = 42,
+                    uint64_t incarnation = 0) {
   static uint64_t next = 1000;
   if (incarnation == 0) incarnation = next++;
   RegisterRequest r;
@@ -52,15 +52,12 @@ TEST(MembershipTest, RefusesWrongConfigDuplicateIndexAndBadRequests) {
   const absl::Time now = absl::Now();
   auto wrong = m.Register(Req(WORKER, "", -1, 7), now);
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(wrong.status().message().find("different job config"),
-            std::string::npos);
+  EXPECT_NE(wrong.status().message().find("different job config"), std::string::npos);
   ASSERT_TRUE(m.Register(Req(WORKER, "", 1), now).ok());
-  EXPECT_EQ(m.Register(Req(WORKER, "", 1), now).status().code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(m.Register(Req(WORKER, "", 1), now).status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(m.Register(Req(WORKER, "", 5), now).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(m.Register(Req(SERVER, ""), now).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.Register(Req(SERVER, ""), now).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(m.Register(Req(ROLE_UNSPECIFIED, "x"), now).status().code(),
             absl::StatusCode::kInvalidArgument);
   // A 1 MB address would be kept and shown by JobStatus.

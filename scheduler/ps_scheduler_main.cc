@@ -30,15 +30,15 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/peer_limits.h"
 #include "common/config.h"
 #include "common/init.h"
 #include "common/job_secret.h"
+#include "common/peer_limits.h"
 #include "common/tls.h"
 #include "glog/logging.h"
 #include "scheduler/checkpoint_client.h"
@@ -82,9 +82,7 @@ std::vector<std::string> CheckpointNames(const std::string& dir) {
   return names;
 }
 
-std::string HostOf(const std::string& address) {
-  return address.substr(0, address.rfind(':'));
-}
+std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
 
 // The PS_JOB_RESULT fields of periodic evaluation ("" without).
 std::string EvaluationFields(const shardps::JobStatusResponse& status) {
@@ -217,30 +215,28 @@ void PrintJobResult(const shardps::JobStatusResponse& status) {
   int recoveries = 0;
   double recovery_sec = 0;
   for (const shardps::RecoveryReport& r : status.recoveries()) {
-    LOG(INFO) << "recovery: " << r.kind() << " (" << r.cause() << "): generation "
-              << r.generation() << ", restarted at clock " << r.clock() << ", "
-              << r.total_sec() << " s (detect " << r.detect_sec() << " s, wait " << r.wait_sec()
-              << " s, restore " << r.restore_sec() << " s, rewind " << r.rewind_sec() << " s)";
+    LOG(INFO) << "recovery: " << r.kind() << " (" << r.cause() << "): generation " << r.generation()
+              << ", restarted at clock " << r.clock() << ", " << r.total_sec() << " s (detect "
+              << r.detect_sec() << " s, wait " << r.wait_sec() << " s, restore " << r.restore_sec()
+              << " s, rewind " << r.rewind_sec() << " s)";
     if (r.kind() == "rollback" || r.kind() == "partial" || r.kind() == "rejoin") {
       ++recoveries;
       recovery_sec += r.total_sec();
     }
   }
-  std::printf("PS_JOB_RESULT state=%s samples=%llu samples_per_sec=%.0f eval_auc=%.6f eval_logloss=%.6f "
-              "max_clock=%llu max_spread=%llu elapsed_sec=%.1f recoveries=%d recovery_sec=%.2f "
-              "generation=%llu%s%s\n",
-              status.state().c_str(),
-              static_cast<unsigned long long>(status.total_samples()),
-              status.elapsed_sec() > 0 ? status.total_samples() / status.elapsed_sec() : 0.0,
-              status.eval_auc(), status.eval_loss(),
-              static_cast<unsigned long long>(status.max_clock()),
-              static_cast<unsigned long long>(status.max_spread()),
-              status.elapsed_sec(), recoveries, recovery_sec,
-              static_cast<unsigned long long>(status.generation()),
-              EvaluationFields(status).c_str(),
-              status.untrained_samples() > 0
-                  ? absl::StrCat(" untrained_samples=", status.untrained_samples()).c_str()
-                  : "");
+  std::printf(
+      "PS_JOB_RESULT state=%s samples=%llu samples_per_sec=%.0f eval_auc=%.6f eval_logloss=%.6f "
+      "max_clock=%llu max_spread=%llu elapsed_sec=%.1f recoveries=%d recovery_sec=%.2f "
+      "generation=%llu%s%s\n",
+      status.state().c_str(), static_cast<unsigned long long>(status.total_samples()),
+      status.elapsed_sec() > 0 ? status.total_samples() / status.elapsed_sec() : 0.0,
+      status.eval_auc(), status.eval_loss(), static_cast<unsigned long long>(status.max_clock()),
+      static_cast<unsigned long long>(status.max_spread()), status.elapsed_sec(), recoveries,
+      recovery_sec, static_cast<unsigned long long>(status.generation()),
+      EvaluationFields(status).c_str(),
+      status.untrained_samples() > 0
+          ? absl::StrCat(" untrained_samples=", status.untrained_samples()).c_str()
+          : "");
   std::fflush(stdout);
 }
 
@@ -296,9 +292,8 @@ int main(int argc, char** argv) {
   }
   std::printf("PS_SCHEDULER_LISTENING %s\n", address.c_str());
   std::fflush(stdout);
-  LOG(INFO) << "job \"" << config->name() << "\": waiting for "
-            << config->cluster().num_servers() << " servers and "
-            << config->cluster().num_workers() << " workers on " << address;
+  LOG(INFO) << "job \"" << config->name() << "\": waiting for " << config->cluster().num_servers()
+            << " servers and " << config->cluster().num_workers() << " workers on " << address;
   if (!CheckCheckpointsAtStart(&job, ops.get())) return 2;
   job.Start();
   std::signal(SIGINT, OnSignal);

@@ -11,11 +11,11 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "common/client/scheduler_client.h"
 #include "common/init.h"
 #include "common/job_secret.h"
 #include "common/tls.h"
 #include "google/protobuf/util/json_util.h"
-#include "common/client/scheduler_client.h"
 
 ABSL_FLAG(std::string, scheduler, shardps::EnvOr("SHARDPS_SCHEDULER", ""),
           "Scheduler address host:port. Env: SHARDPS_SCHEDULER.");
@@ -28,10 +28,14 @@ namespace {
 
 const char* StateName(shardps::MemberState s) {
   switch (s) {
-    case shardps::ALIVE: return "alive";
-    case shardps::DEAD: return "DEAD";
-    case shardps::FINISHED: return "finished";
-    default: return "not registered";
+    case shardps::ALIVE:
+      return "alive";
+    case shardps::DEAD:
+      return "DEAD";
+    case shardps::FINISHED:
+      return "finished";
+    default:
+      return "not registered";
   }
 }
 
@@ -73,34 +77,32 @@ int main(int argc, char** argv) {
     std::printf("%s\n", json.c_str());
     return 0;
   }
-  std::printf("job %s: %s, clocks min %llu max %llu (largest spread %llu), "
-              "%.0f samples/s, train loss %.4f, eval AUC %.4f\n",
-              status->job_name().c_str(), status->state().c_str(),
-              (unsigned long long)status->min_clock(),
-              (unsigned long long)status->max_clock(),
-              (unsigned long long)status->max_spread(), status->samples_per_sec(),
-              status->train_loss(), status->eval_auc());
+  std::printf(
+      "job %s: %s, clocks min %llu max %llu (largest spread %llu), "
+      "%.0f samples/s, train loss %.4f, eval AUC %.4f\n",
+      status->job_name().c_str(), status->state().c_str(), (unsigned long long)status->min_clock(),
+      (unsigned long long)status->max_clock(), (unsigned long long)status->max_spread(),
+      status->samples_per_sec(), status->train_loss(), status->eval_auc());
   for (const auto& m : status->members()) {
     std::printf("  %-6s %2u  %-9s %-21s clock %-8llu heartbeat %.1fs ago%s%s\n",
-                m.role() == shardps::SERVER ? "server" : "worker", m.index(),
-                StateName(m.state()), m.address().c_str(),
-                (unsigned long long)m.clock(), m.last_heartbeat_age_sec(),
+                m.role() == shardps::SERVER ? "server" : "worker", m.index(), StateName(m.state()),
+                m.address().c_str(), (unsigned long long)m.clock(), m.last_heartbeat_age_sec(),
                 m.restarts() ? (", restarted " + std::to_string(m.restarts()) + "x").c_str() : "",
                 m.reason().empty() ? "" : (" (" + m.reason() + ")").c_str());
   }
   if (status->last_checkpoint_hold_sec() > 0) {
-    std::printf("last checkpoint: workers held %.3f s (copy), files written in %.3f s behind "
-                "them\n",
-                status->last_checkpoint_hold_sec(), status->last_checkpoint_write_sec());
+    std::printf(
+        "last checkpoint: workers held %.3f s (copy), files written in %.3f s behind "
+        "them\n",
+        status->last_checkpoint_hold_sec(), status->last_checkpoint_write_sec());
   }
   for (const auto& r : status->recoveries()) {
-    std::printf("recovery: %s (%s): restarted at clock %llu%s, generation %llu; ",
-                r.kind().c_str(), r.cause().c_str(), (unsigned long long)r.clock(),
+    std::printf("recovery: %s (%s): restarted at clock %llu%s, generation %llu; ", r.kind().c_str(),
+                r.cause().c_str(), (unsigned long long)r.clock(),
                 r.initial() ? " (initial values)" : "", (unsigned long long)r.generation());
     if (r.complete()) {
-      std::printf("%.2f s = detect %.2f + wait %.2f + restore %.2f + rewind %.2f\n",
-                  r.total_sec(), r.detect_sec(), r.wait_sec(), r.restore_sec(),
-                  r.rewind_sec());
+      std::printf("%.2f s = detect %.2f + wait %.2f + restore %.2f + rewind %.2f\n", r.total_sec(),
+                  r.detect_sec(), r.wait_sec(), r.restore_sec(), r.rewind_sec());
     } else {
       std::printf("in progress\n");
     }

@@ -35,8 +35,8 @@ void RecoveryBook::CompleteRewind(absl::Time now) {
     it->set_rewind_sec(absl::ToDoubleSeconds(now - rewind_started_));
     it->set_total_sec(it->detect_sec() + it->wait_sec() + it->restore_sec() + it->rewind_sec());
     it->set_complete(true);
-    LOG(INFO) << "recovery complete: every live worker restarted at clock " << it->clock()
-              << " in " << it->total_sec() << " s (detect " << it->detect_sec() << " s, wait "
+    LOG(INFO) << "recovery complete: every live worker restarted at clock " << it->clock() << " in "
+              << it->total_sec() << " s (detect " << it->detect_sec() << " s, wait "
               << it->wait_sec() << " s, restore " << it->restore_sec() << " s, rewind "
               << it->rewind_sec() << " s)";
     return;

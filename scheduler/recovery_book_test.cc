@@ -12,9 +12,11 @@ TEST(RecoveryBookTest, FailuresGatherIntoOnePendingRecoveryEachCauseOnce) {
   RecoveryBook book;
   EXPECT_TRUE(book.idle());
   EXPECT_EQ(book.pending(), nullptr);
-  RecoveryBook::Pending& first = book.Pend("server 0 missed heartbeats", kT0, kT0 + absl::Seconds(2));
+  RecoveryBook::Pending& first =
+      book.Pend("server 0 missed heartbeats", kT0, kT0 + absl::Seconds(2));
   first.silent.insert(0);
-  RecoveryBook::Pending& again = book.Pend("server 1 came back with another state", kT0 + absl::Seconds(1), kT0 + absl::Seconds(3));
+  RecoveryBook::Pending& again = book.Pend("server 1 came back with another state",
+                                           kT0 + absl::Seconds(1), kT0 + absl::Seconds(3));
   again.lost.insert(1);
   book.Pend("server 0 missed heartbeats", kT0 + absl::Seconds(5), kT0 + absl::Seconds(6));
   ASSERT_NE(book.pending(), nullptr);

@@ -40,16 +40,16 @@ grpc::Status SchedulerService::WaitStart(grpc::ServerContext* context,
                                          const WaitStartRequest* request,
                                          WaitStartResponse* response) {
   if (absl::Status st = CheckJobSecret("WaitStart", *context); !st.ok()) return ToGrpcStatus(st);
-  absl::Status st =
-      job_->CheckSender("WaitStart", WORKER, request->rank(), request->incarnation());
+  absl::Status st = job_->CheckSender("WaitStart", WORKER, request->rank(), request->incarnation());
   if (st.ok()) st = job_->WaitStart(*request, response);
   return ToGrpcStatus(st);
 }
 
-grpc::Status SchedulerService::GetPartitionMap(
-    grpc::ServerContext* context, const GetPartitionMapRequest* request,
-    PartitionMapProto* response) {
-  if (absl::Status st = CheckJobSecret("GetPartitionMap", *context); !st.ok()) return ToGrpcStatus(st);
+grpc::Status SchedulerService::GetPartitionMap(grpc::ServerContext* context,
+                                               const GetPartitionMapRequest* request,
+                                               PartitionMapProto* response) {
+  if (absl::Status st = CheckJobSecret("GetPartitionMap", *context); !st.ok())
+    return ToGrpcStatus(st);
   return ToGrpcStatus(job_->GetPartitionMap(*request, response));
 }
 
@@ -62,8 +62,7 @@ grpc::Status SchedulerService::WaitClock(grpc::ServerContext* context,
   return ToGrpcStatus(st);
 }
 
-grpc::Status SchedulerService::Tick(grpc::ServerContext* context,
-                                    const TickRequest* request,
+grpc::Status SchedulerService::Tick(grpc::ServerContext* context, const TickRequest* request,
                                     TickResponse* response) {
   if (absl::Status st = CheckJobSecret("Tick", *context); !st.ok()) return ToGrpcStatus(st);
   absl::Status st = job_->CheckSender("Tick", WORKER, request->rank(), request->incarnation());
@@ -71,8 +70,7 @@ grpc::Status SchedulerService::Tick(grpc::ServerContext* context,
   return ToGrpcStatus(st);
 }
 
-grpc::Status SchedulerService::Barrier(grpc::ServerContext* context,
-                                       const BarrierRequest* request,
+grpc::Status SchedulerService::Barrier(grpc::ServerContext* context, const BarrierRequest* request,
                                        BarrierResponse* response) {
   if (absl::Status st = CheckJobSecret("Barrier", *context); !st.ok()) return ToGrpcStatus(st);
   absl::Status st =
@@ -82,17 +80,15 @@ grpc::Status SchedulerService::Barrier(grpc::ServerContext* context,
 }
 
 grpc::Status SchedulerService::ReportMetrics(grpc::ServerContext* context,
-                                             const MetricsReport* request,
-                                             MetricsAck*) {
-  if (absl::Status st = CheckJobSecret("ReportMetrics", *context); !st.ok()) return ToGrpcStatus(st);
-  absl::Status st =
-      job_->CheckSender("metrics", WORKER, request->rank(), request->incarnation());
+                                             const MetricsReport* request, MetricsAck*) {
+  if (absl::Status st = CheckJobSecret("ReportMetrics", *context); !st.ok())
+    return ToGrpcStatus(st);
+  absl::Status st = job_->CheckSender("metrics", WORKER, request->rank(), request->incarnation());
   if (st.ok()) st = job_->ReportMetrics(*request);
   return ToGrpcStatus(st);
 }
 
-grpc::Status SchedulerService::JobStatus(grpc::ServerContext* context,
-                                         const JobStatusRequest*,
+grpc::Status SchedulerService::JobStatus(grpc::ServerContext* context, const JobStatusRequest*,
                                          JobStatusResponse* response) {
   if (absl::Status st = CheckJobSecret("JobStatus", *context); !st.ok()) return ToGrpcStatus(st);
   job_->JobStatus(response);
@@ -102,7 +98,8 @@ grpc::Status SchedulerService::JobStatus(grpc::ServerContext* context,
 grpc::Status SchedulerService::CheckpointNow(grpc::ServerContext* context,
                                              const CheckpointNowRequest* request,
                                              CheckpointNowResponse* response) {
-  if (absl::Status st = CheckJobSecret("CheckpointNow", *context); !st.ok()) return ToGrpcStatus(st);
+  if (absl::Status st = CheckJobSecret("CheckpointNow", *context); !st.ok())
+    return ToGrpcStatus(st);
   if (absl::Status st = CheckOperator("CheckpointNow", *context, operator_names_); !st.ok()) {
     LOG(WARNING) << st.message();
     return ToGrpcStatus(st);
@@ -116,11 +113,9 @@ grpc::Status SchedulerService::CheckpointNow(grpc::ServerContext* context,
 }
 
 grpc::Status SchedulerService::RollBack(grpc::ServerContext* context,
-                                        const RollBackRequest* request,
-                                        RollBackResponse*) {
+                                        const RollBackRequest* request, RollBackResponse*) {
   if (absl::Status st = CheckJobSecret("RollBack", *context); !st.ok()) return ToGrpcStatus(st);
-  absl::Status st =
-      job_->CheckSender("RollBack", WORKER, request->rank(), request->incarnation());
+  absl::Status st = job_->CheckSender("RollBack", WORKER, request->rank(), request->incarnation());
   if (st.ok()) st = job_->RequestRollBack(*request);
   return ToGrpcStatus(st);
 }
@@ -183,8 +178,7 @@ void ServerNotifierClient::Loop() {
         ControlResponse response;
         const grpc::Status st = stub->Control(&ctx, request, &response);
         if (!st.ok()) {
-          LOG(WARNING) << "Control to server " << address << " failed: "
-                       << st.error_message();
+          LOG(WARNING) << "Control to server " << address << " failed: " << st.error_message();
           failed.push_back(address);
         }
       }

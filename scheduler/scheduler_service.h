@@ -43,8 +43,7 @@ class SchedulerService final : public Scheduler::Service {
                          HeartbeatResponse* response) override;
   grpc::Status WaitStart(grpc::ServerContext*, const WaitStartRequest* request,
                          WaitStartResponse* response) override;
-  grpc::Status GetPartitionMap(grpc::ServerContext*,
-                               const GetPartitionMapRequest* request,
+  grpc::Status GetPartitionMap(grpc::ServerContext*, const GetPartitionMapRequest* request,
                                PartitionMapProto* response) override;
   grpc::Status WaitClock(grpc::ServerContext*, const WaitClockRequest* request,
                          WaitClockResponse* response) override;

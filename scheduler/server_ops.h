@@ -59,8 +59,8 @@ class ServerOps {
   // Phase two: waits for every server's files, writes the MANIFEST (with
   // `positions`) last, then garbage-collects old checkpoints. The workers
   // run meanwhile. A failure leaves the checkpoint incomplete (ignored).
-  virtual absl::Status FinishCut(const PartitionMapProto& map, uint64_t generation,
-                                 uint64_t clock, const Positions& positions) = 0;
+  virtual absl::Status FinishCut(const PartitionMapProto& map, uint64_t generation, uint64_t clock,
+                                 const Positions& positions) = 0;
 
   // The checkpoints FinishCut's garbage collection keeps whatever
   // checkpoint.keep says (the best evaluated one, those not evaluated yet).
@@ -79,8 +79,7 @@ class ServerOps {
   // file it needs before changing anything; a server's error names it.
   virtual absl::StatusOr<RestoreStats> Restore(const PartitionMapProto& map,
                                                std::optional<uint32_t> index,
-                                               const RestorePoint& point,
-                                               uint64_t generation) = 0;
+                                               const RestorePoint& point, uint64_t generation) = 0;
 };
 
 }  // namespace shardps

@@ -25,11 +25,21 @@ void AppendString(std::string* out, const std::string& s) {
   out->push_back('"');
   for (unsigned char c : s) {
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           absl::StrAppendFormat(out, "\\u%04x", c);
@@ -58,10 +68,14 @@ std::string RoleName(Role role) {
 
 std::string StateName(MemberState state) {
   switch (state) {
-    case ALIVE: return "alive";
-    case DEAD: return "dead";
-    case FINISHED: return "finished";
-    default: return "not registered";
+    case ALIVE:
+      return "alive";
+    case DEAD:
+      return "dead";
+    case FINISHED:
+      return "finished";
+    default:
+      return "not registered";
   }
 }
 
@@ -152,8 +166,8 @@ void AppendEvaluations(std::string* out, const JobStatusResponse& status) {
 // Splits "host:port"; false if malformed.
 bool SplitAddress(const std::string& listen, std::string* host, int* port) {
   const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos ||
-      !absl::SimpleAtoi(listen.substr(colon + 1), port) || *port < 0 || *port > 65535) {
+  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), port) ||
+      *port < 0 || *port > 65535) {
     return false;
   }
   *host = listen.substr(0, colon);
@@ -194,8 +208,7 @@ std::vector<StatusPoint> StatusHistory::Points() const {
   return std::vector<StatusPoint>(points_.begin(), points_.end());
 }
 
-std::string StatusJson(const JobStatusResponse& status,
-                       const std::vector<StatusPoint>& history,
+std::string StatusJson(const JobStatusResponse& status, const std::vector<StatusPoint>& history,
                        const std::vector<std::string>& checkpoints) {
   const StatusPoint now = PointOf(status);
   std::string out = "{";
@@ -207,11 +220,10 @@ std::string StatusJson(const JobStatusResponse& status,
   out += ",";
   Key(&out, "elapsed_sec");
   AppendNumber(&out, status.elapsed_sec());
-  absl::StrAppend(&out, ",\"min_clock\":", status.min_clock(), ",\"max_clock\":",
-                  status.max_clock(), ",\"spread\":",
-                  status.max_clock() - std::min(status.min_clock(), status.max_clock()),
-                  ",\"max_spread\":", status.max_spread(),
-                  ",\"total_samples\":", status.total_samples(), ",");
+  absl::StrAppend(
+      &out, ",\"min_clock\":", status.min_clock(), ",\"max_clock\":", status.max_clock(),
+      ",\"spread\":", status.max_clock() - std::min(status.min_clock(), status.max_clock()),
+      ",\"max_spread\":", status.max_spread(), ",\"total_samples\":", status.total_samples(), ",");
   Key(&out, "samples_per_sec");
   AppendNumber(&out, status.samples_per_sec());
   out += ",";
@@ -256,13 +268,14 @@ std::string StatusJson(const JobStatusResponse& status,
     out += ",";
     Key(&out, "cause");
     AppendString(&out, r.cause());
-    absl::StrAppend(&out, ",\"clock\":", r.clock(), ",\"initial\":",
-                    r.initial() ? "true" : "false", ",\"complete\":",
-                    r.complete() ? "true" : "false", ",\"rows\":", r.rows(), ",");
-    const std::pair<const char*, double> phases[] = {
-        {"started_unix_sec", r.started_unix_sec()}, {"detect_sec", r.detect_sec()},
-        {"wait_sec", r.wait_sec()}, {"restore_sec", r.restore_sec()},
-        {"rewind_sec", r.rewind_sec()}, {"total_sec", r.total_sec()}};
+    absl::StrAppend(&out, ",\"clock\":", r.clock(), ",\"initial\":", r.initial() ? "true" : "false",
+                    ",\"complete\":", r.complete() ? "true" : "false", ",\"rows\":", r.rows(), ",");
+    const std::pair<const char*, double> phases[] = {{"started_unix_sec", r.started_unix_sec()},
+                                                     {"detect_sec", r.detect_sec()},
+                                                     {"wait_sec", r.wait_sec()},
+                                                     {"restore_sec", r.restore_sec()},
+                                                     {"rewind_sec", r.rewind_sec()},
+                                                     {"total_sec", r.total_sec()}};
     for (size_t k = 0; k < std::size(phases); ++k) {
       if (k > 0) out += ",";
       Key(&out, phases[k].first);
@@ -314,10 +327,11 @@ void ExportRecoveryMetrics(const JobStatusResponse& status) {
         .Set(by_kind[kind]);
   }
   if (last != nullptr) {
-    const std::pair<const char*, double> phases[] = {
-        {"detect", last->detect_sec()}, {"wait", last->wait_sec()},
-        {"restore", last->restore_sec()}, {"rewind", last->rewind_sec()},
-        {"total", last->total_sec()}};
+    const std::pair<const char*, double> phases[] = {{"detect", last->detect_sec()},
+                                                     {"wait", last->wait_sec()},
+                                                     {"restore", last->restore_sec()},
+                                                     {"rewind", last->rewind_sec()},
+                                                     {"total", last->total_sec()}};
     for (const auto& [phase, seconds] : phases) {
       GetGauge("shardps_scheduler_last_recovery_seconds",
                "The last complete recovery, by phase: detect (last heartbeat to detection), "
@@ -394,8 +408,7 @@ absl::StatusOr<std::unique_ptr<StatusPage>> StatusPage::Start(Options options) {
   page->Sample();
   if (!page->options_.listen.empty()) {
     const std::string ports = absl::StrCat(host, ":", port);
-    const char* civet_options[] = {"listening_ports", ports.c_str(), "num_threads", "2",
-                                   nullptr};
+    const char* civet_options[] = {"listening_ports", ports.c_str(), "num_threads", "2", nullptr};
     mg_callbacks callbacks{};
     callbacks.log_message = [](const mg_connection*, const char* message) {
       LOG(WARNING) << "status page: " << message;
@@ -416,8 +429,8 @@ absl::StatusOr<std::unique_ptr<StatusPage>> StatusPage::Start(Options options) {
     std::fflush(stdout);
   }
   StatusPage* raw = page.get();
-  page->sampler_ = std::make_unique<metrics::Poller>(page->options_.sample_every,
-                                                     [raw] { raw->Sample(); });
+  page->sampler_ =
+      std::make_unique<metrics::Poller>(page->options_.sample_every, [raw] { raw->Sample(); });
   return page;
 }
 
@@ -456,8 +469,7 @@ int StatusPage::HandleRequest(mg_connection* conn, void* self) {
     return 200;
   }
   if (uri == "/status.json") {
-    Reply(conn, 200, "OK", "application/json",
-          static_cast<const StatusPage*>(self)->Json());
+    Reply(conn, 200, "OK", "application/json", static_cast<const StatusPage*>(self)->Json());
     return 200;
   }
   Reply(conn, 404, "Not Found", "text/plain", "not found: try / or /status.json\n");

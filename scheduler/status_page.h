@@ -74,8 +74,7 @@ class StatusHistory {
 
 // The /status.json document (UTF-8, strings escaped, non-finite numbers as
 // null).
-std::string StatusJson(const JobStatusResponse& status,
-                       const std::vector<StatusPoint>& history,
+std::string StatusJson(const JobStatusResponse& status, const std::vector<StatusPoint>& history,
                        const std::vector<std::string>& checkpoints);
 
 // The / page.

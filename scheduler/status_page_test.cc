@@ -115,10 +115,11 @@ TEST(StatusJsonTest, HoldsMembersClocksHistoryAndCheckpoints) {
   EXPECT_THAT(json, HasSubstr(R"("min_clock":5,"max_clock":7,"spread":2,"max_spread":3)"));
   EXPECT_THAT(json, HasSubstr(R"("samples_per_sec":1500)"));
   EXPECT_THAT(json, HasSubstr(R"("eval_auc":null)"));
-  EXPECT_THAT(json, HasSubstr(
-      R"({"role":"server","index":1,"address":"127.0.0.1:7001","state":"alive",)"));
-  EXPECT_THAT(json, HasSubstr(
-      R"({"role":"worker","index":0,"address":"","state":"alive","clock":5,"lag":2,)"));
+  EXPECT_THAT(
+      json, HasSubstr(R"({"role":"server","index":1,"address":"127.0.0.1:7001","state":"alive",)"));
+  EXPECT_THAT(
+      json,
+      HasSubstr(R"({"role":"worker","index":0,"address":"","state":"alive","clock":5,"lag":2,)"));
   EXPECT_THAT(json, HasSubstr(R"("state":"dead","clock":7,"lag":0,)"));
   EXPECT_THAT(json, HasSubstr(R"("t":[1,2],"samples_per_sec":[100,200],)"
                               R"("train_loss":[null,0.25],"eval_auc":[null,null],)"
@@ -159,7 +160,9 @@ TEST(StatusJsonTest, ListsRecoveriesWithTheirPhases) {
 
 TEST(StatusJsonTest, EscapesControlCharacters) {
   JobStatusResponse s;
-  s.set_state(std::string("failed: a\x01" "b\\c"));
+  s.set_state(
+      std::string("failed: a\x01"
+                  "b\\c"));
   EXPECT_THAT(StatusJson(s, {}, {}), HasSubstr(R"("state":"failed: a\u0001b\\c")"));
 }
 
@@ -197,10 +200,12 @@ TEST(ExportJobMetricsTest, SetsClockStateAndJobSeries) {
   EXPECT_THAT(text, HasSubstr("shardps_scheduler_worker_clock{rank=\"1\"} 9"));
   EXPECT_THAT(text, HasSubstr("shardps_scheduler_min_clock 5"));
   EXPECT_THAT(text, HasSubstr("shardps_scheduler_clock_spread 4"));
-  EXPECT_THAT(text, HasSubstr(
-      "shardps_scheduler_member_state{index=\"1\",role=\"worker\",state=\"dead\"} 1"));
-  EXPECT_THAT(text, HasSubstr(
-      "shardps_scheduler_member_state{index=\"1\",role=\"worker\",state=\"alive\"} 0"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("shardps_scheduler_member_state{index=\"1\",role=\"worker\",state=\"dead\"} 1"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("shardps_scheduler_member_state{index=\"1\",role=\"worker\",state=\"alive\"} 0"));
   EXPECT_THAT(text, HasSubstr("shardps_scheduler_job_state{state=\"running\"} 1"));
   EXPECT_THAT(text, HasSubstr("shardps_scheduler_job_state{state=\"done\"} 0"));
   ExportJobMetrics(WithRecovery());

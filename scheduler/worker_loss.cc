@@ -42,8 +42,6 @@ bool WorkerLoss::HoldExpired(absl::Time now, absl::Duration deadline) const {
   return held_since_ && now - *held_since_ > deadline;
 }
 
-bool WorkerLoss::Started(uint32_t rank) {
-  return awaited_.erase(rank) > 0 && awaited_.empty();
-}
+bool WorkerLoss::Started(uint32_t rank) { return awaited_.erase(rank) > 0 && awaited_.empty(); }
 
 }  // namespace shardps

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "common/codec.h"
-#include "common/partition.h"
-#include "gtest/gtest.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
+#include "common/codec.h"
+#include "common/partition.h"
+#include "gtest/gtest.h"
 #include "server/core_test_config.h"
 #include "server/parameter_server_core.h"
 #include "server/snapshot_test_util.h"
@@ -165,8 +165,8 @@ TEST(AdmissionTest, SharedRowKeysAreInTheirPartitionsAndRestorePerPartition) {
     EXPECT_EQ(table->Counters().live_rows, 0u);
     for (uint64_t key = 1; key < 200; ++key) {
       const bool in = PartitionOf(table->id(), key, parts) == target;
-      EXPECT_EQ(EvalPull(*table, key), in ? std::vector<float>({7, -7})
-                                          : std::vector<float>({0, 0}))
+      EXPECT_EQ(EvalPull(*table, key),
+                in ? std::vector<float>({7, -7}) : std::vector<float>({0, 0}))
           << "P " << parts << " key " << key;
     }
   }
@@ -198,8 +198,7 @@ std::unique_ptr<ParameterServerCore> MakeCore(const JobConfig& config, uint32_t 
 }
 
 // Keys 1.. whose owner under the contiguous map of `servers` is `server`.
-std::vector<uint64_t> OwnedKeys(uint32_t servers, uint32_t server, size_t n,
-                                uint64_t from = 1) {
+std::vector<uint64_t> OwnedKeys(uint32_t servers, uint32_t server, size_t n, uint64_t from = 1) {
   auto map = PartitionMap::Contiguous(1, kParts, servers);
   std::vector<uint64_t> keys;
   for (uint64_t k = from; keys.size() < n; ++k) {
@@ -208,8 +207,7 @@ std::vector<uint64_t> OwnedKeys(uint32_t servers, uint32_t server, size_t n,
   return keys;
 }
 
-PushRequest MakePush(uint32_t rank, uint64_t clock, const std::vector<uint64_t>& keys,
-                     float grad) {
+PushRequest MakePush(uint32_t rank, uint64_t clock, const std::vector<uint64_t>& keys, float grad) {
   PushRequest p;
   p.set_map_version(1);
   p.set_worker_rank(rank);
@@ -236,8 +234,8 @@ std::vector<float> CorePull(ParameterServerCore& core, const std::vector<uint64_
   EXPECT_TRUE(s.ok()) << s;
   std::vector<float> out(keys.size() * 2);
   if (!out.empty()) {
-    EXPECT_TRUE(DecodeValues(resp.tables(0).values(), Encoding::kFp32, out.size(),
-                             out.data()).ok());
+    EXPECT_TRUE(
+        DecodeValues(resp.tables(0).values(), Encoding::kFp32, out.size(), out.data()).ok());
   }
   return out;
 }
@@ -249,9 +247,8 @@ TEST(AdmissionCoreTest, BspCountsEveryRanksPushOnceAndRetriesNotAtAll) {
   const std::vector<uint64_t> key = {42};
   PushResponse resp;
   ASSERT_TRUE(core->Push(MakePush(0, 0, key, 1.0f), &resp).ok());
-  EXPECT_EQ(core->Push(MakePush(0, 0, key, 1.0f), &resp).code(),
-            absl::StatusCode::kAlreadyExists);
-  ASSERT_TRUE(core->Push(MakePush(1, 0, {}, 0.0f), &resp).ok());  // Count 1.
+  EXPECT_EQ(core->Push(MakePush(0, 0, key, 1.0f), &resp).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(core->Push(MakePush(1, 0, {}, 0.0f), &resp).ok());           // Count 1.
   EXPECT_EQ(CorePull(*core, key, 1), std::vector<float>({-0.5f, -0.5f}));  // -(1 + 0) / 2.
   ASSERT_TRUE(core->Push(MakePush(0, 1, key, 1.0f), &resp).ok());
   ASSERT_TRUE(core->Push(MakePush(1, 1, key, 3.0f), &resp).ok());  // Count 3.
@@ -261,7 +258,7 @@ TEST(AdmissionCoreTest, BspCountsEveryRanksPushOnceAndRetriesNotAtAll) {
   ASSERT_TRUE(core->Push(MakePush(0, 2, key, 1.0f), &resp).ok());
   ASSERT_TRUE(core->Push(MakePush(1, 2, key, 1.0f), &resp).ok());  // Count 5: admitted.
   EXPECT_TRUE(table->Contains(42));
-  EXPECT_EQ(CorePull(*core, key, 3), std::vector<float>({-1.0f, -1.0f}));  // From 0.
+  EXPECT_EQ(CorePull(*core, key, 3), std::vector<float>({-1.0f, -1.0f}));   // From 0.
   EXPECT_EQ(CorePull(*core, {43}, 3), std::vector<float>({-2.5f, -2.5f}));  // Shared.
 }
 
@@ -302,8 +299,7 @@ TEST(AdmissionCoreTest, SharedRowsTravelThroughFullAndDeltaCheckpoints) {
   }
   Checkpoint(cores, root, 2, &full);
   // Unseen keys of each server: shared rows -4(s+1) - 0.5.
-  std::vector<std::vector<uint64_t>> unseen = {OwnedKeys(2, 0, 3, 1000),
-                                               OwnedKeys(2, 1, 3, 1000)};
+  std::vector<std::vector<uint64_t>> unseen = {OwnedKeys(2, 0, 3, 1000), OwnedKeys(2, 1, 3, 1000)};
   const std::vector<float> want0 = CorePull(*cores[0], unseen[0]);
   const std::vector<float> want1 = CorePull(*cores[1], unseen[1]);
   EXPECT_EQ(want0[0], -4.5f);

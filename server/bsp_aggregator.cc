@@ -23,10 +23,10 @@ absl::Status BspAggregator::Buffer(uint32_t rank, uint64_t clock, BufferedPush p
         absl::StrCat("BSP push from rank ", rank, ", which is not an active worker"));
   }
   if (clock >= applied_clock_ + kClocksAhead) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "BSP push of clock ", clock, " from rank ", rank, ": server ", server_index_,
-        " has applied clocks < ", applied_clock_, " and buffers at most ", kClocksAhead,
-        " clocks ahead (a worker is never more than one ahead)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("BSP push of clock ", clock, " from rank ", rank, ": server ", server_index_,
+                     " has applied clocks < ", applied_clock_, " and buffers at most ",
+                     kClocksAhead, " clocks ahead (a worker is never more than one ahead)"));
   }
   if (clock < applied_clock_ || pending_[clock].count(rank)) {
     return absl::AlreadyExistsError(absl::StrCat("rank ", rank, " already pushed clock ", clock,
@@ -45,8 +45,7 @@ void BspAggregator::SetActive(std::set<uint32_t> ranks) {
   clock_applied_.SignalAll();
 }
 
-absl::Status BspAggregator::WaitForClock(uint64_t clock, uint64_t generation,
-                                         absl::Time deadline) {
+absl::Status BspAggregator::WaitForClock(uint64_t clock, uint64_t generation, absl::Time deadline) {
   MutexLock lock(&mu_);
   while (applied_clock_ < clock && !shutdown_ && generation_ == generation) {
     if (!clock_applied_.WaitUntil(&mu_, deadline) && applied_clock_ < clock &&
@@ -56,10 +55,10 @@ absl::Status BspAggregator::WaitForClock(uint64_t clock, uint64_t generation,
       for (uint32_t r : active_) {
         if (it == pending_.end() || !it->second.count(r)) missing.push_back(r);
       }
-      return absl::DeadlineExceededError(absl::StrCat(
-          "BSP pull for clock ", clock, " timed out: server ", server_index_,
-          " has applied clocks < ", applied_clock_, "; clock ", applied_clock_,
-          " still waits for the pushes of ranks [", absl::StrJoin(missing, ","), "]"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("BSP pull for clock ", clock, " timed out: server ", server_index_,
+                       " has applied clocks < ", applied_clock_, "; clock ", applied_clock_,
+                       " still waits for the pushes of ranks [", absl::StrJoin(missing, ","), "]"));
     }
   }
   if (shutdown_) return absl::UnavailableError("server is shutting down");

@@ -40,8 +40,8 @@ std::unique_ptr<PsServer> StartServer() {
 }
 
 grpc::Status SendControl(const std::string& address, uint64_t token) {
-  auto stub = ParameterServer::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub =
+      ParameterServer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   ControlRequest request;
   request.set_control_token(token);
   request.set_map_version(2);
@@ -56,11 +56,10 @@ TEST(ControlTokenTest, AControlThatOvertakesTheTokenWaitsForIt) {
   std::unique_ptr<PsServer> server = StartServer();
   ASSERT_NE(server, nullptr);
   server->await_control_token(absl::Seconds(60));  // Registering.
-  auto control = std::async(
-      std::launch::async, [&] { return SendControl(server->address(), 4242); });
+  auto control =
+      std::async(std::launch::async, [&] { return SendControl(server->address(), 4242); });
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (server->service()->control_calls_awaiting_token() == 0 &&
-         absl::Now() < deadline) {
+  while (server->service()->control_calls_awaiting_token() == 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(5));  // Polls the server's state.
   }
   ASSERT_EQ(server->service()->control_calls_awaiting_token(), 1)
@@ -77,8 +76,7 @@ TEST(ControlTokenTest, WithoutARegistrationUnderWayAControlIsRefusedAtOnce) {
   std::unique_ptr<PsServer> server = StartServer();
   ASSERT_NE(server, nullptr);
   const grpc::Status st = SendControl(server->address(), 4242);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED)
-      << st.error_message();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
   EXPECT_EQ(server->core()->map_version(), 1u);
   server->Shutdown();
   server->Wait();

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
-#include "common/partition.h"
-#include "gtest/gtest.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
+#include "common/codec.h"
+#include "common/partition.h"
+#include "gtest/gtest.h"
 #include "server/parameter_server_core.h"
 #include "server/snapshot_test_util.h"
 
@@ -145,8 +145,8 @@ TEST_F(DeltaChainTest, ChainRestoresBitIdenticalToTheWritersAndToAFullCheckpoint
   }
 
   // Deltas are smaller than the full checkpoint of the same state.
-  std::cout << "checkpoint bytes: full " << Bytes(reference_) << ", delta "
-            << Bytes(delta7_) << " (" << Bytes(delta4_) << " for the first)\n";
+  std::cout << "checkpoint bytes: full " << Bytes(reference_) << ", delta " << Bytes(delta7_)
+            << " (" << Bytes(delta4_) << " for the first)\n";
   EXPECT_LT(Bytes(delta7_), Bytes(reference_));
   EXPECT_LT(Bytes(delta4_), Bytes(reference_));
 
@@ -204,8 +204,7 @@ TEST_F(DeltaChainTest, MissingLinkIsRefusedNamingIt) {
 TEST_F(DeltaChainTest, GcKeepsTheChainOfTheNewest) {
   auto gc = ckpt::GarbageCollect(root_, ckpt::GcOptions{1, true});
   ASSERT_TRUE(gc.ok()) << gc.status();
-  EXPECT_EQ(gc->kept, (std::vector<std::string>{ckpt::CheckpointId(2),
-                                                ckpt::CheckpointId(4),
+  EXPECT_EQ(gc->kept, (std::vector<std::string>{ckpt::CheckpointId(2), ckpt::CheckpointId(4),
                                                 ckpt::CheckpointId(7)}));
   EXPECT_TRUE(gc->removed.empty());
   Job target;
@@ -240,8 +239,7 @@ TEST(DeltaCheckpointTest, DeltaWithoutItsBaseIsRefusedAndWritesNothing) {
   EXPECT_EQ(job.core(0).Checkpoint(request, &response).code(),
             absl::StatusCode::kFailedPrecondition);
   request.set_base_clock(3);
-  EXPECT_EQ(job.core(0).Checkpoint(request, &response).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job.core(0).Checkpoint(request, &response).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

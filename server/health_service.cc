@@ -17,18 +17,15 @@ grpc::Status UnknownService(const std::string& service) {
 
 }  // namespace
 
-grpc::Status HealthService::Check(grpc::ServerContext* context,
-                                  const HealthCheckRequest* request,
+grpc::Status HealthService::Check(grpc::ServerContext* context, const HealthCheckRequest* request,
                                   HealthCheckResponse* response) {
   if (!request->service().empty()) return UnknownService(request->service());
   MutexLock lock(&mu_);
-  response->set_status(serving_ ? HealthCheckResponse::SERVING
-                                : HealthCheckResponse::NOT_SERVING);
+  response->set_status(serving_ ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING);
   return grpc::Status::OK;
 }
 
-grpc::Status HealthService::Watch(grpc::ServerContext* context,
-                                  const HealthCheckRequest* request,
+grpc::Status HealthService::Watch(grpc::ServerContext* context, const HealthCheckRequest* request,
                                   grpc::ServerWriter<HealthCheckResponse>* writer) {
   // As gRPC's service does, an unknown name gets SERVICE_UNKNOWN (and never
   // changes); the whole server gets its status and then the change. Writes

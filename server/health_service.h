@@ -26,9 +26,9 @@ class HealthService final : public grpc::health::v1::Health::Service {
   grpc::Status Check(grpc::ServerContext* context,
                      const grpc::health::v1::HealthCheckRequest* request,
                      grpc::health::v1::HealthCheckResponse* response) override;
-  grpc::Status Watch(
-      grpc::ServerContext* context, const grpc::health::v1::HealthCheckRequest* request,
-      grpc::ServerWriter<grpc::health::v1::HealthCheckResponse>* writer) override;
+  grpc::Status Watch(grpc::ServerContext* context,
+                     const grpc::health::v1::HealthCheckRequest* request,
+                     grpc::ServerWriter<grpc::health::v1::HealthCheckResponse>* writer) override;
 
   // From now on the server reports NOT_SERVING; open Watch calls get the
   // change and end. Call before grpc::Server::Shutdown.

@@ -23,8 +23,8 @@ class HealthServiceTest : public ::testing::Test {
     builder.RegisterService(&health_);
     server_ = builder.BuildAndStart();
     ASSERT_NE(port, 0);
-    stub_ = Health::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    stub_ = Health::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                grpc::InsecureChannelCredentials()));
   }
   void TearDown() override { server_->Shutdown(); }
 

@@ -125,8 +125,8 @@ int HelperPool::DefaultHelpers() {
 void HelperPool::SetSharedHelpers(int helpers) { SharedHelpersSetting() = helpers; }
 
 HelperPool& HelperPool::Shared() {
-  static HelperPool* pool = new HelperPool(
-      SharedHelpersSetting() >= 0 ? SharedHelpersSetting() : DefaultHelpers());
+  static HelperPool* pool =
+      new HelperPool(SharedHelpersSetting() >= 0 ? SharedHelpersSetting() : DefaultHelpers());
   return *pool;
 }
 

@@ -86,7 +86,7 @@ class HelperPool {
   std::vector<std::thread> threads_;
   int stat_fd_ = -1;  // /proc/stat, when only_when_idle.
   int cores_ = 1;
-  Mutex refresh_mu_;  // One refresher at a time (TryLock).
+  Mutex refresh_mu_;                                      // One refresher at a time (TryLock).
   uint64_t last_total_ ABSL_GUARDED_BY(refresh_mu_) = 0;  // Jiffies.
   uint64_t last_idle_ ABSL_GUARDED_BY(refresh_mu_) = 0;
   std::atomic<int64_t> last_refresh_ns_{0};

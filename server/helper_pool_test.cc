@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/mutex.h"
 #include "absl/time/clock.h"
+#include "common/mutex.h"
 #include "gtest/gtest.h"
 
 namespace shardps {

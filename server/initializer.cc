@@ -11,14 +11,11 @@ namespace {
 constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
 
 // A uniform float in [0, 1) from the top 24 bits (exact in fp32).
-inline float Unit(uint64_t bits) {
-  return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);
-}
+inline float Unit(uint64_t bits) { return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f); }
 
 }  // namespace
 
-RowInitializer::RowInitializer(const InitializerConfig& config, uint64_t seed,
-                               uint32_t dim)
+RowInitializer::RowInitializer(const InitializerConfig& config, uint64_t seed, uint32_t dim)
     : kind_(config.kind()),
       scale_(config.scale()),
       value_(config.value()),
@@ -43,8 +40,7 @@ void RowInitializer::Fill(uint64_t key, float* out) const {
         const uint64_t c = row_seed + (2 * uint64_t{i} + 1) * kGolden;
         const double u1 = 1.0 - Unit(Mix64(c));  // (0, 1]: log is finite.
         const double u2 = Unit(Mix64(c + kGolden));
-        const double z =
-            std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+        const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
         out[i] = static_cast<float>(z * scale_);
       }
       return;

@@ -18,11 +18,8 @@ class Sgd final : public Optimizer {
         nesterov_(c.sgd().nesterov()) {}
 
   size_t StateSize() const override { return momentum_ != 0 ? dim_ : 0; }
-  void InitState(float* state) const override {
-    std::fill(state, state + StateSize(), 0.0f);
-  }
-  void Update(float* weights, float* state, const float* grad,
-              float lr_scale) const override {
+  void InitState(float* state) const override { std::fill(state, state + StateSize(), 0.0f); }
+  void Update(float* weights, float* state, const float* grad, float lr_scale) const override {
     float* __restrict w = weights;
     float* __restrict buf = state;
     const float* __restrict g = grad;
@@ -60,11 +57,8 @@ class Adagrad final : public Optimizer {
         eps_(c.adagrad().eps()) {}
 
   size_t StateSize() const override { return dim_; }
-  void InitState(float* state) const override {
-    std::fill(state, state + dim_, init_);
-  }
-  void Update(float* weights, float* state, const float* grad,
-              float lr_scale) const override {
+  void InitState(float* state) const override { std::fill(state, state + dim_, init_); }
+  void Update(float* weights, float* state, const float* grad, float lr_scale) const override {
     float* __restrict w = weights;
     float* __restrict sum = state;
     const float* __restrict grad_r = grad;
@@ -91,8 +85,7 @@ class RowWiseAdagrad final : public Optimizer {
 
   size_t StateSize() const override { return 1; }
   void InitState(float* state) const override { state[0] = init_; }
-  void Update(float* weights, float* acc, const float* grad,
-              float lr_scale) const override {
+  void Update(float* weights, float* acc, const float* grad, float lr_scale) const override {
     float* __restrict w = weights;
     const float* __restrict g = grad;
     const float clip = ClipScale(grad);
@@ -126,8 +119,7 @@ class Adam final : public Optimizer {
   void InitState(float* state) const override {
     std::fill(state, state + StateSize(), 0.0f);  // Step 0 is all-zero bits.
   }
-  void Update(float* w, float* state, const float* grad,
-              float lr_scale) const override {
+  void Update(float* w, float* state, const float* grad, float lr_scale) const override {
     float* m = state;
     float* v = state + dim_;
     uint32_t step;
@@ -138,8 +130,7 @@ class Adam final : public Optimizer {
     const float lr = lr_ * lr_scale;
     // Bias corrections in double, rounded once, as torch computes them.
     const float bc1 = static_cast<float>(1.0 - std::pow(double{beta1_}, step));
-    const float sqrt_bc2 =
-        static_cast<float>(std::sqrt(1.0 - std::pow(double{beta2_}, step)));
+    const float sqrt_bc2 = static_cast<float>(std::sqrt(1.0 - std::pow(double{beta2_}, step)));
     const float step_size = lr / bc1;
     // AdamW decays the weight (decay < 1, wd 0); Adam adds wd * w to the
     // gradient (decay 1, exact). Branch-free so the loop vectorizes.
@@ -176,11 +167,8 @@ class Ftrl final : public Optimizer {
         l2_(c.ftrl().l2()) {}
 
   size_t StateSize() const override { return 2 * size_t{dim_}; }
-  void InitState(float* state) const override {
-    std::fill(state, state + StateSize(), 0.0f);
-  }
-  void Update(float* w, float* state, const float* grad,
-              float lr_scale) const override {
+  void InitState(float* state) const override { std::fill(state, state + StateSize(), 0.0f); }
+  void Update(float* w, float* state, const float* grad, float lr_scale) const override {
     float* z = state;
     float* n = state + dim_;
     const float clip = ClipScale(grad);
@@ -208,9 +196,7 @@ class Ftrl final : public Optimizer {
 }  // namespace
 
 Optimizer::Optimizer(const OptimizerConfig& config, uint32_t dim)
-    : dim_(dim),
-      clip_norm_(config.clip_norm()),
-      weight_decay_(config.weight_decay()) {}
+    : dim_(dim), clip_norm_(config.clip_norm()), weight_decay_(config.weight_decay()) {}
 
 float Optimizer::ClipScale(const float* grad) const {
   if (clip_norm_ <= 0) return 1.0f;
@@ -220,8 +206,8 @@ float Optimizer::ClipScale(const float* grad) const {
   return norm > clip_norm_ ? static_cast<float>(clip_norm_ / norm) : 1.0f;
 }
 
-absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
-    const OptimizerConfig& config, uint32_t dim) {
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerConfig& config,
+                                                             uint32_t dim) {
   if (dim == 0) return absl::InvalidArgumentError("optimizer: dim must be > 0");
   switch (config.kind_case()) {
     case OptimizerConfig::kSgd:

@@ -42,8 +42,8 @@ class Optimizer {
  public:
   // INVALID_ARGUMENT if no optimizer kind is set, or dim == 0. The config is
   // expected to have been finalized (common/config.h fills eps, betas...).
-  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
-      const OptimizerConfig& config, uint32_t dim);
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const OptimizerConfig& config,
+                                                           uint32_t dim);
 
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
@@ -56,8 +56,7 @@ class Optimizer {
   virtual void InitState(float* state) const = 0;
   // One optimizer step of one row: weights[dim], state[StateSize()],
   // grad[dim]. grad is read only; lr_scale multiplies the learning rate.
-  virtual void Update(float* weights, float* state, const float* grad,
-                      float lr_scale) const = 0;
+  virtual void Update(float* weights, float* state, const float* grad, float lr_scale) const = 0;
 
  protected:
   Optimizer(const OptimizerConfig& config, uint32_t dim);

@@ -3,10 +3,10 @@
 // published formulas written out here otherwise.
 #include "server/optimizer.h"
 
+#include <torch/torch.h>
+
 #include <cmath>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "gtest/gtest.h"
 
@@ -18,9 +18,7 @@ constexpr int kDim = 8;
 constexpr int kSteps = 25;
 
 // Deterministic, varied gradients of magnitude <= 1.
-float Grad(int step, int row, int i) {
-  return std::sin(0.7f * step + 1.3f * row + 0.37f * i);
-}
+float Grad(int step, int row, int i) { return std::sin(0.7f * step + 1.3f * row + 0.37f * i); }
 float InitWeight(int row, int i) { return 0.1f * std::cos(0.9f * row + 0.5f * i); }
 
 void ExpectNear(float actual, double expected, const std::string& what) {
@@ -41,8 +39,7 @@ std::vector<float> RunOurs(const OptimizerConfig& config, float lr_scale = 1) {
   for (int t = 0; t < kSteps; ++t) {
     for (int r = 0; r < kRows; ++r) {
       for (int i = 0; i < kDim; ++i) g[i] = Grad(t, r, i);
-      (*opt)->Update(w.data() + r * kDim, s.data() + r * state, g.data(),
-                     lr_scale);
+      (*opt)->Update(w.data() + r * kDim, s.data() + r * state, g.data(), lr_scale);
     }
   }
   return w;
@@ -66,12 +63,10 @@ std::vector<float> RunTorch(MakeOptimizer make) {
     opt.step();
   }
   torch::Tensor c = p.detach().contiguous();
-  return std::vector<float>(c.data_ptr<float>(),
-                            c.data_ptr<float>() + kRows * kDim);
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + kRows * kDim);
 }
 
-void ExpectAllNear(const std::vector<float>& ours,
-                   const std::vector<float>& ref) {
+void ExpectAllNear(const std::vector<float>& ours, const std::vector<float>& ref) {
   ASSERT_EQ(ours.size(), ref.size());
   for (size_t k = 0; k < ours.size(); ++k) {
     ExpectNear(ours[k], ref[k], "element " + std::to_string(k));
@@ -93,8 +88,7 @@ TEST(OptimizerTest, SgdMomentumAndWeightDecayMatchTorch) {
   c.set_weight_decay(0.01f);
   ExpectAllNear(RunOurs(c), RunTorch([](std::vector<torch::Tensor> p) {
                   return torch::optim::SGD(
-                      p, torch::optim::SGDOptions(0.05).momentum(0.9f).weight_decay(
-                             0.01f));
+                      p, torch::optim::SGDOptions(0.05).momentum(0.9f).weight_decay(0.01f));
                 }));
 }
 
@@ -105,8 +99,7 @@ TEST(OptimizerTest, SgdNesterovMatchesTorch) {
   c.mutable_sgd()->set_nesterov(true);
   ExpectAllNear(RunOurs(c), RunTorch([](std::vector<torch::Tensor> p) {
                   return torch::optim::SGD(
-                      p, torch::optim::SGDOptions(0.05).momentum(0.8f).nesterov(
-                             true));
+                      p, torch::optim::SGDOptions(0.05).momentum(0.8f).nesterov(true));
                 }));
 }
 
@@ -125,11 +118,10 @@ TEST(OptimizerTest, AdagradMatchesTorch) {
   c.mutable_adagrad()->set_eps(1e-10f);
   c.set_weight_decay(0.001f);
   ExpectAllNear(RunOurs(c), RunTorch([](std::vector<torch::Tensor> p) {
-                  return torch::optim::Adagrad(
-                      p, torch::optim::AdagradOptions(0.1)
-                             .initial_accumulator_value(0.1)
-                             .eps(1e-10)
-                             .weight_decay(0.001));
+                  return torch::optim::Adagrad(p, torch::optim::AdagradOptions(0.1)
+                                                      .initial_accumulator_value(0.1)
+                                                      .eps(1e-10)
+                                                      .weight_decay(0.001));
                 }));
 }
 
@@ -140,13 +132,12 @@ TEST(OptimizerTest, AdamMatchesTorch) {
   c.mutable_adam()->set_beta2(0.999f);
   c.mutable_adam()->set_eps(1e-8f);
   c.set_weight_decay(0.01f);
-  ExpectAllNear(RunOurs(c), RunTorch([](std::vector<torch::Tensor> p) {
-                  return torch::optim::Adam(
-                      p, torch::optim::AdamOptions(0.01)
-                             .betas({0.9f, 0.999f})
-                             .eps(1e-8f)
-                             .weight_decay(0.01f));
-                }));
+  ExpectAllNear(
+      RunOurs(c), RunTorch([](std::vector<torch::Tensor> p) {
+        return torch::optim::Adam(
+            p,
+            torch::optim::AdamOptions(0.01).betas({0.9f, 0.999f}).eps(1e-8f).weight_decay(0.01f));
+      }));
 }
 
 TEST(OptimizerTest, AdamWMatchesTorch) {
@@ -157,13 +148,11 @@ TEST(OptimizerTest, AdamWMatchesTorch) {
   c.mutable_adam()->set_eps(1e-8f);
   c.mutable_adam()->set_decoupled_weight_decay(true);
   c.set_weight_decay(0.1f);
-  ExpectAllNear(RunOurs(c), RunTorch([](std::vector<torch::Tensor> p) {
-                  return torch::optim::AdamW(
-                      p, torch::optim::AdamWOptions(0.01)
-                             .betas({0.8f, 0.99f})
-                             .eps(1e-8f)
-                             .weight_decay(0.1f));
-                }));
+  ExpectAllNear(
+      RunOurs(c), RunTorch([](std::vector<torch::Tensor> p) {
+        return torch::optim::AdamW(
+            p, torch::optim::AdamWOptions(0.01).betas({0.8f, 0.99f}).eps(1e-8f).weight_decay(0.1f));
+      }));
 }
 
 // TorchRec EXACT_ROWWISE_ADAGRAD: a += mean(g^2); w -= lr g / (sqrt(a) + eps).
@@ -212,9 +201,8 @@ TEST(OptimizerTest, FtrlMatchesFormula) {
         z[k] += g - sigma * w[k];
         n[k] += g * g;
         const double sgn = z[k] < 0 ? -1.0 : 1.0;
-        w[k] = std::fabs(z[k]) <= l1
-                   ? 0.0
-                   : -(z[k] - sgn * l1) / ((beta + std::sqrt(n[k])) / alpha + l2);
+        w[k] = std::fabs(z[k]) <= l1 ? 0.0
+                                     : -(z[k] - sgn * l1) / ((beta + std::sqrt(n[k])) / alpha + l2);
       }
     }
   }

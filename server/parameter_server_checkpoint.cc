@@ -9,10 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/status_macros.h"
-#include "glog/logging.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/manifest.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
 #include "server/parameter_server_core.h"
 #include "server/snapshot.h"
 
@@ -42,8 +42,7 @@ absl::StatusOr<RestoreSource> ResolveRestore(const std::string& root,
   RestoreSource source;
   source.root = root;
   if (request.has_clock()) {
-    ASSIGN_OR_RETURN(source.checkpoint,
-                     checkpoint::LoadCheckpoint(root, request.clock(), options));
+    ASSIGN_OR_RETURN(source.checkpoint, checkpoint::LoadCheckpoint(root, request.clock(), options));
   } else {
     ASSIGN_OR_RETURN(source.checkpoint, checkpoint::LatestComplete(root, options));
   }
@@ -59,15 +58,14 @@ void ParameterServerCore::SetCheckpointRoot(const std::string& root) {
 
 absl::StatusOr<std::string> ParameterServerCore::CheckpointRoot(const char* rpc) const {
   if (checkpoint_root_.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        rpc, ": the job config of server ", server_index_,
-        " sets no checkpoint.dir (checkpoints are off)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(rpc, ": the job config of server ", server_index_,
+                     " sets no checkpoint.dir (checkpoints are off)"));
   }
   return CanonicalRoot(checkpoint_root_);
 }
 
-std::vector<bool> ParameterServerCore::OwnedPartitions(
-    const PartitionMap& map) const {
+std::vector<bool> ParameterServerCore::OwnedPartitions(const PartitionMap& map) const {
   std::vector<bool> owned(map.num_partitions());
   for (uint32_t p = 0; p < map.num_partitions(); ++p) {
     owned[p] = map.OwnerOfPartition(p) == server_index_;
@@ -78,17 +76,16 @@ std::vector<bool> ParameterServerCore::OwnedPartitions(
 absl::Status ParameterServerCore::Checkpoint(const CheckpointRequest& request,
                                              CheckpointResponse* response) {
   if (request.delta() && request.base_clock() >= request.clock()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Checkpoint: a delta at clock ", request.clock(), " on base clock ",
-        request.base_clock(), " (the base must be older)"));
+    return absl::InvalidArgumentError(absl::StrCat("Checkpoint: a delta at clock ", request.clock(),
+                                                   " on base clock ", request.base_clock(),
+                                                   " (the base must be older)"));
   }
   if (!CheckpointRequest::Phase_IsValid(request.phase())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Checkpoint: unknown phase ", static_cast<int>(request.phase())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Checkpoint: unknown phase ", static_cast<int>(request.phase())));
   }
   if (config_.name().empty()) {
-    return absl::FailedPreconditionError(
-        "Checkpoint: the job config has no name");
+    return absl::FailedPreconditionError("Checkpoint: the job config has no name");
   }
   MutexLock checkpoint_lock(&checkpoint_mu_);
   ASSIGN_OR_RETURN(const std::string root, CheckpointRoot("Checkpoint"));
@@ -103,22 +100,21 @@ absl::Status ParameterServerCore::Checkpoint(const CheckpointRequest& request,
 void ParameterServerCore::DropCheckpointWrite() {
   if (write_ == nullptr) return;
   write_->thread.join();
-  LOG(WARNING) << "server " << server_index_ << ": checkpoint "
-               << write_->dir << " was written but never collected ("
-               << write_->status << ")";
+  LOG(WARNING) << "server " << server_index_ << ": checkpoint " << write_->dir
+               << " was written but never collected (" << write_->status << ")";
   write_.reset();
 }
 
-absl::Status ParameterServerCore::StartCheckpointWrite(
-    const std::string& root, const CheckpointRequest& request, CheckpointResponse* response) {
+absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
+                                                       const CheckpointRequest& request,
+                                                       CheckpointResponse* response) {
   DropCheckpointWrite();
   const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
   std::optional<uint32_t> since;
   if (request.delta()) {
     ASSIGN_OR_RETURN(since, DeltaBase(root, request, owned));
   }
-  ASSIGN_OR_RETURN(const std::string dir, checkpoint::CreateCheckpointDir(
-                                              root, request.clock()));
+  ASSIGN_OR_RETURN(const std::string dir, checkpoint::CreateCheckpointDir(root, request.clock()));
   std::shared_ptr<const StoreSnapshot> snapshot;
   uint32_t generation = 0;
   if (bsp_) {
@@ -147,8 +143,7 @@ absl::Status ParameterServerCore::StartCheckpointWrite(
   CheckpointWrite* write = write_.get();
   write_->thread = std::thread([write, snapshot, options, delay = checkpoint_write_delay_] {
     if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
-    absl::StatusOr<std::vector<checkpoint::WrittenFile>> files =
-        WriteSnapshot(*snapshot, options);
+    absl::StatusOr<std::vector<checkpoint::WrittenFile>> files = WriteSnapshot(*snapshot, options);
     if (files.ok()) {
       write->files = std::move(*files);
     } else {
@@ -160,12 +155,12 @@ absl::Status ParameterServerCore::StartCheckpointWrite(
   return absl::OkStatus();
 }
 
-absl::Status ParameterServerCore::CollectCheckpointWrite(
-    const CheckpointRequest& request, CheckpointResponse* response) {
+absl::Status ParameterServerCore::CollectCheckpointWrite(const CheckpointRequest& request,
+                                                         CheckpointResponse* response) {
   if (write_ == nullptr || write_->clock != request.clock()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Checkpoint COLLECT: server ", server_index_,
-        " has no checkpoint write of clock ", request.clock(), " to collect"));
+    return absl::FailedPreconditionError(absl::StrCat("Checkpoint COLLECT: server ", server_index_,
+                                                      " has no checkpoint write of clock ",
+                                                      request.clock(), " to collect"));
   }
   write_->thread.join();
   const std::unique_ptr<CheckpointWrite> write = std::move(write_);
@@ -210,17 +205,16 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
   const checkpoint::CheckpointManifest& manifest = source.checkpoint.manifest;
   const std::string& dir = source.checkpoint.dir;
   if (manifest.job_name() != config_.name()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        dir, ": checkpoint of job \"", manifest.job_name(),
-        "\", this job is \"", config_.name(), "\""));
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": checkpoint of job \"",
+                                                      manifest.job_name(), "\", this job is \"",
+                                                      config_.name(), "\""));
   }
   // The manifest's config fingerprint is not compared: it covers the number
   // of servers, and a checkpoint may be restored onto another server count.
   // Each file's table schemas are checked instead.
   const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
   ASSIGN_OR_RETURN(const std::vector<LoadedFiles> chain,
-                   LoadOwnedChain(source.checkpoint, owned,
-                                  TableSchemas(*store_)));
+                   LoadOwnedChain(source.checkpoint, owned, TableSchemas(*store_)));
   const uint64_t clock = manifest.clock();
   uint64_t rows;
   size_t files_read = 0;
@@ -241,9 +235,8 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
     generation_.store(request.generation(), std::memory_order_release);
     bsp_clocks_.Reset(clock, request.generation());
   }
-  LOG(INFO) << "server " << server_index_ << " restored " << rows
-            << " rows from " << files_read << " files of " << dir
-            << " (clock " << clock << ", a chain of " << chain.size()
+  LOG(INFO) << "server " << server_index_ << " restored " << rows << " rows from " << files_read
+            << " files of " << dir << " (clock " << clock << ", a chain of " << chain.size()
             << " checkpoints, job generation " << request.generation() << ")";
   response->set_rows(rows);
   response->set_clock(clock);
@@ -253,32 +246,29 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint32_t> ParameterServerCore::DeltaBase(
-    const std::string& root, const CheckpointRequest& request,
-    const std::vector<bool>& owned) const {
+absl::StatusOr<uint32_t> ParameterServerCore::DeltaBase(const std::string& root,
+                                                        const CheckpointRequest& request,
+                                                        const std::vector<bool>& owned) const {
   for (const CheckpointBase& base : bases_) {
     if (base.root != root || base.clock != request.base_clock()) continue;
     if (base.owned != owned) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "delta checkpoint at clock ", request.clock(), ": server ",
-          server_index_, " owned other partitions at its base ",
-          checkpoint::CheckpointId(request.base_clock()),
-          "; take a full checkpoint"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("delta checkpoint at clock ", request.clock(), ": server ", server_index_,
+                       " owned other partitions at its base ",
+                       checkpoint::CheckpointId(request.base_clock()), "; take a full checkpoint"));
     }
     return base.generation;
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      "delta checkpoint at clock ", request.clock(), ": server ",
-      server_index_, " has no record of its base ",
-      checkpoint::CheckpointId(request.base_clock()), " in ", root,
+      "delta checkpoint at clock ", request.clock(), ": server ", server_index_,
+      " has no record of its base ", checkpoint::CheckpointId(request.base_clock()), " in ", root,
       " (not copied or restored by this process); take a full checkpoint"));
 }
 
 void ParameterServerCore::RememberBase(CheckpointBase base) {
   bases_.erase(std::remove_if(bases_.begin(), bases_.end(),
                               [&](const CheckpointBase& b) {
-                                return b.root == base.root &&
-                                       b.clock == base.clock;
+                                return b.root == base.root && b.clock == base.clock;
                               }),
                bases_.end());
   bases_.push_back(std::move(base));

@@ -11,12 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/manifest.h"
 #include "common/codec.h"
 #include "common/generation.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "common/checkpoint/checkpoint_dir.h"
-#include "common/checkpoint/manifest.h"
 #include "server/snapshot.h"
 
 namespace shardps {
@@ -38,26 +38,26 @@ absl::StatusOr<Encoding> ToEncoding(ValueEncoding e) {
 }
 
 // Checks that `bytes` holds n rows of `dim` values in `encoding`.
-absl::Status CheckValueBytes(const Table& table, size_t n, size_t bytes,
-                             Encoding encoding, const char* what) {
+absl::Status CheckValueBytes(const Table& table, size_t n, size_t bytes, Encoding encoding,
+                             const char* what) {
   const size_t bpv = BytesPerValue(encoding);
   const size_t dim = table.dim();
   const std::string& name = table.config().name();
   if (bytes % bpv != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table ", name, ": ", what, " has ", bytes,
-        " bytes, not a multiple of ", bpv, " bytes per value"));
+    return absl::InvalidArgumentError(absl::StrCat("table ", name, ": ", what, " has ", bytes,
+                                                   " bytes, not a multiple of ", bpv,
+                                                   " bytes per value"));
   }
   const size_t values = bytes / bpv;
   if (values % dim != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table ", name, ": wrong dim: ", what, " holds ", values,
-        " values, not a multiple of the table's dim ", dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", name, ": wrong dim: ", what, " holds ", values,
+                     " values, not a multiple of the table's dim ", dim));
   }
   if (values / dim != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table ", name, ": key count mismatch: ", n, " keys but ", what,
-        " for ", values / dim, " rows of dim ", dim));
+    return absl::InvalidArgumentError(absl::StrCat("table ", name, ": key count mismatch: ", n,
+                                                   " keys but ", what, " for ", values / dim,
+                                                   " rows of dim ", dim));
   }
   return absl::OkStatus();
 }
@@ -69,28 +69,26 @@ absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create
   const ClusterConfig& cluster = options.config.cluster();
   PartitionMap map = options.map;
   if (map.num_partitions() == 0) {
-    ASSIGN_OR_RETURN(map, PartitionMap::Contiguous(1, cluster.num_partitions(),
-                                                   cluster.num_servers()));
+    ASSIGN_OR_RETURN(map,
+                     PartitionMap::Contiguous(1, cluster.num_partitions(), cluster.num_servers()));
   }
   if (map.num_partitions() != cluster.num_partitions()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "partition map has ", map.num_partitions(),
-        " partitions, the config ", cluster.num_partitions()));
+    return absl::InvalidArgumentError(absl::StrCat("partition map has ", map.num_partitions(),
+                                                   " partitions, the config ",
+                                                   cluster.num_partitions()));
   }
   if (options.server_index >= map.num_servers()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("server index ", options.server_index,
-                     " is not below the number of servers ", map.num_servers()));
+    return absl::InvalidArgumentError(absl::StrCat("server index ", options.server_index,
+                                                   " is not below the number of servers ",
+                                                   map.num_servers()));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<TableStore> store,
-                   TableStore::Create(options.config));
+  ASSIGN_OR_RETURN(std::unique_ptr<TableStore> store, TableStore::Create(options.config));
   return std::unique_ptr<ParameterServerCore>(
       new ParameterServerCore(options, std::move(store), std::move(map)));
 }
 
 ParameterServerCore::ParameterServerCore(const CoreOptions& options,
-                                         std::unique_ptr<TableStore> store,
-                                         PartitionMap map)
+                                         std::unique_ptr<TableStore> store, PartitionMap map)
     : config_(options.config),
       server_index_(options.server_index),
       bsp_(options.config.cluster().mode() == BSP),
@@ -117,9 +115,7 @@ std::shared_ptr<const PartitionMap> ParameterServerCore::CurrentMap() const {
   return map_;
 }
 
-uint64_t ParameterServerCore::map_version() const {
-  return CurrentMap()->version();
-}
+uint64_t ParameterServerCore::map_version() const { return CurrentMap()->version(); }
 
 uint64_t ParameterServerCore::applied_clock() const { return bsp_clocks_.applied_clock(); }
 
@@ -127,26 +123,25 @@ bool ParameterServerCore::PullMayWait(const PullRequest& request) const {
   return bsp_ && request.clock() > 0 && applied_clock() < request.clock();
 }
 
-absl::Status ParameterServerCore::CheckMapVersion(
-    uint64_t version, const PartitionMap& map) const {
+absl::Status ParameterServerCore::CheckMapVersion(uint64_t version, const PartitionMap& map) const {
   if (version == map.version()) return absl::OkStatus();
-  return absl::AbortedError(absl::StrCat(
-      "stale partition map: the request has map version ", version,
-      ", server ", server_index_, " has map version ", map.version()));
+  return absl::AbortedError(absl::StrCat("stale partition map: the request has map version ",
+                                         version, ", server ", server_index_, " has map version ",
+                                         map.version()));
 }
 
-absl::Status ParameterServerCore::CheckOwnership(
-    uint64_t version, uint32_t table_id, const uint64_t* keys, size_t n,
-    const PartitionMap& map) const {
+absl::Status ParameterServerCore::CheckOwnership(uint64_t version, uint32_t table_id,
+                                                 const uint64_t* keys, size_t n,
+                                                 const PartitionMap& map) const {
   RETURN_IF_ERROR(CheckMapVersion(version, map));
   const uint32_t parts = map.num_partitions();
   for (size_t i = 0; i < n; ++i) {
     const uint32_t p = PartitionOf(table_id, keys[i], parts);
     if (map.OwnerOfPartition(p) != server_index_) {
-      return absl::AbortedError(absl::StrCat(
-          "key ", keys[i], " of table ", table_id, " is in partition ", p,
-          ", owned by server ", map.OwnerOfPartition(p), ", not server ",
-          server_index_, " (map version ", map.version(), ")"));
+      return absl::AbortedError(absl::StrCat("key ", keys[i], " of table ", table_id,
+                                             " is in partition ", p, ", owned by server ",
+                                             map.OwnerOfPartition(p), ", not server ",
+                                             server_index_, " (map version ", map.version(), ")"));
     }
   }
   return absl::OkStatus();
@@ -167,36 +162,34 @@ uint32_t PulledWidth(const TableKeys& tk, const Table& table) {
 
 }  // namespace
 
-absl::Status ParameterServerCore::Pull(const PullRequest& request,
-                                       absl::Time deadline, PullSink* sink) {
+absl::Status ParameterServerCore::Pull(const PullRequest& request, absl::Time deadline,
+                                       PullSink* sink) {
   ASSIGN_OR_RETURN(const Encoding encoding, ToEncoding(request.encoding()));
   uint64_t bytes = 0;
   for (const TableKeys& tk : request.tables()) {
     const Table* table = store_->FindTable(tk.table_id());
     if (table == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown table id ", tk.table_id()));
+      return absl::InvalidArgumentError(absl::StrCat("unknown table id ", tk.table_id()));
     }
-    RETURN_IF_ERROR(TableStore::CheckDenseKeys(*table, tk.keys().data(),
-                                               tk.keys_size()));
+    RETURN_IF_ERROR(TableStore::CheckDenseKeys(*table, tk.keys().data(), tk.keys_size()));
     if (request.purpose() == TRAIN) {  // It creates rows.
       RETURN_IF_ERROR(TableStore::CheckKeyCount(*table, tk.keys_size(), "a training pull"));
     }
     if (tk.with_state()) {
-      RETURN_IF_ERROR(
-          TableStore::CheckStatePull(*table, request.purpose() == TRAIN, encoding));
+      RETURN_IF_ERROR(TableStore::CheckStatePull(*table, request.purpose() == TRAIN, encoding));
     }
     bytes += uint64_t(tk.keys_size()) * PulledWidth(tk, *table) * BytesPerValue(encoding);
   }
   if (bytes > config_.cluster().max_message_bytes()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "pull response would hold ", bytes, " value bytes, more than "
-        "max_message_bytes ", config_.cluster().max_message_bytes(),
-        ": split the pull"));
+    return absl::ResourceExhaustedError(absl::StrCat("pull response would hold ", bytes,
+                                                     " value bytes, more than "
+                                                     "max_message_bytes ",
+                                                     config_.cluster().max_message_bytes(),
+                                                     ": split the pull"));
   }
   if (!PullPurpose_IsValid(request.purpose())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown pull purpose ", static_cast<int>(request.purpose())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown pull purpose ", static_cast<int>(request.purpose())));
   }
   if (bsp_ && request.clock() > 0) {
     // A stale client learns it now rather than after the wait.
@@ -204,24 +197,24 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
     RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
     RETURN_IF_ERROR(bsp_clocks_.WaitForClock(
         request.clock(), request.generation(),
-        std::min(deadline, absl::Now() + absl::Milliseconds(
-                                             config_.cluster().server_deadline_ms()))));
+        std::min(deadline,
+                 absl::Now() + absl::Milliseconds(config_.cluster().server_deadline_ms()))));
   }
   if (bsp_ && request.refuse_applied_clock() && request.purpose() == TRAIN) {
     const uint64_t applied = applied_clock();
     if (applied > request.clock()) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "server ", server_index_, " has applied clock ", request.clock(),
-          " (clocks < ", applied, "), with rank ", request.worker_rank(),
-          "'s push of it: its values are of a later clock"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("server ", server_index_, " has applied clock ", request.clock(),
+                       " (clocks < ", applied, "), with rank ", request.worker_rank(),
+                       "'s push of it: its values are of a later clock"));
     }
   }
   ReaderMutexLock state(&state_mu_);
   RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
   const std::shared_ptr<const PartitionMap> map = CurrentMap();
   for (const TableKeys& tk : request.tables()) {
-    RETURN_IF_ERROR(CheckOwnership(request.map_version(), tk.table_id(),
-                                   tk.keys().data(), tk.keys_size(), *map));
+    RETURN_IF_ERROR(CheckOwnership(request.map_version(), tk.table_id(), tk.keys().data(),
+                                   tk.keys_size(), *map));
   }
   const bool train = request.purpose() == TRAIN;
   for (const TableKeys& tk : request.tables()) {
@@ -232,15 +225,14 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
     if (tk.with_state()) {
       table->PullWithState(tk.keys().data(), n, reinterpret_cast<float*>(room));
     } else {
-      RETURN_IF_ERROR(store_->PullEncoded(tk.table_id(), tk.keys().data(), n,
-                                          train, encoding, room));
+      RETURN_IF_ERROR(
+          store_->PullEncoded(tk.table_id(), tk.keys().data(), n, train, encoding, room));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status ParameterServerCore::Pull(const PullRequest& request,
-                                       absl::Time deadline,
+absl::Status ParameterServerCore::Pull(const PullRequest& request, absl::Time deadline,
                                        PullResponse* response) {
   // Room in the response's bytes fields.
   class ResponseSink final : public PullSink {
@@ -261,8 +253,8 @@ absl::Status ParameterServerCore::Pull(const PullRequest& request,
   return Pull(request, deadline, &sink);
 }
 
-absl::Status ParameterServerCore::CheckPushShape(
-    const PushRequest& request, std::vector<DecodedTable>* tables) const {
+absl::Status ParameterServerCore::CheckPushShape(const PushRequest& request,
+                                                 std::vector<DecodedTable>* tables) const {
   ASSIGN_OR_RETURN(const Encoding encoding, ToEncoding(request.encoding()));
   tables->resize(request.tables_size());
   for (int t = 0; t < request.tables_size(); ++t) {
@@ -271,26 +263,24 @@ absl::Status ParameterServerCore::CheckPushShape(
     d.grads = nullptr;  // Until decoded (the vector may be reused).
     d.table = store_->FindTable(tg.table_id());
     if (d.table == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown table id ", tg.table_id()));
+      return absl::InvalidArgumentError(absl::StrCat("unknown table id ", tg.table_id()));
     }
     for (int u = 0; u < t; ++u) {
       if (request.tables(u).table_id() == tg.table_id()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table id ", tg.table_id(), " appears twice in one push"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("table id ", tg.table_id(), " appears twice in one push"));
       }
     }
     d.keys = tg.keys().data();
     d.n = tg.keys_size();
     RETURN_IF_ERROR(TableStore::CheckKeyCount(*d.table, d.n, "a push"));
     if (!tg.has_sparse()) {
-      RETURN_IF_ERROR(CheckValueBytes(*d.table, d.n, tg.gradients().size(),
-                                      encoding, "gradients"));
+      RETURN_IF_ERROR(CheckValueBytes(*d.table, d.n, tg.gradients().size(), encoding, "gradients"));
       continue;
     }
     if (!tg.gradients().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table ", d.table->config().name(), ": a push has both gradients and sparse"));
+      return absl::InvalidArgumentError(absl::StrCat("table ", d.table->config().name(),
+                                                     ": a push has both gradients and sparse"));
     }
     // Never more than the full form could have carried in one message.
     const uint64_t cap = config_.cluster().max_message_bytes() > 0
@@ -299,25 +289,24 @@ absl::Status ParameterServerCore::CheckPushShape(
     const uint64_t expanded = uint64_t{d.n} * d.table->dim() * sizeof(float);
     if (expanded > cap) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "table ", d.table->config().name(), ": a sparse push of ", d.n,
-          " rows would expand to ", expanded, " bytes, over cluster.max_message_bytes ",
-          cap));
+          "table ", d.table->config().name(), ": a sparse push of ", d.n, " rows would expand to ",
+          expanded, " bytes, over cluster.max_message_bytes ", cap));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status ParameterServerCore::DecodeGradients(
-    const PushRequest& request, std::vector<DecodedTable>* tables) const {
+absl::Status ParameterServerCore::DecodeGradients(const PushRequest& request,
+                                                  std::vector<DecodedTable>* tables) const {
   ASSIGN_OR_RETURN(const Encoding encoding, ToEncoding(request.encoding()));
   for (int t = 0; t < request.tables_size(); ++t) {
     const TableGradients& tg = request.tables(t);
     DecodedTable& d = (*tables)[t];
     if (tg.has_sparse()) {  // A compressed gradient: expanded, then as any.
       d.storage.resize(d.n * d.table->dim());
-      const absl::Status st = ExpandNonZeros(
-          tg.sparse().index_gaps().data(), tg.sparse().index_gaps_size(),
-          tg.sparse().values(), encoding, d.storage.size(), d.storage.data());
+      const absl::Status st =
+          ExpandNonZeros(tg.sparse().index_gaps().data(), tg.sparse().index_gaps_size(),
+                         tg.sparse().values(), encoding, d.storage.size(), d.storage.data());
       if (!st.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("table ", d.table->config().name(), ": ", st.message()));
@@ -327,27 +316,24 @@ absl::Status ParameterServerCore::DecodeGradients(
     }
     const char* bytes = tg.gradients().data();
     if (d.n == 0) continue;  // An empty push (legal, closes a BSP clock).
-    if (encoding == Encoding::kFp32 &&
-        reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
+    if (encoding == Encoding::kFp32 && reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
       d.grads = reinterpret_cast<const float*>(bytes);  // No copy.
     } else {
       d.storage.resize(d.n * d.table->dim());
-      RETURN_IF_ERROR(DecodeValues(tg.gradients(), encoding,
-                                   d.storage.size(), d.storage.data()));
+      RETURN_IF_ERROR(DecodeValues(tg.gradients(), encoding, d.storage.size(), d.storage.data()));
       d.grads = d.storage.data();
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status ParameterServerCore::Push(const PushRequest& request,
-                                       PushResponse* response) {
+absl::Status ParameterServerCore::Push(const PushRequest& request, PushResponse* response) {
   const float lr_scale = request.has_lr_scale() ? request.lr_scale() : 1.0f;
   RETURN_IF_ERROR(CheckLrScale(lr_scale));
   if (request.worker_rank() >= config_.cluster().num_workers()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push from worker rank ", request.worker_rank(), ": the job has ",
-        config_.cluster().num_workers(), " workers"));
+    return absl::InvalidArgumentError(absl::StrCat("push from worker rank ", request.worker_rank(),
+                                                   ": the job has ",
+                                                   config_.cluster().num_workers(), " workers"));
   }
   // Per thread, so that a bf16 push decodes into warm, already sized
   // storage (a fresh vector was an allocation and a zero fill per push).
@@ -360,8 +346,7 @@ absl::Status ParameterServerCore::Push(const PushRequest& request,
   const std::shared_ptr<const PartitionMap> map = CurrentMap();
   RETURN_IF_ERROR(CheckMapVersion(request.map_version(), *map));
   for (const DecodedTable& d : tables) {
-    RETURN_IF_ERROR(CheckOwnership(request.map_version(), d.table->id(),
-                                   d.keys, d.n, *map));
+    RETURN_IF_ERROR(CheckOwnership(request.map_version(), d.table->id(), d.keys, d.n, *map));
     RETURN_IF_ERROR(store_->ValidatePushKeys(*d.table, d.keys, d.n));
   }
   RETURN_IF_ERROR(DecodeGradients(request, &tables));
@@ -382,8 +367,7 @@ absl::Status ParameterServerCore::Push(const PushRequest& request,
   for (const DecodedTable& d : tables) {
     const PushCounts c = d.table->Push(d.keys, d.n, d.grads, lr_scale);
     response->set_rows_applied(response->rows_applied() + c.applied);
-    response->set_rows_skipped_nonfinite(response->rows_skipped_nonfinite() +
-                                         c.skipped_nonfinite);
+    response->set_rows_skipped_nonfinite(response->rows_skipped_nonfinite() + c.skipped_nonfinite);
   }
   return absl::OkStatus();
 }
@@ -392,24 +376,20 @@ absl::Status ParameterServerCore::InitRows(const InitRowsRequest& request,
                                            InitRowsResponse* response) {
   Table* table = store_->FindTable(request.table_id());
   if (table == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown table id ", request.table_id()));
+    return absl::InvalidArgumentError(absl::StrCat("unknown table id ", request.table_id()));
   }
   const size_t n = request.keys_size();
   RETURN_IF_ERROR(TableStore::CheckKeyCount(*table, n, "an InitRows"));
   RETURN_IF_ERROR(TableStore::CheckDenseKeys(*table, request.keys().data(), n));
-  RETURN_IF_ERROR(CheckValueBytes(*table, n, request.values().size(),
-                                  Encoding::kFp32, "values"));
-  RETURN_IF_ERROR(CheckOwnership(request.map_version(), request.table_id(),
-                                 request.keys().data(), n, *CurrentMap()));
+  RETURN_IF_ERROR(CheckValueBytes(*table, n, request.values().size(), Encoding::kFp32, "values"));
+  RETURN_IF_ERROR(CheckOwnership(request.map_version(), request.table_id(), request.keys().data(),
+                                 n, *CurrentMap()));
   if (n == 0) return absl::OkStatus();
   std::vector<float> values(n * table->dim());
-  RETURN_IF_ERROR(DecodeValues(request.values(), Encoding::kFp32,
-                               values.size(), values.data()));
+  RETURN_IF_ERROR(DecodeValues(request.values(), Encoding::kFp32, values.size(), values.data()));
   ReaderMutexLock state(&state_mu_);
   ASSIGN_OR_RETURN(const uint64_t written,
-                   store_->InitRows(request.table_id(), request.keys().data(),
-                                    n, values.data()));
+                   store_->InitRows(request.table_id(), request.keys().data(), n, values.data()));
   response->set_rows_written(written);
   return absl::OkStatus();
 }
@@ -445,22 +425,18 @@ absl::Status ParameterServerCore::Control(const ControlRequest& request,
     const uint32_t parts = config_.cluster().num_partitions();
     if (static_cast<uint32_t>(request.partition_owner_size()) != parts) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "Control: map has ", request.partition_owner_size(),
-          " partitions, the job ", parts));
+          "Control: map has ", request.partition_owner_size(), " partitions, the job ", parts));
     }
     std::vector<uint32_t> owners(request.partition_owner().begin(),
                                  request.partition_owner().end());
-    const uint32_t servers = std::max(
-        config_.cluster().num_servers(),
-        *std::max_element(owners.begin(), owners.end()) + 1);
+    const uint32_t servers = std::max(config_.cluster().num_servers(),
+                                      *std::max_element(owners.begin(), owners.end()) + 1);
     ASSIGN_OR_RETURN(PartitionMap map,
-                     PartitionMap::FromOwners(request.map_version(),
-                                              std::move(owners), servers));
+                     PartitionMap::FromOwners(request.map_version(), std::move(owners), servers));
     MutexLock lock(&map_mu_);
     if (map.version() < map_->version()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "Control: map version ", map.version(), " is older than map version ",
-          map_->version()));
+          "Control: map version ", map.version(), " is older than map version ", map_->version()));
     }
     map_ = std::make_shared<const PartitionMap>(std::move(map));
   }

@@ -39,8 +39,8 @@
 // under its lock; in BSP also under the clock lock, and only if exactly the
 // clocks < request.clock have been applied, else FAILED_PRECONDITION), then
 // writes the partition-group files from the copy into
-// <config checkpoint.dir>/ckpt-<clock>/ and returns their manifest entries. The caller (the scheduler) holds every
-// worker at the clock, so the copy is a consistent cut; pushes may resume
+// <config checkpoint.dir>/ckpt-<clock>/ and returns their manifest entries. The caller (the
+// scheduler) holds every worker at the clock, so the copy is a consistent cut; pushes may resume
 // once the copy is done: phase COPY answers then and writes the files on a
 // background thread, a later COLLECT waits for them (COPY_AND_WRITE does
 // both in one call). One background write at a time: a new COPY or a
@@ -139,11 +139,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/checkpoint/checkpoint_file.h"
 #include "common/mutex.h"
 #include "common/partition.h"
 #include "proto/config.pb.h"
 #include "proto/ps.pb.h"
-#include "common/checkpoint/checkpoint_file.h"
 #include "server/bsp_aggregator.h"
 #include "server/table_store.h"
 
@@ -176,8 +176,7 @@ class ParameterServerCore {
  public:
   // INVALID_ARGUMENT if a table cannot be built, the index is not below the
   // number of servers, or the map does not have the config's partitions.
-  static absl::StatusOr<std::unique_ptr<ParameterServerCore>> Create(
-      const CoreOptions& options);
+  static absl::StatusOr<std::unique_ptr<ParameterServerCore>> Create(const CoreOptions& options);
 
   ParameterServerCore(const ParameterServerCore&) = delete;
   ParameterServerCore& operator=(const ParameterServerCore&) = delete;
@@ -185,29 +184,22 @@ class ParameterServerCore {
 
   // BSP pulls wait at most until `deadline` (and never longer than the
   // config's server_deadline_ms).
-  absl::Status Pull(const PullRequest& request, absl::Time deadline,
-                    PullResponse* response);
+  absl::Status Pull(const PullRequest& request, absl::Time deadline, PullResponse* response);
   // The same, with the values written where `sink` says. On an error, the
   // sink may have been given some tables.
-  absl::Status Pull(const PullRequest& request, absl::Time deadline,
-                    PullSink* sink);
+  absl::Status Pull(const PullRequest& request, absl::Time deadline, PullSink* sink);
   // Whether Pull(request) may block waiting for its BSP clock (callers that
   // must not block, like gRPC's callback threads, run such pulls elsewhere).
   // False is final: applied clocks only grow.
   bool PullMayWait(const PullRequest& request) const;
   absl::Status Push(const PushRequest& request, PushResponse* response);
-  absl::Status InitRows(const InitRowsRequest& request,
-                        InitRowsResponse* response);
-  absl::Status TableInfo(const TableInfoRequest& request,
-                         TableInfoResponse* response);
-  absl::Status Control(const ControlRequest& request,
-                       ControlResponse* response);
+  absl::Status InitRows(const InitRowsRequest& request, InitRowsResponse* response);
+  absl::Status TableInfo(const TableInfoRequest& request, TableInfoResponse* response);
+  absl::Status Control(const ControlRequest& request, ControlResponse* response);
   // Blocking: COPY_AND_WRITE and COLLECT return once the files are durable.
-  absl::Status Checkpoint(const CheckpointRequest& request,
-                          CheckpointResponse* response);
+  absl::Status Checkpoint(const CheckpointRequest& request, CheckpointResponse* response);
   // Blocking; concurrent pulls and pushes must be held by the caller.
-  absl::Status Restore(const RestoreRequest& request,
-                       RestoreResponse* response);
+  absl::Status Restore(const RestoreRequest& request, RestoreResponse* response);
 
   // The directory every checkpoint of this core is written to and restored
   // from: the config's checkpoint.dir until set here. Only the process that
@@ -250,28 +242,24 @@ class ParameterServerCore {
     std::vector<float> storage;
   };
 
-  ParameterServerCore(const CoreOptions& options,
-                      std::unique_ptr<TableStore> store, PartitionMap map);
+  ParameterServerCore(const CoreOptions& options, std::unique_ptr<TableStore> store,
+                      PartitionMap map);
 
   std::shared_ptr<const PartitionMap> CurrentMap() const;
   // ABORTED unless `version` is current and this server owns every key.
-  absl::Status CheckOwnership(uint64_t version, uint32_t table_id,
-                              const uint64_t* keys, size_t n,
+  absl::Status CheckOwnership(uint64_t version, uint32_t table_id, const uint64_t* keys, size_t n,
                               const PartitionMap& map) const;
   absl::Status CheckMapVersion(uint64_t version, const PartitionMap& map) const;
   // Fills each table's Table, keys and count and checks what needs no
   // gradient value (table ids, key counts, value sizes, the sparse form's
   // expanded size); allocates nothing.
-  absl::Status CheckPushShape(const PushRequest& request,
-                              std::vector<DecodedTable>* tables) const;
+  absl::Status CheckPushShape(const PushRequest& request, std::vector<DecodedTable>* tables) const;
   // Decodes (or expands) the gradients of tables CheckPushShape accepted.
-  absl::Status DecodeGradients(const PushRequest& request,
-                               std::vector<DecodedTable>* tables) const;
+  absl::Status DecodeGradients(const PushRequest& request, std::vector<DecodedTable>* tables) const;
   // BSP: hands the push's rows (the finite ones; the others are counted)
   // to the aggregator.
   absl::Status BufferBspPush(const PushRequest& request, float lr_scale,
-                             const std::vector<DecodedTable>& tables,
-                             PushResponse* response);
+                             const std::vector<DecodedTable>& tables, PushResponse* response);
   // OK if `generation` is this server's (see the top).
   absl::Status CheckJobGeneration(uint64_t generation) const;
   // owned[p]: whether this server owns partition p under `map`.
@@ -294,8 +282,7 @@ class ParameterServerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
   // Copies the rows and starts the background write (phase COPY) under
   // `root`.
-  absl::Status StartCheckpointWrite(const std::string& root,
-                                    const CheckpointRequest& request,
+  absl::Status StartCheckpointWrite(const std::string& root, const CheckpointRequest& request,
                                     CheckpointResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
   // Waits for the write of request.clock (phase COLLECT).
@@ -315,14 +302,12 @@ class ParameterServerCore {
   static constexpr size_t kRememberedBases = 4;
   // The generation a delta on request.base_clock starts after, or
   // FAILED_PRECONDITION.
-  absl::StatusOr<uint32_t> DeltaBase(const std::string& root,
-                                     const CheckpointRequest& request,
+  absl::StatusOr<uint32_t> DeltaBase(const std::string& root, const CheckpointRequest& request,
                                      const std::vector<bool>& owned) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
   // Records a base (replacing one of the same root and clock), forgets the
   // oldest beyond kRememberedBases and trims deletions no base needs.
-  void RememberBase(CheckpointBase base)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
+  void RememberBase(CheckpointBase base) ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
 
   // Serializes Checkpoint and Restore calls.
   Mutex checkpoint_mu_;

@@ -3,14 +3,13 @@
 #include "server/parameter_server_core.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
-#include <vector>
-
-#include <atomic>
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "common/codec.h"
@@ -63,8 +62,7 @@ std::string Fp32(const std::vector<float>& v) {
 }
 
 PushRequest MakePush(uint32_t rank, uint64_t clock, uint32_t table,
-                     const std::vector<uint64_t>& keys,
-                     const std::vector<float>& grads) {
+                     const std::vector<uint64_t>& keys, const std::vector<float>& grads) {
   PushRequest p;
   p.set_map_version(1);
   p.set_worker_rank(rank);
@@ -77,8 +75,8 @@ PushRequest MakePush(uint32_t rank, uint64_t clock, uint32_t table,
 }
 
 // Eval-pulls `keys` of `table`; returns the raw fp32 bytes.
-std::string PullBytes(ParameterServerCore& core, uint32_t table,
-                      const std::vector<uint64_t>& keys, uint64_t clock = 0) {
+std::string PullBytes(ParameterServerCore& core, uint32_t table, const std::vector<uint64_t>& keys,
+                      uint64_t clock = 0) {
   PullRequest r;
   r.set_map_version(1);
   r.set_purpose(EVAL);
@@ -158,8 +156,7 @@ TEST(CoreTest, BspPullWaitsForThePreviousClock) {
   r.set_clock(1);
   r.add_tables()->set_table_id(1);
   PullResponse presp;
-  const absl::Status s =
-      core->Pull(r, absl::Now() + absl::Milliseconds(50), &presp);
+  const absl::Status s = core->Pull(r, absl::Now() + absl::Milliseconds(50), &presp);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_NE(s.message().find("ranks [1,2]"), std::string::npos) << s;
   // A repeated push of the same clock is refused; the active set shrinking
@@ -301,8 +298,7 @@ TEST(CoreTest, StaleMapVersionIsAbortedAndChangesNothing) {
   pull.set_map_version(0);
   pull.add_tables()->set_table_id(1);
   PullResponse presp;
-  EXPECT_EQ(core->Pull(pull, absl::InfiniteFuture(), &presp).code(),
-            absl::StatusCode::kAborted);
+  EXPECT_EQ(core->Pull(pull, absl::InfiniteFuture(), &presp).code(), absl::StatusCode::kAborted);
   EXPECT_EQ(PullBytes(*core, 1, keys), before);
 }
 
@@ -313,8 +309,7 @@ TEST(CoreTest, KeyOfAnotherServerIsAborted) {
   const std::string before = PullBytes(*core, 1, keys);
   keys.push_back(theirs[0]);
   PushResponse resp;
-  const absl::Status s =
-      core->Push(MakePush(0, 0, 1, keys, std::vector<float>(12, 1)), &resp);
+  const absl::Status s = core->Push(MakePush(0, 0, 1, keys, std::vector<float>(12, 1)), &resp);
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
   EXPECT_NE(s.message().find("map version 1"), std::string::npos) << s;
   keys.pop_back();
@@ -351,12 +346,11 @@ TEST(CoreTest, EachBadPushGetsItsStatusAndChangesNothing) {
     const char* message;
   };
   std::vector<Case> cases;
-  cases.push_back({"unknown table", MakePush(0, 1, 7, keys, std::vector<float>(8, 1)),
-                   "unknown table id 7"});
-  cases.push_back({"count mismatch", MakePush(0, 1, 1, keys, std::vector<float>(12, 1)),
-                   "key count mismatch"});
-  cases.push_back({"wrong dim", MakePush(0, 1, 1, keys, std::vector<float>(6, 1)),
-                   "wrong dim"});
+  cases.push_back(
+      {"unknown table", MakePush(0, 1, 7, keys, std::vector<float>(8, 1)), "unknown table id 7"});
+  cases.push_back(
+      {"count mismatch", MakePush(0, 1, 1, keys, std::vector<float>(12, 1)), "key count mismatch"});
+  cases.push_back({"wrong dim", MakePush(0, 1, 1, keys, std::vector<float>(6, 1)), "wrong dim"});
   PushRequest odd = MakePush(0, 1, 1, keys, std::vector<float>(8, 1));
   odd.mutable_tables(0)->mutable_gradients()->push_back('x');
   cases.push_back({"ragged bytes", odd, "not a multiple of 4 bytes"});
@@ -423,8 +417,8 @@ TEST(CoreTest, Fp16AndBf16OnTheWire) {
     ASSERT_TRUE(core->Pull(r, absl::InfiniteFuture(), &resp).ok());
     ASSERT_EQ(resp.tables(0).values().size(), 24u);
     std::vector<float> got(12);
-    ASSERT_TRUE(DecodeValues(resp.tables(0).values(),
-                             static_cast<Encoding>(e), 12, got.data()).ok());
+    ASSERT_TRUE(
+        DecodeValues(resp.tables(0).values(), static_cast<Encoding>(e), 12, got.data()).ok());
     for (int i = 0; i < 12; ++i) EXPECT_NEAR(got[i], exact[i], 1e-3) << i;
   }
   // A bf16 push decodes before applying.

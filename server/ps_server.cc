@@ -26,8 +26,7 @@ bool HasEviction(const JobConfig& config) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
-    const PsServerOptions& options) {
+absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options) {
   CoreOptions core_options;
   core_options.config = options.config;
   core_options.server_index = options.server_index;
@@ -41,8 +40,8 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   s->health_ = std::make_unique<HealthService>();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  const int max_bytes = static_cast<int>(std::min<uint64_t>(
-      options.config.cluster().max_message_bytes(), INT32_MAX));
+  const int max_bytes =
+      static_cast<int>(std::min<uint64_t>(options.config.cluster().max_message_bytes(), INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
   // What one peer may hold (docs/security.md).
@@ -56,10 +55,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   builder.AddListeningPort(options.listen, credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->health_.get());
-  const int data_threads =
-      options.data_threads > 0
-          ? options.data_threads
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int data_threads = options.data_threads > 0
+                               ? options.data_threads
+                               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs;
   for (int i = 0; i < data_threads; ++i) cqs.push_back(builder.AddCompletionQueue());
   s->server_ = builder.BuildAndStart();
@@ -67,18 +65,17 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   // (Shutdown stops them); a server that did not start never used them.
   if (s->server_ != nullptr) s->service_->ServeDataPath(std::move(cqs));
   if (s->server_ == nullptr || s->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options.listen,
-        " (in use by another process, or not an address of this host)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen,
+                     " (in use by another process, or not an address of this host)"));
   }
   const size_t colon = options.listen.rfind(':');
   s->address_ = absl::StrCat(options.listen.substr(0, colon), ":", s->port_);
   if (HasEviction(options.config)) {
-    s->evict_thread_ = std::thread(&PsServer::EvictLoop, s.get(),
-                                   options.evict_every);
+    s->evict_thread_ = std::thread(&PsServer::EvictLoop, s.get(), options.evict_every);
   }
-  LOG(INFO) << "ps_server " << options.server_index << " serving "
-            << options.config.tables_size() << " tables on " << s->address_;
+  LOG(INFO) << "ps_server " << options.server_index << " serving " << options.config.tables_size()
+            << " tables on " << s->address_;
   return s;
 }
 

@@ -26,12 +26,12 @@
 namespace shardps {
 
 struct PsServerOptions {
-  JobConfig config;          // Finalized.
+  JobConfig config;  // Finalized.
   uint32_t server_index = 0;
   std::string listen = "127.0.0.1:0";  // Port 0 picks a free port.
-  int threads = 0;           // Max gRPC threads; 0 = gRPC's default.
-  int data_threads = 0;      // Threads serving Pull/Push; 0 = one per core.
-  PartitionMap map;          // Empty = contiguous map at version 1.
+  int threads = 0;                     // Max gRPC threads; 0 = gRPC's default.
+  int data_threads = 0;                // Threads serving Pull/Push; 0 = one per core.
+  PartitionMap map;                    // Empty = contiguous map at version 1.
   absl::Duration evict_every = absl::Seconds(10);
   // Testing (fault tests): CoreOptions::checkpoint_write_delay.
   absl::Duration checkpoint_write_delay = absl::ZeroDuration();
@@ -42,8 +42,7 @@ class PsServer {
   // Builds the core and starts serving, with TLS when the --tls_* flags ask
   // for it (common/tls.h). INVALID_ARGUMENT for a bad config, index or TLS
   // files; UNAVAILABLE if the address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<PsServer>> Start(
-      const PsServerOptions& options);
+  static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options);
 
   ~PsServer();
   PsServer(const PsServer&) = delete;
@@ -57,9 +56,7 @@ class PsServer {
   void set_control_token(uint64_t token) { service_->set_control_token(token); }
   // Registering with a scheduler: control RPCs wait up to `timeout` for the
   // token instead of being refused (PsService::await_control_token).
-  void await_control_token(absl::Duration timeout) {
-    service_->await_control_token(timeout);
-  }
+  void await_control_token(absl::Duration timeout) { service_->await_control_token(timeout); }
   PsService* service() { return service_.get(); }
 
   // Stops accepting, wakes waiting BSP pulls, finishes in-flight calls.

@@ -19,28 +19,28 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cerrno>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/ascii.h"
+#include "common/client/scheduler_client.h"
 #include "common/config.h"
 #include "common/init.h"
-#include "server/helper_pool.h"
-#include "common/metrics.h"
 #include "common/job_secret.h"
+#include "common/metrics.h"
+#include "common/partition.h"
 #include "common/tls.h"
 #include "glog/logging.h"
-#include "common/client/scheduler_client.h"
-#include "common/partition.h"
+#include "server/helper_pool.h"
 #include "server/ps_server.h"
 #include "server/table.h"
 #include "server/table_store.h"
@@ -76,8 +76,7 @@ ABSL_FLAG(std::string, control_token_file, shardps::EnvOr("SHARDPS_CONTROL_TOKEN
           "callers must send; others may neither read nor write it (chmod 600). "
           "With a scheduler the token comes from the scheduler. Without it those "
           "RPCs are refused. Env: SHARDPS_CONTROL_TOKEN_FILE.");
-ABSL_FLAG(uint64_t, control_token,
-          std::stoull(shardps::EnvOr("SHARDPS_CONTROL_TOKEN", "0")),
+ABSL_FLAG(uint64_t, control_token, std::stoull(shardps::EnvOr("SHARDPS_CONTROL_TOKEN", "0")),
           "Deprecated (a flag's value shows in the process list): "
           "--control_token_file. The token as a number. Env: SHARDPS_CONTROL_TOKEN.");
 ABSL_FLAG(std::string, port_file, "",
@@ -89,8 +88,9 @@ namespace {
 // Registers with the scheduler, adopts its partition map and heartbeats; the
 // heartbeat thread raises SIGTERM when the job ends (or the scheduler gives
 // this server up), which the main thread's sigwait turns into a clean exit.
-absl::StatusOr<std::unique_ptr<SchedulerClient>> JoinScheduler(
-    const JobConfig& config, const std::string& address, PsServer* server) {
+absl::StatusOr<std::unique_ptr<SchedulerClient>> JoinScheduler(const JobConfig& config,
+                                                               const std::string& address,
+                                                               PsServer* server) {
   ParameterServerCore* core = server->core();
   auto client = std::make_unique<SchedulerClient>(absl::GetFlag(FLAGS_scheduler));
   RegisterRequest request;
@@ -113,28 +113,26 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> JoinScheduler(
     absl::Status st = core->Control(control, &unused);
     if (!st.ok()) LOG(WARNING) << "adopting the scheduler's map: " << st;
   }
-  LOG(INFO) << "server " << reg->index() << " joined the job at "
-            << absl::GetFlag(FLAGS_scheduler);
+  LOG(INFO) << "server " << reg->index() << " joined the job at " << absl::GetFlag(FLAGS_scheduler);
   request.set_requested_index(reg->index());
   client->EnableRejoin(
       request, [core] { return core->map_version(); }, [core] { return core->generation(); },
       [server](const RegisterResponse& r) { server->set_control_token(r.control_token()); });
-  client->StartHeartbeats(
-      SERVER, reg->index(), reg->job_id(),
-      absl::Milliseconds(config.cluster().heartbeat_ms()),
-      absl::Milliseconds(config.cluster().dead_after_ms() * 3),
-      [](bool job_ended, const std::string& why) {
-        if (job_ended) {
-          LOG(INFO) << "stopping: " << why;
-          kill(getpid(), SIGTERM);  // Exit 0: the job is over.
-          return;
-        }
-        // Not the job's end: a supervisor must see a failure (and may start
-        // this server again; it then registers as a new process).
-        LOG(ERROR) << "stopping: " << why;
-        std::fflush(nullptr);
-        std::_Exit(3);
-      });
+  client->StartHeartbeats(SERVER, reg->index(), reg->job_id(),
+                          absl::Milliseconds(config.cluster().heartbeat_ms()),
+                          absl::Milliseconds(config.cluster().dead_after_ms() * 3),
+                          [](bool job_ended, const std::string& why) {
+                            if (job_ended) {
+                              LOG(INFO) << "stopping: " << why;
+                              kill(getpid(), SIGTERM);  // Exit 0: the job is over.
+                              return;
+                            }
+                            // Not the job's end: a supervisor must see a failure (and may start
+                            // this server again; it then registers as a new process).
+                            LOG(ERROR) << "stopping: " << why;
+                            std::fflush(nullptr);
+                            std::_Exit(3);
+                          });
   return client;
 }
 
@@ -147,8 +145,7 @@ absl::StatusOr<uint64_t> ControlTokenFromFlags() {
   const std::string path = absl::GetFlag(FLAGS_control_token_file);
   const uint64_t flag = absl::GetFlag(FLAGS_control_token);
   if (!path.empty() && flag != 0) {
-    return absl::InvalidArgumentError(
-        "give --control_token_file or --control_token, not both");
+    return absl::InvalidArgumentError("give --control_token_file or --control_token, not both");
   }
   if (flag != 0) {
     const char* env = std::getenv("SHARDPS_CONTROL_TOKEN");
@@ -161,8 +158,8 @@ absl::StatusOr<uint64_t> ControlTokenFromFlags() {
   if (path.empty()) return 0;
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot read the control token file ", path, ": ", std::strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the control token file ", path, ": ", std::strerror(errno)));
   }
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(
@@ -178,8 +175,8 @@ absl::StatusOr<uint64_t> ControlTokenFromFlags() {
   text << in.rdbuf();
   uint64_t token = 0;
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text.str()), &token) || token == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the control token file ", path, " does not hold a number other than 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the control token file ", path, " does not hold a number other than 0"));
   }
   return token;
 }
@@ -198,16 +195,13 @@ class TableMetrics {
   explicit TableMetrics(TableStore* store) {
     for (Table* t : store->tables()) {
       const metrics::Labels l = {{"table", t->config().name()}};
-      series_.push_back({t,
-                         metrics::GetGauge("shardps_table_rows", "Live rows.", l),
-                         metrics::GetGauge("shardps_table_pending_rows",
-                                           "Keys seen, not yet admitted.", l),
-                         metrics::GetGauge("shardps_table_bytes",
-                                           "Memory of rows and index (estimate).", l),
-                         metrics::GetCounter("shardps_table_rows_admitted_total",
-                                             "Rows created.", l),
-                         metrics::GetCounter("shardps_table_rows_evicted_total",
-                                             "Rows dropped by eviction.", l)});
+      series_.push_back(
+          {t, metrics::GetGauge("shardps_table_rows", "Live rows.", l),
+           metrics::GetGauge("shardps_table_pending_rows", "Keys seen, not yet admitted.", l),
+           metrics::GetGauge("shardps_table_bytes", "Memory of rows and index (estimate).", l),
+           metrics::GetCounter("shardps_table_rows_admitted_total", "Rows created.", l),
+           metrics::GetCounter("shardps_table_rows_evicted_total", "Rows dropped by eviction.",
+                               l)});
     }
   }
   void Refresh() {

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "common/codec.h"
 #include "absl/strings/str_replace.h"
+#include "common/codec.h"
 #include "common/partition.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -65,8 +65,7 @@ constexpr char kConfig[] = R"pb(
 )pb";
 
 std::string Runfile(const std::string& path) {
-  return std::string(std::getenv("TEST_SRCDIR")) + "/" +
-         std::getenv("TEST_WORKSPACE") + "/" + path;
+  return std::string(std::getenv("TEST_SRCDIR")) + "/" + std::getenv("TEST_WORKSPACE") + "/" + path;
 }
 
 // The ps_server process, started on `listen`; SIGTERM on destruction.
@@ -87,13 +86,10 @@ class ServerProcess {
     const std::string config_flag = "--config=" + config;
     const std::string port_flag = "--port_file=" + dir + "/port";
     const std::string listen_flag = "--listen=" + listen;
-    std::vector<char*> argv = {const_cast<char*>(binary.c_str()),
-                               const_cast<char*>(config_flag.c_str()),
-                               const_cast<char*>(listen_flag.c_str()),
-                               const_cast<char*>(port_flag.c_str()), nullptr};
-    EXPECT_EQ(posix_spawn(&pid_, binary.c_str(), &actions, nullptr,
-                          argv.data(), environ),
-              0);
+    std::vector<char*> argv = {
+        const_cast<char*>(binary.c_str()), const_cast<char*>(config_flag.c_str()),
+        const_cast<char*>(listen_flag.c_str()), const_cast<char*>(port_flag.c_str()), nullptr};
+    EXPECT_EQ(posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), environ), 0);
     posix_spawn_file_actions_destroy(&actions);
     close(out[1]);
     FILE* f = fdopen(out[0], "r");
@@ -158,8 +154,8 @@ class PsServerTest : public ::testing::Test {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
     args.SetMaxSendMessageSize(64 << 20);
-    channel_ = grpc::CreateCustomChannel(
-        server_.address(), grpc::InsecureChannelCredentials(), args);
+    channel_ =
+        grpc::CreateCustomChannel(server_.address(), grpc::InsecureChannelCredentials(), args);
     stub_ = ParameterServer::NewStub(channel_);
   }
 
@@ -177,8 +173,8 @@ class PsServerTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.error_message();
     std::vector<float> out(keys.size() * 4);
     if (s.ok()) {
-      EXPECT_TRUE(DecodeValues(resp.tables(0).values(), Encoding::kFp32,
-                               out.size(), out.data()).ok());
+      EXPECT_TRUE(
+          DecodeValues(resp.tables(0).values(), Encoding::kFp32, out.size(), out.data()).ok());
     }
     return out;
   }
@@ -189,8 +185,7 @@ class PsServerTest : public ::testing::Test {
   }
 
   // Calls `method` with raw request bytes; the reply's bytes go to *reply.
-  grpc::Status RawCall(const std::string& method, const std::string& request,
-                       std::string* reply) {
+  grpc::Status RawCall(const std::string& method, const std::string& request, std::string* reply) {
     grpc::Slice slice(request.data(), request.size());
     grpc::ByteBuffer request_buffer(&slice, 1), reply_buffer;
     grpc::GenericStub generic(channel_);
@@ -238,8 +233,8 @@ TEST_F(PsServerTest, PullPushRoundTripAndHealth) {
   PushRequest push = MakePush(1, keys, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
   ASSERT_TRUE(Push(push, &resp).ok());
   EXPECT_EQ(resp.rows_applied(), 3u);
-  EXPECT_EQ(Read(1, keys), (std::vector<float>{-0.5, -1, -1.5, -2, -2.5, -3,
-                                                -3.5, -4, -4.5, -5, -5.5, -6}));
+  EXPECT_EQ(Read(1, keys),
+            (std::vector<float>{-0.5, -1, -1.5, -2, -2.5, -3, -3.5, -4, -4.5, -5, -5.5, -6}));
   TableInfoResponse info;
   {
     grpc::ClientContext ctx;
@@ -284,8 +279,9 @@ TEST_F(PsServerTest, MultiTablePullsInEveryEncodingMatchTheRows) {
     EXPECT_EQ(presp.tables(1).table_id(), 1u);
     EXPECT_EQ(presp.tables(1).values(), "");
     EXPECT_EQ(presp.tables(2).table_id(), 1u);
-    const Encoding e = encoding == FP32 ? Encoding::kFp32
-                       : encoding == BF16 ? Encoding::kBf16 : Encoding::kFp16;
+    const Encoding e = encoding == FP32   ? Encoding::kFp32
+                       : encoding == BF16 ? Encoding::kBf16
+                                          : Encoding::kFp16;
     std::string want1, want2;
     EncodeValues(rows1.data(), rows1.size(), e, &want1);
     EncodeValues(rows2.data(), rows2.size(), e, &want2);
@@ -297,8 +293,7 @@ TEST_F(PsServerTest, MultiTablePullsInEveryEncodingMatchTheRows) {
 
 TEST_F(PsServerTest, AMalformedPullRequestIsInvalidArgument) {
   std::string reply;
-  const grpc::Status status =
-      RawCall("/shardps.ParameterServer/Pull", "\xff\xff\xff\xff", &reply);
+  const grpc::Status status = RawCall("/shardps.ParameterServer/Pull", "\xff\xff\xff\xff", &reply);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("malformed PullRequest"), std::string::npos)
       << status.error_message();
@@ -329,8 +324,8 @@ TEST_F(PsServerTest, EveryBadRequestGetsItsStatusAndChangesNothing) {
                    grpc::StatusCode::INVALID_ARGUMENT, "duplicate key 11"});
   std::vector<float> nan(8, 1);
   nan[2] = std::numeric_limits<float>::quiet_NaN();
-  cases.push_back({"non-finite", MakePush(1, keys, nan),
-                   grpc::StatusCode::INVALID_ARGUMENT, "non-finite"});
+  cases.push_back(
+      {"non-finite", MakePush(1, keys, nan), grpc::StatusCode::INVALID_ARGUMENT, "non-finite"});
   PushRequest stale = MakePush(1, keys, std::vector<float>(8, 1));
   stale.set_map_version(3);
   cases.push_back({"stale map", stale, grpc::StatusCode::ABORTED, "map version 1"});
@@ -369,8 +364,7 @@ TEST_F(PsServerTest, EveryBadRequestGetsItsStatusAndChangesNothing) {
   pull.add_tables()->set_table_id(9);
   PullResponse presp;
   grpc::ClientContext ctx3;
-  EXPECT_EQ(stub_->Pull(&ctx3, pull, &presp).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(stub_->Pull(&ctx3, pull, &presp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   CheckpointResponse cresp;
   grpc::ClientContext ctx4;
   EXPECT_EQ(stub_->Checkpoint(&ctx4, CheckpointRequest(), &cresp).error_code(),
@@ -417,8 +411,7 @@ TEST(PsServerBspTest, WaitingPullsAreAnsweredOnCloseDeadlineAndShutdown) {
       tk->set_table_id(1);
       tk->add_keys(7);
       grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(deadline_ms));
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
       PullResponse resp;
       const grpc::Status st = stub->Pull(&ctx, r, &resp);
       return std::make_pair(st, resp);

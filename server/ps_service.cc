@@ -11,12 +11,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "glog/logging.h"
-#include "grpc/slice.h"
-#include "grpcpp/alarm.h"
 #include "common/grpc_status.h"
 #include "common/job_secret.h"
 #include "common/metrics.h"
+#include "glog/logging.h"
+#include "grpc/slice.h"
+#include "grpcpp/alarm.h"
 
 namespace shardps {
 namespace {
@@ -26,13 +26,12 @@ namespace {
 struct RpcMetrics {
   struct Rpc {
     explicit Rpc(const char* rpc)
-        : requests(metrics::GetCounter("shardps_server_requests_total",
-                                       "RPCs served, by method.", {{"rpc", rpc}})),
+        : requests(metrics::GetCounter("shardps_server_requests_total", "RPCs served, by method.",
+                                       {{"rpc", rpc}})),
           errors(metrics::GetCounter("shardps_server_request_errors_total",
                                      "RPCs answered with an error status.", {{"rpc", rpc}})),
           bytes(metrics::GetCounter("shardps_server_payload_bytes_total",
-                                    "Bytes of pull responses and push requests.",
-                                    {{"rpc", rpc}})),
+                                    "Bytes of pull responses and push requests.", {{"rpc", rpc}})),
           latency(metrics::GetHistogram("shardps_server_request_seconds",
                                         "Time to serve an RPC (a BSP pull includes its "
                                         "wait for the clock).",
@@ -154,8 +153,7 @@ class CqTag {
 // it serves this one (Serve), which ends with a Finish on the responder.
 class DataCall : public CqTag {
  public:
-  DataCall(PsService* service, grpc::ServerCompletionQueue* cq)
-      : service_(service), cq_(cq) {}
+  DataCall(PsService* service, grpc::ServerCompletionQueue* cq) : service_(service), cq_(cq) {}
   virtual ~DataCall() = default;
 
   void Run(bool ok) override {
@@ -194,8 +192,8 @@ bool ParseRequest(grpc::ByteBuffer* bytes, Request* request) {
 
 grpc::Status Malformed(const char* rpc, const char* message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrCat(rpc, " refused: malformed ", message,
-                                   " (not a well-formed ", message, " message)"));
+                      absl::StrCat(rpc, " refused: malformed ", message, " (not a well-formed ",
+                                   message, " message)"));
 }
 
 class PullCall final : public DataCall {
@@ -241,8 +239,8 @@ class PullCall final : public DataCall {
 
   void Pull() {
     PullResponseSlices slices;
-    const grpc::Status st = ToGrpcStatus(service_->core()->Pull(
-        request_, absl::FromChrono(context_.deadline()), &slices));
+    const grpc::Status st = ToGrpcStatus(
+        service_->core()->Pull(request_, absl::FromChrono(context_.deadline()), &slices));
     Finish(st, &slices);
   }
 
@@ -254,8 +252,8 @@ class PullCall final : public DataCall {
           grpc::StatusCode::UNAVAILABLE,
           absl::StrCat("Pull refused for now: pull answers this server's callers have not "
                        "yet taken hold ",
-                       service_->unsent_answer_bytes(), " bytes; this answer of ",
-                       slices->bytes(), " would pass cluster.max_unsent_answer_bytes (",
+                       service_->unsent_answer_bytes(), " bytes; this answer of ", slices->bytes(),
+                       " would pass cluster.max_unsent_answer_bytes (",
                        service_->max_unsent_answer_bytes(), "); retry"));
     }
     Metrics().pull.Record(start_, st, st.ok() ? slices->bytes() : 0);
@@ -269,8 +267,7 @@ class PullCall final : public DataCall {
     pending_ = 2;  // The Finish and the alarm.
     grpc::ByteBuffer response;
     slices->Release(&response);
-    alarm_.Set(cq_, absl::ToChronoTime(absl::Now() + service_->answer_send_timeout()),
-               &alarm_tag_);
+    alarm_.Set(cq_, absl::ToChronoTime(absl::Now() + service_->answer_send_timeout()), &alarm_tag_);
     responder_.Finish(response, st, this);
   }
 
@@ -289,10 +286,10 @@ class PullCall final : public DataCall {
   // Finish completed first (the alarm was cancelled).
   void OnAlarm(bool fired) {
     if (fired && !finish_done_) {
-      LOG_EVERY_N(WARNING, 10)
-          << "cancelled a pull answer of " << reserved_ << " bytes that " << context_.peer()
-          << " did not take within " << service_->answer_send_timeout()
-          << " (cluster.answer_send_timeout_ms)";
+      LOG_EVERY_N(WARNING, 10) << "cancelled a pull answer of " << reserved_ << " bytes that "
+                               << context_.peer() << " did not take within "
+                               << service_->answer_send_timeout()
+                               << " (cluster.answer_send_timeout_ms)";
       context_.TryCancel();
     }
     if (--pending_ == 0) delete this;
@@ -367,15 +364,14 @@ PsService::PsService(ParameterServerCore* core)
       max_unsent_answer_bytes_(core->config().cluster().max_unsent_answer_bytes() > 0
                                    ? core->config().cluster().max_unsent_answer_bytes()
                                    : uint64_t{1} << 30),
-      answer_send_timeout_(absl::Milliseconds(
-          core->config().cluster().answer_send_timeout_ms() > 0
-              ? core->config().cluster().answer_send_timeout_ms()
-              : 60000)) {}
+      answer_send_timeout_(
+          absl::Milliseconds(core->config().cluster().answer_send_timeout_ms() > 0
+                                 ? core->config().cluster().answer_send_timeout_ms()
+                                 : 60000)) {}
 
 PsService::~PsService() { StopDataPath(); }
 
-void PsService::ServeDataPath(
-    std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs) {
+void PsService::ServeDataPath(std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs) {
   cqs_ = std::move(cqs);
   for (auto& cq : cqs_) {
     grpc::ServerCompletionQueue* q = cq.get();
@@ -405,8 +401,8 @@ bool PsService::TryReserveAnswer(size_t bytes) {
   do {
     // One answer alone always goes (it is at most max_message_bytes).
     if (held > 0 && held + bytes > max_unsent_answer_bytes_) return false;
-  } while (!unsent_answer_bytes_.compare_exchange_weak(held, held + bytes,
-                                                       std::memory_order_relaxed));
+  } while (
+      !unsent_answer_bytes_.compare_exchange_weak(held, held + bytes, std::memory_order_relaxed));
   return true;
 }
 
@@ -426,15 +422,13 @@ void PsService::EndWait() {
   if (--waiting_ == 0) waits_done_.SignalAll();
 }
 
-grpc::Status PsService::InitRows(grpc::ServerContext* context,
-                                 const InitRowsRequest* request,
+grpc::Status PsService::InitRows(grpc::ServerContext* context, const InitRowsRequest* request,
                                  InitRowsResponse* response) {
   if (absl::Status st = CheckJobSecret("InitRows", *context); !st.ok()) return ToGrpcStatus(st);
   return ToGrpcStatus(core_->InitRows(*request, response));
 }
 
-grpc::Status PsService::TableInfo(grpc::ServerContext* context,
-                                  const TableInfoRequest* request,
+grpc::Status PsService::TableInfo(grpc::ServerContext* context, const TableInfoRequest* request,
                                   TableInfoResponse* response) {
   if (absl::Status st = CheckJobSecret("TableInfo", *context); !st.ok()) return ToGrpcStatus(st);
   return ToGrpcStatus(core_->TableInfo(*request, response));
@@ -464,11 +458,10 @@ absl::Status PsService::CheckControl(const char* rpc, uint64_t token,
     // Register answer has been read here. Wait for the token (in slices, to
     // see a cancelled call) until the registration's or the call's deadline.
     MutexLock lock(&mu_);
-    const absl::Time until =
-        std::min(absl::FromChrono(context->deadline()), await_token_until_);
+    const absl::Time until = std::min(absl::FromChrono(context->deadline()), await_token_until_);
     ++awaiting_token_;
-    while ((mine = control_token_.load(std::memory_order_acquire)) == 0 &&
-           absl::Now() < until && !context->IsCancelled()) {
+    while ((mine = control_token_.load(std::memory_order_acquire)) == 0 && absl::Now() < until &&
+           !context->IsCancelled()) {
       token_set_.WaitUntil(&mu_, std::min(until, absl::Now() + absl::Milliseconds(100)));
     }
     --awaiting_token_;
@@ -479,12 +472,11 @@ absl::Status PsService::CheckControl(const char* rpc, uint64_t token,
                   "scheduler and was started without --control_token)"
                 : "the request does not carry the control token of this job's scheduler";
   LOG_EVERY_N(WARNING, 10) << "refused " << rpc << " from " << context->peer() << ": " << why;
-  return absl::PermissionDeniedError(absl::StrCat(
-      rpc, " refused: only the job's scheduler may call it; ", why));
+  return absl::PermissionDeniedError(
+      absl::StrCat(rpc, " refused: only the job's scheduler may call it; ", why));
 }
 
-grpc::Status PsService::Checkpoint(grpc::ServerContext* context,
-                                   const CheckpointRequest* request,
+grpc::Status PsService::Checkpoint(grpc::ServerContext* context, const CheckpointRequest* request,
                                    CheckpointResponse* response) {
   absl::Status st = CheckJobSecret("Checkpoint", *context);
   if (st.ok()) st = CheckControl("Checkpoint", request->control_token(), context);
@@ -492,8 +484,7 @@ grpc::Status PsService::Checkpoint(grpc::ServerContext* context,
   return ToGrpcStatus(st);
 }
 
-grpc::Status PsService::Restore(grpc::ServerContext* context,
-                                const RestoreRequest* request,
+grpc::Status PsService::Restore(grpc::ServerContext* context, const RestoreRequest* request,
                                 RestoreResponse* response) {
   absl::Status st = CheckJobSecret("Restore", *context);
   if (st.ok()) st = CheckControl("Restore", request->control_token(), context);
@@ -501,8 +492,7 @@ grpc::Status PsService::Restore(grpc::ServerContext* context,
   return ToGrpcStatus(st);
 }
 
-grpc::Status PsService::Control(grpc::ServerContext* context,
-                                const ControlRequest* request,
+grpc::Status PsService::Control(grpc::ServerContext* context, const ControlRequest* request,
                                 ControlResponse* response) {
   absl::Status st = CheckJobSecret("Control", *context);
   if (st.ok()) st = CheckControl("Control", request->control_token(), context);

@@ -47,9 +47,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps.grpc.pb.h"
-#include "common/mutex.h"
 #include "server/parameter_server_core.h"
 
 namespace shardps {
@@ -102,20 +102,15 @@ class PsService final : public PsServiceBase {
   // to answer, shuts the queues down and joins their threads. Idempotent.
   void StopDataPath();
 
-  grpc::Status InitRows(grpc::ServerContext* context,
-                        const InitRowsRequest* request,
+  grpc::Status InitRows(grpc::ServerContext* context, const InitRowsRequest* request,
                         InitRowsResponse* response) override;
-  grpc::Status TableInfo(grpc::ServerContext* context,
-                         const TableInfoRequest* request,
+  grpc::Status TableInfo(grpc::ServerContext* context, const TableInfoRequest* request,
                          TableInfoResponse* response) override;
-  grpc::Status Checkpoint(grpc::ServerContext* context,
-                          const CheckpointRequest* request,
+  grpc::Status Checkpoint(grpc::ServerContext* context, const CheckpointRequest* request,
                           CheckpointResponse* response) override;
-  grpc::Status Restore(grpc::ServerContext* context,
-                       const RestoreRequest* request,
+  grpc::Status Restore(grpc::ServerContext* context, const RestoreRequest* request,
                        RestoreResponse* response) override;
-  grpc::Status Control(grpc::ServerContext* context,
-                       const ControlRequest* request,
+  grpc::Status Control(grpc::ServerContext* context, const ControlRequest* request,
                        ControlResponse* response) override;
 
   // The token control RPCs must carry; 0 refuses every control RPC. Wakes
@@ -134,7 +129,7 @@ class PsService final : public PsServiceBase {
   // A pull waits for its clock on a thread of its own (false: max_waiting()
   // pulls wait already; the pull is refused with RESOURCE_EXHAUSTED) ...
   bool TryBeginWait();
-  void EndWait();    // ... and has called Finish.
+  void EndWait();  // ... and has called Finish.
   // At most 4 per worker (prefetch keeps at most two in flight) + 16.
   int max_waiting() const { return max_waiting_; }
   // A pull answer of `bytes` is handed to gRPC (false: the answers not yet

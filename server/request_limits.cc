@@ -70,16 +70,15 @@ uint64_t ModelDenseParams(const JobConfig& config) {
 absl::StatusOr<TableConfig> ResolveLimits(const JobConfig& config, const TableConfig& table) {
   TableConfig t = table;
   if (!std::isfinite(t.max_gradient_abs()) || t.max_gradient_abs() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table ", t.name(), ": max_gradient_abs ", t.max_gradient_abs(),
-        " must be finite and >= 0 (0 = ", kDefaultMaxGradientAbs, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", t.name(), ": max_gradient_abs ", t.max_gradient_abs(),
+                     " must be finite and >= 0 (0 = ", kDefaultMaxGradientAbs, ")"));
   }
   if (t.max_gradient_abs() == 0) t.set_max_gradient_abs(kDefaultMaxGradientAbs);
   if (t.kind() == TableConfig::DENSE) {
     if (t.dense_size() == 0) {
-      const uint64_t chunk = config.cluster().dense_chunk_size() > 0
-                                 ? config.cluster().dense_chunk_size()
-                                 : 4096;
+      const uint64_t chunk =
+          config.cluster().dense_chunk_size() > 0 ? config.cluster().dense_chunk_size() : 4096;
       const uint64_t model =
           config.model().dense_table() == t.name() ? ModelDenseParams(config) : 0;
       const uint64_t message = config.cluster().max_message_bytes() > 0

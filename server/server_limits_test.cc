@@ -71,8 +71,8 @@ PushRequest MakePush(uint64_t clock, uint32_t table, const std::vector<uint64_t>
   TableGradients* tg = p.add_tables();
   tg->set_table_id(table);
   for (uint64_t k : keys) tg->add_keys(k);
-  if (!grads.empty()) EncodeValues(grads.data(), grads.size(), Encoding::kFp32,
-                                   tg->mutable_gradients());
+  if (!grads.empty())
+    EncodeValues(grads.data(), grads.size(), Encoding::kFp32, tg->mutable_gradients());
   return p;
 }
 
@@ -103,8 +103,8 @@ TEST(ServerLimitsTest, KeysPerRequestAreBoundedByTheBatch) {
   ASSERT_EQ(core->store()->FindTable(1)->config().max_keys_per_request(), limit);
   const std::vector<uint64_t> many = Keys(1, limit + 1);
   PushResponse resp;
-  absl::Status st = core->Push(MakePush(0, 1, many, std::vector<float>(many.size() * 4, 0.1f)),
-                               &resp);
+  absl::Status st =
+      core->Push(MakePush(0, 1, many, std::vector<float>(many.size() * 4, 0.1f)), &resp);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("max_keys_per_request 104"), std::string::npos) << st;
   PullResponse pulled;
@@ -124,8 +124,8 @@ TEST(ServerLimitsTest, KeysPerRequestAreBoundedByTheBatch) {
   EXPECT_EQ(Rows(*core, 1, many).size(), many.size() * 4 * sizeof(float));
   // The bound itself is allowed.
   const std::vector<uint64_t> batch = Keys(1, limit);
-  EXPECT_TRUE(core->Push(MakePush(0, 1, batch, std::vector<float>(batch.size() * 4, 0.1f)),
-                         &resp).ok());
+  EXPECT_TRUE(
+      core->Push(MakePush(0, 1, batch, std::vector<float>(batch.size() * 4, 0.1f)), &resp).ok());
   EXPECT_EQ(LiveRows(*core, 1), limit);
 }
 
@@ -230,8 +230,8 @@ TEST(ServerLimitsTest, PushedClocksCannotAgeRowsPastTheGrantedClock) {
     core->GrantClock(clock);
   }
   for (int i = 0; i < 100; ++i) {
-    ASSERT_TRUE(core->Push(MakePush(UINT64_MAX, 1, {1000}, std::vector<float>(4, 0.1f)),
-                           &resp).ok());
+    ASSERT_TRUE(
+        core->Push(MakePush(UINT64_MAX, 1, {1000}, std::vector<float>(4, 0.1f)), &resp).ok());
   }
   EXPECT_EQ(core->eviction_clock(), 4u);
   EXPECT_EQ(core->Evict(), 0u);
@@ -281,8 +281,7 @@ TEST(RequestLimitsTest, DerivedKeyBounds) {
   EXPECT_EQ(resolved(2).dense_size(), 100u);
   for (float bad : {-1.0f, NAN, INFINITY}) {
     c.mutable_tables(0)->set_max_gradient_abs(bad);
-    EXPECT_EQ(ResolveLimits(c, c.tables(0)).status().code(),
-              absl::StatusCode::kInvalidArgument)
+    EXPECT_EQ(ResolveLimits(c, c.tables(0)).status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
   }
 }

@@ -8,13 +8,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/checkpoint/crc32c.h"
+#include "common/checkpoint/file_io.h"
+#include "common/checkpoint/manifest.h"
 #include "common/partition.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
-#include "common/checkpoint/crc32c.h"
-#include "common/checkpoint/file_io.h"
-#include "common/checkpoint/manifest.h"
 
 namespace shardps {
 
@@ -42,17 +42,14 @@ std::vector<ckpt::TableSchema> TableSchemas(const TableStore& store) {
     s.name = table->config().name();
     s.kind = static_cast<uint32_t>(table->config().kind());
     s.dim = table->dim();
-    s.payload_bytes =
-        static_cast<uint32_t>(table->row_stride() * sizeof(float));
-    s.fingerprint =
-        TableSchemaFingerprint(table->config(), table->row_stride());
+    s.payload_bytes = static_cast<uint32_t>(table->row_stride() * sizeof(float));
+    s.fingerprint = TableSchemaFingerprint(table->config(), table->row_stride());
     schemas.push_back(std::move(s));
   }
   return schemas;
 }
 
-std::string SnapshotFileName(const std::vector<uint32_t>& partitions,
-                             uint32_t num_partitions) {
+std::string SnapshotFileName(const std::vector<uint32_t>& partitions, uint32_t num_partitions) {
   const uint32_t group = partitions.front() / kPartitionsPerGroup;
   const uint32_t begin = group * kPartitionsPerGroup;
   const uint32_t end = std::min(begin + kPartitionsPerGroup, num_partitions);
@@ -60,14 +57,13 @@ std::string SnapshotFileName(const std::vector<uint32_t>& partitions,
     return ckpt::PartitionGroupFileName(group);
   }
   char name[64];
-  std::snprintf(name, sizeof(name), "part-%04u-%06u.shard", group,
-                partitions.front());
+  std::snprintf(name, sizeof(name), "part-%04u-%06u.shard", group, partitions.front());
   return name;
 }
 
-std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(
-    const TableStore& store, const std::vector<bool>& owned,
-    std::optional<uint32_t> since) {
+std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(const TableStore& store,
+                                                   const std::vector<bool>& owned,
+                                                   std::optional<uint32_t> since) {
   std::unique_ptr<StoreSnapshot> snap(new StoreSnapshot());
   snap->num_partitions_ = static_cast<uint32_t>(owned.size());
   snap->delta_ = since.has_value();
@@ -113,10 +109,8 @@ std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(
     }
     // Rows spread evenly over partitions: reserve the expected count plus
     // three standard deviations, so most buffers never grow.
-    const double expected =
-        static_cast<double>(tables[t]->Counters().live_rows) / parts;
-    const size_t reserve =
-        static_cast<size_t>(expected + 3 * std::sqrt(expected) + 4);
+    const double expected = static_cast<double>(tables[t]->Counters().live_rows) / parts;
+    const size_t reserve = static_cast<size_t>(expected + 3 * std::sqrt(expected) + 4);
     for (size_t i = 0; i < snap->partitions_.size(); ++i) {
       Rows& rows = snap->rows_of_[i * num_tables + t];
       rows.keys.reserve(reserve);
@@ -130,9 +124,8 @@ std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(
 
 namespace {
 
-absl::StatusOr<ckpt::WrittenFile> WriteGroup(
-    const StoreSnapshot& snapshot, size_t first, size_t last,
-    const SnapshotWriteOptions& options) {
+absl::StatusOr<ckpt::WrittenFile> WriteGroup(const StoreSnapshot& snapshot, size_t first,
+                                             size_t last, const SnapshotWriteOptions& options) {
   ckpt::FileHeader header;
   header.job_name = options.job_name;
   header.clock = options.clock;
@@ -142,27 +135,22 @@ absl::StatusOr<ckpt::WrittenFile> WriteGroup(
   header.tables = options.tables;
   header.partitions.assign(snapshot.partitions().begin() + first,
                            snapshot.partitions().begin() + last);
-  const std::string path = ckpt::JoinPath(
-      options.dir,
-      SnapshotFileName(header.partitions, snapshot.num_partitions()));
+  const std::string path =
+      ckpt::JoinPath(options.dir, SnapshotFileName(header.partitions, snapshot.num_partitions()));
   ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointFileWriter> writer,
-                   ckpt::CheckpointFileWriter::Create(path, std::move(header),
-                                                      options.writer));
+                   ckpt::CheckpointFileWriter::Create(path, std::move(header), options.writer));
   for (size_t i = first; i < last; ++i) {
     const uint32_t partition = snapshot.partitions()[i];
     for (size_t t = 0; t < snapshot.table_ids().size(); ++t) {
       const StoreSnapshot::Rows& rows = snapshot.rows_of(i, t);
       const size_t bytes = snapshot.stride(t) * sizeof(float);
-      const char* payloads =
-          reinterpret_cast<const char*>(rows.payloads.data());
+      const char* payloads = reinterpret_cast<const char*>(rows.payloads.data());
       for (uint64_t key : rows.deleted) {
-        RETURN_IF_ERROR(
-            writer->AddDeleted(partition, snapshot.table_ids()[t], key));
+        RETURN_IF_ERROR(writer->AddDeleted(partition, snapshot.table_ids()[t], key));
       }
       for (size_t r = 0; r < rows.keys.size(); ++r) {
-        RETURN_IF_ERROR(
-            writer->Add(partition, snapshot.table_ids()[t], rows.keys[r],
-                        absl::string_view(payloads + r * bytes, bytes)));
+        RETURN_IF_ERROR(writer->Add(partition, snapshot.table_ids()[t], rows.keys[r],
+                                    absl::string_view(payloads + r * bytes, bytes)));
       }
     }
   }
@@ -171,8 +159,8 @@ absl::StatusOr<ckpt::WrittenFile> WriteGroup(
 
 }  // namespace
 
-absl::StatusOr<std::vector<ckpt::WrittenFile>> WriteSnapshot(
-    const StoreSnapshot& snapshot, const SnapshotWriteOptions& options) {
+absl::StatusOr<std::vector<ckpt::WrittenFile>> WriteSnapshot(const StoreSnapshot& snapshot,
+                                                             const SnapshotWriteOptions& options) {
   std::vector<ckpt::WrittenFile> written;
   const std::vector<uint32_t>& parts = snapshot.partitions();
   size_t first = 0;
@@ -182,8 +170,7 @@ absl::StatusOr<std::vector<ckpt::WrittenFile>> WriteSnapshot(
     while (last < parts.size() && parts[last] / kPartitionsPerGroup == group) {
       ++last;
     }
-    ASSIGN_OR_RETURN(ckpt::WrittenFile file,
-                     WriteGroup(snapshot, first, last, options));
+    ASSIGN_OR_RETURN(ckpt::WrittenFile file, WriteGroup(snapshot, first, last, options));
     written.push_back(std::move(file));
     first = last;
   }
@@ -192,8 +179,7 @@ absl::StatusOr<std::vector<ckpt::WrittenFile>> WriteSnapshot(
 
 namespace {
 
-bool HoldsOwned(const ckpt::CheckpointFile& file,
-                const std::vector<bool>& owned) {
+bool HoldsOwned(const ckpt::CheckpointFile& file, const std::vector<bool>& owned) {
   for (uint32_t p : file.partitions()) {
     if (p < owned.size() && owned[p]) return true;
   }
@@ -204,14 +190,14 @@ bool HoldsOwned(const ckpt::CheckpointFile& file,
 
 namespace {
 
-absl::StatusOr<LoadedFiles> LoadLinkFiles(
-    const std::string& checkpoint_dir, const ckpt::CheckpointManifest& manifest,
-    const std::vector<bool>& owned,
-    const std::vector<ckpt::TableSchema>& tables) {
+absl::StatusOr<LoadedFiles> LoadLinkFiles(const std::string& checkpoint_dir,
+                                          const ckpt::CheckpointManifest& manifest,
+                                          const std::vector<bool>& owned,
+                                          const std::vector<ckpt::TableSchema>& tables) {
   if (manifest.num_partitions() != owned.size()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        checkpoint_dir, ": checkpoint has ", manifest.num_partitions(),
-        " partitions, the job ", owned.size()));
+    return absl::FailedPreconditionError(absl::StrCat(checkpoint_dir, ": checkpoint has ",
+                                                      manifest.num_partitions(),
+                                                      " partitions, the job ", owned.size()));
   }
   LoadedFiles loaded;
   for (const ckpt::CheckpointFile& entry : manifest.files()) {
@@ -219,32 +205,28 @@ absl::StatusOr<LoadedFiles> LoadLinkFiles(
     const std::string path = ckpt::JoinPath(checkpoint_dir, entry.name());
     ASSIGN_OR_RETURN(std::string contents, ckpt::ReadFileToString(path));
     if (contents.size() != entry.size()) {
-      return absl::DataLossError(absl::StrCat(path, ": ", contents.size(),
-                                              " bytes, the manifest says ",
-                                              entry.size()));
+      return absl::DataLossError(
+          absl::StrCat(path, ": ", contents.size(), " bytes, the manifest says ", entry.size()));
     }
     const uint32_t crc = ckpt::Crc32c(contents);
     if (crc != entry.crc32c()) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": CRC32C ", absl::Hex(crc, absl::kZeroPad8),
-                       " does not match the manifest's ",
-                       absl::Hex(entry.crc32c(), absl::kZeroPad8)));
+      return absl::DataLossError(absl::StrCat(path, ": CRC32C ", absl::Hex(crc, absl::kZeroPad8),
+                                              " does not match the manifest's ",
+                                              absl::Hex(entry.crc32c(), absl::kZeroPad8)));
     }
     ckpt::Expectations expect = ckpt::FileExpectations(manifest, entry);
     expect.tables = tables;
     expect.check_key_partitions = true;
     loaded.bytes += contents.size();
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<ckpt::CheckpointFileReader> reader,
-        ckpt::CheckpointFileReader::Parse(std::move(contents), path, expect));
+    ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointFileReader> reader,
+                     ckpt::CheckpointFileReader::Parse(std::move(contents), path, expect));
     loaded.files.push_back(std::move(reader));
   }
   return loaded;
 }
 
 // Applies one link's files: per file, the deletions, then the rows.
-uint64_t ApplyLink(const LoadedFiles& files, const std::vector<bool>& owned,
-                   TableStore* store) {
+uint64_t ApplyLink(const LoadedFiles& files, const std::vector<bool>& owned, TableStore* store) {
   uint64_t rows = 0;
   std::vector<float> payload;
   for (const auto& file : files.files) {
@@ -271,14 +253,14 @@ uint64_t ApplyLink(const LoadedFiles& files, const std::vector<bool>& owned,
 
 }  // namespace
 
-absl::StatusOr<LoadedFiles> LoadOwnedFiles(
-    const std::string& checkpoint_dir, const ckpt::CheckpointManifest& manifest,
-    const std::vector<bool>& owned,
-    const std::vector<ckpt::TableSchema>& tables) {
+absl::StatusOr<LoadedFiles> LoadOwnedFiles(const std::string& checkpoint_dir,
+                                           const ckpt::CheckpointManifest& manifest,
+                                           const std::vector<bool>& owned,
+                                           const std::vector<ckpt::TableSchema>& tables) {
   if (manifest.kind() != ckpt::CheckpointManifest::FULL) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        checkpoint_dir, ": a delta checkpoint (on ", manifest.base_id(),
-        "): restore its whole chain (LoadOwnedChain)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(checkpoint_dir, ": a delta checkpoint (on ", manifest.base_id(),
+                     "): restore its whole chain (LoadOwnedChain)"));
   }
   return LoadLinkFiles(checkpoint_dir, manifest, owned, tables);
 }
@@ -286,35 +268,32 @@ absl::StatusOr<LoadedFiles> LoadOwnedFiles(
 absl::StatusOr<std::vector<LoadedFiles>> LoadOwnedChain(
     const ckpt::ResolvedCheckpoint& checkpoint, const std::vector<bool>& owned,
     const std::vector<ckpt::TableSchema>& tables) {
-  if (checkpoint.chain.empty() ||
-      checkpoint.chain.size() != checkpoint.chain_dirs.size()) {
+  if (checkpoint.chain.empty() || checkpoint.chain.size() != checkpoint.chain_dirs.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(checkpoint.dir, ": the checkpoint's chain is not resolved"));
   }
   std::vector<LoadedFiles> links;
   for (size_t i = 0; i < checkpoint.chain.size(); ++i) {
-    absl::StatusOr<LoadedFiles> link = LoadLinkFiles(
-        checkpoint.chain_dirs[i], checkpoint.chain[i], owned, tables);
+    absl::StatusOr<LoadedFiles> link =
+        LoadLinkFiles(checkpoint.chain_dirs[i], checkpoint.chain[i], owned, tables);
     if (!link.ok()) {
       if (i + 1 == checkpoint.chain.size()) return link.status();
-      return absl::Status(
-          link.status().code(),
-          absl::StrCat(checkpoint.dir, ": link ", i, " of its delta chain: ",
-                       link.status().message()));
+      return absl::Status(link.status().code(),
+                          absl::StrCat(checkpoint.dir, ": link ", i,
+                                       " of its delta chain: ", link.status().message()));
     }
     links.push_back(*std::move(link));
   }
   return links;
 }
 
-uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned,
-                    TableStore* store) {
+uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned, TableStore* store) {
   for (Table* table : store->tables()) table->Clear();
   return ApplyLink(files, owned, store);
 }
 
-uint64_t ApplyChain(const std::vector<LoadedFiles>& chain,
-                    const std::vector<bool>& owned, TableStore* store) {
+uint64_t ApplyChain(const std::vector<LoadedFiles>& chain, const std::vector<bool>& owned,
+                    TableStore* store) {
   for (Table* table : store->tables()) table->Clear();
   uint64_t rows = 0;
   for (const LoadedFiles& link : chain) rows += ApplyLink(link, owned, store);

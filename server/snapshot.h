@@ -53,10 +53,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "proto/config.pb.h"
-#include "proto/checkpoint.pb.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/checkpoint_file.h"
+#include "proto/checkpoint.pb.h"
+#include "proto/config.pb.h"
 #include "server/table_store.h"
 
 namespace shardps {
@@ -73,8 +73,7 @@ std::vector<checkpoint::TableSchema> TableSchemas(const TableStore& store);
 
 // The name of the file holding `partitions` (non-empty, sorted, all of group
 // `partitions[0] / kPartitionsPerGroup`) of a job with `num_partitions`.
-std::string SnapshotFileName(const std::vector<uint32_t>& partitions,
-                             uint32_t num_partitions);
+std::string SnapshotFileName(const std::vector<uint32_t>& partitions, uint32_t num_partitions);
 
 // A copy of the rows of some partitions of every table of a store.
 class StoreSnapshot {
@@ -85,9 +84,9 @@ class StoreSnapshot {
   // Memory: the rows' keys and payloads.
   // With `since`: a delta, only rows changed after that table generation
   // and the deletions since (see "Deltas" above).
-  static std::unique_ptr<StoreSnapshot> Take(
-      const TableStore& store, const std::vector<bool>& owned,
-      std::optional<uint32_t> since = std::nullopt);
+  static std::unique_ptr<StoreSnapshot> Take(const TableStore& store,
+                                             const std::vector<bool>& owned,
+                                             std::optional<uint32_t> since = std::nullopt);
 
   StoreSnapshot(const StoreSnapshot&) = delete;
   StoreSnapshot& operator=(const StoreSnapshot&) = delete;
@@ -159,33 +158,30 @@ struct LoadedFiles {
 // mismatch). A DELTA manifest is refused (FAILED_PRECONDITION): alone it is
 // not a checkpoint; use LoadOwnedChain.
 // Memory: the files read, until the result is dropped.
-absl::StatusOr<LoadedFiles> LoadOwnedFiles(
-    const std::string& checkpoint_dir,
-    const checkpoint::CheckpointManifest& manifest,
-    const std::vector<bool>& owned,
-    const std::vector<checkpoint::TableSchema>& tables);
+absl::StatusOr<LoadedFiles> LoadOwnedFiles(const std::string& checkpoint_dir,
+                                           const checkpoint::CheckpointManifest& manifest,
+                                           const std::vector<bool>& owned,
+                                           const std::vector<checkpoint::TableSchema>& tables);
 
 // The same for every link of a resolved checkpoint (checkpoint_dir.h
 // LoadCheckpoint / LatestComplete): element i holds the files of chain[i].
 // Every file of every link is verified before it returns; an error names the
 // file of the link at fault. Memory: the files of the whole chain.
 absl::StatusOr<std::vector<LoadedFiles>> LoadOwnedChain(
-    const checkpoint::ResolvedCheckpoint& checkpoint,
-    const std::vector<bool>& owned,
+    const checkpoint::ResolvedCheckpoint& checkpoint, const std::vector<bool>& owned,
     const std::vector<checkpoint::TableSchema>& tables);
 
 // Clears every table of `store`, then writes the rows of `files` whose
 // partition p has owned[p]. Returns the rows written. `files` must come from
 // LoadOwnedFiles with the same store's schemas (nothing left to fail).
-uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned,
-                    TableStore* store);
+uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned, TableStore* store);
 
 // Clears every table of `store`, then applies the links of `chain` (from
 // LoadOwnedChain with the same store's schemas) in order: per file, its
 // deletions, then its rows, of owned partitions. Returns the rows written
 // (counting a row each time a link writes it).
-uint64_t ApplyChain(const std::vector<LoadedFiles>& chain,
-                    const std::vector<bool>& owned, TableStore* store);
+uint64_t ApplyChain(const std::vector<LoadedFiles>& chain, const std::vector<bool>& owned,
+                    TableStore* store);
 
 }  // namespace shardps
 

@@ -1,7 +1,5 @@
 // Every kind of bad checkpoint is refused by a restore, naming the file, and
 // changes nothing. Core-level, no network.
-#include "server/snapshot.h"
-
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -13,6 +11,7 @@
 #include "common/checkpoint/manifest.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server_core.h"
+#include "server/snapshot.h"
 #include "server/snapshot_test_util.h"
 
 namespace shardps {

@@ -58,8 +58,7 @@ TEST(SnapshotTest, RestoresOntoOtherServerCounts) {
   for (uint32_t from : {2u, 3u}) {
     Job original(from);
     for (uint64_t c = 0; c < 3; ++c) original.Step(c);
-    const std::string dir =
-        original.Checkpoint(NewRoot(absl::StrCat("servers", from)), 3);
+    const std::string dir = original.Checkpoint(NewRoot(absl::StrCat("servers", from)), 3);
     const Dump before = original.DumpAll();
     for (uint32_t to : {1u, 2u, 3u}) {
       Job restored(to);
@@ -137,9 +136,7 @@ TEST(SnapshotTest, BspCheckpointNeedsExactlyTheClocksBelowApplied) {
   request.set_base_clock(1);
   st = job.core(0).Checkpoint(request, &response);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-  EXPECT_NE(st.message().find("no record of its base ckpt-000000000001"),
-            std::string::npos)
-      << st;
+  EXPECT_NE(st.message().find("no record of its base ckpt-000000000001"), std::string::npos) << st;
   // Without a checkpoint directory in the server's config: refused, naming
   // the setting (a request cannot name one).
   job.SetRoot("");
@@ -157,8 +154,7 @@ TEST(SnapshotTest, CheckpointWithManifestCannotBeOverwritten) {
   CheckpointRequest request;
   request.set_clock(1);
   CheckpointResponse response;
-  EXPECT_EQ(job.core(0).Checkpoint(request, &response).code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(job.core(0).Checkpoint(request, &response).code(), absl::StatusCode::kAlreadyExists);
 }
 
 TEST(SnapshotTest, CopyPhaseLetsTrainingGoOnWhileFilesAreWritten) {

@@ -16,15 +16,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/codec.h"
-#include "common/partition.h"
-#include "gtest/gtest.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
+#include "common/codec.h"
+#include "common/partition.h"
+#include "gtest/gtest.h"
 #include "server/core_test_config.h"
 #include "server/parameter_server_core.h"
-
 #include "server/snapshot.h"
 
 namespace shardps::testing {
@@ -142,8 +141,7 @@ class Job {
         out[s]->add_keys(key);
         std::vector<float> g(dim);
         for (uint32_t j = 0; j < dim; ++j) {
-          g[j] = 0.01f * static_cast<float>(
-                             static_cast<int>((key * 31 + clock * 7 + j) % 17) - 8);
+          g[j] = 0.01f * static_cast<float>(static_cast<int>((key * 31 + clock * 7 + j) % 17) - 8);
         }
         std::string bytes;
         EncodeValues(g.data(), dim, Encoding::kFp32, &bytes);

@@ -98,8 +98,7 @@ TEST_P(ReplayTest, ReplayingAPushOnPulledStateIsThePushBitForBit) {
     std::vector<float> plain(keys.size() * kDim);
     table.Pull(keys.data(), keys.size(), /*train=*/false, plain.data());
     for (size_t i = 0; i < keys.size(); ++i) {
-      ASSERT_EQ(std::memcmp(&rows[i * (kDim + state)], &plain[i * kDim], kDim * sizeof(float)),
-                0)
+      ASSERT_EQ(std::memcmp(&rows[i * (kDim + state)], &plain[i * kDim], kDim * sizeof(float)), 0)
           << "key " << keys[i];
     }
     // Replay the push on the copy, then push it for real.
@@ -157,8 +156,8 @@ TEST(StatePullTest, CoreAnswersWeightsAndStateAndRefusesWhatCannotBeReplayed) {
   ASSERT_EQ(resp.tables_size(), 1);
   EXPECT_EQ(resp.tables(0).dim(), 2 * kDim);  // Adagrad: one sum per weight.
   std::vector<float> rows(keys.size() * 2 * kDim);
-  ASSERT_TRUE(DecodeValues(resp.tables(0).values(), Encoding::kFp32, rows.size(), rows.data())
-                  .ok());
+  ASSERT_TRUE(
+      DecodeValues(resp.tables(0).values(), Encoding::kFp32, rows.size(), rows.data()).ok());
   for (size_t i = 0; i < keys.size(); ++i) {
     for (uint32_t j = 0; j < kDim; ++j) {
       EXPECT_EQ(rows[i * 2 * kDim + kDim + j], 0.01f) << "the initial accumulator";

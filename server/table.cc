@@ -10,9 +10,9 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/clock.h"
-#include "glog/logging.h"
 #include "common/codec.h"
 #include "common/partition.h"
+#include "glog/logging.h"
 #include "server/request_limits.h"
 #include "server/row_index.h"
 #include "server/table_internal.h"
@@ -31,14 +31,13 @@ uint32_t BlockLog2(size_t stride) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Table>> Table::Create(
-    const TableConfig& config, uint32_t dense_chunk_size, HelperPool* helpers,
-    uint32_t num_partitions) {
+absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableConfig& config,
+                                                     uint32_t dense_chunk_size, HelperPool* helpers,
+                                                     uint32_t num_partitions) {
   const bool dense = config.kind() == TableConfig::DENSE;
   const uint32_t dim = dense ? dense_chunk_size : config.dim();
   if (dim == 0) {
-    return absl::InvalidArgumentError("table " + config.name() +
-                                      ": row dimension must be > 0");
+    return absl::InvalidArgumentError("table " + config.name() + ": row dimension must be > 0");
   }
   if (num_partitions == 0 && !dense && config.admission().min_count() > 1) {
     return absl::InvalidArgumentError("table " + config.name() +
@@ -53,33 +52,25 @@ absl::StatusOr<std::unique_ptr<Table>> Table::Create(
       new Table(config, dim, std::move(*optimizer), helpers, num_partitions));
 }
 
-Table::Table(const TableConfig& config, uint32_t dim,
-             std::unique_ptr<Optimizer> optimizer, HelperPool* helpers,
-             uint32_t num_partitions)
+Table::Table(const TableConfig& config, uint32_t dim, std::unique_ptr<Optimizer> optimizer,
+             HelperPool* helpers, uint32_t num_partitions)
     : config_(config),
       dim_(dim),
       optimizer_(std::move(optimizer)),
       initializer_(config.init(), config.seed(), dim),
       state_size_(optimizer_->StateSize()),
       stride_(dim + state_size_ +
-              ((config.eviction().ttl_clocks() > 0 ||
-                config.eviction().ttl_seconds() > 0) &&
+              ((config.eviction().ttl_clocks() > 0 || config.eviction().ttl_seconds() > 0) &&
                        config.kind() != TableConfig::DENSE
                    ? kMetaFloats
                    : 0)),
       eviction_(stride_ > dim + state_size_),
-      min_count_(config.kind() == TableConfig::DENSE
-                     ? 1
-                     : config.admission().min_count()),
+      min_count_(config.kind() == TableConfig::DENSE ? 1 : config.admission().min_count()),
       num_partitions_(num_partitions),
-      shared_rows_(min_count_ > 1 &&
-                   config.admission().unadmitted() == AdmissionConfig::SHARED),
-      num_chunks_(config.kind() == TableConfig::DENSE
-                      ? (config.dense_size() + dim - 1) / dim
-                      : 0),
-      max_gradient_bits_(MagnitudeBits(config.max_gradient_abs() > 0
-                                           ? config.max_gradient_abs()
-                                           : kDefaultMaxGradientAbs)),
+      shared_rows_(min_count_ > 1 && config.admission().unadmitted() == AdmissionConfig::SHARED),
+      num_chunks_(config.kind() == TableConfig::DENSE ? (config.dense_size() + dim - 1) / dim : 0),
+      max_gradient_bits_(MagnitudeBits(config.max_gradient_abs() > 0 ? config.max_gradient_abs()
+                                                                     : kDefaultMaxGradientAbs)),
       rows_per_block_log2_(BlockLog2(stride_)),
       helpers_(helpers),
       arena_(std::make_unique<BlockArena>()),
@@ -93,9 +84,7 @@ uint32_t Table::StripeIndex(uint64_t key) const {
   return (MixKey(config_.id(), key) >> 32) & (kNumStripes - 1);
 }
 
-Table::Stripe& Table::StripeOf(uint64_t key) const {
-  return stripes_[StripeIndex(key)];
-}
+Table::Stripe& Table::StripeOf(uint64_t key) const { return stripes_[StripeIndex(key)]; }
 
 uint32_t Table::NowSeconds() const {
   if (config_.eviction().ttl_seconds() == 0) return 0;
@@ -161,8 +150,7 @@ float* Table::NewRow(Stripe& stripe, uint64_t key, const float* values)
   } else {
     slot = stripe.next_slot++;
     if ((slot >> rows_per_block_log2_) >= stripe.blocks.size()) {
-      stripe.blocks.push_back(arena_->Allocate(
-          (stride_ << rows_per_block_log2_) * sizeof(float)));
+      stripe.blocks.push_back(arena_->Allocate((stride_ << rows_per_block_log2_) * sizeof(float)));
     }
   }
   stripe.index.Insert(key, slot, CurrentGeneration());
@@ -177,9 +165,8 @@ float* Table::NewRow(Stripe& stripe, uint64_t key, const float* values)
   return row;
 }
 
-float* Table::TouchRow(Stripe& stripe, uint64_t key, bool push,
-                       uint32_t now_seconds, uint32_t occurrences)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+float* Table::TouchRow(Stripe& stripe, uint64_t key, bool push, uint32_t now_seconds,
+                       uint32_t occurrences) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (RowIndex::Bucket* entry = stripe.index.Find(key)) {
     float* row = RowAt(stripe, entry->slot);
     Stamp(row, now_seconds);
@@ -259,8 +246,7 @@ void Table::Pull(const uint64_t* keys, size_t n, bool train, float* out) {
   PullEncoded(keys, n, train, Encoding::kFp32, reinterpret_cast<char*>(out));
 }
 
-void Table::PullEncoded(const uint64_t* keys, size_t n, bool train,
-                        Encoding encoding, char* out) {
+void Table::PullEncoded(const uint64_t* keys, size_t n, bool train, Encoding encoding, char* out) {
   PullRows(keys, n, train, encoding, /*with_state=*/false, out);
 }
 
@@ -269,8 +255,8 @@ void Table::PullWithState(const uint64_t* keys, size_t n, float* out) {
            reinterpret_cast<char*>(out));
 }
 
-void Table::PullRows(const uint64_t* keys, size_t n, bool train, Encoding encoding,
-                     bool with_state, char* out) {
+void Table::PullRows(const uint64_t* keys, size_t n, bool train, Encoding encoding, bool with_state,
+                     char* out) {
   pulls_.fetch_add(1, std::memory_order_relaxed);
   const size_t width = with_state ? dim_ + state_size_ : dim_;
   const size_t row_bytes = width * BytesPerValue(encoding);
@@ -312,8 +298,8 @@ void Table::PullRows(const uint64_t* keys, size_t n, bool train, Encoding encodi
   if (shared_rows_ && !with_state) PullShared(b, keys, n, encoding, out);
 }
 
-PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
-                       float lr_scale, const uint32_t* occurrences) {
+PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads, float lr_scale,
+                       const uint32_t* occurrences) {
   pushes_.fetch_add(1, std::memory_order_relaxed);
   const uint32_t now_seconds = NowSeconds();
   const bool skip_nonfinite = config_.non_finite() == SKIP_AND_COUNT;
@@ -328,8 +314,7 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
             const uint32_t i = b.order[j];
             b.rows[j] = nullptr;
             b.to_shared[j] = 0;
-            if (skip_nonfinite &&
-                !AllWithin(grads + size_t{i} * dim_, dim_, max_gradient_bits_)) {
+            if (skip_nonfinite && !AllWithin(grads + size_t{i} * dim_, dim_, max_gradient_bits_)) {
               ++counts.skipped_nonfinite;  // Only reached under SKIP_AND_COUNT.
               continue;
             }
@@ -361,8 +346,7 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads,
   counts.pending = pending.load(std::memory_order_relaxed);
   counts.skipped_nonfinite = skipped.load(std::memory_order_relaxed);
   if (shared_rows_ && counts.pending > 0) PushShared(b, keys, n, grads, lr_scale);
-  skipped_nonfinite_.fetch_add(counts.skipped_nonfinite,
-                               std::memory_order_relaxed);
+  skipped_nonfinite_.fetch_add(counts.skipped_nonfinite, std::memory_order_relaxed);
   return counts;
 }
 
@@ -415,13 +399,10 @@ uint64_t Table::InitRows(const uint64_t* keys, size_t n, const float* values) {
 
 void Table::SetClock(uint64_t clock) {
   uint64_t seen = clock_.load(std::memory_order_relaxed);
-  while (clock > seen &&
-         !clock_.compare_exchange_weak(seen, clock, std::memory_order_relaxed)) {
+  while (clock > seen && !clock_.compare_exchange_weak(seen, clock, std::memory_order_relaxed)) {
   }
 }
 
-void Table::ResetClock(uint64_t clock) {
-  clock_.store(clock, std::memory_order_relaxed);
-}
+void Table::ResetClock(uint64_t clock) { clock_.store(clock, std::memory_order_relaxed); }
 
 }  // namespace shardps

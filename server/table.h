@@ -5,11 +5,10 @@
 // MixKey(table id, key) (the partitioner uses the top bits, so a server that
 // owns a contiguous range of partitions still uses every stripe). Each stripe
 // holds a RowIndex (server/row_index.h: key -> slot, one 16-byte bucket a
-// key) and a slab of fixed-size blocks; a slot is one row: `dim` weights, the optimizer's state, and (only when
-// eviction is on) the row's last-touch clock and time. No per-row heap
-// allocation; freed slots are reused. Blocks are carved from 2 MiB chunks
-// advised as transparent huge pages (random row access is otherwise bound by
-// TLB misses).
+// key) and a slab of fixed-size blocks; a slot is one row: `dim` weights, the optimizer's state,
+// and (only when eviction is on) the row's last-touch clock and time. No per-row heap allocation;
+// freed slots are reused. Blocks are carved from 2 MiB chunks advised as transparent huge pages
+// (random row access is otherwise bound by TLB misses).
 //
 // Batches. Pull and Push group a batch's keys by stripe, take each stripe's
 // lock once, prefetch the index buckets of all its keys, look them up and
@@ -113,9 +112,9 @@ struct TableCounters {
   uint64_t bytes = 0;          // Slabs plus hash-map memory (estimate).
   uint64_t bytes_per_row = 0;  // bytes / live_rows (0 if empty).
   uint64_t rows_skipped_nonfinite = 0;
-  uint64_t pulls = 0;   // Pull calls.
-  uint64_t pushes = 0;  // Push calls.
-  uint64_t shared_rows = 0;  // Shared unadmitted rows some partition uses.
+  uint64_t pulls = 0;           // Pull calls.
+  uint64_t pushes = 0;          // Push calls.
+  uint64_t shared_rows = 0;     // Shared unadmitted rows some partition uses.
   uint64_t shared_updates = 0;  // Optimizer steps applied to them.
 };
 
@@ -142,8 +141,7 @@ class Table {
   // unadmitted rows are per partition.
   static absl::StatusOr<std::unique_ptr<Table>> Create(
       const TableConfig& config, uint32_t dense_chunk_size,
-      HelperPool* helpers = &HelperPool::Shared(),
-      uint32_t num_partitions = kDefaultNumPartitions);
+      HelperPool* helpers = &HelperPool::Shared(), uint32_t num_partitions = kDefaultNumPartitions);
   // The config's default cluster.num_partitions.
   static constexpr uint32_t kDefaultNumPartitions = 4096;
 
@@ -171,8 +169,7 @@ class Table {
   // The same, with the values written in `encoding` (out: n * dim values of
   // BytesPerValue bytes, any alignment). A bf16 pull converts each row once,
   // on its way out, with no fp32 copy in between.
-  void PullEncoded(const uint64_t* keys, size_t n, bool train,
-                   Encoding encoding, char* out);
+  void PullEncoded(const uint64_t* keys, size_t n, bool train, Encoding encoding, char* out);
   // A training pull of n rows with their optimizer state: out[n * (dim +
   // state_size())], each row's weights then its state, fp32, as Push will
   // find them. For a worker that replays its own pending step on rows it
@@ -190,8 +187,8 @@ class Table {
   // has checked every gradient. Keys
   // without a row count `occurrences[i]` (nullptr: 1 each) towards
   // admission; see the top for what their gradients do.
-  PushCounts Push(const uint64_t* keys, size_t n, const float* grads,
-                  float lr_scale, const uint32_t* occurrences = nullptr);
+  PushCounts Push(const uint64_t* keys, size_t n, const float* grads, float lr_scale,
+                  const uint32_t* occurrences = nullptr);
   // Whether `keys` holds a key twice (the first repeat found goes to *dup).
   // Uses the batch grouping of Push: no hashing, no allocation once warm.
   bool FindDuplicateKey(const uint64_t* keys, size_t n, uint64_t* dup) const;
@@ -216,9 +213,7 @@ class Table {
   // lock (the payload pointer is valid only during the call; `visit` must not
   // call back into the table). Rows pushed concurrently may or may not be
   // seen: for a consistent cut, the caller stops pushes first.
-  void ForEachRow(
-      const std::function<void(uint64_t key, const float* payload)>& visit)
-      const;
+  void ForEachRow(const std::function<void(uint64_t key, const float* payload)>& visit) const;
   // Writes `key`'s row from a payload (creating or overwriting it). With
   // shared unadmitted rows, a reserved key (SharedRowKey) writes its
   // partition's shared row instead.
@@ -239,10 +234,9 @@ class Table {
   // the deletions, then the rows, to a table equal to this one at the end of
   // generation `since` makes it equal to this one (pending admission counts
   // aside).
-  void ForEachChangedRow(
-      uint32_t since,
-      const std::function<void(uint64_t key, const float* payload)>& visit,
-      const std::function<void(uint64_t key)>& deleted) const;
+  void ForEachChangedRow(uint32_t since,
+                         const std::function<void(uint64_t key, const float* payload)>& visit,
+                         const std::function<void(uint64_t key)>& deleted) const;
   // Forgets logged deletions of generations <= `upto`: no delta will be
   // taken on a generation that old any more.
   void TrimDeletions(uint32_t upto);
@@ -261,10 +255,9 @@ class Table {
   // `since`, for those whose shared row changed after that generation.
   // Nothing without shared rows. Holds the shared rows' lock: `visit` must
   // not call back into the table.
-  void ForEachSharedRow(
-      std::optional<uint32_t> since,
-      const std::function<void(uint32_t partition, uint64_t key, const float* payload)>&
-          visit) const;
+  void ForEachSharedRow(std::optional<uint32_t> since,
+                        const std::function<void(uint32_t partition, uint64_t key,
+                                                 const float* payload)>& visit) const;
   // Deletions logged and not trimmed (tests and stats).
   uint64_t LoggedDeletions() const;
 
@@ -289,9 +282,8 @@ class Table {
   struct Stripe;
   class BlockArena;
 
-  Table(const TableConfig& config, uint32_t dim,
-        std::unique_ptr<Optimizer> optimizer, HelperPool* helpers,
-        uint32_t num_partitions);
+  Table(const TableConfig& config, uint32_t dim, std::unique_ptr<Optimizer> optimizer,
+        HelperPool* helpers, uint32_t num_partitions);
 
   uint32_t StripeIndex(uint64_t key) const;
   Stripe& StripeOf(uint64_t key) const;
@@ -313,11 +305,10 @@ class Table {
   void PushShared(const Batch& b, const uint64_t* keys, size_t n, const float* grads,
                   float lr_scale);
   // Pull and PullWithState: rows of dim_ (or dim_ + state) values.
-  void PullRows(const uint64_t* keys, size_t n, bool train, Encoding encoding,
-                bool with_state, char* out);
+  void PullRows(const uint64_t* keys, size_t n, bool train, Encoding encoding, bool with_state,
+                char* out);
   // Writes the values of the keys `b` found no row for (Pull's last step).
-  void PullShared(const Batch& b, const uint64_t* keys, size_t n, Encoding encoding,
-                  char* out);
+  void PullShared(const Batch& b, const uint64_t* keys, size_t n, Encoding encoding, char* out);
   // Resets the shared rows to one zero row for all partitions.
   void ResetShared() ABSL_LOCKS_EXCLUDED(shared_mu_);
   // Restores partition p's shared row from a payload.
@@ -326,9 +317,7 @@ class Table {
   bool IsSharedRowKey(uint64_t key, uint32_t* partition) const;
   float* NewRow(Stripe& stripe, uint64_t key, const float* values);
   void Stamp(float* row, uint32_t now_seconds) const;
-  uint32_t CurrentGeneration() const {
-    return generation_.load(std::memory_order_relaxed);
-  }
+  uint32_t CurrentGeneration() const { return generation_.load(std::memory_order_relaxed); }
   // Calls fn(first, last) over ranges of stripes that together cover all of
   // them: once with [0, kNumStripes) for a batch of n < kParallelMinKeys keys,
   // else once per chunk, concurrently on the helper pool.
@@ -340,8 +329,8 @@ class Table {
   // stripe's rows are used, the next one's rows and the one after's buckets
   // are on their way from memory. Locks are taken in stripe order.
   using StripeStage = absl::FunctionRef<void(Stripe& stripe, uint32_t begin, uint32_t end)>;
-  void StagedStripes(const Batch& b, const uint64_t* keys, int first, int last,
-                     StripeStage lookup, StripeStage use) const;
+  void StagedStripes(const Batch& b, const uint64_t* keys, int first, int last, StripeStage lookup,
+                     StripeStage use) const;
   // Issues prefetches for a row's weights (and, to `write` it, its state).
   void PrefetchRow(const float* row, bool write) const;
   float* RowAt(const Stripe& stripe, uint32_t slot) const;
@@ -361,7 +350,7 @@ class Table {
   const uint64_t num_chunks_;
   const uint32_t max_gradient_bits_;
   const uint32_t rows_per_block_log2_;
-  HelperPool* const helpers_;  // Not owned; may be null.
+  HelperPool* const helpers_;          // Not owned; may be null.
   std::unique_ptr<BlockArena> arena_;  // Slab blocks of every stripe.
   std::unique_ptr<Stripe[]> stripes_;
 

@@ -43,8 +43,7 @@ class Table::BlockArena {
     bytes = (bytes + 63) & ~size_t{63};
     MutexLock lock(&mu_);
     if (chunks_.empty() || used_ + bytes > chunk_size_) {
-      chunk_size_ = std::max(kChunkBytes, (bytes + kChunkBytes - 1) /
-                                              kChunkBytes * kChunkBytes);
+      chunk_size_ = std::max(kChunkBytes, (bytes + kChunkBytes - 1) / kChunkBytes * kChunkBytes);
       char* chunk;
       if (chunk_size_ == kChunkBytes && next_.valid()) {
         chunk = next_.get();  // Usually faulted in already.
@@ -55,8 +54,8 @@ class Table::BlockArena {
       used_ = 0;
       allocated_ += chunk_size_;
       if (!next_.valid()) {
-        next_ = std::async(std::launch::async,
-                           [] { return NewChunk(kChunkBytes, /*touch=*/true); });
+        next_ =
+            std::async(std::launch::async, [] { return NewChunk(kChunkBytes, /*touch=*/true); });
       }
     }
     float* block = reinterpret_cast<float*>(chunks_.back().get() + used_);
@@ -96,11 +95,11 @@ class Table::BlockArena {
 // stripe's hash slots and rows can be prefetched together. Per thread, so
 // the hot path allocates only when a batch is larger than any before.
 struct Table::Batch {
-  std::vector<uint8_t> stripe_of;  // Of keys[i].
-  std::vector<uint32_t> order;    // Key indices, stripe by stripe.
-  std::vector<float*> rows;       // Row of keys[order[j]] (nullptr: none).
-  std::vector<uint8_t> to_shared;  // Push: keys[order[j]]'s gradient goes to
-                                   // its shared row.
+  std::vector<uint8_t> stripe_of;   // Of keys[i].
+  std::vector<uint32_t> order;      // Key indices, stripe by stripe.
+  std::vector<float*> rows;         // Row of keys[order[j]] (nullptr: none).
+  std::vector<uint8_t> to_shared;   // Push: keys[order[j]]'s gradient goes to
+                                    // its shared row.
   uint32_t start[kNumStripes + 1];  // Stripe s: order[start[s], start[s+1]).
 };
 

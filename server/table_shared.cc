@@ -33,8 +33,7 @@ uint64_t InverseMix64(uint64_t x) {
 }
 
 uint32_t PartitionOfMixed(uint64_t mixed, uint32_t num_partitions) {
-  return static_cast<uint32_t>(
-      (static_cast<unsigned __int128>(mixed) * num_partitions) >> 64);
+  return static_cast<uint32_t>((static_cast<unsigned __int128>(mixed) * num_partitions) >> 64);
 }
 
 }  // namespace
@@ -42,8 +41,7 @@ uint32_t PartitionOfMixed(uint64_t mixed, uint32_t num_partitions) {
 uint64_t Table::SharedRowKey(uint32_t partition) const {
   // The lowest mixed value of the partition: ceil(p * 2^64 / P).
   const unsigned __int128 lowest =
-      ((static_cast<unsigned __int128>(partition) << 64) + num_partitions_ - 1) /
-      num_partitions_;
+      ((static_cast<unsigned __int128>(partition) << 64) + num_partitions_ - 1) / num_partitions_;
   return InverseMix64(static_cast<uint64_t>(lowest)) ^
          Mix64(uint64_t{config_.id()} + 0x9e3779b97f4a7c15ULL);
 }
@@ -71,8 +69,8 @@ void Table::ResetShared() {
 }
 
 // The lock is taken only once a key without a row shows up.
-void Table::PullShared(const Batch& b, const uint64_t* keys, size_t n,
-                       Encoding encoding, char* out) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+void Table::PullShared(const Batch& b, const uint64_t* keys, size_t n, Encoding encoding,
+                       char* out) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const size_t row_bytes = dim_ * BytesPerValue(encoding);
   bool locked = false;
   for (size_t j = 0; j < n; ++j) {
@@ -87,8 +85,8 @@ void Table::PullShared(const Batch& b, const uint64_t* keys, size_t n,
   if (locked) shared_mu_.Unlock();
 }
 
-void Table::PushShared(const Batch& b, const uint64_t* keys, size_t n,
-                       const float* grads, float lr_scale) {
+void Table::PushShared(const Batch& b, const uint64_t* keys, size_t n, const float* grads,
+                       float lr_scale) {
   // Per thread: no allocation once warm. slot[g]: row g's sum in `sums`.
   thread_local std::vector<float> sums;
   thread_local std::vector<int32_t> slot;
@@ -149,10 +147,9 @@ void Table::RestoreSharedRow(uint32_t partition, const float* payload) {
   shared_of_[partition] = static_cast<uint32_t>(row);
 }
 
-void Table::ForEachSharedRow(
-    std::optional<uint32_t> since,
-    const std::function<void(uint32_t partition, uint64_t key, const float* payload)>&
-        visit) const {
+void Table::ForEachSharedRow(std::optional<uint32_t> since,
+                             const std::function<void(uint32_t partition, uint64_t key,
+                                                      const float* payload)>& visit) const {
   if (!shared_rows_) return;
   MutexLock lock(&shared_mu_);
   for (uint32_t p = 0; p < num_partitions_; ++p) {

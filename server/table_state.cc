@@ -15,8 +15,7 @@ uint64_t Table::Evict(uint64_t now_clock, int64_t now_seconds) {
   const uint64_t ttl_seconds = config_.eviction().ttl_seconds();
   if (!eviction_) return 0;
   auto expired = [&](uint64_t last_clock, uint32_t last_seconds) {
-    return (ttl_clocks > 0 && now_clock >= last_clock &&
-            now_clock - last_clock >= ttl_clocks) ||
+    return (ttl_clocks > 0 && now_clock >= last_clock && now_clock - last_clock >= ttl_clocks) ||
            (ttl_seconds > 0 && now_seconds >= last_seconds &&
             static_cast<uint64_t>(now_seconds - last_seconds) >= ttl_seconds);
   };
@@ -52,15 +51,12 @@ uint64_t Table::Evict(uint64_t now_clock, int64_t now_seconds) {
   return dropped;
 }
 
-void Table::ForEachRow(
-    const std::function<void(uint64_t key, const float* payload)>& visit)
-    const {
+void Table::ForEachRow(const std::function<void(uint64_t key, const float* payload)>& visit) const {
   for (int s = 0; s < kNumStripes; ++s) {
     const Stripe& stripe = stripes_[s];
     MutexLock lock(&stripe.mu);
-    stripe.index.ForEach([&](const RowIndex::Bucket& entry) {
-      visit(entry.key, RowAt(stripe, entry.slot));
-    });
+    stripe.index.ForEach(
+        [&](const RowIndex::Bucket& entry) { visit(entry.key, RowAt(stripe, entry.slot)); });
   }
 }
 
@@ -87,9 +83,8 @@ void Table::Clear() {
   for (int s = 0; s < kNumStripes; ++s) {
     Stripe& stripe = stripes_[s];
     MutexLock lock(&stripe.mu);
-    stripe.index.ForEach([&](const RowIndex::Bucket& entry) {
-      stripe.free_slots.push_back(entry.slot);
-    });
+    stripe.index.ForEach(
+        [&](const RowIndex::Bucket& entry) { stripe.free_slots.push_back(entry.slot); });
     stripe.index.Clear();
     stripe.pending.clear();
     stripe.deleted.clear();
@@ -98,14 +93,11 @@ void Table::Clear() {
   ResetShared();
 }
 
-uint32_t Table::AdvanceGeneration() {
-  return generation_.fetch_add(1, std::memory_order_relaxed);
-}
+uint32_t Table::AdvanceGeneration() { return generation_.fetch_add(1, std::memory_order_relaxed); }
 
-void Table::ForEachChangedRow(
-    uint32_t since,
-    const std::function<void(uint64_t key, const float* payload)>& visit,
-    const std::function<void(uint64_t key)>& deleted) const {
+void Table::ForEachChangedRow(uint32_t since,
+                              const std::function<void(uint64_t key, const float* payload)>& visit,
+                              const std::function<void(uint64_t key)>& deleted) const {
   absl::flat_hash_set<uint64_t> seen;
   for (int s = 0; s < kNumStripes; ++s) {
     const Stripe& stripe = stripes_[s];
@@ -128,11 +120,10 @@ void Table::TrimDeletions(uint32_t upto) {
     Stripe& stripe = stripes_[s];
     MutexLock lock(&stripe.mu);
     auto& log = stripe.deleted;
-    log.erase(std::remove_if(log.begin(), log.end(),
-                             [upto](const std::pair<uint64_t, uint32_t>& d) {
-                               return d.second <= upto;
-                             }),
-              log.end());
+    log.erase(
+        std::remove_if(log.begin(), log.end(),
+                       [upto](const std::pair<uint64_t, uint32_t>& d) { return d.second <= upto; }),
+        log.end());
   }
 }
 
@@ -184,9 +175,7 @@ TableCounters Table::Counters() const {
   return c;
 }
 
-void Table::InitialRow(uint64_t key, float* out) const {
-  initializer_.Fill(key, out);
-}
+void Table::InitialRow(uint64_t key, float* out) const { initializer_.Fill(key, out); }
 
 bool Table::Contains(uint64_t key) const {
   const Stripe& stripe = StripeOf(key);

@@ -10,18 +10,15 @@
 
 namespace shardps {
 
-absl::StatusOr<std::unique_ptr<TableStore>> TableStore::Create(
-    const JobConfig& config) {
+absl::StatusOr<std::unique_ptr<TableStore>> TableStore::Create(const JobConfig& config) {
   std::map<uint32_t, std::unique_ptr<Table>> tables;
   for (const TableConfig& given : config.tables()) {
     ASSIGN_OR_RETURN(const TableConfig t, ResolveLimits(config, given));
     ASSIGN_OR_RETURN(std::unique_ptr<Table> table,
-                     Table::Create(t, config.cluster().dense_chunk_size(),
-                                   &HelperPool::Shared(),
+                     Table::Create(t, config.cluster().dense_chunk_size(), &HelperPool::Shared(),
                                    config.cluster().num_partitions()));
     if (!tables.emplace(t.id(), std::move(table)).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table id ", t.id(), " appears twice"));
+      return absl::InvalidArgumentError(absl::StrCat("table id ", t.id(), " appears twice"));
     }
   }
   return std::unique_ptr<TableStore>(new TableStore(std::move(tables)));
@@ -44,35 +41,30 @@ std::vector<Table*> TableStore::tables() const {
 absl::StatusOr<Table*> TableStore::GetTable(uint32_t table_id) const {
   Table* table = FindTable(table_id);
   if (table == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown table id ", table_id));
+    return absl::InvalidArgumentError(absl::StrCat("unknown table id ", table_id));
   }
   return table;
 }
 
-absl::Status TableStore::CheckDenseKeys(const Table& table,
-                                        const uint64_t* keys, size_t n) {
+absl::Status TableStore::CheckDenseKeys(const Table& table, const uint64_t* keys, size_t n) {
   if (!table.dense() || table.num_chunks() == 0) return absl::OkStatus();
   for (size_t i = 0; i < n; ++i) {
     if (keys[i] >= table.num_chunks()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table ", table.config().name(), ": chunk index ", keys[i],
-          " out of range (the dense table has ", table.num_chunks(),
-          " chunks)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", table.config().name(), ": chunk index ", keys[i],
+                       " out of range (the dense table has ", table.num_chunks(), " chunks)"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status TableStore::Pull(uint32_t table_id, const uint64_t* keys,
-                              size_t n, bool train, float* out) {
-  return PullEncoded(table_id, keys, n, train, Encoding::kFp32,
-                     reinterpret_cast<char*>(out));
+absl::Status TableStore::Pull(uint32_t table_id, const uint64_t* keys, size_t n, bool train,
+                              float* out) {
+  return PullEncoded(table_id, keys, n, train, Encoding::kFp32, reinterpret_cast<char*>(out));
 }
 
-absl::Status TableStore::PullEncoded(uint32_t table_id, const uint64_t* keys,
-                                     size_t n, bool train, Encoding encoding,
-                                     char* out) {
+absl::Status TableStore::PullEncoded(uint32_t table_id, const uint64_t* keys, size_t n, bool train,
+                                     Encoding encoding, char* out) {
   ASSIGN_OR_RETURN(Table * table, GetTable(table_id));
   RETURN_IF_ERROR(CheckDenseKeys(*table, keys, n));
   table->PullEncoded(keys, n, train, encoding, out);
@@ -103,10 +95,10 @@ absl::Status CheckLrScale(float lr_scale) {
 absl::Status TableStore::CheckKeyCount(const Table& table, size_t n, const char* what) {
   const uint64_t limit = table.config().max_keys_per_request();
   if (table.dense() || limit == 0 || n <= limit) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "table ", table.config().name(), ": ", what, " carries ", n,
-      " keys, more than max_keys_per_request ", limit,
-      " (training.batch_size x the fields feeding the table, unless set)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("table ", table.config().name(), ": ", what, " carries ", n,
+                   " keys, more than max_keys_per_request ", limit,
+                   " (training.batch_size x the fields feeding the table, unless set)"));
 }
 
 absl::Status TableStore::ValidatePushKeys(const Table& table, const uint64_t* keys,
@@ -122,48 +114,44 @@ absl::Status TableStore::ValidatePushKeys(const Table& table, const uint64_t* ke
   return absl::OkStatus();
 }
 
-absl::Status TableStore::ValidateGradients(const Table& table, const uint64_t* keys,
-                                           size_t n, const float* grads) const {
+absl::Status TableStore::ValidateGradients(const Table& table, const uint64_t* keys, size_t n,
+                                           const float* grads) const {
   if (table.config().non_finite() != REJECT) return absl::OkStatus();
   const size_t dim = table.dim();
   const size_t i = FirstBeyond(grads, n * dim, table.max_gradient_bits());
   if (i < n * dim) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "table ", table.config().name(), ": gradient ", grads[i], " for key ",
-        keys[i / dim], " (element ", i % dim,
-        ") is non-finite or beyond max_gradient_abs ", table.config().max_gradient_abs(),
-        "; the table's policy is REJECT"));
+        "table ", table.config().name(), ": gradient ", grads[i], " for key ", keys[i / dim],
+        " (element ", i % dim, ") is non-finite or beyond max_gradient_abs ",
+        table.config().max_gradient_abs(), "; the table's policy is REJECT"));
   }
   return absl::OkStatus();
 }
 
-absl::Status TableStore::ValidatePush(const Table& table, const uint64_t* keys,
-                                      size_t n, const float* grads) const {
+absl::Status TableStore::ValidatePush(const Table& table, const uint64_t* keys, size_t n,
+                                      const float* grads) const {
   RETURN_IF_ERROR(ValidatePushKeys(table, keys, n));
   return ValidateGradients(table, keys, n, grads);
 }
 
-absl::StatusOr<PushCounts> TableStore::Push(uint32_t table_id,
-                                            const uint64_t* keys, size_t n,
-                                            const float* grads,
-                                            float lr_scale) {
+absl::StatusOr<PushCounts> TableStore::Push(uint32_t table_id, const uint64_t* keys, size_t n,
+                                            const float* grads, float lr_scale) {
   ASSIGN_OR_RETURN(Table * table, GetTable(table_id));
   RETURN_IF_ERROR(CheckLrScale(lr_scale));
   RETURN_IF_ERROR(ValidatePush(*table, keys, n, grads));
   return table->Push(keys, n, grads, lr_scale);
 }
 
-absl::StatusOr<uint64_t> TableStore::InitRows(uint32_t table_id,
-                                              const uint64_t* keys, size_t n,
+absl::StatusOr<uint64_t> TableStore::InitRows(uint32_t table_id, const uint64_t* keys, size_t n,
                                               const float* values) {
   ASSIGN_OR_RETURN(Table * table, GetTable(table_id));
   RETURN_IF_ERROR(CheckKeyCount(*table, n, "an InitRows"));
   RETURN_IF_ERROR(CheckDenseKeys(*table, keys, n));
   const size_t bad = FirstNonFinite(values, n * table->dim());
   if (bad < n * table->dim()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table ", table->config().name(), ": InitRows value for key ",
-        keys[bad / table->dim()], " is not finite"));
+    return absl::InvalidArgumentError(absl::StrCat("table ", table->config().name(),
+                                                   ": InitRows value for key ",
+                                                   keys[bad / table->dim()], " is not finite"));
   }
   return table->InitRows(keys, n, values);
 }

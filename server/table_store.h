@@ -52,8 +52,7 @@ class TableStore {
  public:
   // One table per config.tables entry. `config` must be finalized
   // (common/config.h). INVALID_ARGUMENT if a table cannot be built.
-  static absl::StatusOr<std::unique_ptr<TableStore>> Create(
-      const JobConfig& config);
+  static absl::StatusOr<std::unique_ptr<TableStore>> Create(const JobConfig& config);
 
   TableStore(const TableStore&) = delete;
   TableStore& operator=(const TableStore&) = delete;
@@ -65,16 +64,14 @@ class TableStore {
 
   // Reads n rows into out[n * dim]. `train` creates rows and counts
   // admission; an evaluation pull changes nothing.
-  absl::Status Pull(uint32_t table_id, const uint64_t* keys, size_t n,
-                    bool train, float* out);
+  absl::Status Pull(uint32_t table_id, const uint64_t* keys, size_t n, bool train, float* out);
   // The same, in `encoding` (Table::PullEncoded).
-  absl::Status PullEncoded(uint32_t table_id, const uint64_t* keys, size_t n,
-                           bool train, Encoding encoding, char* out);
+  absl::Status PullEncoded(uint32_t table_id, const uint64_t* keys, size_t n, bool train,
+                           Encoding encoding, char* out);
 
   // One optimizer step per key; keys unique; grads[n * dim].
-  absl::StatusOr<PushCounts> Push(uint32_t table_id, const uint64_t* keys,
-                                  size_t n, const float* grads,
-                                  float lr_scale);
+  absl::StatusOr<PushCounts> Push(uint32_t table_id, const uint64_t* keys, size_t n,
+                                  const float* grads, float lr_scale);
 
   // Checks what Push checks of one table's keys and gradients (not the
   // push's lr_scale: CheckLrScale) without applying anything (the BSP path
@@ -91,16 +88,15 @@ class TableStore {
   static absl::Status CheckKeyCount(const Table& table, size_t n, const char* what);
 
   // INVALID_ARGUMENT if a key is a dense chunk index out of range.
-  static absl::Status CheckDenseKeys(const Table& table, const uint64_t* keys,
-                                     size_t n);
+  static absl::Status CheckDenseKeys(const Table& table, const uint64_t* keys, size_t n);
   // INVALID_ARGUMENT unless `table` may be pulled with its optimizer state
   // (Table::PullWithState): a training pull, in fp32, of a table without
   // admission (a pending key has no state).
   static absl::Status CheckStatePull(const Table& table, bool train, Encoding encoding);
 
   // Writes absent rows (idempotent); returns rows written.
-  absl::StatusOr<uint64_t> InitRows(uint32_t table_id, const uint64_t* keys,
-                                    size_t n, const float* values);
+  absl::StatusOr<uint64_t> InitRows(uint32_t table_id, const uint64_t* keys, size_t n,
+                                    const float* values);
 
   // Stamps later training touches with `clock` (for ttl_clocks).
   void SetClock(uint64_t clock);

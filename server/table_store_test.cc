@@ -39,8 +39,7 @@ std::unique_ptr<TableStore> MakeStore() {
   return std::move(*store);
 }
 
-std::vector<float> Read(TableStore& store, uint32_t table,
-                        std::vector<uint64_t> keys) {
+std::vector<float> Read(TableStore& store, uint32_t table, std::vector<uint64_t> keys) {
   std::vector<float> out(keys.size() * store.FindTable(table)->dim());
   EXPECT_TRUE(store.Pull(table, keys.data(), keys.size(), false, out.data()).ok());
   return out;
@@ -96,8 +95,7 @@ TEST(TableStoreTest, DenseChunksAreRangeChecked) {
   EXPECT_EQ(store->FindTable(3)->dim(), 4u);
   const uint64_t bad = 2;  // 6 elements in chunks of 4: chunks 0 and 1.
   float out[4];
-  EXPECT_EQ(store->Pull(3, &bad, 1, true, out).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Pull(3, &bad, 1, true, out).code(), absl::StatusCode::kInvalidArgument);
   const float values[4] = {1, 2, 3, 4};
   EXPECT_EQ(store->InitRows(3, &bad, 1, values).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -42,8 +42,8 @@ std::unique_ptr<Table> MakeTable(const TableConfig& t) {
 // every row must end at the sequential sum. Meanwhile a reader pulls all
 // keys; each row's gradients are uniform across the row, so a row read
 // atomically has all elements equal.
-void ExpectConcurrentPushesSumExactly(Table& table, int threads, int pushes,
-                                      int num_keys, int dim) {
+void ExpectConcurrentPushesSumExactly(Table& table, int threads, int pushes, int num_keys,
+                                      int dim) {
   auto key_of = [](int k) { return uint64_t{1000} + uint64_t(k) * 7919; };
   std::vector<std::thread> pushers;
   for (int t = 0; t < threads; ++t) {
@@ -149,9 +149,8 @@ TEST(TableTest, HelperPoolGivesTheSameRowsAsASerialTable) {
   EXPECT_EQ((*pooled)->Counters().pending_rows, (*serial)->Counters().pending_rows);
   const size_t stride = (*serial)->row_stride();
   std::map<uint64_t, std::vector<float>> rows;
-  (*serial)->ForEachRow([&](uint64_t key, const float* payload) {
-    rows[key].assign(payload, payload + stride);
-  });
+  (*serial)->ForEachRow(
+      [&](uint64_t key, const float* payload) { rows[key].assign(payload, payload + stride); });
   size_t seen = 0;
   (*pooled)->ForEachRow([&](uint64_t key, const float* payload) {
     ++seen;
@@ -176,7 +175,7 @@ TEST(TableTest, EncodedPullsEqualEncodingAnFp32Pull) {
   std::vector<float> grads(600 * kDim);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = float(i % 13) - 6.0f;
   table->Push(keys.data(), 600, grads.data(), 1.0f);  // Half the keys exist.
-  for (size_t n : {size_t{5}, keys.size()}) {  // Serial and pooled batches.
+  for (size_t n : {size_t{5}, keys.size()}) {         // Serial and pooled batches.
     std::vector<float> fp32(n * kDim);
     table->Pull(keys.data(), n, /*train=*/false, fp32.data());
     for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kFp16}) {
@@ -261,7 +260,7 @@ TEST(TableTest, AdmissionCountsPushesBeforeCreatingTheRow) {
   const uint64_t key = 5;
   const float grad[2] = {1, 1};
   float row[2];
-  table->Pull(&key, 1, true, row);  // A pull does not count.
+  table->Pull(&key, 1, true, row);                  // A pull does not count.
   PushCounts c = table->Push(&key, 1, grad, 1.0f);  // 1: the shared row.
   EXPECT_EQ(c.applied, 0u);
   EXPECT_EQ(c.pending, 1u);
@@ -296,7 +295,7 @@ TEST(TableTest, EvictionByClocksDropsIdleRows) {
   table->Push(&b, 1, grad, 1.0f);
   table->SetClock(4);
   float row[2];
-  table->Pull(&b, 1, true, row);  // b touched at clock 4.
+  table->Pull(&b, 1, true, row);      // b touched at clock 4.
   EXPECT_EQ(table->Evict(5, 0), 0u);  // a idle 4 clocks.
   EXPECT_EQ(table->Evict(6, 0), 1u);  // a idle 5 clocks: dropped.
   EXPECT_FALSE(table->Contains(a));
@@ -382,9 +381,7 @@ TEST(TableTest, RowsRoundTripThroughPayloads) {
   EXPECT_EQ(a->row_stride(), 3u + 3u + 3u);  // weights, momentum, meta.
   auto b = MakeTable(t);
   b->Push(keys, 1, grads, 1.0f);  // Overwritten by the restore.
-  a->ForEachRow([&](uint64_t key, const float* payload) {
-    b->RestoreRow(key, payload);
-  });
+  a->ForEachRow([&](uint64_t key, const float* payload) { b->RestoreRow(key, payload); });
   EXPECT_EQ(b->Counters().live_rows, 3u);
   // The last-touch clock (7) came along: at clock 106 nothing is idle for
   // 100 clocks (b's own clock is 0, so its own stamp would be).
@@ -425,8 +422,8 @@ TEST(TableTest, ChangeTrackingSeesPushesAndCreationsOnly) {
   table->Push(keys.data() + 1, 1, grads.data(), 1.0f);  // Key 2 changes.
   std::vector<float> out(4);
   const std::vector<uint64_t> pulled = {3, 9};
-  table->Pull(pulled.data(), 2, /*train=*/true, out.data());   // 9 is created.
-  table->Pull(keys.data(), 2, /*train=*/false, out.data());    // Nothing.
+  table->Pull(pulled.data(), 2, /*train=*/true, out.data());  // 9 is created.
+  table->Pull(keys.data(), 2, /*train=*/false, out.data());   // Nothing.
   const std::vector<uint64_t> init = {4, 10};
   table->InitRows(init.data(), 2, grads.data());  // 10 is created, 4 exists.
   EXPECT_EQ(ChangedSince(*table, g1).rows, (std::set<uint64_t>{2, 9, 10}));

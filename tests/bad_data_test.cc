@@ -51,8 +51,7 @@ TEST(BadDataTest, EmptyTrainFilesAreAnErrorNotADoneJob) {
   const std::string config = dir + "/job.pbtxt";
   std::ofstream(dir + "/empty.tsv");
   std::ofstream(config) << kJob << testing::kSmallDlrmTables
-                        << "data { format: CRITEO train_files: \"" << dir
-                        << "/empty.tsv\" }\n";
+                        << "data { format: CRITEO train_files: \"" << dir << "/empty.tsv\" }\n";
   Subprocess worker;
   ASSERT_TRUE(worker
                   .Start({RunfilePath("worker/ps_worker"), "--config=" + config, "--local"},

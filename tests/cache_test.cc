@@ -47,14 +47,14 @@ cluster {
 }
 )pb";
 
-std::string WriteConfig(const std::string& name, int workers, const std::string& mode,
-                        bool cache) {
+std::string WriteConfig(const std::string& name, int workers, const std::string& mode, bool cache) {
   const std::string path = Dir(name) + "/job.pbtxt";
-  std::ofstream(path) << Tables() << absl::StrReplaceAll(
-      kConfig, {{"@DATA@", ::testing::TempDir() + "/cache_data"},
-                {"@WORKERS@", absl::StrCat(workers)},
-                {"@MODE@", mode},
-                {"@CACHE@", cache ? "cache { max_rows: 200000 }" : ""}});
+  std::ofstream(path) << Tables()
+                      << absl::StrReplaceAll(
+                             kConfig, {{"@DATA@", ::testing::TempDir() + "/cache_data"},
+                                       {"@WORKERS@", absl::StrCat(workers)},
+                                       {"@MODE@", mode},
+                                       {"@CACHE@", cache ? "cache { max_rows: 200000 }" : ""}});
   return path;
 }
 
@@ -112,8 +112,7 @@ Job RunJob(const std::string& name, int workers, const std::string& mode, bool c
 class CacheTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ASSERT_TRUE(
-        testing::MakeSyntheticData(::testing::TempDir() + "/cache_data", 30000, 3000).ok());
+    ASSERT_TRUE(testing::MakeSyntheticData(::testing::TempDir() + "/cache_data", 30000, 3000).ok());
   }
 };
 

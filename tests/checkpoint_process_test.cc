@@ -16,17 +16,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/partition.h"
-#include "grpcpp/grpcpp.h"
-#include "gtest/gtest.h"
-#include "google/protobuf/text_format.h"
-#include "proto/ps.grpc.pb.h"
-#include "scheduler/checkpoint_client.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
-#include "tests/testing/subprocess.h"
 #include "common/client/ps_client.h"
+#include "common/partition.h"
+#include "google/protobuf/text_format.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "scheduler/checkpoint_client.h"
+#include "tests/testing/subprocess.h"
 
 namespace shardps {
 namespace {
@@ -92,19 +92,18 @@ class Cluster {
     for (uint32_t o : contiguous->owners()) map_.add_owner(o);
     for (uint32_t i = 0; i < num_servers; ++i) {
       servers_[i] = std::make_unique<Subprocess>();
-      EXPECT_TRUE(servers_[i]
-                      ->Start({RunfilePath("server/ps_server"), "--config=" + path,
-                               absl::StrCat("--index=", i),
-                               "--control_token_file=" + ControlTokenFile()})
-                      .ok());
+      EXPECT_TRUE(
+          servers_[i]
+              ->Start({RunfilePath("server/ps_server"), "--config=" + path,
+                       absl::StrCat("--index=", i), "--control_token_file=" + ControlTokenFile()})
+              .ok());
       auto address = servers_[i]->WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60));
       EXPECT_TRUE(address.ok()) << address.status();
       map_.add_server_addresses(*address);
       stubs_.push_back(ParameterServer::NewStub(
           grpc::CreateChannel(*address, grpc::InsecureChannelCredentials())));
     }
-    auto client = PsClient::Create(PsClient::Options(), map_,
-                                   [this](uint64_t) { return map_; });
+    auto client = PsClient::Create(PsClient::Options(), map_, [this](uint64_t) { return map_; });
     EXPECT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
   }
@@ -236,11 +235,11 @@ std::vector<std::string> TableInfos(Cluster& cluster) {
     TableInfoResponse response;
     const grpc::Status st = cluster.stub(i).TableInfo(&context, request, &response);
     EXPECT_TRUE(st.ok()) << st.error_message();
-    out.push_back(absl::StrCat("server ", response.server_index(), " clock ",
-                               response.applied_clock()));
+    out.push_back(
+        absl::StrCat("server ", response.server_index(), " clock ", response.applied_clock()));
     for (const TableStats& t : response.tables()) {
-      out.push_back(absl::StrCat(t.table_id(), " ", t.name(), " dim ", t.dim(),
-                                 " live ", t.live_rows()));
+      out.push_back(
+          absl::StrCat(t.table_id(), " ", t.name(), " dim ", t.dim(), " live ", t.live_rows()));
     }
   }
   return out;

@@ -7,9 +7,9 @@
 //  - BSP: a server SIGKILLed three times at random clocks (faults are
 //    placed by the job's clock, which the test reads from the scheduler,
 //    and every worker step takes >= 20 ms, so no machine is fast enough to
-//    end the job first), once during a checkpoint's background write: the job ends with weights bit-identical
-//    to the job that never failed, and a push of the generation before the
-//    first rollback is refused by a live server.
+//    end the job first), once during a checkpoint's background write: the job ends with weights
+//    bit-identical to the job that never failed, and a push of the generation before the first
+//    rollback is refused by a live server.
 //  - SSP(2): the same kills; the AUC ends within 0.01 of the uninterrupted
 //    run.
 //  - The scheduler and a server SIGKILLed together: bit-identical (BSP).
@@ -26,10 +26,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "common/client/scheduler_client.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
-#include "common/client/scheduler_client.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/supervised_job.h"
 
@@ -77,8 +77,8 @@ class Job : public SupervisedJob {
 
  private:
   static Options MakeOptions(const std::string& name, const std::string& mode,
-                             const std::string& data,
-                             const std::vector<std::string>& server_flags, int max_restarts) {
+                             const std::string& data, const std::vector<std::string>& server_flags,
+                             int max_restarts) {
     Options o;
     o.name = name;
     o.config = absl::StrCat(testing::kSmallDlrmTables,
@@ -99,7 +99,9 @@ class Job : public SupervisedJob {
 bool WaitForClock(Job& job, uint64_t clock) {
   auto status = testing::WaitForJob(
       job.address(), absl::StrCat("every worker at clock ", clock),
-      [clock](const JobStatusResponse& s) { return s.state() == "running" && s.min_clock() >= clock; },
+      [clock](const JobStatusResponse& s) {
+        return s.state() == "running" && s.min_clock() >= clock;
+      },
       absl::Minutes(3));
   EXPECT_TRUE(status.ok()) << status.status() << "\n" << job.Logs();
   return status.ok();
@@ -144,8 +146,8 @@ std::pair<uint64_t, bool> Generation(const std::string& address) {
 
 // A push of one key with `generation` to `address`.
 grpc::Status PushWithGeneration(const std::string& address, uint64_t generation) {
-  auto stub = ParameterServer::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub =
+      ParameterServer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   PushRequest request;
@@ -161,8 +163,7 @@ grpc::Status PushWithGeneration(const std::string& address, uint64_t generation)
 // the job's end); kill number `during_write` (if >= 0) happens at the first
 // checkpoint write after its clock. Checks that a push of the generation
 // before the first rollback is refused.
-JobOutcome RunChaos(const std::string& name, const std::string& mode, int kills,
-                 int during_write) {
+JobOutcome RunChaos(const std::string& name, const std::string& mode, int kills, int during_write) {
   Job job(name, mode, SyntheticData(),
           during_write >= 0 ? std::vector<std::string>{"--testing_checkpoint_write_delay_ms=600"}
                             : std::vector<std::string>{});
@@ -221,9 +222,9 @@ JobOutcome RunChaos(const std::string& name, const std::string& mode, int kills,
 class ClusterRecoveryTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ASSERT_TRUE(testing::MakeSyntheticData(::testing::TempDir() + "/cluster_chaos_data", 80000,
-                                           10000, 4)
-                    .ok());
+    ASSERT_TRUE(
+        testing::MakeSyntheticData(::testing::TempDir() + "/cluster_chaos_data", 80000, 10000, 4)
+            .ok());
   }
 };
 
@@ -236,11 +237,12 @@ TEST_F(ClusterRecoveryTest, BspServerKilledThreeTimesEndsBitIdentical) {
   EXPECT_EQ(chaos.checksum, clean.checksum) << "weights differ after the recoveries";
   EXPECT_EQ(chaos.auc, clean.auc);
   EXPECT_GE(chaos.recoveries, 3) << chaos.result;
-  std::printf("BSP: weights %016llx without kills, %016llx with 3 kills (%d recoveries); "
-              "AUC %.6f\n  %s\n",
-              static_cast<unsigned long long>(clean.checksum),
-              static_cast<unsigned long long>(chaos.checksum), chaos.recoveries, chaos.auc,
-              chaos.result.c_str());
+  std::printf(
+      "BSP: weights %016llx without kills, %016llx with 3 kills (%d recoveries); "
+      "AUC %.6f\n  %s\n",
+      static_cast<unsigned long long>(clean.checksum),
+      static_cast<unsigned long long>(chaos.checksum), chaos.recoveries, chaos.auc,
+      chaos.result.c_str());
 }
 
 TEST_F(ClusterRecoveryTest, Ssp2ServerKilledThreeTimesReachesTheSameAuc) {
@@ -349,8 +351,8 @@ TEST_F(ClusterRecoveryTest, EveryWorkerDeadFailsTheJobWithTheReason) {
   const std::string log = job.SchedulerLog();
   EXPECT_NE(log.find("every worker died and none came back"), std::string::npos) << job.Logs();
   EXPECT_NE(log.find("worker 1"), std::string::npos);
-  EXPECT_NE(log.find("shardps-train-0.tsv"), std::string::npos)
-      << "the failure does not say why\n" << job.Logs();
+  EXPECT_NE(log.find("shardps-train-0.tsv"), std::string::npos) << "the failure does not say why\n"
+                                                                << job.Logs();
   std::printf("every worker dead: %s\n", out.result.c_str());
 }
 

@@ -47,10 +47,13 @@ cluster {
 std::string WriteConfig(const std::string& name, int servers, int workers,
                         const std::string& mode = "BSP", bool prefetch = true) {
   const std::string path = Dir(name) + "/job.pbtxt";
-  std::ofstream(path) << Tables() << absl::StrReplaceAll(
-      kConfig, {{"@DATA@", ::testing::TempDir() + "/exact_data"},
-                {"@SERVERS@", absl::StrCat(servers)}, {"@WORKERS@", absl::StrCat(workers)},
-                {"@MODE@", mode}, {"@PREFETCH@", prefetch ? "true" : "false"}});
+  std::ofstream(path) << Tables()
+                      << absl::StrReplaceAll(kConfig,
+                                             {{"@DATA@", ::testing::TempDir() + "/exact_data"},
+                                              {"@SERVERS@", absl::StrCat(servers)},
+                                              {"@WORKERS@", absl::StrCat(workers)},
+                                              {"@MODE@", mode},
+                                              {"@PREFETCH@", prefetch ? "true" : "false"}});
   return path;
 }
 
@@ -64,14 +67,18 @@ class DeterminismTest : public ::testing::Test {
 TEST_F(DeterminismTest, PsBspWithOneWorkerIsBitIdenticalToLocalMode) {
   const std::string config = WriteConfig("parity", 1, 1);
   const std::string local_losses = Dir("parity") + "/local_losses.txt";
-  auto local = testing::RunLocal(
-      config, {"--max_steps=220", "--checksum", "--loss_log=" + local_losses},
-      Dir("parity") + "/local.log");
+  auto local =
+      testing::RunLocal(config, {"--max_steps=220", "--checksum", "--loss_log=" + local_losses},
+                        Dir("parity") + "/local.log");
   ASSERT_TRUE(local.ok()) << local.status();
 
   const std::string ps_losses = Dir("parity") + "/ps_losses.txt";
-  LocalCluster cluster({config, Dir("parity"), 1, 1,
-                        {"--max_steps=220", "--checksum", "--loss_log=" + ps_losses}, {}});
+  LocalCluster cluster({config,
+                        Dir("parity"),
+                        1,
+                        1,
+                        {"--max_steps=220", "--checksum", "--loss_log=" + ps_losses},
+                        {}});
   ASSERT_TRUE(cluster.Start().ok());
   auto code = cluster.WaitScheduler(absl::Minutes(10));
   ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
@@ -94,8 +101,8 @@ TEST_F(DeterminismTest, TwoBspJobsEndWithBitIdenticalWeights) {
   std::string first_auc;
   for (int run = 0; run < 2; ++run) {
     const std::string name = absl::StrCat("bsp_run", run);
-    LocalCluster cluster({WriteConfig(name, 2, 2), Dir(name), 2, 2,
-                          {"--max_steps=120", "--checksum"}, {}});
+    LocalCluster cluster(
+        {WriteConfig(name, 2, 2), Dir(name), 2, 2, {"--max_steps=120", "--checksum"}, {}});
     ASSERT_TRUE(cluster.Start().ok());
     auto code = cluster.WaitScheduler(absl::Minutes(10));
     ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
@@ -111,8 +118,10 @@ TEST_F(DeterminismTest, TwoBspJobsEndWithBitIdenticalWeights) {
       }
     }
     const std::string auc = testing::ParseResult(cluster.SchedulerResult())["eval_auc"];
-    if (run == 0) first_auc = auc;
-    else EXPECT_EQ(auc, first_auc);
+    if (run == 0)
+      first_auc = auc;
+    else
+      EXPECT_EQ(auc, first_auc);
   }
 }
 
@@ -126,8 +135,12 @@ TEST_F(DeterminismTest, SspPrefetchWithOneWorkerIsBitIdenticalToNoPrefetch) {
   for (const bool prefetch : {false, true}) {
     const std::string name = prefetch ? "ssp_prefetch" : "ssp_sync";
     const std::string loss_log = Dir(name) + "/losses.txt";
-    LocalCluster cluster({WriteConfig(name, 2, 1, "SSP staleness: 2", prefetch), Dir(name), 2, 1,
-                          {"--max_steps=220", "--checksum", "--loss_log=" + loss_log}, {}});
+    LocalCluster cluster({WriteConfig(name, 2, 1, "SSP staleness: 2", prefetch),
+                          Dir(name),
+                          2,
+                          1,
+                          {"--max_steps=220", "--checksum", "--loss_log=" + loss_log},
+                          {}});
     ASSERT_TRUE(cluster.Start().ok());
     auto code = cluster.WaitScheduler(absl::Minutes(10));
     ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();

@@ -45,13 +45,16 @@ cluster {
 
 std::string DataDir() { return ::testing::TempDir() + "/e2e_data"; }
 
-std::string WriteConfig(const std::string& name, const std::string& mode, int servers,
-                        int workers, bool prefetch = true) {
+std::string WriteConfig(const std::string& name, const std::string& mode, int servers, int workers,
+                        bool prefetch = true) {
   const std::string path = ::testing::TempDir() + "/" + name + ".pbtxt";
-  std::ofstream(path) << Tables() << absl::StrReplaceAll(
-      kConfig, {{"@DATA@", DataDir()}, {"@MODE@", mode},
-                {"@SERVERS@", absl::StrCat(servers)}, {"@WORKERS@", absl::StrCat(workers)},
-                {"@PREFETCH@", prefetch ? "true" : "false"}});
+  std::ofstream(path) << Tables()
+                      << absl::StrReplaceAll(kConfig,
+                                             {{"@DATA@", DataDir()},
+                                              {"@MODE@", mode},
+                                              {"@SERVERS@", absl::StrCat(servers)},
+                                              {"@WORKERS@", absl::StrCat(workers)},
+                                              {"@PREFETCH@", prefetch ? "true" : "false"}});
   return path;
 }
 
@@ -68,10 +71,10 @@ class E2eTest : public ::testing::Test {
   }
 
   // Runs a 2x2 job; returns the scheduler's PS_JOB_RESULT fields.
-  std::map<std::string, std::string> RunJob(
-      const std::string& name, const std::string& mode,
-      std::map<int, std::vector<std::string>> per_worker = {},
-      std::function<void(LocalCluster&)> during = nullptr, bool prefetch = true) {
+  std::map<std::string, std::string> RunJob(const std::string& name, const std::string& mode,
+                                            std::map<int, std::vector<std::string>> per_worker = {},
+                                            std::function<void(LocalCluster&)> during = nullptr,
+                                            bool prefetch = true) {
     const std::string dir = testing::TestDir(name);
     LocalCluster cluster({WriteConfig(name, mode, 2, 2, prefetch), dir, 2, 2, {}, per_worker});
     EXPECT_TRUE(cluster.Start().ok());
@@ -128,31 +131,31 @@ TEST_F(E2eTest, AspJobMatchesLocalAucAndNeverWaits) {
 TEST_F(E2eTest, KilledWorkerLeavesTheMinimumAndTheJobFinishes) {
   constexpr uint64_t kKillAt = 20;
   uint64_t killed_at = 0;
-  auto r = RunJob("kill", "mode: SSP staleness: 1 on_worker_loss: DROP",
-                  {{1, {"--step_delay_ms=40"}}},
-                  [&killed_at](LocalCluster& c) {
-    auto status = c.WaitForJob(
-        absl::StrCat("worker 1 to complete ", kKillAt, " steps"),
-        [](const JobStatusResponse& s) { return testing::WorkerClock(s, 1) >= kKillAt; },
-        absl::Minutes(3));
-    ASSERT_TRUE(status.ok()) << status.status() << "\n" << c.AllLogTails();
-    c.worker(1).Signal(SIGKILL);
-    auto code = c.worker(1).Wait(absl::Seconds(30));
-    ASSERT_TRUE(code.ok()) << code.status();
-    ASSERT_EQ(*code, 128 + SIGKILL) << "worker 1 was not running at the kill\n"
-                                    << c.AllLogTails();
-    auto dead = c.WaitForJob(
-        "worker 1 declared dead",
-        [](const JobStatusResponse& s) {
-          for (const MemberStatus& m : s.members()) {
-            if (m.role() == WORKER && m.index() == 1) return m.state() == DEAD;
-          }
-          return false;
-        },
-        absl::Minutes(1));
-    ASSERT_TRUE(dead.ok()) << dead.status() << "\n" << c.AllLogTails();
-    killed_at = testing::WorkerClock(*dead, 1);
-  });
+  auto r =
+      RunJob("kill", "mode: SSP staleness: 1 on_worker_loss: DROP", {{1, {"--step_delay_ms=40"}}},
+             [&killed_at](LocalCluster& c) {
+               auto status = c.WaitForJob(
+                   absl::StrCat("worker 1 to complete ", kKillAt, " steps"),
+                   [](const JobStatusResponse& s) { return testing::WorkerClock(s, 1) >= kKillAt; },
+                   absl::Minutes(3));
+               ASSERT_TRUE(status.ok()) << status.status() << "\n" << c.AllLogTails();
+               c.worker(1).Signal(SIGKILL);
+               auto code = c.worker(1).Wait(absl::Seconds(30));
+               ASSERT_TRUE(code.ok()) << code.status();
+               ASSERT_EQ(*code, 128 + SIGKILL) << "worker 1 was not running at the kill\n"
+                                               << c.AllLogTails();
+               auto dead = c.WaitForJob(
+                   "worker 1 declared dead",
+                   [](const JobStatusResponse& s) {
+                     for (const MemberStatus& m : s.members()) {
+                       if (m.role() == WORKER && m.index() == 1) return m.state() == DEAD;
+                     }
+                     return false;
+                   },
+                   absl::Minutes(1));
+               ASSERT_TRUE(dead.ok()) << dead.status() << "\n" << c.AllLogTails();
+               killed_at = testing::WorkerClock(*dead, 1);
+             });
   EXPECT_EQ(r["state"], "done");
   ASSERT_GE(killed_at, kKillAt);
   ASSERT_FALSE(r["max_clock"].empty());

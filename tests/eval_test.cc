@@ -26,9 +26,9 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "gtest/gtest.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_io.h"
+#include "gtest/gtest.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 

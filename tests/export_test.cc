@@ -24,11 +24,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "gtest/gtest.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/checkpoint_file.h"
 #include "common/checkpoint/file_io.h"
 #include "common/partition.h"
+#include "gtest/gtest.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 #include "torch/torch.h"
@@ -80,8 +80,9 @@ std::string EvalFile() { return DataDir() + "/eval.tsv"; }
 
 std::string WriteConfig(const std::string& name, const std::string& checkpoint) {
   const std::string path = ::testing::TempDir() + "/" + name + ".pbtxt";
-  std::ofstream(path) << Tables() << absl::StrReplaceAll(
-      kConfig, {{"@DATA@", DataDir()}, {"@CHECKPOINT@", checkpoint}});
+  std::ofstream(path) << Tables()
+                      << absl::StrReplaceAll(kConfig,
+                                             {{"@DATA@", DataDir()}, {"@CHECKPOINT@", checkpoint}});
   return path;
 }
 
@@ -153,11 +154,11 @@ std::map<std::string, std::string> ExportTest::reference_, ExportTest::checkpoin
 
 TEST_F(ExportTest, ScoringTheCheckpointGivesTheTrainersEvaluation) {
   const std::string predictions = ::testing::TempDir() + "/predictions.txt";
-  const ToolRun run = RunTool(
-      "worker/export/ps_score",
-      {"--config=" + config_, "--checkpoint_dir=" + ckpt_, absl::StrCat("--clock=", kCut),
-       "--data=" + EvalFile(), "--predictions=" + predictions},
-      "PS_SCORE_RESULT ", ::testing::TempDir() + "/ps_score.log");
+  const ToolRun run =
+      RunTool("worker/export/ps_score",
+              {"--config=" + config_, "--checkpoint_dir=" + ckpt_, absl::StrCat("--clock=", kCut),
+               "--data=" + EvalFile(), "--predictions=" + predictions},
+              "PS_SCORE_RESULT ", ::testing::TempDir() + "/ps_score.log");
   ASSERT_EQ(run.code, 0) << testing::ReadFile(::testing::TempDir() + "/ps_score.log");
   std::printf("trainer at step %llu: auc=%s logloss=%s; ps_score: auc=%s logloss=%s\n",
               static_cast<unsigned long long>(kCut), reference_["eval_auc"].c_str(),
@@ -190,11 +191,11 @@ TEST_F(ExportTest, ScoringTheCheckpointGivesTheTrainersEvaluation) {
 // checkpointed job's own final evaluation.
 TEST_F(ExportTest, TheLatestCheckpointByDefault) {
   const std::string log = ::testing::TempDir() + "/ps_score_latest.log";
-  const ToolRun run = RunTool("worker/export/ps_score",
-                              {"--config=" + config_, "--checkpoint_dir=" + ckpt_,
-                               "--data=" + EvalFile(),
-                               "--predictions=" + ::testing::TempDir() + "/latest.txt"},
-                              "PS_SCORE_RESULT ", log);
+  const ToolRun run =
+      RunTool("worker/export/ps_score",
+              {"--config=" + config_, "--checkpoint_dir=" + ckpt_, "--data=" + EvalFile(),
+               "--predictions=" + ::testing::TempDir() + "/latest.txt"},
+              "PS_SCORE_RESULT ", log);
   ASSERT_EQ(run.code, 0) << testing::ReadFile(log);
   const std::string clock = run.result.at("clock");
   std::printf("latest checkpoint: clock %s, auc=%s (job's final eval_auc=%s)\n", clock.c_str(),
@@ -217,11 +218,11 @@ TEST_F(ExportTest, MalformedLinesGetNanAndTheSameAuc) {
   }
   const std::string predictions = ::testing::TempDir() + "/predictions_garbage.txt";
   const std::string log = ::testing::TempDir() + "/ps_score_garbage.log";
-  const ToolRun run = RunTool("worker/export/ps_score",
-                              {"--config=" + config_, "--checkpoint_dir=" + ckpt_,
-                               absl::StrCat("--clock=", kCut), "--data=" + file,
-                               "--predictions=" + predictions},
-                              "PS_SCORE_RESULT ", log);
+  const ToolRun run =
+      RunTool("worker/export/ps_score",
+              {"--config=" + config_, "--checkpoint_dir=" + ckpt_, absl::StrCat("--clock=", kCut),
+               "--data=" + file, "--predictions=" + predictions},
+              "PS_SCORE_RESULT ", log);
   ASSERT_EQ(run.code, 0) << testing::ReadFile(log);
   EXPECT_EQ(run.result.at("malformed"), "1");
   EXPECT_EQ(run.result.at("auc"), reference_["eval_auc"]);
@@ -247,8 +248,8 @@ TEST_F(ExportTest, ExportReadsBackWithTheCheckpointsRows) {
   std::map<uint32_t, std::vector<float>> shared;  // Its shared rows, by partition.
   std::map<uint64_t, std::vector<float>> chunks;  // Table 2.
   for (const auto& f : resolved->manifest.files()) {
-    auto reader = checkpoint::CheckpointFileReader::Open(
-        checkpoint::JoinPath(resolved->dir, f.name()));
+    auto reader =
+        checkpoint::CheckpointFileReader::Open(checkpoint::JoinPath(resolved->dir, f.name()));
     ASSERT_TRUE(reader.ok()) << reader.status();
     for (const checkpoint::RecordBlock& b : (*reader)->blocks()) {
       const uint32_t dim = (*reader)->FindTable(b.table_id())->dim;
@@ -323,11 +324,11 @@ TEST_F(ExportTest, ACheckpointOfAnotherJobIsRefused) {
   std::ofstream(other) << absl::StrReplaceAll(testing::ReadFile(config_),
                                               {{"name: \"export\"", "name: \"other\""}});
   const std::string log = ::testing::TempDir() + "/ps_score_other.log";
-  const ToolRun run = RunTool("worker/export/ps_score",
-                              {"--config=" + other, "--checkpoint_dir=" + ckpt_,
-                               "--data=" + EvalFile(),
-                               "--predictions=" + ::testing::TempDir() + "/other.txt"},
-                              "PS_SCORE_RESULT ", log);
+  const ToolRun run =
+      RunTool("worker/export/ps_score",
+              {"--config=" + other, "--checkpoint_dir=" + ckpt_, "--data=" + EvalFile(),
+               "--predictions=" + ::testing::TempDir() + "/other.txt"},
+              "PS_SCORE_RESULT ", log);
   EXPECT_EQ(run.code, 1);
   EXPECT_NE(testing::ReadFile(log).find("checkpoint of job \"export\""), std::string::npos)
       << testing::ReadFile(log);

@@ -43,8 +43,8 @@ cluster { num_servers: 1 num_workers: 2 num_partitions: 16 mode: BSP }
 
 // Where a refusal must say nothing but the refusal.
 void ExpectRefusedBlind(const grpc::Status& st, const std::string& rpc) {
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << rpc << ": "
-                                                                << st.error_message();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << rpc << ": " << st.error_message();
   EXPECT_EQ(st.error_message(),
             absl::StrCat(rpc, " refused: the call does not carry this job's secret"));
 }

@@ -140,9 +140,9 @@ JobPlan Ssp(const std::string& name, int step_delay_ms, const std::string& on_wo
   p.name = name;
   const std::string loss =
       on_worker_loss.empty() ? "" : absl::StrCat("on_worker_loss: ", on_worker_loss);
-  p.config = absl::StrCat(
-      testing::kSmallDlrmTables,
-      absl::StrReplaceAll(kSspCluster, {{"@DATA@", SspDataDir()}, {"@LOSS@", loss}}));
+  p.config =
+      absl::StrCat(testing::kSmallDlrmTables,
+                   absl::StrReplaceAll(kSspCluster, {{"@DATA@", SspDataDir()}, {"@LOSS@", loss}}));
   p.worker_flags = {absl::StrCat("--step_delay_ms=", step_delay_ms)};
   p.worker_host = std::move(worker_host);
   return p;
@@ -281,8 +281,9 @@ class NetFaultTest : public ::testing::Test {
   void SetUp() override {
     const absl::Status st = testing::NetBoxAvailable();
     ASSERT_TRUE(st.ok()) << st.message();
-    ASSERT_EQ(Clean().outcome.code, 0) << "the fault-free job failed: " << Clean().outcome.result
-                                       << "\n" << Clean().logs;
+    ASSERT_EQ(Clean().outcome.code, 0)
+        << "the fault-free job failed: " << Clean().outcome.result << "\n"
+        << Clean().logs;
     ASSERT_NE(Clean().outcome.checksum, 0u) << Clean().logs;
   }
 
@@ -307,8 +308,8 @@ class NetFaultTest : public ::testing::Test {
   // `stalls`, the cut must have held the job: a BSP step needs every server
   // and every worker, so at most the steps in flight complete meanwhile
   // (normally kCut is 120 steps).
-  static void CutFor(SupervisedJob& job, NetBox& box, const std::function<void()>& cut,
-                     bool stalls, const std::function<void()>& after_cut = nullptr) {
+  static void CutFor(SupervisedJob& job, NetBox& box, const std::function<void()>& cut, bool stalls,
+                     const std::function<void()>& after_cut = nullptr) {
     const uint64_t before = MaxClock(job);
     cut();
     if (after_cut) after_cut();
@@ -322,15 +323,19 @@ class NetFaultTest : public ::testing::Test {
   }
   static void CutOffFor(SupervisedJob& job, NetBox& box, int host, bool stalls,
                         const std::function<void()>& after_cut = nullptr) {
-    CutFor(job, box, [&] { ASSERT_TRUE(box.CutOff(host).ok()); }, stalls, after_cut);
+    CutFor(
+        job, box, [&] { ASSERT_TRUE(box.CutOff(host).ok()); }, stalls, after_cut);
   }
 };
 
 TEST_F(NetFaultTest, WorkerKilledAndRestartedFiveSecondsLater) {
-  const JobRun run = RunJob("a", [](SupervisedJob& job, NetBox&) {
-    job.sup().SetNextRestartDelay(job.worker(1), absl::Seconds(5));
-    job.sup().Signal(job.worker(1), SIGKILL);
-  }, kStepDelayMs);
+  const JobRun run = RunJob(
+      "a",
+      [](SupervisedJob& job, NetBox&) {
+        job.sup().SetNextRestartDelay(job.worker(1), absl::Seconds(5));
+        job.sup().Signal(job.worker(1), SIGKILL);
+      },
+      kStepDelayMs);
   ExpectAsClean("(a) worker 1 killed, back after 5 s", run);
   EXPECT_EQ(run.worker_restarts[1], 1);
 }
@@ -343,65 +348,78 @@ TEST_F(NetFaultTest, WorkerKilledAndRestartedFiveSecondsLater) {
 TEST_F(NetFaultTest, WorkerKilledBetweenItsPushes) {
   JobPlan plan = Bsp("j", kStepDelayMs);
   const std::string marker = absl::StrCat(std::getenv("TEST_TMPDIR"), "/j-exited-mid-push");
-  plan.worker_flags.push_back(
-      absl::StrCat("--testing_exit_mid_push=1:", kFaultClock, ":", marker));
+  plan.worker_flags.push_back(absl::StrCat("--testing_exit_mid_push=1:", kFaultClock, ":", marker));
   const JobRun run = RunJob(plan, nullptr);
   ExpectAsClean("(j) worker 1 exits between its pushes", run);
   EXPECT_TRUE(std::filesystem::exists(marker)) << "worker 1 never exited mid-push\n" << run.logs;
   EXPECT_EQ(run.worker_restarts[1], 1);
   EXPECT_GE(run.outcome.recoveries, 1) << "no rollback\n" << run.logs;
-  EXPECT_TRUE(absl::StrContains(run.scheduler_log,
-                                absl::StrCat("worker 1 cannot redo step ", kFaultClock, " exactly")))
+  EXPECT_TRUE(absl::StrContains(
+      run.scheduler_log, absl::StrCat("worker 1 cannot redo step ", kFaultClock, " exactly")))
       << run.logs;
 }
 
 TEST_F(NetFaultTest, NodeLostServerAndWorkerTogether) {
   // Worker 1 lives on server 1's host: the node.
   const int node = 2;
-  const JobRun run = RunJob("b", [node](SupervisedJob& job, NetBox& box) {
-    ASSERT_EQ(job.server_host(1), node);
-    auto killed = box.KillHost(node);
-    ASSERT_TRUE(killed.ok()) << killed.status();
-    EXPECT_EQ(*killed, 2) << "the node held server 1 and worker 1";
-  }, kStepDelayMs, {{1, node}});
+  const JobRun run = RunJob("b",
+                            [node](SupervisedJob& job, NetBox& box) {
+                              ASSERT_EQ(job.server_host(1), node);
+                              auto killed = box.KillHost(node);
+                              ASSERT_TRUE(killed.ok()) << killed.status();
+                              EXPECT_EQ(*killed, 2) << "the node held server 1 and worker 1";
+                            },
+                            kStepDelayMs, {{1, node}});
   ExpectAsClean("(b) node lost (server 1 + worker 1)", run);
   EXPECT_EQ(run.server_restarts[1], 1);
   EXPECT_EQ(run.worker_restarts[1], 1);
 }
 
 TEST_F(NetFaultTest, BothWorkersKilledRestartedOneSecondApart) {
-  const JobRun run = RunJob("c", [](SupervisedJob& job, NetBox&) {
-    job.sup().SetNextRestartDelay(job.worker(0), absl::Seconds(1));
-    job.sup().SetNextRestartDelay(job.worker(1), absl::Seconds(2));
-    job.sup().Signal(job.worker(0), SIGKILL);
-    job.sup().Signal(job.worker(1), SIGKILL);
-  }, kStepDelayMs);
+  const JobRun run = RunJob(
+      "c",
+      [](SupervisedJob& job, NetBox&) {
+        job.sup().SetNextRestartDelay(job.worker(0), absl::Seconds(1));
+        job.sup().SetNextRestartDelay(job.worker(1), absl::Seconds(2));
+        job.sup().Signal(job.worker(0), SIGKILL);
+        job.sup().Signal(job.worker(1), SIGKILL);
+      },
+      kStepDelayMs);
   ExpectAsClean("(c) both workers killed, back 1 s apart", run);
   EXPECT_EQ(run.worker_restarts[0], 1);
   EXPECT_EQ(run.worker_restarts[1], 1);
 }
 
 TEST_F(NetFaultTest, ServerHostCutOff) {
-  ExpectAsClean("(d) server 1's host cut off 12 s",
-                RunJob("d", [](SupervisedJob& job, NetBox& box) {
-                  CutOffFor(job, box, job.server_host(1), /*stalls=*/true);
-                }, kStepDelayMs));
+  ExpectAsClean("(d) server 1's host cut off 12 s", RunJob(
+                                                        "d",
+                                                        [](SupervisedJob& job, NetBox& box) {
+                                                          CutOffFor(job, box, job.server_host(1),
+                                                                    /*stalls=*/true);
+                                                        },
+                                                        kStepDelayMs));
 }
 
 TEST_F(NetFaultTest, WorkerHostCutOff) {
-  ExpectAsClean("(e) worker 1's host cut off 12 s",
-                RunJob("e", [](SupervisedJob& job, NetBox& box) {
-                  CutOffFor(job, box, job.worker_host(1), /*stalls=*/true);
-                }, kStepDelayMs));
+  ExpectAsClean("(e) worker 1's host cut off 12 s", RunJob(
+                                                        "e",
+                                                        [](SupervisedJob& job, NetBox& box) {
+                                                          CutOffFor(job, box, job.worker_host(1),
+                                                                    /*stalls=*/true);
+                                                        },
+                                                        kStepDelayMs));
 }
 
 TEST_F(NetFaultTest, SchedulerHostCutOff) {
   ExpectAsClean("(f) the scheduler's host cut off 12 s",
-                RunJob("f", [](SupervisedJob& job, NetBox& box) {
-                  // The others give the scheduler up after 3 x dead_after_ms
-                  // and are restarted; what they do until then is theirs.
-                  CutOffFor(job, box, job.scheduler_host(), /*stalls=*/false);
-                }, kStepDelayMs));
+                RunJob(
+                    "f",
+                    [](SupervisedJob& job, NetBox& box) {
+                      // The others give the scheduler up after 3 x dead_after_ms
+                      // and are restarted; what they do until then is theirs.
+                      CutOffFor(job, box, job.scheduler_host(), /*stalls=*/false);
+                    },
+                    kStepDelayMs));
 }
 
 TEST_F(NetFaultTest, SchedulerHostCutOffDuringCheckpointWrite) {
@@ -419,12 +437,13 @@ TEST_F(NetFaultTest, SchedulerHostCutOffDuringCheckpointWrite) {
            absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(5));  // Polls the checkpoint directory.
     }
-    ASSERT_GT(writing, kFaultClock) << "no checkpoint write after clock " << kFaultClock
-                                    << " (waited 2 min or the job ended)\n" << job.Logs();
+    ASSERT_GT(writing, kFaultClock)
+        << "no checkpoint write after clock " << kFaultClock << " (waited 2 min or the job ended)\n"
+        << job.Logs();
     CutOffFor(job, box, job.scheduler_host(), /*stalls=*/false, [&] {
       // Inside the write: the MANIFEST is still missing once the cut is in.
-      EXPECT_FALSE(std::filesystem::exists(
-          absl::StrCat(job.ckpt(), "/ckpt-", writing, "/MANIFEST")))
+      EXPECT_FALSE(
+          std::filesystem::exists(absl::StrCat(job.ckpt(), "/ckpt-", writing, "/MANIFEST")))
           << "the checkpoint at " << writing << " was complete before the cut";
     });
     cut_during = writing;
@@ -446,34 +465,46 @@ TEST_F(NetFaultTest, SchedulerHostCutOffDuringCheckpointWrite) {
 
 TEST_F(NetFaultTest, ServerCutFromTheWorkersOnly) {
   ExpectAsClean("(g) server 1 cut from the workers 12 s",
-                RunJob("g", [](SupervisedJob& job, NetBox& box) {
-                  CutFor(job, box, [&] {
-                    ASSERT_TRUE(box.Cut(job.server_host(1), job.worker_host(0)).ok());
-                    ASSERT_TRUE(box.Cut(job.server_host(1), job.worker_host(1)).ok());
-                  }, /*stalls=*/true);
-                }, kStepDelayMs));
+                RunJob(
+                    "g",
+                    [](SupervisedJob& job, NetBox& box) {
+                      CutFor(
+                          job, box,
+                          [&] {
+                            ASSERT_TRUE(box.Cut(job.server_host(1), job.worker_host(0)).ok());
+                            ASSERT_TRUE(box.Cut(job.server_host(1), job.worker_host(1)).ok());
+                          },
+                          /*stalls=*/true);
+                    },
+                    kStepDelayMs));
 }
 
 TEST_F(NetFaultTest, WorkerLinkFlapping) {
   ExpectAsClean("(h) worker 1's link flapping 1 s / 1 s for 20 s",
-                RunJob("h", [](SupervisedJob& job, NetBox& box) {
-                  box.StartFlap(job.worker_host(1), absl::Seconds(1), absl::Seconds(1), 10);
-                  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-                  while (box.Flapping() && absl::Now() < deadline) {
-                    absl::SleepFor(absl::Milliseconds(100));  // Polls the flap's end.
-                  }
-                  EXPECT_FALSE(box.Flapping()) << "the flap did not end in 60 s";
-                  EXPECT_FALSE(job.Ended()) << "the job ended during the flap\n" << job.Logs();
-                }, kStepDelayMs));
+                RunJob(
+                    "h",
+                    [](SupervisedJob& job, NetBox& box) {
+                      box.StartFlap(job.worker_host(1), absl::Seconds(1), absl::Seconds(1), 10);
+                      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+                      while (box.Flapping() && absl::Now() < deadline) {
+                        absl::SleepFor(absl::Milliseconds(100));  // Polls the flap's end.
+                      }
+                      EXPECT_FALSE(box.Flapping()) << "the flap did not end in 60 s";
+                      EXPECT_FALSE(job.Ended()) << "the job ended during the flap\n" << job.Logs();
+                    },
+                    kStepDelayMs));
 }
 
 TEST_F(NetFaultTest, BothWorkersKilledRestartedTwelveSecondsLater) {
-  const JobRun run = RunJob("i", [](SupervisedJob& job, NetBox&) {
-    job.sup().SetNextRestartDelay(job.worker(0), absl::Seconds(12));
-    job.sup().SetNextRestartDelay(job.worker(1), absl::Seconds(12));
-    job.sup().Signal(job.worker(0), SIGKILL);
-    job.sup().Signal(job.worker(1), SIGKILL);
-  }, kStepDelayMs);
+  const JobRun run = RunJob(
+      "i",
+      [](SupervisedJob& job, NetBox&) {
+        job.sup().SetNextRestartDelay(job.worker(0), absl::Seconds(12));
+        job.sup().SetNextRestartDelay(job.worker(1), absl::Seconds(12));
+        job.sup().Signal(job.worker(0), SIGKILL);
+        job.sup().Signal(job.worker(1), SIGKILL);
+      },
+      kStepDelayMs);
   ExpectAsClean("(i) both workers killed, back after 12 s", run);
   // The final checkpoint and its evaluation, as in the fault-free run.
   EXPECT_EQ(run.final_checkpoint, Clean().final_checkpoint) << run.logs;
@@ -517,14 +548,16 @@ class NetFaultSspTest : public ::testing::Test {
     EXPECT_EQ(out.code, 0) << out.result << "\n" << run.logs;
     EXPECT_EQ(Field(out, "state"), "done") << out.result;
     EXPECT_EQ(Field(out, "samples"), absl::StrCat(TrainLines(SspDataDir())))
-        << "not every sample trained once: " << out.result << "\n" << run.logs;
+        << "not every sample trained once: " << out.result << "\n"
+        << run.logs;
     EXPECT_EQ(out.fields.count("untrained_samples"), 0u) << out.result;
     EXPECT_LE(std::fabs(out.auc - clean.auc), 0.01) << out.result;
   }
 
   static void ExpectLogged(const JobRun& run, const std::string& line) {
     EXPECT_TRUE(absl::StrContains(run.scheduler_log, line))
-        << "the scheduler never logged \"" << line << "\"\n" << run.logs;
+        << "the scheduler never logged \"" << line << "\"\n"
+        << run.logs;
   }
 };
 
@@ -536,8 +569,9 @@ TEST_F(NetFaultSspTest, WorkerKilledAndRestartedFiveSecondsLater) {
   ExpectAllTrained("SSP (a) worker 1 killed, back after 5 s", run);
   EXPECT_EQ(run.worker_restarts[1], 1);
   // Away for 5 s, more than dead_after_ms: REASSIGN let worker 0 go on.
-  ExpectLogged(run, "worker 1 missed heartbeats: declared dead; it leaves the clock minimum "
-                    "(cluster.on_worker_loss REASSIGN)");
+  ExpectLogged(run,
+               "worker 1 missed heartbeats: declared dead; it leaves the clock minimum "
+               "(cluster.on_worker_loss REASSIGN)");
 }
 
 TEST_F(NetFaultSspTest, WorkerHostCutOff) {
@@ -552,20 +586,21 @@ TEST_F(NetFaultSspTest, WorkerHostCutOff) {
     EXPECT_FALSE(job.Ended()) << "the job ended during the cut\n" << job.Logs();
   });
   ExpectAllTrained("SSP (e) worker 1's host cut off 12 s", run);
-  ExpectLogged(run, "worker 1 missed heartbeats: declared dead; it leaves the clock minimum "
-                    "(cluster.on_worker_loss REASSIGN)");
+  ExpectLogged(run,
+               "worker 1 missed heartbeats: declared dead; it leaves the clock minimum "
+               "(cluster.on_worker_loss REASSIGN)");
 }
 
 TEST_F(NetFaultSspTest, NodeLostServerAndWorkerTogether) {
   // Worker 1 lives on server 1's host: the node.
   const int node = 2;
-  const JobRun run = RunJob(Ssp("ssp-b", kStepDelayMs, "", {{1, node}}),
-                            [node](SupervisedJob& job, NetBox& box) {
-                              ASSERT_EQ(job.server_host(1), node);
-                              auto killed = box.KillHost(node);
-                              ASSERT_TRUE(killed.ok()) << killed.status();
-                              EXPECT_EQ(*killed, 2) << "the node held server 1 and worker 1";
-                            });
+  const JobRun run =
+      RunJob(Ssp("ssp-b", kStepDelayMs, "", {{1, node}}), [node](SupervisedJob& job, NetBox& box) {
+        ASSERT_EQ(job.server_host(1), node);
+        auto killed = box.KillHost(node);
+        ASSERT_TRUE(killed.ok()) << killed.status();
+        EXPECT_EQ(*killed, 2) << "the node held server 1 and worker 1";
+      });
   ExpectAllTrained("SSP (b) node lost (server 1 + worker 1)", run);
   EXPECT_EQ(run.server_restarts[1], 1);
   EXPECT_EQ(run.worker_restarts[1], 1);

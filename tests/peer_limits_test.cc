@@ -51,8 +51,7 @@ constexpr int kDataThreads = 2;
 
 // A config whose answers are 16 MiB; `cluster_extra` is appended to its
 // cluster section.
-std::string WriteConfig(const std::string& dir,
-                        const std::string& cluster_extra) {
+std::string WriteConfig(const std::string& dir, const std::string& cluster_extra) {
   const std::string path = dir + "/server.pbtxt";
   std::ofstream(path) << R"pb(
         name: "peer-limits"
@@ -100,22 +99,19 @@ uint64_t WaitRssAtMost(pid_t pid, uint64_t bound, absl::Duration timeout) {
 }
 
 std::string StartServer(Subprocess* server, const std::string& config) {
-  EXPECT_TRUE(
-      server
-          ->Start({RunfilePath("server/ps_server"), "--config=" + config,
-                   absl::StrCat("--data_threads=", kDataThreads),
-                   "--table_helpers=0"})
-          .ok());
-  return server->WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60))
-      .value_or("");
+  EXPECT_TRUE(server
+                  ->Start({RunfilePath("server/ps_server"), "--config=" + config,
+                           absl::StrCat("--data_threads=", kDataThreads), "--table_helpers=0"})
+                  .ok());
+  return server->WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60)).value_or("");
 }
 
 // An honest caller's 16 MiB pull, read: its status.
 grpc::Status HonestPull(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
-  auto stub = ParameterServer::NewStub(grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args));
+  auto stub = ParameterServer::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
   PullRequest request;
   request.set_map_version(1);
   request.set_purpose(EVAL);
@@ -133,21 +129,19 @@ grpc::Status HonestPull(const std::string& address) {
 }
 
 absl::Status StartAttacker(Subprocess* attacker, const std::string& address) {
-  if (absl::Status st = attacker->Start(
-          {RunfilePath("tests/unread_pulls_client"), "--server=" + address,
-           absl::StrCat("--pulls=", kPulls), absl::StrCat("--keys=", kKeys)});
+  if (absl::Status st =
+          attacker->Start({RunfilePath("tests/unread_pulls_client"), "--server=" + address,
+                           absl::StrCat("--pulls=", kPulls), absl::StrCat("--keys=", kKeys)});
       !st.ok()) {
     return st;
   }
-  return attacker->WaitForLine("UNREAD_PULLS_ANSWERED ", absl::Seconds(120))
-      .status();
+  return attacker->WaitForLine("UNREAD_PULLS_ANSWERED ", absl::Seconds(120)).status();
 }
 
 // What the server may hold while the attacker's answers are unread: the
 // unsent-answer limit, the answer each data thread may be building, and
 // slack for gRPC's own buffers.
-constexpr uint64_t kHoldBound =
-    kUnsentLimit + kDataThreads * kAnswer + 32 * kMiB;
+constexpr uint64_t kHoldBound = kUnsentLimit + kDataThreads * kAnswer + 32 * kMiB;
 // Near the baseline: allocator slack once the answers are freed.
 constexpr uint64_t kBackBound = 24 * kMiB;
 
@@ -158,8 +152,7 @@ TEST(PeerLimitsTest, UnreadAnswersAreBoundedAndFreedWhenTheirCallerLeaves) {
   const std::string address = StartServer(&server, config);
   ASSERT_FALSE(address.empty()) << server.output();
   ASSERT_TRUE(HonestPull(address).ok())
-      << HonestPull(address)
-             .error_message();  // Warm: the allocator has seen one answer.
+      << HonestPull(address).error_message();  // Warm: the allocator has seen one answer.
   const uint64_t baseline = Rss(server.pid());
   ASSERT_GT(baseline, 0u);
 
@@ -167,23 +160,20 @@ TEST(PeerLimitsTest, UnreadAnswersAreBoundedAndFreedWhenTheirCallerLeaves) {
   ASSERT_TRUE(StartAttacker(&attacker, address).ok()) << attacker.output();
   const uint64_t held = Rss(server.pid());
   EXPECT_LE(held, baseline + kHoldBound)
-      << "baseline " << baseline / kMiB << " MiB, with " << kPulls
-      << " unread 16 MiB answers " << held / kMiB << " MiB";
+      << "baseline " << baseline / kMiB << " MiB, with " << kPulls << " unread 16 MiB answers "
+      << held / kMiB << " MiB";
   // The budget is taken: an honest pull is refused for now (and retried).
   const grpc::Status refused = HonestPull(address);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE)
-      << refused.error_message();
-  EXPECT_NE(refused.error_message().find("max_unsent_answer_bytes"),
-            std::string::npos)
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("max_unsent_answer_bytes"), std::string::npos)
       << refused.error_message();
 
   attacker.Signal(SIGKILL);
   ASSERT_TRUE(attacker.Wait(absl::Seconds(30)).ok());
-  const uint64_t after =
-      WaitRssAtMost(server.pid(), baseline + kBackBound, absl::Seconds(30));
+  const uint64_t after = WaitRssAtMost(server.pid(), baseline + kBackBound, absl::Seconds(30));
   EXPECT_LE(after, baseline + kBackBound)
-      << "30 s after the caller left: baseline " << baseline / kMiB
-      << " MiB, now " << after / kMiB << " MiB";
+      << "30 s after the caller left: baseline " << baseline / kMiB << " MiB, now " << after / kMiB
+      << " MiB";
   EXPECT_TRUE(HonestPull(address).ok()) << "the budget was not given back";
   server.Signal(SIGTERM);
   EXPECT_EQ(server.Wait(absl::Seconds(30)).value_or(-1), 0);
@@ -201,27 +191,21 @@ TEST(PeerLimitsTest, AnswersLeftUnreadAreCancelledAfterTheTimeout) {
   Subprocess attacker;  // Stays connected, reading nothing.
   ASSERT_TRUE(StartAttacker(&attacker, address).ok()) << attacker.output();
   EXPECT_LE(Rss(server.pid()), baseline + kHoldBound);
-  const uint64_t after =
-      WaitRssAtMost(server.pid(), baseline + kBackBound, absl::Seconds(60));
+  const uint64_t after = WaitRssAtMost(server.pid(), baseline + kBackBound, absl::Seconds(60));
   EXPECT_LE(after, baseline + kBackBound)
-      << "the unread answers were not freed: baseline " << baseline / kMiB
-      << " MiB, now " << after / kMiB << " MiB";
-  EXPECT_TRUE(HonestPull(address).ok())
-      << "the cancelled answers still hold the budget";
-  EXPECT_FALSE(attacker.Poll().has_value())
-      << "the attacker was to stay connected";
+      << "the unread answers were not freed: baseline " << baseline / kMiB << " MiB, now "
+      << after / kMiB << " MiB";
+  EXPECT_TRUE(HonestPull(address).ok()) << "the cancelled answers still hold the budget";
+  EXPECT_FALSE(attacker.Poll().has_value()) << "the attacker was to stay connected";
   server.Signal(SIGTERM);
   EXPECT_EQ(server.Wait(absl::Seconds(30)).value_or(-1), 0);
 }
 
 // A request of `method` whose bytes are no protobuf message, to the server
 // at `address`: its status.
-grpc::Status SendGarbage(const std::string& address,
-                         const std::string& method) {
-  grpc::GenericStub stub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  const std::string garbage =
-      "\xff\xff\xff\xff";  // A tag with no valid field number.
+grpc::Status SendGarbage(const std::string& address, const std::string& method) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  const std::string garbage = "\xff\xff\xff\xff";  // A tag with no valid field number.
   grpc::Slice slice(garbage);
   const grpc::ByteBuffer bytes(&slice, 1);
   grpc::ClientContext ctx;
@@ -234,8 +218,7 @@ grpc::Status SendGarbage(const std::string& address,
   call->Finish(&response, &st, reinterpret_cast<void*>(1));
   void* tag;
   bool ok;
-  if (!cq.Next(&tag, &ok))
-    return grpc::Status(grpc::StatusCode::INTERNAL, "no answer");
+  if (!cq.Next(&tag, &ok)) return grpc::Status(grpc::StatusCode::INTERNAL, "no answer");
   return st;
 }
 
@@ -250,12 +233,8 @@ TEST(PeerLimitsTest, MalformedRequestsAreInvalidArgumentNamingTheMethod) {
   const std::string address = StartServer(&server, config);
   ASSERT_FALSE(address.empty()) << server.output();
   Subprocess scheduler;
-  ASSERT_TRUE(
-      scheduler
-          .Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + config})
-          .ok());
-  auto scheduler_address =
-      scheduler.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
+  ASSERT_TRUE(scheduler.Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + config}).ok());
+  auto scheduler_address = scheduler.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
   ASSERT_TRUE(scheduler_address.ok()) << scheduler_address.status();
   const std::vector<std::pair<std::string, std::string>> calls = {
       {address, "/shardps.ParameterServer/Pull"},
@@ -267,8 +246,7 @@ TEST(PeerLimitsTest, MalformedRequestsAreInvalidArgumentNamingTheMethod) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
         << method << ": " << st.error_message();
     const std::string name = method.substr(method.rfind('/') + 1);
-    EXPECT_NE(st.error_message().find(name), std::string::npos)
-        << st.error_message();
+    EXPECT_NE(st.error_message().find(name), std::string::npos) << st.error_message();
     EXPECT_NE(st.error_message().find("not a well-formed"), std::string::npos)
         << st.error_message();
   }

@@ -1,4 +1,6 @@
 // The worker's PsClient against two real ps_server processes.
+#include "common/client/ps_client.h"
+
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -7,7 +9,6 @@
 #include "common/partition.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
-#include "common/client/ps_client.h"
 
 namespace shardps {
 namespace {
@@ -42,8 +43,9 @@ class PsClientTest : public ::testing::Test {
     auto contiguous = PartitionMap::Contiguous(1, 64, 2);
     for (uint32_t o : contiguous->owners()) map.add_owner(o);
     for (int i = 0; i < 2; ++i) {
-      ASSERT_TRUE(servers_[i].Start({RunfilePath("server/ps_server"), "--config=" + path,
-                                     absl::StrCat("--index=", i)})
+      ASSERT_TRUE(servers_[i]
+                      .Start({RunfilePath("server/ps_server"), "--config=" + path,
+                              absl::StrCat("--index=", i)})
                       .ok());
       auto address = servers_[i].WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(30));
       ASSERT_TRUE(address.ok()) << address.status();
@@ -74,15 +76,16 @@ TEST_F(PsClientTest, PullPushRoundTripAcrossServersWithSplitting) {
   auto client = Client(options, map_);
   const std::vector<uint64_t> keys = Keys(500);
   std::vector<float> rows(keys.size() * 4, -1.0f);
-  ASSERT_TRUE(client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 0)
-                  ->Wait().ok());
+  ASSERT_TRUE(
+      client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 0)->Wait().ok());
   for (float v : rows) ASSERT_EQ(v, 0.0f);  // ZEROS init
   std::vector<float> grads(keys.size() * 4);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 7);
   ASSERT_TRUE(client->PushAsync({{1, 4, keys.data(), keys.size(), grads.data()}}, 0, 1.0f, false)
-                  ->Wait().ok());
-  ASSERT_TRUE(client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 1)
-                  ->Wait().ok());
+                  ->Wait()
+                  .ok());
+  ASSERT_TRUE(
+      client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 1)->Wait().ok());
   for (size_t i = 0; i < rows.size(); ++i) {
     ASSERT_EQ(rows[i], -0.5f * grads[i]) << i;  // SGD, lr 0.5, exact
   }
@@ -95,10 +98,11 @@ TEST_F(PsClientTest, Bf16OnTheWireRoundsValues) {
   const std::vector<uint64_t> keys = Keys(20);
   std::vector<float> grads(keys.size() * 4, 1.0f / 3.0f);
   ASSERT_TRUE(client->PushAsync({{1, 4, keys.data(), keys.size(), grads.data()}}, 0, 1.0f, false)
-                  ->Wait().ok());
+                  ->Wait()
+                  .ok());
   std::vector<float> rows(keys.size() * 4);
-  ASSERT_TRUE(client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 1)
-                  ->Wait().ok());
+  ASSERT_TRUE(
+      client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 1)->Wait().ok());
   for (float v : rows) EXPECT_NEAR(v, -0.5f / 3.0f, 2e-3f);
 }
 
@@ -112,8 +116,8 @@ TEST_F(PsClientTest, StaleMapIsRefreshedAndTheCallSucceeds) {
   auto client = Client(PsClient::Options(), stale);
   const std::vector<uint64_t> keys = Keys(100);
   std::vector<float> rows(keys.size() * 4, -1.0f);
-  ASSERT_TRUE(client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 0)
-                  ->Wait().ok());
+  ASSERT_TRUE(
+      client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 0)->Wait().ok());
   EXPECT_EQ(client->map_version(), 1u);
   for (float v : rows) EXPECT_EQ(v, 0.0f);
 }
@@ -130,21 +134,22 @@ TEST_F(PsClientTest, SparsePushIsAppliedAsTheFullPushInFewerBytes) {
   ASSERT_TRUE(client->PushAsync({push}, 0, 1.0f, false)->Wait().ok());
   const uint64_t sparse_bytes = client->Traffic()[1].push_bytes;
   std::vector<float> rows(keys.size() * 4, -1.0f);
-  ASSERT_TRUE(client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 1)
-                  ->Wait().ok());
+  ASSERT_TRUE(
+      client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 1)->Wait().ok());
   for (size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(rows[i], -0.5f * grads[i]) << i;
   // The same push in full, from a second client: the rows move by as much
   // again, and the bytes are those of every element.
   auto full = Client(PsClient::Options(), map_);
   ASSERT_TRUE(full->PushAsync({{1, 4, keys.data(), keys.size(), grads.data()}}, 1, 1.0f, false)
-                  ->Wait().ok());
+                  ->Wait()
+                  .ok());
   const uint64_t full_bytes = full->Traffic()[1].push_bytes;
   const uint64_t key_bytes = keys.size() * 8;  // Sent either way.
   EXPECT_GE(full_bytes, key_bytes + keys.size() * 16);
   EXPECT_LT((sparse_bytes - key_bytes) * 3, full_bytes - key_bytes)
       << sparse_bytes << " vs " << full_bytes;
-  ASSERT_TRUE(client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 2)
-                  ->Wait().ok());
+  ASSERT_TRUE(
+      client->PullAsync({{1, 4, keys.data(), keys.size(), rows.data()}}, TRAIN, 2)->Wait().ok());
   for (size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(rows[i], -1.0f * grads[i]) << i;
   // Two pulls, each of every key and row.
   EXPECT_GE(client->Traffic()[1].pull_bytes, 2 * (key_bytes + keys.size() * 16));
@@ -166,7 +171,8 @@ TEST_F(PsClientTest, PullWithStateReadsWeightsAndOptimizerState) {
   std::vector<float> grads(keys.size() * 4);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 3);  // 0, 1, 2
   ASSERT_TRUE(client->PushAsync({{2, 4, keys.data(), keys.size(), grads.data()}}, 0, 1.0f, false)
-                  ->Wait().ok());
+                  ->Wait()
+                  .ok());
   std::vector<float> rows(keys.size() * 8, -1.0f);
   TablePull pull{2, 4, keys.data(), keys.size(), rows.data()};
   pull.state = 4;
@@ -197,7 +203,8 @@ TEST_F(PsClientTest, BadRequestIsReportedNotRetried) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   std::vector<float> grads(3 * 4, NAN);
   EXPECT_EQ(client->PushAsync({{1, 4, keys.data(), keys.size(), grads.data()}}, 0, 1.0f, false)
-                ->Wait().code(),
+                ->Wait()
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 

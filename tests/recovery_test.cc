@@ -47,7 +47,9 @@ const std::string kMaxSteps = absl::StrCat("--max_steps=", kSteps);
 bool WaitForClock(const LocalCluster& cluster, uint64_t clock) {
   auto status = cluster.WaitForJob(
       absl::StrCat("every worker at clock ", clock),
-      [clock](const JobStatusResponse& s) { return s.state() == "running" && s.min_clock() >= clock; },
+      [clock](const JobStatusResponse& s) {
+        return s.state() == "running" && s.min_clock() >= clock;
+      },
       absl::Minutes(3));
   EXPECT_TRUE(status.ok()) << status.status() << "\n" << cluster.AllLogTails();
   return status.ok();
@@ -81,9 +83,12 @@ std::string WriteConfig(const std::string& name, const std::string& mode,
                         const std::string& checkpoint_extra = "") {
   const std::string dir = Dir(name);
   const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << testing::kSmallDlrmTables << absl::StrReplaceAll(
-      kConfig, {{"@DATA@", ::testing::TempDir() + "/chaos_data"}, {"@MODE@", mode},
-                {"@CKPT@", Dir(name + "/ckpt")}, {"keep: 2", "keep: 2 " + checkpoint_extra}});
+  std::ofstream(config) << testing::kSmallDlrmTables
+                        << absl::StrReplaceAll(kConfig,
+                                               {{"@DATA@", ::testing::TempDir() + "/chaos_data"},
+                                                {"@MODE@", mode},
+                                                {"@CKPT@", Dir(name + "/ckpt")},
+                                                {"keep: 2", "keep: 2 " + checkpoint_extra}});
   return config;
 }
 
@@ -111,7 +116,8 @@ Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
     EXPECT_TRUE(cluster.Start().ok());
     if (out.kills < kills) {
       const uint64_t at = 80 + 130 * out.kills + rng() % 40;
-      static_assert(80 + 130 * 2 + 40 + 120 <= kSteps, "the last kill must come well before the end");
+      static_assert(80 + 130 * 2 + 40 + 120 <= kSteps,
+                    "the last kill must come well before the end");
       if (!WaitForClock(cluster, at)) {
         ADD_FAILURE() << "no kill " << out.kills + 1 << " at clock " << at;
         return out;
@@ -155,7 +161,8 @@ bool WaitMidJob(LocalCluster& cluster, const std::string& ckpt, std::mt19937& rn
 class RecoveryTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ASSERT_TRUE(testing::MakeSyntheticData(::testing::TempDir() + "/chaos_data", 80000, 10000, 4).ok());
+    ASSERT_TRUE(
+        testing::MakeSyntheticData(::testing::TempDir() + "/chaos_data", 80000, 10000, 4).ok());
   }
 };
 
@@ -182,8 +189,8 @@ TEST_F(RecoveryTest, SchedulerRestartedWithRecoverEndsBitIdentical) {
   LocalCluster cluster({config, Dir(name), 2, 2, {kMaxSteps, kStepDelay}, {}, {}});
   ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
   std::mt19937 rng(42);
-  ASSERT_TRUE(WaitMidJob(cluster, Dir(name + "/ckpt"), rng))
-      << "the job ended before the kill\n" << cluster.AllLogTails();
+  ASSERT_TRUE(WaitMidJob(cluster, Dir(name + "/ckpt"), rng)) << "the job ended before the kill\n"
+                                                             << cluster.AllLogTails();
   cluster.scheduler().Signal(SIGKILL);
   auto killed = cluster.scheduler().Wait(absl::Seconds(10));
   ASSERT_TRUE(killed.ok() && *killed == 128 + SIGKILL) << "the scheduler was not running";
@@ -211,22 +218,21 @@ TEST_F(RecoveryTest, RestartedWorkerResumesFromItsDataPosition) {
   const std::string mode = "mode: SSP staleness: 2";
   const std::string clean_name = "ssp_clean_w";
   // 5 ms a step: >= 4 s for the ~937 steps of a worker's shard.
-  LocalCluster clean({WriteConfig(clean_name, mode), Dir(clean_name), 2, 2,
-                      {"--step_delay_ms=5"}, {}, {}});
+  LocalCluster clean(
+      {WriteConfig(clean_name, mode), Dir(clean_name), 2, 2, {"--step_delay_ms=5"}, {}, {}});
   ASSERT_TRUE(clean.Start().ok()) << clean.AllLogTails();
   ASSERT_TRUE(clean.WaitScheduler(absl::Minutes(10)).ok()) << clean.AllLogTails();
   auto clean_results = clean.WaitWorkers(absl::Seconds(60));
   ASSERT_TRUE(clean_results.ok() && clean_results->count(1)) << clean.AllLogTails();
   const uint64_t shard_steps = std::stoull((*clean_results)[1]["steps"]);
-  const double clean_auc =
-      std::stod(testing::ParseResult(clean.SchedulerResult())["eval_auc"]);
+  const double clean_auc = std::stod(testing::ParseResult(clean.SchedulerResult())["eval_auc"]);
 
   const std::string name = "ssp_worker";
   LocalCluster cluster({WriteConfig(name, mode), Dir(name), 2, 2, {"--step_delay_ms=5"}, {}, {}});
   ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
   std::mt19937 rng(7);
-  ASSERT_TRUE(WaitMidJob(cluster, Dir(name + "/ckpt"), rng))
-      << "the job ended before the kill\n" << cluster.AllLogTails();
+  ASSERT_TRUE(WaitMidJob(cluster, Dir(name + "/ckpt"), rng)) << "the job ended before the kill\n"
+                                                             << cluster.AllLogTails();
   cluster.worker(1).Signal(SIGKILL);
   auto killed = cluster.worker(1).Wait(absl::Seconds(10));
   ASSERT_TRUE(killed.ok() && *killed == 128 + SIGKILL) << "worker 1 was not running";
@@ -264,12 +270,17 @@ TEST_F(RecoveryTest, PartialRecoveryRestoresOnlyTheFailedServer) {
   const std::string mode = "mode: SSP staleness: 2";
   const Outcome clean = RunJob("ssp_clean_p", mode, 0);
   const std::string name = "ssp_partial";
-  LocalCluster cluster({WriteConfig(name, mode, "recovery: PARTIAL"), Dir(name), 2, 2,
-                        {kMaxSteps, kStepDelay}, {}, {}});  // As RunJob's.
+  LocalCluster cluster({WriteConfig(name, mode, "recovery: PARTIAL"),
+                        Dir(name),
+                        2,
+                        2,
+                        {kMaxSteps, kStepDelay},
+                        {},
+                        {}});  // As RunJob's.
   ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
   std::mt19937 rng(11);
-  ASSERT_TRUE(WaitMidJob(cluster, Dir(name + "/ckpt"), rng))
-      << "the job ended before the kill\n" << cluster.AllLogTails();
+  ASSERT_TRUE(WaitMidJob(cluster, Dir(name + "/ckpt"), rng)) << "the job ended before the kill\n"
+                                                             << cluster.AllLogTails();
   cluster.server(1).Signal(SIGKILL);
   auto killed = cluster.server(1).Wait(absl::Seconds(10));
   ASSERT_TRUE(killed.ok() && *killed == 128 + SIGKILL) << "server 1 was not running";
@@ -280,8 +291,8 @@ TEST_F(RecoveryTest, PartialRecoveryRestoresOnlyTheFailedServer) {
   EXPECT_NE(log.find("partial recovery: servers [1] restored"), std::string::npos) << log;
   EXPECT_EQ(log.find("partial recovery: server 0"), std::string::npos) << log;
   const double auc = std::stod(testing::ParseResult(cluster.SchedulerResult())["eval_auc"]);
-  std::printf("SSP(2) partial recovery of server 1: AUC %.6f (without the kill: %.6f)\n",
-              auc, clean.auc);
+  std::printf("SSP(2) partial recovery of server 1: AUC %.6f (without the kill: %.6f)\n", auc,
+              clean.auc);
   EXPECT_NEAR(auc, clean.auc, 0.01);
   (void)cluster.WaitWorkers(absl::Seconds(30));
 }

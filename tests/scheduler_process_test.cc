@@ -5,9 +5,9 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "common/client/scheduler_client.h"
 #include "common/config.h"
 #include "gtest/gtest.h"
-#include "common/client/scheduler_client.h"
 #include "tests/testing/subprocess.h"
 
 namespace shardps {
@@ -36,9 +36,7 @@ class SchedulerProcessTest : public ::testing::Test {
     auto config = LoadJobConfig(path_);
     ASSERT_TRUE(config.ok()) << config.status();
     fingerprint_ = ConfigFingerprint(*config);
-    ASSERT_TRUE(proc_.Start({RunfilePath("scheduler/ps_scheduler"),
-                             "--config=" + path_})
-                    .ok());
+    ASSERT_TRUE(proc_.Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + path_}).ok());
     auto address = proc_.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(30));
     ASSERT_TRUE(address.ok()) << address.status();
     address_ = *address;
@@ -83,8 +81,7 @@ TEST_F(SchedulerProcessTest, RegistrationEdgeCasesAndTheJobsEnd) {
   EXPECT_NE(refused.status().message().find("different job config"), std::string::npos);
 
   // One client per simulated process, each with its own heartbeats.
-  auto member = [&](Role role, const std::string& address, int index,
-                    RegisterResponse* out) {
+  auto member = [&](Role role, const std::string& address, int index, RegisterResponse* out) {
     auto client = std::make_unique<SchedulerClient>(address_);
     auto r = client->Register(Req(role, address, index), absl::Seconds(5));
     EXPECT_TRUE(r.ok()) << r.status();
@@ -171,11 +168,9 @@ TEST_F(SchedulerProcessTest, RegistrationEdgeCasesAndTheJobsEnd) {
   auto code = proc_.Wait(absl::Seconds(30));
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 0);
-  EXPECT_NE(proc_.output().find("PS_JOB_RESULT state=done"), std::string::npos)
-      << proc_.output();
+  EXPECT_NE(proc_.output().find("PS_JOB_RESULT state=done"), std::string::npos) << proc_.output();
   // Worker 0 stopped at clock 0, worker 1 trained 2 steps of batch_size 256.
-  EXPECT_NE(proc_.output().find(" untrained_samples=512"), std::string::npos)
-      << proc_.output();
+  EXPECT_NE(proc_.output().find(" untrained_samples=512"), std::string::npos) << proc_.output();
   // The servers saw the end in a heartbeat and exited 0.
   for (Subprocess& s : servers_) {
     auto server_code = s.Wait(absl::Seconds(30));

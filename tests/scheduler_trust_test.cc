@@ -68,10 +68,10 @@ std::string DataDir() { return ::testing::TempDir() + "/trust_data"; }
 
 std::string WriteConfig(const std::string& name, int servers, const std::string& checkpoint) {
   const std::string path = testing::TestDir(name) + "/job.pbtxt";
-  std::ofstream(path) << Tables() << absl::StrReplaceAll(
-      kConfig, {{"@DATA@", DataDir()},
-                {"@SERVERS@", std::to_string(servers)},
-                {"@CHECKPOINT@", checkpoint}});
+  std::ofstream(path) << Tables()
+                      << absl::StrReplaceAll(kConfig, {{"@DATA@", DataDir()},
+                                                       {"@SERVERS@", std::to_string(servers)},
+                                                       {"@CHECKPOINT@", checkpoint}});
   return path;
 }
 
@@ -88,8 +88,9 @@ class HandDriven {
     auto config = LoadJobConfig(path_);
     EXPECT_TRUE(config.ok()) << config.status();
     job_id_ = ConfigFingerprint(*config);  // What anyone with the config computes.
-    EXPECT_TRUE(scheduler_.Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + path_},
-                                 testing::TestDir(name) + "/scheduler.log")
+    EXPECT_TRUE(scheduler_
+                    .Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + path_},
+                           testing::TestDir(name) + "/scheduler.log")
                     .ok());
     address_ = scheduler_.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60)).value_or("");
     for (int i = 0; i < servers; ++i) {
@@ -193,8 +194,7 @@ TEST(SchedulerTrustTest, ForgedWorkerRequestsAreRefusedAndTheResultStaysTrue) {
   tick.set_rank(0);
   tick.set_clock(2);
   ExpectRefused(job.Forge(&Scheduler::Stub::Tick, tick, &tick_response),
-                grpc::StatusCode::FAILED_PRECONDITION,
-                "Tick: worker 0 is held by another process");
+                grpc::StatusCode::FAILED_PRECONDITION, "Tick: worker 0 is held by another process");
   WaitStartRequest start_request;  // Learning rank 0's start point and data position.
   start_request.set_rank(0);
   start_request.set_timeout_ms(100);
@@ -385,7 +385,8 @@ TEST_F(CheckpointFaultTest, ACorruptNewestCheckpointIsRefusedUnlessTheOperatorFa
   const std::vector<uint64_t> clocks = Complete(root);
   ASSERT_GE(clocks.size(), 2u) << log;
   const uint64_t newest = clocks.back();
-  const std::string broken = BreakAPartFile(absl::StrCat(root, "/ckpt-", absl::Dec(newest, absl::kZeroPad12)));
+  const std::string broken =
+      BreakAPartFile(absl::StrCat(root, "/ckpt-", absl::Dec(newest, absl::kZeroPad12)));
   ASSERT_FALSE(broken.empty());
 
   // Started again as it is: refused, naming the checkpoint and the file.
@@ -393,7 +394,8 @@ TEST_F(CheckpointFaultTest, ACorruptNewestCheckpointIsRefusedUnlessTheOperatorFa
   EXPECT_NE(result.find("state=failed: checkpoint " + root + "/ckpt-"), std::string::npos)
       << result;
   EXPECT_NE(log.find(fs::path(broken).filename().string()), std::string::npos)
-      << "the failure does not name the file\n" << log;
+      << "the failure does not name the file\n"
+      << log;
   EXPECT_EQ(Complete(root).back(), newest) << "nothing may change on a refusal";
 
   // The operator asks to fall back: the corrupt one is set aside, the job
@@ -402,7 +404,8 @@ TEST_F(CheckpointFaultTest, ACorruptNewestCheckpointIsRefusedUnlessTheOperatorFa
   const std::string fall_back =
       WriteConfig("t_corrupt_fb", 1, CheckpointBlock(root, "on_corrupt: FALL_BACK"));
   EXPECT_EQ(RunJob("t_corrupt/fall_back", fall_back, {"--max_steps=10"}, &result, &log), 0)
-      << result << "\n" << log;
+      << result << "\n"
+      << log;
   EXPECT_NE(result.find("state=done"), std::string::npos) << result;
   EXPECT_NE(log.find("is corrupt"), std::string::npos) << log;
   EXPECT_NE(log.find(absl::StrCat("set aside as ", root, "/ckpt-")), std::string::npos) << log;
@@ -420,8 +423,9 @@ TEST_F(CheckpointFaultTest, AnUnusableCheckpointDirFailsTheJobAtStart) {
   for (const std::string& dir : {file, file + "/ckpt"}) {
     const std::string config = WriteConfig("t_unusable", 1, CheckpointBlock(dir));
     Subprocess scheduler;
-    ASSERT_TRUE(scheduler.Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + config},
-                                testing::TestDir("t_unusable") + "/scheduler.log")
+    ASSERT_TRUE(scheduler
+                    .Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + config},
+                           testing::TestDir("t_unusable") + "/scheduler.log")
                     .ok());
     auto code = scheduler.Wait(absl::Seconds(30));
     ASSERT_TRUE(code.ok()) << code.status() << "; the scheduler did not stop";
@@ -430,9 +434,9 @@ TEST_F(CheckpointFaultTest, AnUnusableCheckpointDirFailsTheJobAtStart) {
                                       " is unusable: "),
               std::string::npos)
         << scheduler.output();
-    EXPECT_NE(scheduler.output().find(dir == file ? "exists and is not a directory"
-                                                  : "Not a directory"),
-              std::string::npos)
+    EXPECT_NE(
+        scheduler.output().find(dir == file ? "exists and is not a directory" : "Not a directory"),
+        std::string::npos)
         << scheduler.output();
   }
 }
@@ -454,13 +458,12 @@ TEST_F(CheckpointFaultTest, CutsThatKeepFailingFailTheJobLoudly) {
     fs::rename(root, root + ".old");
     std::ofstream(root) << "not a directory";
   };
-  EXPECT_EQ(RunJob("t_cut_fails/run", config, {"--step_delay_ms=100"}, &result, &log,
-                   replace_root),
+  EXPECT_EQ(RunJob("t_cut_fails/run", config, {"--step_delay_ms=100"}, &result, &log, replace_root),
             1)
-      << result << "\n" << log;
+      << result << "\n"
+      << log;
   EXPECT_NE(result.find("state=failed: checkpoint at clock "), std::string::npos) << result;
-  EXPECT_NE(result.find("failed 3 times in a row (checkpoint.dir " + root + ")"),
-            std::string::npos)
+  EXPECT_NE(result.find("failed 3 times in a row (checkpoint.dir " + root + ")"), std::string::npos)
       << result;
   EXPECT_NE(result.find("exists and is not a directory"), std::string::npos) << result;
   EXPECT_NE(log.find("attempt 2 of 3 failed; trying again"), std::string::npos) << log;

@@ -30,11 +30,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "grpcpp/grpcpp.h"
-#include "gtest/gtest.h"
 #include "common/client/scheduler_client.h"
 #include "common/job_secret.h"
 #include "common/partition.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "tests/testing/cluster.h"
@@ -55,13 +55,12 @@ cluster { num_servers: 2 num_workers: 2 num_partitions: 64 mode: SSP staleness: 
 )pb";
 
 std::unique_ptr<ParameterServer::Stub> ServerStub(const std::string& address) {
-  return ParameterServer::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  return ParameterServer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
 }
 
 PartitionMapProto Map(const std::string& scheduler) {
-  auto stub = Scheduler::NewStub(
-      grpc::CreateChannel(scheduler, grpc::InsecureChannelCredentials()));
+  auto stub =
+      Scheduler::NewStub(grpc::CreateChannel(scheduler, grpc::InsecureChannelCredentials()));
   PartitionMapProto map;
   for (int attempt = 0; attempt < 100 && map.server_addresses_size() < 2; ++attempt) {
     grpc::ClientContext ctx;
@@ -87,8 +86,7 @@ TEST(ServerTrustTest, ControlRpcsWithoutTheSchedulersTokenChangeNothing) {
   ASSERT_TRUE(testing::MakeSyntheticData(dir + "/data", 40000, 4000).ok());
   const std::string config = dir + "/job.pbtxt";
   std::ofstream(config) << kJob << testing::kSmallDlrmTables
-                        << "data { format: CRITEO synthetic_dir: \"" << dir
-                        << "/data\" }\n"
+                        << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n"
                         << "checkpoint { dir: \"" << dir << "/ckpt\" every_steps: 50 }\n";
   LocalCluster cluster({config, dir, 2, 2, {"--step_delay_ms=20"}});
   ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
@@ -241,8 +239,8 @@ cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
     g->set_table_id(table);
     std::vector<float> grads(4 * n, 0.01f);
     for (uint64_t k = first; k < first + n; ++k) g->add_keys(k);
-    g->set_gradients(std::string(reinterpret_cast<const char*>(grads.data()),
-                                 grads.size() * sizeof(float)));
+    g->set_gradients(
+        std::string(reinterpret_cast<const char*>(grads.data()), grads.size() * sizeof(float)));
     grpc::ClientContext ctx;
     PushResponse response;
     return stub->Push(&ctx, request, &response);
@@ -255,8 +253,7 @@ cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
   do {
     absl::SleepFor(absl::Milliseconds(200));
     info = Info(*stub);
-  } while (info.tables_size() == 2 && info.tables(1).evicted_rows() == 0 &&
-           absl::Now() < deadline);
+  } while (info.tables_size() == 2 && info.tables(1).evicted_rows() == 0 && absl::Now() < deadline);
   ASSERT_EQ(info.tables_size(), 2);
   ASSERT_EQ(info.tables(1).evicted_rows(), 1u)
       << "no eviction sweep evicted the canary row within 40 s";
@@ -335,8 +332,7 @@ TEST(ServerTrustTest, CheckpointsGoOnlyUnderTheConfiguredDirectory) {
   }
   std::filesystem::permissions(token_file, std::filesystem::perms(0600));
   Subprocess server;
-  const std::string address =
-      StartServer(&server, config, {"--control_token_file=" + token_file});
+  const std::string address = StartServer(&server, config, {"--control_token_file=" + token_file});
   ASSERT_FALSE(address.empty()) << server.output();
   auto stub = ServerStub(address);
   // A request as an old client would send it: field 1 was the directory.
@@ -345,8 +341,8 @@ TEST(ServerTrustTest, CheckpointsGoOnlyUnderTheConfiguredDirectory) {
   named.set_control_token(77);
   std::string bytes = named.SerializeAsString();
   const std::string path = elsewhere;
-  bytes += '\x0a';  // Field 1, length-delimited.
-  for (size_t n = path.size(); ; n >>= 7) {  // The length as a varint.
+  bytes += '\x0a';                          // Field 1, length-delimited.
+  for (size_t n = path.size();; n >>= 7) {  // The length as a varint.
     bytes += static_cast<char>((n & 0x7f) | (n >= 0x80 ? 0x80 : 0));
     if (n < 0x80) break;
   }
@@ -380,11 +376,11 @@ TEST(ServerTrustTest, ASecondProcessOnATakenPortFailsAtStart) {
   ASSERT_FALSE(address.empty()) << first.output();
 
   Subprocess second;
-  ASSERT_TRUE(second
-                  .Start({RunfilePath("server/ps_server"), "--config=" + config,
-                          "--listen=" + address},
-                         dir + "/second-server.log")
-                  .ok());
+  ASSERT_TRUE(
+      second
+          .Start({RunfilePath("server/ps_server"), "--config=" + config, "--listen=" + address},
+                 dir + "/second-server.log")
+          .ok());
   EXPECT_EQ(second.Wait(absl::Seconds(30)).value_or(-1), 1);
   EXPECT_NE(testing::ReadFile(dir + "/second-server.log").find("cannot listen on " + address),
             std::string::npos)
@@ -392,8 +388,9 @@ TEST(ServerTrustTest, ASecondProcessOnATakenPortFailsAtStart) {
 
   // The same for a scheduler: the second one on the first's port exits 2.
   Subprocess scheduler;
-  ASSERT_TRUE(scheduler.Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + config,
-                               "--listen=127.0.0.1:0"})
+  ASSERT_TRUE(scheduler
+                  .Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + config,
+                          "--listen=127.0.0.1:0"})
                   .ok());
   auto sched_address = scheduler.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
   ASSERT_TRUE(sched_address.ok()) << sched_address.status();
@@ -439,7 +436,6 @@ TEST(ServerTrustTest, PlaintextOnANonLoopbackAddressWarnsLoudly) {
   }
 }
 
-
 // Issue 33 #2, #5, #6 against a server of a job (a scheduler, one server, no
 // worker: the job's clock stays 0). Pushes claiming clock 2^64-1 do not age
 // rows out (the eviction clock follows the scheduler's JobStatus.max_clock);
@@ -463,7 +459,8 @@ tables { id: 3 name: "canary" dim: 4 seed: 4 init { kind: UNIFORM scale: 0.1 }
 model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 training { batch_size: 16 epochs: 1 intra_op_threads: 1 }
 cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
-)pb" << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n";
+)pb"
+                        << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n";
   LocalCluster cluster({config, dir, 1, 0});
   ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
   auto scheduler = Scheduler::NewStub(
@@ -488,8 +485,8 @@ cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
   }
   ASSERT_GT(generation, 0u) << "the server was not restored into the job's generation"
                             << cluster.AllLogTails();
-  auto push = [&](uint64_t clock, uint32_t table, const std::vector<uint64_t>& keys,
-                  uint32_t dim, float grad, bool sparse = false) {
+  auto push = [&](uint64_t clock, uint32_t table, const std::vector<uint64_t>& keys, uint32_t dim,
+                  float grad, bool sparse = false) {
     PushRequest request;
     request.set_map_version(map.version());
     request.set_generation(generation);
@@ -556,8 +553,7 @@ cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
   do {
     absl::SleepFor(absl::Milliseconds(200));
     info = Info(*stub);
-  } while (info.tables_size() == 3 && info.tables(2).evicted_rows() == 0 &&
-           absl::Now() < deadline);
+  } while (info.tables_size() == 3 && info.tables(2).evicted_rows() == 0 && absl::Now() < deadline);
   ASSERT_EQ(info.tables_size(), 3);
   ASSERT_EQ(info.tables(2).evicted_rows(), 1u)
       << "no eviction sweep evicted the canary row within 40 s";

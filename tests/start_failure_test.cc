@@ -33,24 +33,20 @@ TEST(StartFailureTest, AWorkerStartedAfterTheJobFailedAtStartExitsSaying) {
           start_deadline_ms: 1000
         }
       )pb" << testing::kSmallDlrmTables
-                        << "data { format: CRITEO synthetic_dir: \"" << dir
-                        << "/data\" }\n";
+                        << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n";
   Subprocess scheduler;
-  ASSERT_TRUE(
-      scheduler
-          .Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + config},
-                 dir + "/scheduler.log")
-          .ok());
-  auto address =
-      scheduler.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
+  ASSERT_TRUE(scheduler
+                  .Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + config},
+                         dir + "/scheduler.log")
+                  .ok());
+  auto address = scheduler.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
   ASSERT_TRUE(address.ok()) << address.status();
   // No server comes: the job fails once start_deadline_ms has passed.
   auto failed = testing::WaitForJob(
-      *address, "the job to fail at start",
-      [](const JobStatusResponse&) { return false; }, absl::Seconds(60));
+      *address, "the job to fail at start", [](const JobStatusResponse&) { return false; },
+      absl::Seconds(60));
   ASSERT_TRUE(absl::IsFailedPrecondition(failed.status())) << failed.status();
-  ASSERT_TRUE(absl::StrContains(failed.status().message(), "failed"))
-      << failed.status();
+  ASSERT_TRUE(absl::StrContains(failed.status().message(), "failed")) << failed.status();
 
   Subprocess worker;
   ASSERT_TRUE(worker
@@ -62,8 +58,7 @@ TEST(StartFailureTest, AWorkerStartedAfterTheJobFailedAtStartExitsSaying) {
   ASSERT_TRUE(code.ok()) << "the late worker did not exit: " << code.status();
   EXPECT_NE(*code, 0);
   const std::string log = testing::ReadFile(dir + "/worker.log");
-  EXPECT_TRUE(absl::StrContains(
-      log, "the job failed: servers [0,1] did not register within"))
+  EXPECT_TRUE(absl::StrContains(log, "the job failed: servers [0,1] did not register within"))
       << log;
   scheduler.Signal(SIGKILL);
 }

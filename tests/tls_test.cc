@@ -6,6 +6,8 @@
 //   CA A ──┬── node    (every process of the job; SAN IP:127.0.0.1, localhost)
 //          └── client  (a test client)
 //   CA B ──── client   (a stranger)
+#include "common/tls.h"
+
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
@@ -18,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
-#include "common/tls.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
@@ -71,14 +72,13 @@ bool Sh(const std::string& command) { return std::system(command.c_str()) == 0; 
 
 // A P-256 key and a certificate for `name` in `dir`: self-signed (a CA) when
 // `ca` is empty, else signed by <dir>/<ca>.{crt,key}.
-bool MakeCert(const std::string& dir, const std::string& name, const std::string& ca,
-              int serial) {
+bool MakeCert(const std::string& dir, const std::string& name, const std::string& ca, int serial) {
   const std::string base = dir + "/" + name;
   const std::string key = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
   const std::string quiet = " 2>>" + dir + "/openssl.log";
   if (ca.empty()) {
-    return Sh(absl::StrCat("openssl req -x509", key, " -days 2 -subj /CN=", name,
-                           " -keyout ", base, ".key -out ", base, ".crt", quiet));
+    return Sh(absl::StrCat("openssl req -x509", key, " -days 2 -subj /CN=", name, " -keyout ", base,
+                           ".key -out ", base, ".crt", quiet));
   }
   std::ofstream(dir + "/ext.cnf") << "basicConstraints=CA:FALSE\n"
                                      "keyUsage=critical,digitalSignature,keyEncipherment\n"
@@ -86,17 +86,17 @@ bool MakeCert(const std::string& dir, const std::string& name, const std::string
                                      "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
   return Sh(absl::StrCat("openssl req -new", key, " -subj /CN=", name, " -keyout ", base,
                          ".key -out ", base, ".csr", quiet)) &&
-         Sh(absl::StrCat("openssl x509 -req -in ", base, ".csr -CA ", dir, "/", ca,
-                         ".crt -CAkey ", dir, "/", ca, ".key -set_serial ", serial,
-                         " -days 2 -extfile ", dir, "/ext.cnf -out ", base, ".crt", quiet));
+         Sh(absl::StrCat("openssl x509 -req -in ", base, ".csr -CA ", dir, "/", ca, ".crt -CAkey ",
+                         dir, "/", ca, ".key -set_serial ", serial, " -days 2 -extfile ", dir,
+                         "/ext.cnf -out ", base, ".crt", quiet));
 }
 
 class TlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = testing::TestDir("certs");
-    ASSERT_TRUE(MakeCert(dir_, "ca_a", "", 0)) << "openssl is required; see "
-                                               << dir_ << "/openssl.log";
+    ASSERT_TRUE(MakeCert(dir_, "ca_a", "", 0))
+        << "openssl is required; see " << dir_ << "/openssl.log";
     ASSERT_TRUE(MakeCert(dir_, "ca_b", "", 0));
     ASSERT_TRUE(MakeCert(dir_, "node_a", "ca_a", 1));
     ASSERT_TRUE(MakeCert(dir_, "client_a", "ca_a", 2));
@@ -113,13 +113,12 @@ class TlsTest : public ::testing::Test {
   static std::string P(const std::string& file) { return dir_ + "/" + file; }
 
   // Starts a ps_server alone with `flags`; returns its address.
-  absl::StatusOr<std::string> StartServer(Subprocess* server,
-                                          const std::vector<std::string>& flags,
+  absl::StatusOr<std::string> StartServer(Subprocess* server, const std::vector<std::string>& flags,
                                           const std::string& log) {
     const std::string config = P("server.pbtxt");
     std::ofstream(config) << kServerConfig;
-    std::vector<std::string> argv = {testing::RunfilePath("server/ps_server"),
-                                     "--config=" + config, "--listen=127.0.0.1:0"};
+    std::vector<std::string> argv = {testing::RunfilePath("server/ps_server"), "--config=" + config,
+                                     "--listen=127.0.0.1:0"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     if (absl::Status s = server->Start(argv, P(log)); !s.ok()) return s;
     return server->WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60));
@@ -172,8 +171,7 @@ TEST_F(TlsTest, WholeJobRunsWithMutualTls) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   JobStatusRequest request;
   JobStatusResponse response;
-  EXPECT_EQ(stub->JobStatus(&ctx, request, &response).error_code(),
-            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(stub->JobStatus(&ctx, request, &response).error_code(), grpc::StatusCode::UNAVAILABLE);
 
   auto code = cluster.WaitScheduler(absl::Minutes(15));
   ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
@@ -336,8 +334,8 @@ TEST_F(TlsTest, OversizeMessageIsResourceExhaustedNotACrash) {
   Subprocess server;
   auto address = StartServer(&server, Flags(Files("node_a", "ca_a")), "server_big.log");
   ASSERT_TRUE(address.ok()) << address.status();
-  auto stub = ParameterServer::NewStub(
-      grpc::CreateChannel(*address, Creds(Files("client_a", "ca_a"))));
+  auto stub =
+      ParameterServer::NewStub(grpc::CreateChannel(*address, Creds(Files("client_a", "ca_a"))));
   grpc::ClientContext ctx;
   InitRowsRequest request;  // 2 MiB of values, over the 1 MiB limit.
   request.set_table_id(1);

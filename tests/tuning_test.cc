@@ -59,8 +59,10 @@ const JobResult& RunJob(const std::string& name, const std::string& levers) {
   if (auto it = done->find(name); it != done->end()) return it->second;
   JobResult& r = (*done)[name];
   const std::string config = Dir(name) + "/job.pbtxt";
-  std::ofstream(config) << Tables() << absl::StrReplaceAll(
-      kConfig, {{"@DATA@", ::testing::TempDir() + "/tuning_data"}, {"@LEVERS@", levers}});
+  std::ofstream(config) << Tables()
+                        << absl::StrReplaceAll(kConfig,
+                                               {{"@DATA@", ::testing::TempDir() + "/tuning_data"},
+                                                {"@LEVERS@", levers}});
   LocalCluster cluster({config, Dir(name), 2, 2, {"--checksum"}, {}});
   EXPECT_TRUE(cluster.Start().ok());
   auto code = cluster.WaitScheduler(absl::Minutes(10));
@@ -82,7 +84,8 @@ double Field(const JobResult& r, int rank, const std::string& key) {
 class TuningTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ASSERT_TRUE(testing::MakeSyntheticData(::testing::TempDir() + "/tuning_data", 60000, 20000).ok());
+    ASSERT_TRUE(
+        testing::MakeSyntheticData(::testing::TempDir() + "/tuning_data", 60000, 20000).ok());
   }
 };
 

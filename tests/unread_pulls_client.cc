@@ -35,13 +35,11 @@ int main(int argc, char** argv) {
   for (int k = 0; k < absl::GetFlag(FLAGS_keys); ++k) tk->add_keys(k + 1);
   grpc::ByteBuffer bytes;
   bool own = false;
-  if (!grpc::SerializationTraits<shardps::PullRequest>::Serialize(request,
-                                                                  &bytes, &own)
-           .ok()) {
+  if (!grpc::SerializationTraits<shardps::PullRequest>::Serialize(request, &bytes, &own).ok()) {
     return 2;
   }
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::CompletionQueue cq;
   const int n = absl::GetFlag(FLAGS_pulls);
@@ -49,11 +47,10 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<grpc::GenericClientAsyncResponseReader>> calls;
   for (int i = 0; i < n; ++i) {
     contexts.push_back(std::make_unique<grpc::ClientContext>());
-    calls.push_back(stub.PrepareUnaryCall(
-        contexts.back().get(), "/shardps.ParameterServer/Pull", bytes, &cq));
+    calls.push_back(
+        stub.PrepareUnaryCall(contexts.back().get(), "/shardps.ParameterServer/Pull", bytes, &cq));
     calls.back()->StartCall();
-    calls.back()->ReadInitialMetadata(
-        reinterpret_cast<void*>(static_cast<intptr_t>(i + 1)));
+    calls.back()->ReadInitialMetadata(reinterpret_cast<void*>(static_cast<intptr_t>(i + 1)));
   }
   int answered = 0;
   void* tag;

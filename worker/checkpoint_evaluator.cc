@@ -35,8 +35,7 @@ void CheckpointEvaluator::Loop() {
       // The result (if any) is sent again with the next request, unless the
       // scheduler refused it (impossible, or a checkpoint no longer ours).
       LOG_EVERY_N(WARNING, 10) << "periodic evaluation: " << answer.status();
-      if (absl::IsInvalidArgument(answer.status()) ||
-          absl::IsFailedPrecondition(answer.status())) {
+      if (absl::IsInvalidArgument(answer.status()) || absl::IsFailedPrecondition(answer.status())) {
         request.clear_done();
         request.clear_error();
       }
@@ -60,22 +59,19 @@ void CheckpointEvaluator::Loop() {
 absl::Status CheckpointEvaluator::EvaluateCheckpoint(uint64_t clock, CheckpointEval* done) {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(auto job, exporter::RestoreJob(o_.config_path, o_.checkpoint_dir, clock));
-  ASSIGN_OR_RETURN(EvalResult r,
-                   job->trainer->Evaluate(o_.eval_files, [this](const data::Batch&,
-                                                                absl::Span<const float>) {
-                     return stop_ ? absl::CancelledError("the worker is stopping")
-                                  : absl::OkStatus();
-                   }));
+  ASSIGN_OR_RETURN(
+      EvalResult r,
+      job->trainer->Evaluate(o_.eval_files, [this](const data::Batch&, absl::Span<const float>) {
+        return stop_ ? absl::CancelledError("the worker is stopping") : absl::OkStatus();
+      }));
   done->set_auc(r.auc);
   done->set_logloss(r.logloss);
   done->set_examples(r.examples);
   done->set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-  LOG(INFO) << "evaluated the checkpoint at clock " << clock << ": AUC " << r.auc
-            << ", logloss " << r.logloss << " (" << r.examples << " examples, "
-            << done->seconds() << " s)";
+  LOG(INFO) << "evaluated the checkpoint at clock " << clock << ": AUC " << r.auc << ", logloss "
+            << r.logloss << " (" << r.examples << " examples, " << done->seconds() << " s)";
   metrics::GetGauge("shardps_worker_eval_auc", "AUC on the held-out split.").Set(r.auc);
-  metrics::GetGauge("shardps_worker_eval_logloss", "Logloss on the held-out split.")
-      .Set(r.logloss);
+  metrics::GetGauge("shardps_worker_eval_logloss", "Logloss on the held-out split.").Set(r.logloss);
   return absl::OkStatus();
 }
 

@@ -63,8 +63,7 @@ TEST(DenseCompressorTest, SendsTheLargestMagnitudesWithTheirSigns) {
   std::vector<float> out(10);
   c.Compress(g, out.data());
   EXPECT_EQ(out, (std::vector<float>{0, -4.0f, 0, 3.0f, 0, 0, -2.0f, 0, 0, 0}));
-  EXPECT_EQ(c.residual(),
-            (std::vector<float>{0.5f, 0, 0.25f, 0, -0.1f, 0, 0, 1.0f, 0.2f, 0.3f}));
+  EXPECT_EQ(c.residual(), (std::vector<float>{0.5f, 0, 0.25f, 0, -0.1f, 0, 0, 1.0f, 0.2f, 0.3f}));
   // Next step: the held 1.0 plus a new 1.5 beats a fresh 2.0.
   std::vector<float> g2(10, 0.0f);
   g2[7] = 1.5f;
@@ -122,7 +121,13 @@ TEST(DenseCompressorTest, NonFiniteElementsAreAlwaysSent) {
 // subnormals and non-finite elements, k from 1 to n.
 TEST(DenseCompressorTest, RadixSelectMatchesNthElement) {
   std::mt19937 rng(3);
-  const float specials[] = {0.0f, -0.0f, 1e-40f, -1e-45f, 1.0f, -1.0f, 3.4e38f,
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1e-40f,
+                            -1e-45f,
+                            1.0f,
+                            -1.0f,
+                            3.4e38f,
                             std::numeric_limits<float>::infinity(),
                             std::numeric_limits<float>::quiet_NaN()};
   for (int trial = 0; trial < 300; ++trial) {
@@ -135,7 +140,8 @@ TEST(DenseCompressorTest, RadixSelectMatchesNthElement) {
       } else if (pick < 5) {
         x = static_cast<float>(static_cast<int>(rng() % 5) - 2);  // Ties.
       } else {
-        x = std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, static_cast<int>(rng() % 80) - 60);
+        x = std::ldexp(static_cast<float>(rng() % 1000) - 500.0f,
+                       static_cast<int>(rng() % 80) - 60);
       }
     }
     const float ratio = static_cast<float>(1 + rng() % 1000) / 1000.0f;

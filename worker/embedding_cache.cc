@@ -24,8 +24,7 @@ struct EmbeddingCache::Metrics {
             {{"rank", rank}})),
         state_bytes(metrics::GetCounter(
             "shardps_worker_cache_state_bytes_total",
-            "Optimizer state bytes pulled only so that rows could be cached.",
-            {{"rank", rank}})),
+            "Optimizer state bytes pulled only so that rows could be cached.", {{"rank", rank}})),
         staleness(metrics::GetCounter(
             "shardps_worker_cache_hit_staleness_clocks_total",
             "Sum over hits of the step minus the minimum clock the row was read at.",
@@ -36,8 +35,8 @@ struct EmbeddingCache::Metrics {
             "shardps_worker_cache_clears_total",
             "Times the cache was emptied for a minimum clock lower than one seen before.",
             {{"rank", rank}})),
-        rows(metrics::GetGauge("shardps_worker_cache_rows", "Rows in the cache.",
-                               {{"rank", rank}})),
+        rows(
+            metrics::GetGauge("shardps_worker_cache_rows", "Rows in the cache.", {{"rank", rank}})),
         bytes(metrics::GetGauge("shardps_worker_cache_bytes",
                                 "Bytes the cache holds (rows, state and bookkeeping).",
                                 {{"rank", rank}})),
@@ -227,8 +226,8 @@ void EmbeddingCache::PlanStep(uint64_t step, std::optional<uint64_t> known_min,
     const TableData& d = data_[t];
     for (size_t i = 0; i < keys[t].size(); ++i) {
       const uint64_t key = keys[t][i];
-      const bool seen = CountAndEstimate(SketchKey(static_cast<uint32_t>(t), key)) > 0 ||
-                        cold == nullptr;
+      const bool seen =
+          CountAndEstimate(SketchKey(static_cast<uint32_t>(t), key)) > 0 || cold == nullptr;
       const auto it = d.index.find(key);
       if (it != d.index.end() && entries_[it->second].read_clock + options_.staleness >= step) {
         Entry& e = entries_[it->second];

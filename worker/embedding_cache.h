@@ -91,18 +91,18 @@ class EmbeddingCache {
   };
 
   struct Stats {
-    uint64_t lookups = 0;      // Keys of filled steps.
-    uint64_t hits = 0;         // Of those, served from the cache.
-    uint64_t bytes_saved = 0;  // Pull payload the hits did not move (keys, fp32 rows).
-    uint64_t state_bytes = 0;  // Optimizer state pulled only to cache rows (NoteStatePulled).
+    uint64_t lookups = 0;        // Keys of filled steps.
+    uint64_t hits = 0;           // Of those, served from the cache.
+    uint64_t bytes_saved = 0;    // Pull payload the hits did not move (keys, fp32 rows).
+    uint64_t state_bytes = 0;    // Optimizer state pulled only to cache rows (NoteStatePulled).
     uint64_t staleness_sum = 0;  // Over hits: step - read clock.
     uint64_t staleness_max = 0;
-    uint64_t inserts = 0;      // Rows stored (new or replaced).
-    uint64_t declined = 0;     // Rows not admitted.
+    uint64_t inserts = 0;   // Rows stored (new or replaced).
+    uint64_t declined = 0;  // Rows not admitted.
     uint64_t evictions = 0;
-    uint64_t clears = 0;       // Emptied for a lower minimum clock.
-    uint64_t rows = 0;         // Rows held now.
-    uint64_t bytes = 0;        // Bytes held now (as max_bytes counts them).
+    uint64_t clears = 0;  // Emptied for a lower minimum clock.
+    uint64_t rows = 0;    // Rows held now.
+    uint64_t bytes = 0;   // Bytes held now (as max_bytes counts them).
   };
 
   // The cache of the model tables `tables` ((id, dim), in the model's
@@ -134,8 +134,7 @@ class EmbeddingCache {
   // before, the cache is emptied first.
   void PlanStep(uint64_t step, std::optional<uint64_t> known_min,
                 absl::Span<const std::vector<uint64_t>> keys,
-                std::vector<std::vector<uint32_t>>* hit,
-                std::vector<std::vector<uint32_t>>* miss,
+                std::vector<std::vector<uint32_t>>* hit, std::vector<std::vector<uint32_t>>* miss,
                 std::vector<std::vector<uint32_t>>* cold = nullptr);
 
   // Copies the weights of keys[t][i], i in hit[t] (PlanStep's for `step`),
@@ -175,7 +174,7 @@ class EmbeddingCache {
     uint64_t read_clock = 0;
     int64_t pin = -1;  // The last step planned to read it; pinned while > released_.
     uint32_t table = 0;
-    uint32_t slot = 0;  // Row slot in tables_[table]'s values.
+    uint32_t slot = 0;             // Row slot in tables_[table]'s values.
     int32_t prev = -1, next = -1;  // Recency list (front: least recent).
   };
   struct TableData {
@@ -187,9 +186,7 @@ class EmbeddingCache {
 
   uint64_t RowBytes(uint32_t t) const { return uint64_t{4} * width(t) + kEntryBytes; }
   bool Fits(uint64_t extra_rows, uint64_t extra_bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool Pinned(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return e.pin > released_;
-  }
+  bool Pinned(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return e.pin > released_; }
   bool Stale(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return e.read_clock + options_.staleness < last_planned_;
   }

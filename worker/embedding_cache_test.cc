@@ -22,13 +22,15 @@ JobConfig Config(const std::string& optimizer, const std::string& extra = "") {
   auto config = ParseJobConfig(R"pb(
     name: "t"
     tables { id: 1 name: "emb" kind: SPARSE dim: 4 seed: 1 init { kind: UNIFORM scale: 0.1 }
-             optimizer { )pb" + optimizer + R"pb( } )pb" + extra + R"pb( }
+             optimizer { )pb" + optimizer +
+                                   R"pb( } )pb" + extra + R"pb( }
     tables { id: 2 name: "mlp" kind: DENSE seed: 2 optimizer { sgd { learning_rate: 0.1 } } }
     fields { name: "f" column: 14 table: "emb" }
     model { kind: DLRM bottom_mlp: [4] top_mlp: [4] dense_table: "mlp" }
     data { train_files: "x" }
     cluster { mode: SSP staleness: 2 }
-  )pb", "test");
+  )pb",
+                               "test");
   EXPECT_TRUE(config.ok()) << config.status();
   return *config;
 }

@@ -5,16 +5,14 @@
 
 namespace shardps {
 
-double LearningRateMultiplier(const LrScheduleConfig& config, uint64_t step,
-                              uint64_t total_steps) {
+double LearningRateMultiplier(const LrScheduleConfig& config, uint64_t step, uint64_t total_steps) {
   const uint64_t warmup = config.warmup_steps();
-  const double warm =
-      step < warmup ? static_cast<double>(step + 1) / warmup : 1.0;
+  const double warm = step < warmup ? static_cast<double>(step + 1) / warmup : 1.0;
   const double min_scale = std::min(1.0, std::max(0.0, double{config.min_scale()}));
   double progress = 0;
   if (total_steps > 0 && total_steps - 1 > warmup && step > warmup) {
-    progress = std::min(1.0, static_cast<double>(step - warmup) /
-                                 static_cast<double>(total_steps - 1 - warmup));
+    progress = std::min(
+        1.0, static_cast<double>(step - warmup) / static_cast<double>(total_steps - 1 - warmup));
   }
   double decay = 1;
   switch (config.decay()) {

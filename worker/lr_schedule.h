@@ -26,8 +26,7 @@
 
 namespace shardps {
 
-double LearningRateMultiplier(const LrScheduleConfig& config, uint64_t step,
-                              uint64_t total_steps);
+double LearningRateMultiplier(const LrScheduleConfig& config, uint64_t step, uint64_t total_steps);
 
 }  // namespace shardps
 

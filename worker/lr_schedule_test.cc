@@ -7,9 +7,8 @@
 namespace shardps {
 namespace {
 
-LrScheduleConfig Schedule(uint64_t warmup, LrScheduleConfig::Decay decay,
-                          float min_scale = 0, uint64_t step_every = 0,
-                          float gamma = 0) {
+LrScheduleConfig Schedule(uint64_t warmup, LrScheduleConfig::Decay decay, float min_scale = 0,
+                          uint64_t step_every = 0, float gamma = 0) {
   LrScheduleConfig c;
   c.set_warmup_steps(warmup);
   c.set_decay(decay);
@@ -25,8 +24,7 @@ TEST(LrScheduleTest, WarmupIsLinearFromZero) {
   EXPECT_DOUBLE_EQ(LearningRateMultiplier(c, 1, 100), 0.5);
   EXPECT_DOUBLE_EQ(LearningRateMultiplier(c, 3, 100), 1.0);
   EXPECT_DOUBLE_EQ(LearningRateMultiplier(c, 50, 100), 1.0);
-  EXPECT_DOUBLE_EQ(LearningRateMultiplier(Schedule(0, LrScheduleConfig::CONSTANT), 0, 0),
-                   1.0);
+  EXPECT_DOUBLE_EQ(LearningRateMultiplier(Schedule(0, LrScheduleConfig::CONSTANT), 0, 0), 1.0);
 }
 
 TEST(LrScheduleTest, LinearReachesMinScaleAtTheLastStep) {

@@ -25,16 +25,16 @@ class RemoteParamStore final : public ParamStore {
   RemoteParamStore(std::unique_ptr<PsClient> client, bool bsp)
       : client_(std::move(client)), bsp_(bsp) {}
 
-  std::unique_ptr<PsClient::Op> Pull(std::vector<TablePull> tables,
-                                     PullPurpose purpose, uint64_t clock) override {
+  std::unique_ptr<PsClient::Op> Pull(std::vector<TablePull> tables, PullPurpose purpose,
+                                     uint64_t clock) override {
     return client_->PullAsync(std::move(tables), purpose, clock);
   }
   std::unique_ptr<PsClient::Op> Push(std::vector<TablePush> tables, uint64_t clock,
                                      float lr_scale) override {
     return client_->PushAsync(std::move(tables), clock, lr_scale, bsp_);
   }
-  absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys,
-                        size_t n, const float* values) override {
+  absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys, size_t n,
+                        const float* values) override {
     return client_->InitRows(table_id, dim, keys, n, values);
   }
   bool PullsWithState() const override { return client_->encoding() == Encoding::kFp32; }
@@ -46,11 +46,10 @@ class RemoteParamStore final : public ParamStore {
 
 class LocalParamStore final : public ParamStore {
  public:
-  explicit LocalParamStore(std::unique_ptr<TableStore> store)
-      : store_(std::move(store)) {}
+  explicit LocalParamStore(std::unique_ptr<TableStore> store) : store_(std::move(store)) {}
 
-  std::unique_ptr<PsClient::Op> Pull(std::vector<TablePull> tables,
-                                     PullPurpose purpose, uint64_t clock) override {
+  std::unique_ptr<PsClient::Op> Pull(std::vector<TablePull> tables, PullPurpose purpose,
+                                     uint64_t clock) override {
     for (const TablePull& t : tables) {
       if (t.state > 0) {
         absl::Status st = PullWithState(t, purpose);
@@ -71,8 +70,8 @@ class LocalParamStore final : public ParamStore {
     }
     return std::make_unique<DoneOp>(absl::OkStatus());
   }
-  absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys,
-                        size_t n, const float* values) override {
+  absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys, size_t n,
+                        const float* values) override {
     return store_->InitRows(table_id, keys, n, values).status();
   }
   TableStore* local_tables() override { return store_.get(); }
@@ -81,13 +80,14 @@ class LocalParamStore final : public ParamStore {
   // As a server serves TableKeys.with_state (and refuses what it refuses).
   absl::Status PullWithState(const TablePull& t, PullPurpose purpose) {
     Table* table = store_->FindTable(t.table_id);
-    if (table == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown table id ", t.table_id));
+    if (table == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat("unknown table id ", t.table_id));
     RETURN_IF_ERROR(TableStore::CheckDenseKeys(*table, t.keys, t.n));
     RETURN_IF_ERROR(TableStore::CheckStatePull(*table, purpose == TRAIN, Encoding::kFp32));
     if (t.state != table->state_size()) {  // What a remote client sees as DATA_LOSS.
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table ", table->config().name(), ": a pull with ", t.state,
-          " floats of state, but its optimizer has ", table->state_size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", table->config().name(), ": a pull with ", t.state,
+                       " floats of state, but its optimizer has ", table->state_size()));
     }
     table->PullWithState(t.keys, t.n, t.out);
     return absl::OkStatus();
@@ -98,8 +98,7 @@ class LocalParamStore final : public ParamStore {
 
 }  // namespace
 
-std::unique_ptr<ParamStore> MakeRemoteParamStore(std::unique_ptr<PsClient> client,
-                                                 bool bsp) {
+std::unique_ptr<ParamStore> MakeRemoteParamStore(std::unique_ptr<PsClient> client, bool bsp) {
   return std::make_unique<RemoteParamStore>(std::move(client), bsp);
 }
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "proto/config.pb.h"
 #include "common/client/ps_client.h"
+#include "proto/config.pb.h"
 
 namespace shardps {
 
@@ -26,12 +26,12 @@ class TableStore;
 class ParamStore {
  public:
   virtual ~ParamStore() = default;
-  virtual std::unique_ptr<PsClient::Op> Pull(std::vector<TablePull> tables,
-                                             PullPurpose purpose, uint64_t clock) = 0;
-  virtual std::unique_ptr<PsClient::Op> Push(std::vector<TablePush> tables,
-                                             uint64_t clock, float lr_scale) = 0;
-  virtual absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys,
-                                size_t n, const float* values) = 0;
+  virtual std::unique_ptr<PsClient::Op> Pull(std::vector<TablePull> tables, PullPurpose purpose,
+                                             uint64_t clock) = 0;
+  virtual std::unique_ptr<PsClient::Op> Push(std::vector<TablePush> tables, uint64_t clock,
+                                             float lr_scale) = 0;
+  virtual absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys, size_t n,
+                                const float* values) = 0;
   // Whether Pull serves TablePull::state (rows with their optimizer state):
   // remote stores with fp32 on the wire. Local ops complete at once, so
   // nothing is gained by them there.
@@ -41,8 +41,7 @@ class ParamStore {
 };
 
 // `client` is owned. `bsp`: pushes go to every server (BSP closes clocks).
-std::unique_ptr<ParamStore> MakeRemoteParamStore(std::unique_ptr<PsClient> client,
-                                                 bool bsp);
+std::unique_ptr<ParamStore> MakeRemoteParamStore(std::unique_ptr<PsClient> client, bool bsp);
 
 // In-process tables of `config`.
 absl::StatusOr<std::unique_ptr<ParamStore>> MakeLocalParamStore(const JobConfig& config);

@@ -36,9 +36,7 @@ JobConfig OneAdagradTable(uint32_t min_count) {
 // Pulls `keys` through `store` and returns its status; `out` gets the rows.
 absl::Status Pull(ParamStore& store, const std::vector<uint64_t>& keys, uint32_t state,
                   PullPurpose purpose, std::vector<float>* out) {
-  return store
-      .Pull({{1, kDim, keys.data(), keys.size(), out->data(), state}}, purpose, 1)
-      ->Wait();
+  return store.Pull({{1, kDim, keys.data(), keys.size(), out->data(), state}}, purpose, 1)->Wait();
 }
 
 TEST(LocalParamStoreTest, PullsWeightsWithStateAsTheTableHoldsThem) {
@@ -54,7 +52,8 @@ TEST(LocalParamStoreTest, PullsWeightsWithStateAsTheTableHoldsThem) {
   const std::vector<uint64_t> pushed = {11, 22, 33};
   std::vector<float> grads(pushed.size() * kDim);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.25f * static_cast<float>(i + 1);
-  ASSERT_TRUE((*store)->Push({{1, kDim, pushed.data(), pushed.size(), grads.data()}}, 1, 1.0f)
+  ASSERT_TRUE((*store)
+                  ->Push({{1, kDim, pushed.data(), pushed.size(), grads.data()}}, 1, 1.0f)
                   ->Wait()
                   .ok());
 
@@ -64,8 +63,7 @@ TEST(LocalParamStoreTest, PullsWeightsWithStateAsTheTableHoldsThem) {
   ASSERT_TRUE(Pull(**store, keys, state, TRAIN, &with_state).ok());
   std::vector<float> expected(with_state.size());
   table->PullWithState(keys.data(), keys.size(), expected.data());
-  EXPECT_EQ(0, std::memcmp(with_state.data(), expected.data(),
-                           expected.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(with_state.data(), expected.data(), expected.size() * sizeof(float)));
   // The weights part is what a plain pull returns, and a pushed row's
   // accumulators hold its squared gradients.
   std::vector<float> weights(keys.size() * kDim);

@@ -45,9 +45,9 @@ absl::Status ResolveData(JobConfig* config, std::vector<std::string>* train,
   if (!train->empty()) return absl::OkStatus();
   auto summary = data::ReadSyntheticSummary(config->data().synthetic_dir());
   if (!summary.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no train_files and no generated data in ", config->data().synthetic_dir(),
-        " (", summary.status().message(), "); generate it with ps_datagen"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no train_files and no generated data in ", config->data().synthetic_dir(),
+                     " (", summary.status().message(), "); generate it with ps_datagen"));
   }
   *train = summary->train_files;
   if (eval->empty()) *eval = summary->eval_files;
@@ -76,8 +76,8 @@ absl::Status CheckDataFiles(const std::vector<std::string>& train,
     }
   }
   if (!train.empty() && train_bytes == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "every train file is empty (", train.size(), " files, the first ", train[0], ")"));
+    return absl::FailedPreconditionError(absl::StrCat("every train file is empty (", train.size(),
+                                                      " files, the first ", train[0], ")"));
   }
   return absl::OkStatus();
 }
@@ -133,25 +133,25 @@ double PeakRssMb() {
 // cache_rows=..": the embedding cache's figures (training.cache), when it ran.
 std::string CacheFields(const CacheSummary& c) {
   if (!c.on) return "";
-  return absl::StrCat(" cache_hit_rate=",
-                      absl::StrFormat("%.4f", c.lookups ? double(c.hits) / c.lookups : 0.0),
-                      " cache_rows_saved=", c.hits, " cache_bytes_saved=", c.bytes_saved,
-                      " cache_state_bytes=", c.state_bytes, " cache_hit_staleness_mean=",
-                      absl::StrFormat("%.2f", c.staleness_mean),
-                      " cache_hit_staleness_max=", c.staleness_max, " cache_rows=", c.rows);
+  return absl::StrCat(
+      " cache_hit_rate=", absl::StrFormat("%.4f", c.lookups ? double(c.hits) / c.lookups : 0.0),
+      " cache_rows_saved=", c.hits, " cache_bytes_saved=", c.bytes_saved,
+      " cache_state_bytes=", c.state_bytes,
+      " cache_hit_staleness_mean=", absl::StrFormat("%.2f", c.staleness_mean),
+      " cache_hit_staleness_max=", c.staleness_max, " cache_rows=", c.rows);
 }
 
 void PrintResult(uint32_t rank, const TrainSummary& s, const EvalResult* eval,
                  const std::string& extra) {
-  std::printf("PS_WORKER_RESULT rank=%u steps=%llu samples=%llu seconds=%.2f "
-              "samples_per_sec=%.1f last_loss=%.6f data=%.2f wait=%.2f pull=%.2f "
-              "compute=%.2f push=%.2f eval_examples=%llu eval_auc=%.6f eval_logloss=%.6f "
-              "peak_rss_mb=%.1f%s\n",
-              rank, (unsigned long long)s.steps, (unsigned long long)s.samples, s.seconds,
-              s.samples_per_sec, s.last_loss, s.times.data, s.times.wait, s.times.pull,
-              s.times.compute, s.times.push,
-              (unsigned long long)(eval ? eval->examples : 0), eval ? eval->auc : 0.0,
-              eval ? eval->logloss : 0.0, PeakRssMb(), (extra + CacheFields(s.cache)).c_str());
+  std::printf(
+      "PS_WORKER_RESULT rank=%u steps=%llu samples=%llu seconds=%.2f "
+      "samples_per_sec=%.1f last_loss=%.6f data=%.2f wait=%.2f pull=%.2f "
+      "compute=%.2f push=%.2f eval_examples=%llu eval_auc=%.6f eval_logloss=%.6f "
+      "peak_rss_mb=%.1f%s\n",
+      rank, (unsigned long long)s.steps, (unsigned long long)s.samples, s.seconds,
+      s.samples_per_sec, s.last_loss, s.times.data, s.times.wait, s.times.pull, s.times.compute,
+      s.times.push, (unsigned long long)(eval ? eval->examples : 0), eval ? eval->auc : 0.0,
+      eval ? eval->logloss : 0.0, PeakRssMb(), (extra + CacheFields(s.cache)).c_str());
   std::fflush(stdout);
 }
 
@@ -240,13 +240,12 @@ using AdoptFn = std::function<void(uint32_t rank)>;
 // never asked for). A refusal for a stale generation (the job rolled back)
 // or any other error is returned as it is.
 absl::StatusOr<Outcome> TrainGeneration(const WorkerOptions& w, const JobConfig& config,
-                                        uint32_t rank,
-                                        uint32_t num_workers,
+                                        uint32_t rank, uint32_t num_workers,
                                         const std::vector<std::string>& train,
                                         const std::vector<std::string>& eval,
-                                        const WaitStartResponse& start,
-                                        SchedulerClient* scheduler, ParamStore* params,
-                                        const PsClient* client, const AdoptFn& adopt) {
+                                        const WaitStartResponse& start, SchedulerClient* scheduler,
+                                        ParamStore* params, const PsClient* client,
+                                        const AdoptFn& adopt) {
   RETURN_IF_ERROR(CheckDataFiles(train, eval));
   TrainerOptions o;
   o.config = config;
@@ -283,8 +282,8 @@ absl::StatusOr<Outcome> TrainGeneration(const WorkerOptions& w, const JobConfig&
   if (evaluate || w.checksum) {
     while (true) {
       std::optional<uint32_t> lost;
-      RETURN_IF_ERROR(scheduler->Barrier("trained", rank, absl::Hours(24),
-                                         adopt ? &lost : nullptr));
+      RETURN_IF_ERROR(
+          scheduler->Barrier("trained", rank, absl::Hours(24), adopt ? &lost : nullptr));
       if (!lost) break;
       adopt(*lost);
     }
@@ -331,7 +330,6 @@ bool Transient(const absl::Status& st) {
          absl::IsCancelled(st);
 }
 
-
 // One worker rank's connection to the servers, made at its first start.
 struct Remote {
   std::unique_ptr<ParamStore> params;
@@ -341,8 +339,7 @@ struct Remote {
 // Creates `remote` for `rank` at its first start, or moves it to `start`'s
 // generation and map.
 absl::Status Connect(const WorkerOptions& w, const JobConfig& config, uint32_t rank,
-                     const WaitStartResponse& start,
-                     SchedulerClient* scheduler, Remote* remote) {
+                     const WaitStartResponse& start, SchedulerClient* scheduler, Remote* remote) {
   if (remote->params != nullptr) {
     remote->client->set_generation(start.generation());
     return remote->client->UpdateMap(start.map());
@@ -362,8 +359,8 @@ absl::Status Connect(const WorkerOptions& w, const JobConfig& config, uint32_t r
         absl::StrSplit(w.testing_exit_mid_push, absl::MaxSplits(':', 2));
     uint32_t at_rank = 0;
     uint64_t at_clock = 0;
-    if (f.size() != 3 || !absl::SimpleAtoi(f[0], &at_rank) ||
-        !absl::SimpleAtoi(f[1], &at_clock) || f[2].empty()) {
+    if (f.size() != 3 || !absl::SimpleAtoi(f[0], &at_rank) || !absl::SimpleAtoi(f[1], &at_clock) ||
+        f[2].empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--testing_exit_mid_push=", w.testing_exit_mid_push, ": expected RANK:CLOCK:MARKER"));
     }
@@ -414,9 +411,9 @@ absl::Status TrainAdopted(const WorkerOptions& w, const JobConfig& config, uint3
                             [rank](bool job_ended, const std::string& why) {
                               if (!job_ended) LOG(WARNING) << "worker " << rank << ": " << why;
                             });
-  ASSIGN_OR_RETURN(const WaitStartResponse start,
-                   scheduler.WaitStart(rank, std::nullopt,
-                                       absl::Milliseconds(k.start_deadline_ms())));
+  ASSIGN_OR_RETURN(
+      const WaitStartResponse start,
+      scheduler.WaitStart(rank, std::nullopt, absl::Milliseconds(k.start_deadline_ms())));
   if (start.job_ended() || start.has_adopt_rank()) return absl::OkStatus();
   scheduler.NoteStart(start.generation(), start.clock(), start.position());
   Remote remote;
@@ -448,8 +445,8 @@ absl::StatusOr<RegisterResponse> JoinJob(const JobConfig& config, const WorkerOp
     // late processes; gone, it leaves nothing to join.
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the scheduler at ", w.scheduler, " within start_deadline_ms (",
-        k.start_deadline_ms(), " ms), so no job to join (if it ran, it has ended): ",
-        reg.status().message()));
+        k.start_deadline_ms(),
+        " ms), so no job to join (if it ran, it has ended): ", reg.status().message()));
   }
   if (!reg.ok()) {
     return absl::Status(reg.status().code(),
@@ -459,28 +456,27 @@ absl::StatusOr<RegisterResponse> JoinJob(const JobConfig& config, const WorkerOp
   LOG(INFO) << "worker rank " << rank << " of " << reg->shard().num_workers();
   request.set_requested_index(rank);
   scheduler->EnableRejoin(request, nullptr);
-  scheduler->StartHeartbeats(
-      WORKER, rank, reg->job_id(), absl::Milliseconds(k.heartbeat_ms()),
-      absl::Milliseconds(k.dead_after_ms() * 3),
-      [job_failed](bool job_ended, const std::string& why) {
-        if (job_ended) {  // The main thread sees it in WaitStart.
-          if (why.find("failed") != std::string::npos) {
-            LOG(ERROR) << why;
-            *job_failed = true;
-          }
-          return;
-        }
-        LOG(ERROR) << "stopping: " << why;
-        std::fflush(nullptr);
-        std::_Exit(3);
-      });
+  scheduler->StartHeartbeats(WORKER, rank, reg->job_id(), absl::Milliseconds(k.heartbeat_ms()),
+                             absl::Milliseconds(k.dead_after_ms() * 3),
+                             [job_failed](bool job_ended, const std::string& why) {
+                               if (job_ended) {  // The main thread sees it in WaitStart.
+                                 if (why.find("failed") != std::string::npos) {
+                                   LOG(ERROR) << why;
+                                   *job_failed = true;
+                                 }
+                                 return;
+                               }
+                               LOG(ERROR) << "stopping: " << why;
+                               std::fflush(nullptr);
+                               std::_Exit(3);
+                             });
   return reg;
 }
 
 // With periodic evaluation and eval files: the evaluator of the checkpoints
 // the scheduler leases to this worker; else nullptr.
-std::unique_ptr<CheckpointEvaluator> StartEvaluator(const JobConfig& config,
-                                                    const WorkerOptions& w, uint32_t rank,
+std::unique_ptr<CheckpointEvaluator> StartEvaluator(const JobConfig& config, const WorkerOptions& w,
+                                                    uint32_t rank,
                                                     const std::vector<std::string>& eval,
                                                     SchedulerClient* scheduler) {
   if (config.training().eval_every_steps() == 0 || eval.empty()) return nullptr;
@@ -591,10 +587,10 @@ int RunPsWorker(JobConfig config, const WorkerOptions& w) {
       LOG(ERROR) << st;
       return 2;
     }
-    LOG(INFO) << "worker " << rank << " starts at clock " << start->clock()
-              << " (job generation " << generation << ")";
-    auto result = TrainGeneration(w, config, rank, reg->shard().num_workers(), train, eval,
-                                  *start, &scheduler, remote.params.get(), remote.client, adopt);
+    LOG(INFO) << "worker " << rank << " starts at clock " << start->clock() << " (job generation "
+              << generation << ")";
+    auto result = TrainGeneration(w, config, rank, reg->shard().num_workers(), train, eval, *start,
+                                  &scheduler, remote.params.get(), remote.client, adopt);
     if (result.ok()) {
       outcome = *std::move(result);
       transient_failures = 0;
@@ -603,9 +599,14 @@ int RunPsWorker(JobConfig config, const WorkerOptions& w) {
     }
     switch (AfterFailedGeneration(result.status(), config, rank, *start, &scheduler,
                                   &transient_failures)) {
-      case Retry::kNewerGeneration: after = generation; break;
-      case Retry::kFromLastStep: after.reset(); break;
-      case Retry::kGiveUp: return 1;
+      case Retry::kNewerGeneration:
+        after = generation;
+        break;
+      case Retry::kFromLastStep:
+        after.reset();
+        break;
+      case Retry::kGiveUp:
+        return 1;
     }
   }
   if (outcome) {

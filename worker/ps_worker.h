@@ -32,15 +32,15 @@ namespace shardps {
 
 // ps_worker's flags.
 struct WorkerOptions {
-  std::string config_path;  // The job config's file (checkpoint evaluation reloads it).
-  std::string scheduler;    // host:port (PS mode).
-  int rank = -1;            // The rank to ask for; -1: any.
+  std::string config_path;      // The job config's file (checkpoint evaluation reloads it).
+  std::string scheduler;        // host:port (PS mode).
+  int rank = -1;                // The rank to ask for; -1: any.
   std::string device = "auto";  // auto, cpu or cuda.
-  uint64_t max_steps = 0;   // Stop at this clock (0: training.max_steps or the data's end).
-  std::string loss_log;     // Per-step losses, if set.
-  bool checksum = false;    // Print a checksum of the trained rows' final weights.
-  int step_delay_ms = 0;    // Testing: sleep this long in every step.
-  std::string wire = "fp32";  // fp32, fp16 or bf16.
+  uint64_t max_steps = 0;       // Stop at this clock (0: training.max_steps or the data's end).
+  std::string loss_log;         // Per-step losses, if set.
+  bool checksum = false;        // Print a checksum of the trained rows' final weights.
+  int step_delay_ms = 0;        // Testing: sleep this long in every step.
+  std::string wire = "fp32";    // fp32, fp16 or bf16.
   // Testing: "RANK:CLOCK:MARKER" (PsClient::Options::testing_exit_mid_push_clock).
   std::string testing_exit_mid_push;
 };

@@ -15,11 +15,11 @@ struct StepTimes {
 
 // The embedding cache's figures of one Train() (training.cache).
 struct CacheSummary {
-  bool on = false;  // The cache ran (else the rest is 0).
-  uint64_t lookups = 0;      // Embedding keys of the trained steps.
-  uint64_t hits = 0;         // Served from the cache: rows not pulled.
-  uint64_t bytes_saved = 0;  // Pull payload the hits did not move.
-  uint64_t state_bytes = 0;  // Optimizer state pulled only to cache rows.
+  bool on = false;            // The cache ran (else the rest is 0).
+  uint64_t lookups = 0;       // Embedding keys of the trained steps.
+  uint64_t hits = 0;          // Served from the cache: rows not pulled.
+  uint64_t bytes_saved = 0;   // Pull payload the hits did not move.
+  uint64_t state_bytes = 0;   // Optimizer state pulled only to cache rows.
   double staleness_mean = 0;  // Over hits: step - the minimum clock the row was read at.
   uint64_t staleness_max = 0;
   uint64_t rows = 0;  // Held at the end.

@@ -29,9 +29,9 @@ using trainer_internal::Preparer;
 
 class Trainer::Impl {
  public:
-  Impl(TrainerOptions options, std::unique_ptr<Model> model, uint32_t dense_table,
-       uint32_t chunk)
-      : o_(std::move(options)), model_(std::move(model)),
+  Impl(TrainerOptions options, std::unique_ptr<Model> model, uint32_t dense_table, uint32_t chunk)
+      : o_(std::move(options)),
+        model_(std::move(model)),
         params_(o_.params, model_.get(), dense_table, chunk,
                 o_.config.training().has_dense_compression()
                     ? o_.config.training().dense_compression().ratio()
@@ -69,9 +69,9 @@ absl::Status Trainer::Impl::InitDenseWeights() {
 }
 
 absl::StatusOr<std::unique_ptr<data::CriteoReader>> Trainer::Impl::OpenTrainData() {
-  ASSIGN_OR_RETURN(data::ReaderOptions ro,
-                   data::ReaderOptionsFromConfig(o_.config, o_.train_files, o_.rank,
-                                                 o_.num_workers, true));
+  ASSIGN_OR_RETURN(
+      data::ReaderOptions ro,
+      data::ReaderOptionsFromConfig(o_.config, o_.train_files, o_.rank, o_.num_workers, true));
   ASSIGN_OR_RETURN(auto reader, data::CriteoReader::Create(std::move(ro)));
   if (!o_.start_position.empty()) {
     ASSIGN_OR_RETURN(data::ReaderPosition position, data::DecodePosition(o_.start_position));
@@ -119,8 +119,8 @@ std::unique_ptr<EmbeddingCache> Trainer::Impl::MakeCache() const {
     LOG(WARNING) << "worker " << o_.rank << ": training.cache is set but off: " << why.message();
     return nullptr;
   }
-  LOG(INFO) << "worker " << o_.rank << " caches embedding rows read within "
-            << cache->staleness() << " clocks of the job's minimum"
+  LOG(INFO) << "worker " << o_.rank << " caches embedding rows read within " << cache->staleness()
+            << " clocks of the job's minimum"
             << (tr.cache().max_rows() ? absl::StrCat(", at most ", tr.cache().max_rows(), " rows")
                                       : "")
             << (tr.cache().max_bytes() || !tr.cache().max_rows()
@@ -176,7 +176,7 @@ absl::StatusOr<TrainSummary> Trainer::Impl::Train() {
 }
 
 absl::StatusOr<EvalResult> Trainer::Impl::Evaluate(const std::vector<std::string>& files,
-                                                    const EvalBatchCallback& on_batch) {
+                                                   const EvalBatchCallback& on_batch) {
   ASSIGN_OR_RETURN(data::ReaderOptions ro,
                    data::ReaderOptionsFromConfig(o_.config, files, 0, 1, false));
   ASSIGN_OR_RETURN(auto reader, data::CriteoReader::Create(std::move(ro)));
@@ -216,16 +216,20 @@ absl::StatusOr<uint64_t> Trainer::Impl::WeightsChecksum() {
     std::vector<uint64_t> keys(seen_[t].begin(), seen_[t].end());
     std::sort(keys.begin(), keys.end());
     std::vector<float> rows(keys.size() * tables[t].dim);
-    RETURN_IF_ERROR(o_.params->Pull({{tables[t].id, static_cast<uint32_t>(tables[t].dim),
-                                      keys.data(), keys.size(), rows.data()}},
-                                    EVAL, final_step_)->Wait());
+    RETURN_IF_ERROR(o_.params
+                        ->Pull({{tables[t].id, static_cast<uint32_t>(tables[t].dim), keys.data(),
+                                 keys.size(), rows.data()}},
+                               EVAL, final_step_)
+                        ->Wait());
     mix_rows(keys, rows);
   }
   const std::vector<uint64_t>& chunk_keys = params_.chunk_keys();
   std::vector<float> dense(params_.num_chunks() * params_.chunk());
-  RETURN_IF_ERROR(o_.params->Pull({{params_.dense_table(), params_.chunk(), chunk_keys.data(),
-                                    chunk_keys.size(), dense.data()}},
-                                  EVAL, final_step_)->Wait());
+  RETURN_IF_ERROR(o_.params
+                      ->Pull({{params_.dense_table(), params_.chunk(), chunk_keys.data(),
+                               chunk_keys.size(), dense.data()}},
+                             EVAL, final_step_)
+                      ->Wait());
   mix_rows(chunk_keys, dense);
   return h;
 }
@@ -242,8 +246,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions options)
   ASSIGN_OR_RETURN(auto model, CreateModel(options.config, options.model_options));
   const uint32_t chunk = options.config.cluster().dense_chunk_size();
   const uint32_t dense_id = dense->id();
-  return std::unique_ptr<Trainer>(new Trainer(
-      std::make_unique<Impl>(std::move(options), std::move(model), dense_id, chunk)));
+  return std::unique_ptr<Trainer>(
+      new Trainer(std::make_unique<Impl>(std::move(options), std::move(model), dense_id, chunk)));
 }
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

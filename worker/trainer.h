@@ -76,8 +76,8 @@
 #include "proto/config.pb.h"
 #include "proto/scheduler.pb.h"
 #include "worker/data/batch.h"
-#include "worker/model/model.h"
 #include "worker/job_clock.h"
+#include "worker/model/model.h"
 #include "worker/param_store.h"
 #include "worker/train_summary.h"
 
@@ -89,15 +89,15 @@ struct TrainerOptions {
   uint32_t num_workers = 1;
   std::vector<std::string> train_files;
   std::vector<std::string> eval_files;
-  ParamStore* params = nullptr;           // Not owned; required.
-  JobClock* clock = nullptr;              // Not owned; null in local mode.
-  ModelOptions model_options;             // Device.
+  ParamStore* params = nullptr;  // Not owned; required.
+  JobClock* clock = nullptr;     // Not owned; null in local mode.
+  ModelOptions model_options;    // Device.
   // The clock to stop at (the last step is max_steps - 1, whatever
   // start_step); 0: training.max_steps, or the data's end.
   uint64_t max_steps = 0;
-  uint64_t start_step = 0;                // Clock to start at (a restarted worker).
-  std::string start_position;             // Data position to seek to (EncodePosition).
-  std::string loss_log;                   // If set: "step loss" lines, %.17g (per Train).
+  uint64_t start_step = 0;     // Clock to start at (a restarted worker).
+  std::string start_position;  // Data position to seek to (EncodePosition).
+  std::string loss_log;        // If set: "step loss" lines, %.17g (per Train).
   absl::Duration report_every = absl::Seconds(2);
   // Remember every key trained on, for WeightsChecksum (tests; costs memory).
   bool track_keys = false;

@@ -30,8 +30,11 @@ void Preparer::Prepare(Prepared* p) {
 
 DataPipeline::DataPipeline(std::unique_ptr<data::CriteoReader> reader, const ModelSpec& spec,
                            int batch_size, int depth)
-    : reader_(std::move(reader)), preparer_(spec), batch_size_(batch_size),
-      num_dense_(static_cast<int>(spec.num_dense)), num_fields_(spec.fields.size()) {
+    : reader_(std::move(reader)),
+      preparer_(spec),
+      batch_size_(batch_size),
+      num_dense_(static_cast<int>(spec.num_dense)),
+      num_fields_(spec.fields.size()) {
   for (int i = 0; i < depth; ++i) free_.push_back(std::make_unique<Prepared>());
   thread_ = std::thread([this] { Loop(); });
 }

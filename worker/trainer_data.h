@@ -86,8 +86,8 @@ class Preparer {
 // Reads and prepares batches on its own thread, up to `depth` ahead.
 class DataPipeline {
  public:
-  DataPipeline(std::unique_ptr<data::CriteoReader> reader, const ModelSpec& spec,
-               int batch_size, int depth);
+  DataPipeline(std::unique_ptr<data::CriteoReader> reader, const ModelSpec& spec, int batch_size,
+               int depth);
   ~DataPipeline();
   DataPipeline(const DataPipeline&) = delete;
   DataPipeline& operator=(const DataPipeline&) = delete;

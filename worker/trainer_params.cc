@@ -6,9 +6,12 @@
 namespace shardps {
 namespace trainer_internal {
 
-StepParams::StepParams(ParamStore* store, const Model* model, uint32_t dense_table,
-                       uint32_t chunk, float compression_ratio)
-    : store_(store), model_(model), dense_table_(dense_table), chunk_(chunk),
+StepParams::StepParams(ParamStore* store, const Model* model, uint32_t dense_table, uint32_t chunk,
+                       float compression_ratio)
+    : store_(store),
+      model_(model),
+      dense_table_(dense_table),
+      chunk_(chunk),
       num_chunks_((model->NumDenseParams() + chunk - 1) / chunk) {
   for (uint64_t c = 0; c < num_chunks_; ++c) chunk_keys_.push_back(c);
   if (compression_ratio > 0.0f) {
@@ -22,12 +25,11 @@ std::unique_ptr<PsClient::Op> StepParams::StartPull(Prepared* p, PullPurpose pur
   const auto& tables = model_->spec().tables;
   for (size_t t = 0; t < tables.size(); ++t) {
     if (p->unique_keys[t].empty()) continue;
-    pulls.push_back({tables[t].id, static_cast<uint32_t>(tables[t].dim),
-                     p->unique_keys[t].data(), p->unique_keys[t].size(), p->rows[t].data()});
+    pulls.push_back({tables[t].id, static_cast<uint32_t>(tables[t].dim), p->unique_keys[t].data(),
+                     p->unique_keys[t].size(), p->rows[t].data()});
   }
   p->dense_params.resize(num_chunks_ * chunk_);
-  pulls.push_back({dense_table_, chunk_, chunk_keys_.data(), num_chunks_,
-                   p->dense_params.data()});
+  pulls.push_back({dense_table_, chunk_, chunk_keys_.data(), num_chunks_, p->dense_params.data()});
   return store_->Pull(std::move(pulls), purpose, step);
 }
 
@@ -71,9 +73,8 @@ std::unique_ptr<PsClient::Op> StepParams::SendPush(Prepared* p, uint64_t step, f
   const auto& tables = model_->spec().tables;
   for (size_t t = 0; t < tables.size(); ++t) {
     if (p->unique_keys[t].empty()) continue;
-    pushes.push_back({tables[t].id, static_cast<uint32_t>(tables[t].dim),
-                      p->unique_keys[t].data(), p->unique_keys[t].size(),
-                      r.table_grads[t].data()});
+    pushes.push_back({tables[t].id, static_cast<uint32_t>(tables[t].dim), p->unique_keys[t].data(),
+                      p->unique_keys[t].size(), r.table_grads[t].data()});
   }
   TablePush dense{dense_table_, chunk_, chunk_keys_.data(), num_chunks_, dense_buf.data()};
   dense.sparse = compressor_ != nullptr;

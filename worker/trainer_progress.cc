@@ -46,9 +46,14 @@ void StepMetrics::Report(double samples_per_sec, double loss) {
 
 TrainProgress::TrainProgress(uint32_t rank, JobClock* clock, const std::string& loss_log,
                              absl::Duration report_every, uint64_t samples_before)
-    : rank_(rank), clock_(clock), report_every_(report_every), samples_before_(samples_before),
+    : rank_(rank),
+      clock_(clock),
+      report_every_(report_every),
+      samples_before_(samples_before),
       loss_log_(loss_log.empty() ? nullptr : std::fopen(loss_log.c_str(), "w")),
-      metrics_(rank), start_(absl::Now()), last_report_(start_) {}
+      metrics_(rank),
+      start_(absl::Now()),
+      last_report_(start_) {}
 
 void TrainProgress::StepDone(uint64_t step, const data::Batch& batch, const StepResult& r) {
   if (loss_log_) {
@@ -69,11 +74,10 @@ void TrainProgress::StepDone(uint64_t step, const data::Batch& batch, const Step
 void TrainProgress::Report(uint64_t clock) {
   const double secs = Seconds(last_report_);
   metrics_.Report(report_samples_ / secs, report_loss_ / report_steps_);
-  LOG(INFO) << "worker " << rank_ << " step " << clock << " loss "
-            << report_loss_ / report_steps_ << " " << report_samples_ / secs
-            << " samples/s (data " << times_.data << "s wait " << times_.wait << "s pull "
-            << times_.pull << "s compute " << times_.compute << "s push " << times_.push
-            << "s)";
+  LOG(INFO) << "worker " << rank_ << " step " << clock << " loss " << report_loss_ / report_steps_
+            << " " << report_samples_ / secs << " samples/s (data " << times_.data << "s wait "
+            << times_.wait << "s pull " << times_.pull << "s compute " << times_.compute
+            << "s push " << times_.push << "s)";
   if (clock_ != nullptr) {
     MetricsReport r;
     r.set_rank(rank_);

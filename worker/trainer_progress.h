@@ -19,8 +19,8 @@
 #include "common/metrics.h"
 #include "worker/data/batch.h"
 #include "worker/data/eval_metrics.h"
-#include "worker/model/model.h"
 #include "worker/job_clock.h"
+#include "worker/model/model.h"
 #include "worker/train_summary.h"
 
 namespace shardps {

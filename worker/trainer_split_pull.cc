@@ -20,7 +20,11 @@ class PartOp final : public PsClient::Op {
  public:
   PartOp(std::unique_ptr<PsClient::Op> op, Prepared* p, Prepared::PullPart* part,
          const ModelSpec& spec, bool scatter, std::vector<size_t> state)
-      : op_(std::move(op)), p_(p), part_(part), spec_(spec), scatter_(scatter),
+      : op_(std::move(op)),
+        p_(p),
+        part_(part),
+        spec_(spec),
+        scatter_(scatter),
         state_(std::move(state)) {}
 
   absl::Status Wait() override {
@@ -132,8 +136,8 @@ void SplitPuller::Split(Prepared* p, const Prepared* prev, uint64_t step) {
     for (auto& v : *positions) v.clear();
   }
   if (cache_ != nullptr) {
-    cache_->PlanStep(step, clock_ != nullptr ? clock_->MinClock() : std::nullopt,
-                     p->unique_keys, &p->cache_hits, &p->cache_misses, &p->cache_cold);
+    cache_->PlanStep(step, clock_ != nullptr ? clock_->MinClock() : std::nullopt, p->unique_keys,
+                     &p->cache_hits, &p->cache_misses, &p->cache_cold);
   }
   for (size_t t = 0; t < num_tables; ++t) {
     prev_index_.clear();
@@ -184,14 +188,15 @@ std::unique_ptr<PsClient::Op> SplitPuller::StartPart(Prepared* p, PullPartKind k
     const uint32_t dim = static_cast<uint32_t>(spec_.tables[t].dim);
     const size_t n = part->keys[t].size();
     if (kind == kOwnWrites) part->warm[t] = part->with_state ? n : 0;
-    const uint32_t state =
-        !part->with_state ? 0 : kind == kOwnWrites ? replay_[t].state : cache_->state(t);
+    const uint32_t state = !part->with_state    ? 0
+                           : kind == kOwnWrites ? replay_[t].state
+                                                : cache_->state(t);
     states[t] = state;
     // Rows with state (all, or kUntouched's warm ones), then those without.
     const size_t warm = part->warm[t];
     if (warm > 0) {
-      pulls.push_back({spec_.tables[t].id, dim, part->keys[t].data(), warm,
-                       part->rows[t].data(), state});
+      pulls.push_back(
+          {spec_.tables[t].id, dim, part->keys[t].data(), warm, part->rows[t].data(), state});
     }
     if (n > warm) {
       pulls.push_back({spec_.tables[t].id, dim, part->keys[t].data() + warm, n - warm,
@@ -203,8 +208,8 @@ std::unique_ptr<PsClient::Op> SplitPuller::StartPart(Prepared* p, PullPartKind k
   if (kind == (p->alone ? kUntouched : kOwnWrites)) {
     const size_t chunks = params_->num_chunks(), chunk = params_->chunk();
     p->dense_params.resize(chunks * chunk);
-    TablePull dense{params_->dense_table(), params_->chunk(), params_->chunk_keys().data(),
-                    chunks, p->dense_params.data()};
+    TablePull dense{params_->dense_table(), params_->chunk(), params_->chunk_keys().data(), chunks,
+                    p->dense_params.data()};
     if (kind == kOwnWrites && part->with_state) {  // Replayed.
       dense.state = replay_.back().state;
       p->dense_state.resize(chunks * (chunk + dense.state));
@@ -218,8 +223,8 @@ std::unique_ptr<PsClient::Op> SplitPuller::StartPart(Prepared* p, PullPartKind k
   return std::make_unique<PartOp>(std::move(op), p, part, spec_, scatter, std::move(states));
 }
 
-void SplitPuller::Replay(Prepared* p, const StepResult& prev,
-                         const std::vector<float>& prev_dense, float lr_scale) {
+void SplitPuller::Replay(Prepared* p, const StepResult& prev, const std::vector<float>& prev_dense,
+                         float lr_scale) {
   Prepared::PullPart& own = p->parts[kOwnWrites];
   for (size_t t = 0; t < own.keys.size(); ++t) {
     const ReplayTable& r = replay_[t];
@@ -264,8 +269,8 @@ void SplitPuller::ApplyPush(const Prepared& p, const StepResult& r, float lr_sca
   if (cache_ == nullptr) return;
   for (size_t t = 0; t < p.unique_keys.size(); ++t) {
     if (p.unique_keys[t].empty()) continue;
-    cache_->ApplyPush(t, p.unique_keys[t].data(), p.unique_keys[t].size(),
-                      r.table_grads[t].data(), lr_scale);
+    cache_->ApplyPush(t, p.unique_keys[t].data(), p.unique_keys[t].size(), r.table_grads[t].data(),
+                      lr_scale);
   }
 }
 

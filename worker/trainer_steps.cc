@@ -9,10 +9,10 @@
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/lr_schedule.h"
 #include "worker/trainer_split_pull.h"
-#include "glog/logging.h"
 
 namespace shardps {
 namespace trainer_internal {
@@ -84,12 +84,15 @@ class ClockGate {
 class StepLoop {
  public:
   explicit StepLoop(const StepEnv& env)
-      : env_(env), clock_(env.clock, env.rank), times_(env.progress->times()),
-        step_(env.start_step), split_(env.params, env.model->spec()) {
+      : env_(env),
+        clock_(env.clock, env.rank),
+        times_(env.progress->times()),
+        step_(env.start_step),
+        split_(env.params, env.model->spec()) {
     if (env.cache != nullptr) {
-      split_.EnableCache(env.cache, env.clock,
-                         env.config != nullptr ? EffectiveStaleness(env.config->cluster())
-                                               : UINT32_MAX);
+      split_.EnableCache(
+          env.cache, env.clock,
+          env.config != nullptr ? EffectiveStaleness(env.config->cluster()) : UINT32_MAX);
     }
   }
   virtual ~StepLoop() = default;
@@ -180,8 +183,7 @@ class StepLoop {
   }
 
   float LrScale(uint64_t step) const {
-    return static_cast<float>(
-        LearningRateMultiplier(env_.lr_schedule, step, env_.max_steps));
+    return static_cast<float>(LearningRateMultiplier(env_.lr_schedule, step, env_.max_steps));
   }
 
   // Pushes r for cur_, waits for the acknowledgement, ticks clock step_ + 1.
@@ -259,9 +261,8 @@ class SynchronousSteps final : public StepLoop {
 class PrefetchingSteps final : public StepLoop {
  public:
   explicit PrefetchingSteps(const StepEnv& env) : StepLoop(env) {
-    const absl::Status st = env.config != nullptr
-                                ? split_.EnableReplay(*env.config)
-                                : absl::FailedPreconditionError("no job config");
+    const absl::Status st = env.config != nullptr ? split_.EnableReplay(*env.config)
+                                                  : absl::FailedPreconditionError("no job config");
     if (st.ok()) {
       LOG(INFO) << "worker " << env.rank << " prefetches and replays its own pending step "
                 << "on the rows it prefetched (read-your-own-writes without waiting)";
@@ -295,27 +296,29 @@ class PrefetchingSteps final : public StepLoop {
               std::function<OpPtr(Prepared*)> send, Prepared* next, bool next_prefetched,
               Prepared* after)
         : batch_(std::move(batch)), own_(own_promise_.get_future()) {
-      done_ = std::async(std::launch::async, [this, steps, t, send = std::move(send), next,
-                                              next_prefetched, after]() -> absl::StatusOr<Prefetch> {
-        SplitPuller& split = steps->split_;
-        push_ = send(batch_.get());
-        Started own{push_->Wait(), nullptr};
-        if (own.status.ok() && next_prefetched && !split.replay()) {
-          own.op = split.StartPart(next, kOwnWrites, TRAIN, t + 1);
-        }
-        const absl::Status pushed = own.status;
-        own_promise_.set_value(std::move(own));
-        RETURN_IF_ERROR(pushed);
-        RETURN_IF_ERROR(steps->clock_.Tick(t + 1, *batch_));
-        if (after == nullptr) return Prefetch{};
-        ASSIGN_OR_RETURN(const bool may_start, steps->clock_.TryStart(t + 2));
-        if (!may_start) return Prefetch{};
-        split.Split(after, next, t + 2);
-        Prefetch f;
-        f.untouched = split.StartPart(after, kUntouched, TRAIN, t + 2);
-        if (split.replay()) f.own = split.StartPart(after, kOwnWrites, TRAIN, t + 2);
-        return f;
-      });
+      done_ = std::async(std::launch::async,
+                         [this, steps, t, send = std::move(send), next, next_prefetched,
+                          after]() -> absl::StatusOr<Prefetch> {
+                           SplitPuller& split = steps->split_;
+                           push_ = send(batch_.get());
+                           Started own{push_->Wait(), nullptr};
+                           if (own.status.ok() && next_prefetched && !split.replay()) {
+                             own.op = split.StartPart(next, kOwnWrites, TRAIN, t + 1);
+                           }
+                           const absl::Status pushed = own.status;
+                           own_promise_.set_value(std::move(own));
+                           RETURN_IF_ERROR(pushed);
+                           RETURN_IF_ERROR(steps->clock_.Tick(t + 1, *batch_));
+                           if (after == nullptr) return Prefetch{};
+                           ASSIGN_OR_RETURN(const bool may_start, steps->clock_.TryStart(t + 2));
+                           if (!may_start) return Prefetch{};
+                           split.Split(after, next, t + 2);
+                           Prefetch f;
+                           f.untouched = split.StartPart(after, kUntouched, TRAIN, t + 2);
+                           if (split.replay())
+                             f.own = split.StartPart(after, kOwnWrites, TRAIN, t + 2);
+                           return f;
+                         });
     }
     // Step t + 1's kOwnWrites part once step t's push is acknowledged (null
     // if step t + 1 was not prefetched, or is replayed), or the push's
@@ -362,7 +365,7 @@ class PrefetchingSteps final : public StepLoop {
     }
     while (cur_ && InRange(step_)) {
       const uint64_t t = step_;
-      OpPtr own;  // Step t's kOwnWrites part.
+      OpPtr own;            // Step t's kOwnWrites part.
       bool replay = false;  // Step t - 1's push is replayed on it.
       absl::Time t0 = absl::Now();
       if (chain_ && pull_ && split_.replay()) {
@@ -384,8 +387,7 @@ class PrefetchingSteps final : public StepLoop {
       t0 = absl::Now();
       if (own) RETURN_IF_ERROR(own->Wait());
       if (replay) {
-        split_.Replay(cur_.get(), results_[(t - 1) % 2], dense_grads_[(t - 1) % 2],
-                      LrScale(t - 1));
+        split_.Replay(cur_.get(), results_[(t - 1) % 2], dense_grads_[(t - 1) % 2], LrScale(t - 1));
       }
       RETURN_IF_ERROR(WaitPull(t0));
       StepResult& result = results_[t % 2];
@@ -427,11 +429,11 @@ class PrefetchingSteps final : public StepLoop {
     return absl::OkStatus();
   }
 
-  std::unique_ptr<Prepared> next_;  // Step step_ + 1's batch, when read.
-  OpPtr next_pull_;                 // Its kUntouched part, once started.
-  OpPtr next_own_;                  // Replay: its kOwnWrites part, once started.
-  OpPtr own_;                       // Replay: step step_'s kOwnWrites part.
-  StepResult results_[2];           // Step t's in [t % 2] until its push is done.
+  std::unique_ptr<Prepared> next_;     // Step step_ + 1's batch, when read.
+  OpPtr next_pull_;                    // Its kUntouched part, once started.
+  OpPtr next_own_;                     // Replay: its kOwnWrites part, once started.
+  OpPtr own_;                          // Replay: step step_'s kOwnWrites part.
+  StepResult results_[2];              // Step t's in [t % 2] until its push is done.
   std::vector<float> dense_grads_[2];  // Step t's pushed dense gradient, likewise.
   // Declared last: destroyed (and so waited for) before what it uses.
   std::unique_ptr<PushChain> chain_;
@@ -442,8 +444,7 @@ class PrefetchingSteps final : public StepLoop {
 StepPipeline ChooseStepPipeline(const JobConfig& config, bool has_clock) {
   // BSP (staleness 0) never prefetches: the next pull must see this step's
   // (aggregated) push.
-  const bool prefetch =
-      config.training().prefetch() && EffectiveStaleness(config.cluster()) >= 1;
+  const bool prefetch = config.training().prefetch() && EffectiveStaleness(config.cluster()) >= 1;
   (void)has_clock;  // Both prefetch the same way (a null clock allows every step).
   return prefetch ? StepPipeline::kPrefetching : StepPipeline::kSynchronous;
 }

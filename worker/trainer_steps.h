@@ -33,8 +33,8 @@
 #include "absl/time/time.h"
 #include "proto/config.pb.h"
 #include "worker/embedding_cache.h"
-#include "worker/model/model.h"
 #include "worker/job_clock.h"
+#include "worker/model/model.h"
 #include "worker/train_summary.h"
 #include "worker/trainer_data.h"
 #include "worker/trainer_params.h"
@@ -58,7 +58,7 @@ struct StepEnv {
   uint32_t rank = 0;
   LrScheduleConfig lr_schedule;
   uint64_t start_step = 0;
-  uint64_t max_steps = 0;  // The clock to stop at; 0: the data's end.
+  uint64_t max_steps = 0;                            // The clock to stop at; 0: the data's end.
   absl::Duration step_delay = absl::ZeroDuration();  // Slept in every step.
   // Every key trained on, per model table; null: not tracked.
   std::vector<absl::flat_hash_set<uint64_t>>* seen = nullptr;

@@ -40,7 +40,8 @@ std::vector<std::string>& TrainFiles() {
 
 // `training`: more training settings (e.g. the embedding cache).
 JobConfig Config(ConsistencyMode mode, bool prefetch, const std::string& training = "") {
-  auto config = ParseJobConfig(absl::StrCat(R"pb(
+  auto config = ParseJobConfig(
+      absl::StrCat(R"pb(
     name: "trainer-test"
     tables {
       id: 1 name: "categorical" kind: SPARSE dim: 4 seed: 17
@@ -54,13 +55,16 @@ JobConfig Config(ConsistencyMode mode, bool prefetch, const std::string& trainin
     model { kind: DLRM bottom_mlp: [8, 4] top_mlp: [8] dense_table: "mlp" }
     data { format: CRITEO synthetic_dir: "/unused" }
     training {
-      batch_size: )pb", kBatch, R"pb( epochs: 2 shuffle_seed: 5 intra_op_threads: 1
-      prefetch: )pb", prefetch ? "true" : "false", R"pb(
-      lr_schedule { warmup_steps: 4 } )pb", training, R"pb(
+      batch_size: )pb",
+                   kBatch, R"pb( epochs: 2 shuffle_seed: 5 intra_op_threads: 1
+      prefetch: )pb",
+                   prefetch ? "true" : "false", R"pb(
+      lr_schedule { warmup_steps: 4 } )pb",
+                   training, R"pb(
     }
     cluster { num_servers: 1 num_workers: 1 num_partitions: 16 mode: )pb",
-    ConsistencyMode_Name(mode), mode == SSP ? " staleness: 2" : "", " }"),
-                               "trainer_test.pbtxt");
+                   ConsistencyMode_Name(mode), mode == SSP ? " staleness: 2" : "", " }"),
+      "trainer_test.pbtxt");
   EXPECT_TRUE(config.ok()) << config.status();
   return *config;
 }
@@ -73,7 +77,7 @@ struct TrainRun {
   std::vector<std::string> losses;  // "step loss" lines.
   std::vector<MetricsReport> reports;
   std::set<uint32_t> ranks;
-  uint64_t checksum = 0;  // Of the final weights, when track_keys.
+  uint64_t checksum = 0;     // Of the final weights, when track_keys.
   uint64_t rows_pulled = 0;  // Rows of the training pulls, every table.
 
   std::vector<Event> Only(Event::Kind kind) const {
@@ -180,7 +184,8 @@ void CheckProtocol(const TrainRun& run, uint64_t first_step) {
         break;
       case Event::kPull:
         EXPECT_TRUE(allowed.count(e.n)) << "step " << e.n << " pulled before the clock "
-                                        << "allowed it:\n" << ToString(run.events);
+                                        << "allowed it:\n"
+                                        << ToString(run.events);
         break;
       case Event::kPush:
         EXPECT_EQ(e.n, next_push++) << ToString(run.events);
@@ -188,9 +193,9 @@ void CheckProtocol(const TrainRun& run, uint64_t first_step) {
         break;
       case Event::kTick:
         EXPECT_EQ(e.n, next_tick++) << ToString(run.events);
-        EXPECT_TRUE(pushed.count(e.n - 1)) << "clock " << e.n << " ticked before step "
-                                           << e.n - 1 << "'s push:\n"
-                                           << ToString(run.events);
+        EXPECT_TRUE(pushed.count(e.n - 1))
+            << "clock " << e.n << " ticked before step " << e.n - 1 << "'s push:\n"
+            << ToString(run.events);
         EXPECT_FALSE(e.position.empty());
         break;
     }
@@ -261,7 +266,8 @@ TEST_F(TrainerTest, LocalPrefetchPullsTheNextStepBeforePushing) {
   EXPECT_EQ(LossSteps(run), Range(0, kSteps));
   for (uint64_t t = 0; t + 1 < kSteps; ++t) {
     EXPECT_LT(run.IndexOf(Event::kPull, t + 1), run.IndexOf(Event::kPush, t))
-        << "step " << t + 1 << " was not prefetched:\n" << ToString(run.events);
+        << "step " << t + 1 << " was not prefetched:\n"
+        << ToString(run.events);
   }
   // Steps 1 on pull in two parts (read-your-own-writes prefetch).
   EXPECT_EQ(run.Only(Event::kPull).size(), 2 * kSteps - 1);
@@ -302,33 +308,33 @@ TEST_F(TrainerTest, PrefetchSeesItsOwnPushesBitForBit) {
   TrainerOptions o = Options();
   o.track_keys = true;
   for (const bool replay : {false, true})
-  for (const bool with_clock : {true, false}) {
-    SCOPED_TRACE(absl::StrCat(with_clock ? "with a clock" : "local mode",
-                              replay ? ", replayed" : ", waited for"));
-    replay_ = replay;
-    EventLog sync_log, log;
-    FakeClock sync_clock(&sync_log), clock(&log);
-    const TrainRun sync =
-        Train(Config(SSP, false), with_clock ? &sync_clock : nullptr, &sync_log, o);
-    const TrainRun run = Train(Config(SSP, true), with_clock ? &clock : nullptr, &log, o);
-    ASSERT_TRUE(sync.status.ok()) << sync.status;
-    ASSERT_TRUE(run.status.ok()) << run.status;
-    // Really prefetched: step t + 1 partly pulled before step t's push;
-    // replayed, wholly (both parts).
-    for (uint64_t t = 0; t + 1 < kSteps; ++t) {
-      const int push = run.IndexOf(Event::kPush, t);
-      int pulls_before = 0;
-      for (int i = 0; i < push; ++i) {
-        pulls_before += run.events[i].kind == Event::kPull && run.events[i].n == t + 1;
+    for (const bool with_clock : {true, false}) {
+      SCOPED_TRACE(absl::StrCat(with_clock ? "with a clock" : "local mode",
+                                replay ? ", replayed" : ", waited for"));
+      replay_ = replay;
+      EventLog sync_log, log;
+      FakeClock sync_clock(&sync_log), clock(&log);
+      const TrainRun sync =
+          Train(Config(SSP, false), with_clock ? &sync_clock : nullptr, &sync_log, o);
+      const TrainRun run = Train(Config(SSP, true), with_clock ? &clock : nullptr, &log, o);
+      ASSERT_TRUE(sync.status.ok()) << sync.status;
+      ASSERT_TRUE(run.status.ok()) << run.status;
+      // Really prefetched: step t + 1 partly pulled before step t's push;
+      // replayed, wholly (both parts).
+      for (uint64_t t = 0; t + 1 < kSteps; ++t) {
+        const int push = run.IndexOf(Event::kPush, t);
+        int pulls_before = 0;
+        for (int i = 0; i < push; ++i) {
+          pulls_before += run.events[i].kind == Event::kPull && run.events[i].n == t + 1;
+        }
+        EXPECT_EQ(pulls_before, replay ? 2 : 1) << "step " << t + 1 << ":\n"
+                                                << ToString(run.events);
       }
-      EXPECT_EQ(pulls_before, replay ? 2 : 1) << "step " << t + 1 << ":\n"
-                                              << ToString(run.events);
+      ASSERT_EQ(sync.losses.size(), kSteps);
+      EXPECT_EQ(run.losses, sync.losses);  // %.17g
+      EXPECT_NE(sync.checksum, 0u);
+      EXPECT_EQ(run.checksum, sync.checksum);
     }
-    ASSERT_EQ(sync.losses.size(), kSteps);
-    EXPECT_EQ(run.losses, sync.losses);  // %.17g
-    EXPECT_NE(sync.checksum, 0u);
-    EXPECT_EQ(run.checksum, sync.checksum);
-  }
 }
 
 // The embedding cache with one worker: the job's minimum clock is the
@@ -489,8 +495,7 @@ struct Pipeline {
   bool prefetch;
 };
 
-class TrainerPipelineTest : public TrainerTest,
-                            public ::testing::WithParamInterface<Pipeline> {
+class TrainerPipelineTest : public TrainerTest, public ::testing::WithParamInterface<Pipeline> {
  protected:
   JobConfig PipelineConfig() { return Config(GetParam().mode, GetParam().prefetch); }
 };
@@ -510,9 +515,9 @@ TEST_P(TrainerPipelineTest, RefusedClockWaitEndsTraining) {
       }
     }
     // Refused once: no asking again.
-    EXPECT_EQ(std::count_if(run.events.begin(), run.events.end(),
-                            [](const Event& e) { return !e.ok; }),
-              1)
+    EXPECT_EQ(
+        std::count_if(run.events.begin(), run.events.end(), [](const Event& e) { return !e.ok; }),
+        1)
         << ToString(run.events);
     // The steps before: all logged (but step at - 1 of the async push,
     // whose chain made the refused probe).
@@ -610,12 +615,13 @@ TEST_P(TrainerPipelineTest, HonoursMaxStepsFromTheConfig) {
   EXPECT_EQ(run.Only(Event::kPush).size(), 5u);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Pipelines, TrainerPipelineTest,
-    ::testing::Values(Pipeline{"BspSynchronous", BSP, true},
-                      Pipeline{"SspSynchronous", SSP, false},
-                      Pipeline{"SspPrefetching", SSP, true}),
-    [](const ::testing::TestParamInfo<Pipeline>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Pipelines, TrainerPipelineTest,
+                         ::testing::Values(Pipeline{"BspSynchronous", BSP, true},
+                                           Pipeline{"SspSynchronous", SSP, false},
+                                           Pipeline{"SspPrefetching", SSP, true}),
+                         [](const ::testing::TestParamInfo<Pipeline>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace shardps

@@ -62,7 +62,7 @@ class FakeClock final : public JobClock {
  public:
   explicit FakeClock(EventLog* log) : log_(log) {}
 
-  bool allow_probes = true;                // Else probes get DEADLINE_EXCEEDED.
+  bool allow_probes = true;  // Else probes get DEADLINE_EXCEEDED.
   // MinClock() reports the last clock ticked (0 before any): the minimum
   // of a job of one worker. Else it reports nothing.
   bool report_min_clock = false;

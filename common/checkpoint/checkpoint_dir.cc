@@ -6,30 +6,27 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint/file_io.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "common/checkpoint/file_io.h"
 
 namespace shardps {
 namespace checkpoint {
 namespace {
 
 bool SameJob(const CheckpointManifest& a, const CheckpointManifest& b) {
-  return a.job_name() == b.job_name() &&
-         a.config_fingerprint() == b.config_fingerprint() &&
+  return a.job_name() == b.job_name() && a.config_fingerprint() == b.config_fingerprint() &&
          a.num_partitions() == b.num_partitions();
 }
 
 // Checks link i of `chain` against the links before it.
 // `ids` is the chain of the checkpoint being restored.
-absl::Status CheckLink(
-    const std::vector<CheckpointManifest>& chain, size_t i,
-    const std::string& dir,
-    const google::protobuf::RepeatedPtrField<std::string>& ids) {
+absl::Status CheckLink(const std::vector<CheckpointManifest>& chain, size_t i,
+                       const std::string& dir,
+                       const google::protobuf::RepeatedPtrField<std::string>& ids) {
   const CheckpointManifest& m = chain[i];
   const auto broken = [&](absl::string_view what) {
-    return absl::DataLossError(
-        absl::StrCat(dir, ": broken delta chain: ", what));
+    return absl::DataLossError(absl::StrCat(dir, ": broken delta chain: ", what));
   };
   if (i == 0) {
     if (m.kind() != CheckpointManifest::FULL) {
@@ -37,10 +34,8 @@ absl::Status CheckLink(
     }
     return absl::OkStatus();
   }
-  if (m.kind() != CheckpointManifest::DELTA ||
-      m.base_id() != chain[i - 1].checkpoint_id()) {
-    return broken(
-        absl::StrCat("expected a DELTA on ", chain[i - 1].checkpoint_id()));
+  if (m.kind() != CheckpointManifest::DELTA || m.base_id() != chain[i - 1].checkpoint_id()) {
+    return broken(absl::StrCat("expected a DELTA on ", chain[i - 1].checkpoint_id()));
   }
   if (!SameJob(m, chain[0])) {
     return broken(
@@ -56,8 +51,7 @@ absl::Status CheckLink(
 }
 
 // Removes a checkpoint directory, MANIFEST first (see the header).
-absl::Status RemoveCheckpoint(const std::string& root,
-                              const CheckpointEntry& entry) {
+absl::Status RemoveCheckpoint(const std::string& root, const CheckpointEntry& entry) {
   RETURN_IF_ERROR(RemoveAll(JoinPath(entry.dir, kManifestFileName)));
   RETURN_IF_ERROR(SyncDir(entry.dir));
   RETURN_IF_ERROR(RemoveAll(entry.dir));
@@ -81,23 +75,19 @@ std::string CheckpointPath(const std::string& root, uint64_t clock) {
   return JoinPath(root, CheckpointId(clock));
 }
 
-absl::StatusOr<std::string> CreateCheckpointDir(const std::string& root,
-                                                uint64_t clock) {
+absl::StatusOr<std::string> CreateCheckpointDir(const std::string& root, uint64_t clock) {
   RETURN_IF_ERROR(MakeDir(root));
   const std::string dir = CheckpointPath(root, clock);
   RETURN_IF_ERROR(MakeDir(dir));
   RETURN_IF_ERROR(SyncDir(root));
-  absl::StatusOr<uint64_t> manifest =
-      FileSize(JoinPath(dir, kManifestFileName));
+  absl::StatusOr<uint64_t> manifest = FileSize(JoinPath(dir, kManifestFileName));
   if (manifest.ok()) {
-    return absl::AlreadyExistsError(
-        absl::StrCat(dir, ": this checkpoint is already complete"));
+    return absl::AlreadyExistsError(absl::StrCat(dir, ": this checkpoint is already complete"));
   }
   return dir;
 }
 
-absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
-    const std::string& root) {
+absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& root) {
   ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(root));
   std::vector<CheckpointEntry> out;
   for (const std::string& name : names) {
@@ -110,15 +100,12 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
     out.push_back({*clock, name, dir});
   }
   std::sort(out.begin(), out.end(),
-            [](const CheckpointEntry& a, const CheckpointEntry& b) {
-              return a.clock < b.clock;
-            });
+            [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.clock < b.clock; });
   return out;
 }
 
-absl::StatusOr<ResolvedCheckpoint> LoadCheckpoint(
-    const std::string& root, uint64_t clock,
-    const LoadManifestOptions& options) {
+absl::StatusOr<ResolvedCheckpoint> LoadCheckpoint(const std::string& root, uint64_t clock,
+                                                  const LoadManifestOptions& options) {
   ResolvedCheckpoint out;
   out.dir = CheckpointPath(root, clock);
   ASSIGN_OR_RETURN(out.manifest, LoadManifest(out.dir, options));
@@ -130,43 +117,35 @@ absl::StatusOr<ResolvedCheckpoint> LoadCheckpoint(
     } else {
       absl::StatusOr<CheckpointManifest> link = LoadManifest(dir, options);
       if (!link.ok()) {
-        return absl::Status(
-            link.status().code(),
-            absl::StrCat(out.dir, ": needs ", id,
-                         " of its delta chain: ", link.status().message()));
+        return absl::Status(link.status().code(),
+                            absl::StrCat(out.dir, ": needs ", id,
+                                         " of its delta chain: ", link.status().message()));
       }
       out.chain.push_back(*std::move(link));
     }
     out.chain_dirs.push_back(dir);
-    RETURN_IF_ERROR(
-        CheckLink(out.chain, out.chain.size() - 1, dir, out.manifest.chain()));
+    RETURN_IF_ERROR(CheckLink(out.chain, out.chain.size() - 1, dir, out.manifest.chain()));
   }
   return out;
 }
 
-absl::StatusOr<ResolvedCheckpoint> LatestComplete(
-    const std::string& root, const LoadManifestOptions& options) {
+absl::StatusOr<ResolvedCheckpoint> LatestComplete(const std::string& root,
+                                                  const LoadManifestOptions& options) {
   ASSIGN_OR_RETURN(std::vector<CheckpointEntry> entries, ListCheckpoints(root));
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-    absl::StatusOr<ResolvedCheckpoint> loaded =
-        LoadCheckpoint(root, it->clock, options);
+    absl::StatusOr<ResolvedCheckpoint> loaded = LoadCheckpoint(root, it->clock, options);
     if (loaded.ok()) return loaded;
-    if (absl::IsNotFound(loaded.status()) &&
-        !FileSize(JoinPath(it->dir, kManifestFileName)).ok()) {
-      LOG(WARNING) << "skipping checkpoint " << it->dir
-                   << ": incomplete (no MANIFEST)";
+    if (absl::IsNotFound(loaded.status()) && !FileSize(JoinPath(it->dir, kManifestFileName)).ok()) {
+      LOG(WARNING) << "skipping checkpoint " << it->dir << ": incomplete (no MANIFEST)";
     } else {
-      LOG(WARNING) << "skipping checkpoint " << it->dir << ": "
-                   << loaded.status().message();
+      LOG(WARNING) << "skipping checkpoint " << it->dir << ": " << loaded.status().message();
     }
   }
-  return absl::NotFoundError(
-      absl::StrCat(root, ": no complete checkpoint (", entries.size(),
-                   " checkpoint directories, none complete)"));
+  return absl::NotFoundError(absl::StrCat(root, ": no complete checkpoint (", entries.size(),
+                                          " checkpoint directories, none complete)"));
 }
 
-absl::StatusOr<GcResult> GarbageCollect(const std::string& root,
-                                        const GcOptions& options) {
+absl::StatusOr<GcResult> GarbageCollect(const std::string& root, const GcOptions& options) {
   if (options.keep == 0) {
     return absl::InvalidArgumentError("GarbageCollect: keep must be >= 1");
   }
@@ -177,8 +156,7 @@ absl::StatusOr<GcResult> GarbageCollect(const std::string& root,
   absl::flat_hash_map<std::string, ResolvedCheckpoint> complete;
   std::vector<std::string> newest_first;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-    absl::StatusOr<ResolvedCheckpoint> c =
-        LoadCheckpoint(root, it->clock, load);
+    absl::StatusOr<ResolvedCheckpoint> c = LoadCheckpoint(root, it->clock, load);
     if (!c.ok()) continue;
     newest_first.push_back(it->id);
     complete.emplace(it->id, *std::move(c));
@@ -206,8 +184,7 @@ absl::StatusOr<GcResult> GarbageCollect(const std::string& root,
     }
     if (entry.clock > newest_clock) continue;  // Maybe in progress.
     LOG(INFO) << "checkpoint GC: removing " << entry.dir
-              << (complete.contains(entry.id) ? " (beyond keep)"
-                                              : " (incomplete or corrupt)");
+              << (complete.contains(entry.id) ? " (beyond keep)" : " (incomplete or corrupt)");
     RETURN_IF_ERROR(RemoveCheckpoint(root, entry));
     result.removed.push_back(entry.id);
   }

@@ -34,8 +34,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "proto/checkpoint.pb.h"
 #include "common/checkpoint/manifest.h"
+#include "proto/checkpoint.pb.h"
 
 namespace shardps {
 namespace checkpoint {
@@ -49,8 +49,7 @@ std::string CheckpointPath(const std::string& root, uint64_t clock);
 // Creates <root> (one level) and the checkpoint's directory if missing and
 // returns the latter; several servers may call it for the same checkpoint.
 // ALREADY_EXISTS if that checkpoint already has a MANIFEST.
-absl::StatusOr<std::string> CreateCheckpointDir(const std::string& root,
-                                                uint64_t clock);
+absl::StatusOr<std::string> CreateCheckpointDir(const std::string& root, uint64_t clock);
 
 // A checkpoint directory under the root (complete or not).
 struct CheckpointEntry {
@@ -61,8 +60,7 @@ struct CheckpointEntry {
 
 // The checkpoint directories under `root`, oldest first. NOT_FOUND if `root`
 // does not exist.
-absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
-    const std::string& root);
+absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& root);
 
 // A verified checkpoint and what restoring it takes.
 struct ResolvedCheckpoint {
@@ -88,8 +86,7 @@ absl::StatusOr<ResolvedCheckpoint> LoadCheckpoint(
 // with a WARNING log line naming the directory and why. NOT_FOUND (naming
 // `root`) if there is none.
 absl::StatusOr<ResolvedCheckpoint> LatestComplete(
-    const std::string& root,
-    const LoadManifestOptions& options = LoadManifestOptions());
+    const std::string& root, const LoadManifestOptions& options = LoadManifestOptions());
 
 struct GcOptions {
   uint32_t keep = 3;  // Complete checkpoints to keep; >= 1.
@@ -117,8 +114,7 @@ struct GcResult {
 // complete checkpoint at all, removes nothing. A directory is removed
 // MANIFEST first, so a crash half-way leaves an incomplete checkpoint, never
 // a complete-looking one with files missing.
-absl::StatusOr<GcResult> GarbageCollect(const std::string& root,
-                                        const GcOptions& options);
+absl::StatusOr<GcResult> GarbageCollect(const std::string& root, const GcOptions& options);
 
 }  // namespace checkpoint
 }  // namespace shardps

@@ -3,12 +3,12 @@
 #include <string>
 #include <vector>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "common/checkpoint/checkpoint_file.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
 #include "common/checkpoint/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace shardps {
 namespace checkpoint {
@@ -34,8 +34,7 @@ TEST_F(CheckpointDirTest, LayoutAndCreate) {
   EXPECT_EQ(*dir, JoinPath(root, "ckpt-000000000007"));
   EXPECT_TRUE(CreateCheckpointDir(root, 7).ok());  // Another server: fine.
   testing::WriteTestCheckpoint(root_, 9);
-  EXPECT_EQ(CreateCheckpointDir(root_, 9).status().code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(CreateCheckpointDir(root_, 9).status().code(), absl::StatusCode::kAlreadyExists);
 }
 
 TEST_F(CheckpointDirTest, NoCheckpointIsNotFound) {
@@ -76,16 +75,14 @@ TEST_F(CheckpointDirTest, LatestCompleteSkipsCorruptNewest) {
 TEST_F(CheckpointDirTest, DeltaChainResolves) {
   testing::WriteTestCheckpoint(root_, 100);
   testing::WriteTestCheckpoint(root_, 200, {"ckpt-000000000100"});
-  testing::WriteTestCheckpoint(root_, 300,
-                               {"ckpt-000000000100", "ckpt-000000000200"});
+  testing::WriteTestCheckpoint(root_, 300, {"ckpt-000000000100", "ckpt-000000000200"});
   auto latest = LatestComplete(root_);
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_EQ(latest->manifest.kind(), CheckpointManifest::DELTA);
   ASSERT_EQ(latest->chain.size(), 3u);
   EXPECT_EQ(latest->chain[0].kind(), CheckpointManifest::FULL);
   EXPECT_EQ(latest->chain[2].clock(), 300u);
-  EXPECT_EQ(latest->chain_dirs,
-            (std::vector<std::string>{Dir(100), Dir(200), Dir(300)}));
+  EXPECT_EQ(latest->chain_dirs, (std::vector<std::string>{Dir(100), Dir(200), Dir(300)}));
 
   // A damaged link makes every delta after it unusable: LatestComplete falls
   // back to the newest checkpoint whose whole chain is intact.
@@ -105,8 +102,7 @@ TEST_F(CheckpointDirTest, DeltaOnADeltaMustLinkUp) {
   testing::WriteTestCheckpoint(root_, 200, {"ckpt-000000000100"});
   testing::WriteTestCheckpoint(root_, 300, {"ckpt-000000000200"});
   absl::Status s = LoadCheckpoint(root_, 300).status();
-  EXPECT_THAT(s.message(),
-              HasSubstr("the chain does not start with a FULL checkpoint"));
+  EXPECT_THAT(s.message(), HasSubstr("the chain does not start with a FULL checkpoint"));
 }
 
 TEST_F(CheckpointDirTest, GcKeepsNewestN) {
@@ -118,8 +114,8 @@ TEST_F(CheckpointDirTest, GcKeepsNewestN) {
   auto gc = GarbageCollect(root_, options);
   ASSERT_TRUE(gc.ok()) << gc.status();
   EXPECT_THAT(gc->kept, ElementsAre("ckpt-000000000400", "ckpt-000000000500"));
-  EXPECT_THAT(gc->removed, ElementsAre("ckpt-000000000100", "ckpt-000000000200",
-                                       "ckpt-000000000300"));
+  EXPECT_THAT(gc->removed,
+              ElementsAre("ckpt-000000000100", "ckpt-000000000200", "ckpt-000000000300"));
   EXPECT_THAT(Names(), ElementsAre("ckpt-000000000400", "ckpt-000000000500"));
   EXPECT_TRUE(LoadCheckpoint(root_, 400).ok());
   EXPECT_TRUE(LoadCheckpoint(root_, 500).ok());
@@ -129,14 +125,12 @@ TEST_F(CheckpointDirTest, GcKeepsTheBasesOfKeptDeltas) {
   testing::WriteTestCheckpoint(root_, 100);
   testing::WriteTestCheckpoint(root_, 200);
   testing::WriteTestCheckpoint(root_, 300, {"ckpt-000000000200"});
-  testing::WriteTestCheckpoint(root_, 400,
-                               {"ckpt-000000000200", "ckpt-000000000300"});
+  testing::WriteTestCheckpoint(root_, 400, {"ckpt-000000000200", "ckpt-000000000300"});
   GcOptions options;
   options.keep = 1;
   auto gc = GarbageCollect(root_, options);
   ASSERT_TRUE(gc.ok()) << gc.status();
-  EXPECT_THAT(gc->kept, ElementsAre("ckpt-000000000200", "ckpt-000000000300",
-                                    "ckpt-000000000400"));
+  EXPECT_THAT(gc->kept, ElementsAre("ckpt-000000000200", "ckpt-000000000300", "ckpt-000000000400"));
   EXPECT_THAT(gc->removed, ElementsAre("ckpt-000000000100"));
   auto latest = LatestComplete(root_);
   ASSERT_TRUE(latest.ok()) << latest.status();
@@ -154,8 +148,7 @@ TEST_F(CheckpointDirTest, GcKeepsPinnedCheckpointsAndTheirBases) {
   options.pinned = {300, 700};  // 700 does not exist: ignored.
   auto gc = GarbageCollect(root_, options);
   ASSERT_TRUE(gc.ok()) << gc.status();
-  EXPECT_THAT(gc->kept, ElementsAre("ckpt-000000000200", "ckpt-000000000300",
-                                    "ckpt-000000000500"));
+  EXPECT_THAT(gc->kept, ElementsAre("ckpt-000000000200", "ckpt-000000000300", "ckpt-000000000500"));
   EXPECT_THAT(gc->removed, ElementsAre("ckpt-000000000100", "ckpt-000000000400"));
   EXPECT_TRUE(LoadCheckpoint(root_, 300).ok());
 }
@@ -179,14 +172,12 @@ TEST_F(CheckpointDirTest, GcRemovesDeadAttemptsAndTempFilesButNotInProgress) {
   EXPECT_THAT(gc->kept, ElementsAre("ckpt-000000000100", "ckpt-000000000300"));
   EXPECT_THAT(gc->removed, ElementsAre("ckpt-000000000200"));
   EXPECT_EQ(gc->temp_files_removed, 1u);
-  EXPECT_THAT(Names(), ElementsAre("README", "ckpt-000000000100",
-                                   "ckpt-000000000300", "ckpt-000000000400"));
+  EXPECT_THAT(Names(),
+              ElementsAre("README", "ckpt-000000000100", "ckpt-000000000300", "ckpt-000000000400"));
   EXPECT_THAT(*ListDir(Dir(400)), ElementsAre("part-0000.shard.tmp.9.0"));
-  EXPECT_THAT(*ListDir(Dir(300)),
-              ElementsAre("MANIFEST", "part-0000.shard", "part-0001.shard"));
+  EXPECT_THAT(*ListDir(Dir(300)), ElementsAre("MANIFEST", "part-0000.shard", "part-0001.shard"));
   options.keep = 0;
-  EXPECT_EQ(GarbageCollect(root_, options).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GarbageCollect(root_, options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CheckpointDirTest, GcWithoutCompleteCheckpointsRemovesNothing) {
@@ -201,8 +192,7 @@ TEST_F(CheckpointDirTest, ZstdCheckpointIsComplete) {
   testing::WriteTestCheckpoint(root_, 100, {}, Compression::kZstd);
   auto latest = LatestComplete(root_);
   ASSERT_TRUE(latest.ok()) << latest.status();
-  auto reader = CheckpointFileReader::Open(
-      JoinPath(Dir(100), latest->manifest.files(0).name()));
+  auto reader = CheckpointFileReader::Open(JoinPath(Dir(100), latest->manifest.files(0).name()));
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_EQ((*reader)->num_records(), 40u);
 }

@@ -8,10 +8,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/status_macros.h"
 #include "common/checkpoint/checkpoint_format.h"
 #include "common/checkpoint/crc32c.h"
 #include "common/checkpoint/file_io.h"
+#include "common/status_macros.h"
 
 // The writer, and what writer and reader share; the reader is in
 // checkpoint_file_reader.cc.
@@ -72,8 +72,7 @@ absl::Status ValidateHeader(const FileHeader& h) {
     return absl::InvalidArgumentError("checkpoint header: job name too long");
   }
   if (h.num_partitions == 0) {
-    return absl::InvalidArgumentError(
-        "checkpoint header: num_partitions must be > 0");
+    return absl::InvalidArgumentError("checkpoint header: num_partitions must be > 0");
   }
   absl::flat_hash_set<uint32_t> ids;
   absl::flat_hash_set<std::string> names;
@@ -81,29 +80,26 @@ absl::Status ValidateHeader(const FileHeader& h) {
     const std::string which =
         absl::StrCat("checkpoint header: table ", t.id, " (\"", t.name, "\")");
     if (!ids.insert(t.id).second || !names.insert(t.name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(which, ": duplicate id or name"));
+      return absl::InvalidArgumentError(absl::StrCat(which, ": duplicate id or name"));
     }
     if (t.name.size() > kMaxNameBytes) {
       return absl::InvalidArgumentError(absl::StrCat(which, ": name too long"));
     }
     if (t.payload_bytes == 0 || t.payload_bytes > kMaxBlockRawBytes - 8) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          which, ": payload_bytes ", t.payload_bytes, " out of range"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(which, ": payload_bytes ", t.payload_bytes, " out of range"));
     }
   }
   if (h.delta ? h.base_clock >= h.clock : h.base_clock != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint header: base_clock ", h.base_clock, " of a ",
-        h.delta ? "delta" : "full", " file at clock ", h.clock,
-        " (a delta's base must be older; a full file has none)"));
+        "checkpoint header: base_clock ", h.base_clock, " of a ", h.delta ? "delta" : "full",
+        " file at clock ", h.clock, " (a delta's base must be older; a full file has none)"));
   }
   for (size_t i = 0; i < h.partitions.size(); ++i) {
-    if (h.partitions[i] >= h.num_partitions ||
-        (i > 0 && h.partitions[i] <= h.partitions[i - 1])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint header: partitions must be strictly increasing and < ",
-          h.num_partitions, "; entry ", i, " is ", h.partitions[i]));
+    if (h.partitions[i] >= h.num_partitions || (i > 0 && h.partitions[i] <= h.partitions[i - 1])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint header: partitions must be strictly increasing and < ",
+                       h.num_partitions, "; entry ", i, " is ", h.partitions[i]));
     }
   }
   return absl::OkStatus();
@@ -148,9 +144,8 @@ absl::Status CheckpointFileWriter::Impl::FlushBlock() {
   absl::string_view data = raw;
   if (options.compression == Compression::kZstd) {
     stored.resize(ZSTD_compressBound(raw.size()));
-    const size_t n =
-        ZSTD_compressCCtx(cctx, &stored[0], stored.size(), raw.data(),
-                          raw.size(), options.zstd_level);
+    const size_t n = ZSTD_compressCCtx(cctx, &stored[0], stored.size(), raw.data(), raw.size(),
+                                       options.zstd_level);
     if (!ZSTD_isError(n) && n < raw.size()) {  // Else store it raw.
       stored.resize(n);
       data = stored;
@@ -178,23 +173,20 @@ absl::Status CheckpointFileWriter::Impl::FlushBlock() {
   return absl::OkStatus();
 }
 
-absl::Status CheckpointFileWriter::Impl::AddRecord(uint32_t part,
-                                                   uint32_t table, uint64_t key,
-                                                   absl::string_view payload,
-                                                   bool del) {
+absl::Status CheckpointFileWriter::Impl::AddRecord(uint32_t part, uint32_t table, uint64_t key,
+                                                   absl::string_view payload, bool del) {
   RETURN_IF_ERROR(failed);
   if (finished) return absl::FailedPreconditionError("add after Finish()");
   if (!open || part != partition || table != table_id || del != deleted) {
-    if (!std::binary_search(header.partitions.begin(), header.partitions.end(),
-                            part)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file->path(), ": partition ", part, " is not in the file's header"));
+    if (!std::binary_search(header.partitions.begin(), header.partitions.end(), part)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file->path(), ": partition ", part, " is not in the file's header"));
     }
     auto it = std::find_if(header.tables.begin(), header.tables.end(),
                            [&](const TableSchema& t) { return t.id == table; });
     if (it == header.tables.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file->path(), ": table ", table, " is not in the file's schema"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file->path(), ": table ", table, " is not in the file's schema"));
     }
     RETURN_IF_ERROR(FlushBlock());
     open = true;
@@ -204,9 +196,9 @@ absl::Status CheckpointFileWriter::Impl::AddRecord(uint32_t part,
     payload_bytes = it->payload_bytes;
   }
   if (!del && payload.size() != payload_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file->path(), ": table ", table, " payload of ", payload.size(),
-        " bytes, the schema says ", payload_bytes));
+    return absl::InvalidArgumentError(absl::StrCat(file->path(), ": table ", table, " payload of ",
+                                                   payload.size(), " bytes, the schema says ",
+                                                   payload_bytes));
   }
   PutU64(&keys, key);
   payloads.append(payload.data(), del ? 0 : payload.size());
@@ -218,14 +210,12 @@ absl::Status CheckpointFileWriter::Impl::AddRecord(uint32_t part,
   return absl::OkStatus();
 }
 
-CheckpointFileWriter::CheckpointFileWriter(std::unique_ptr<Impl> impl)
-    : impl_(std::move(impl)) {}
+CheckpointFileWriter::CheckpointFileWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 CheckpointFileWriter::~CheckpointFileWriter() = default;
 
-absl::StatusOr<std::unique_ptr<CheckpointFileWriter>>
-CheckpointFileWriter::Create(const std::string& path, FileHeader header,
-                             const WriterOptions& options) {
+absl::StatusOr<std::unique_ptr<CheckpointFileWriter>> CheckpointFileWriter::Create(
+    const std::string& path, FileHeader header, const WriterOptions& options) {
   RETURN_IF_ERROR(ValidateHeader(header));
   if (options.block_bytes == 0 || options.block_bytes > kMaxBlockRawBytes) {
     return absl::InvalidArgumentError(
@@ -240,18 +230,15 @@ CheckpointFileWriter::Create(const std::string& path, FileHeader header,
   ASSIGN_OR_RETURN(impl->file, AtomicFileWriter::Create(path));
   RETURN_IF_ERROR(impl->Append(EncodeHeader(header)));
   impl->header = std::move(header);
-  return std::unique_ptr<CheckpointFileWriter>(
-      new CheckpointFileWriter(std::move(impl)));
+  return std::unique_ptr<CheckpointFileWriter>(new CheckpointFileWriter(std::move(impl)));
 }
 
-absl::Status CheckpointFileWriter::Add(uint32_t partition, uint32_t table_id,
-                                       uint64_t key,
+absl::Status CheckpointFileWriter::Add(uint32_t partition, uint32_t table_id, uint64_t key,
                                        absl::string_view payload) {
   return impl_->AddRecord(partition, table_id, key, payload, false);
 }
 
-absl::Status CheckpointFileWriter::AddDeleted(uint32_t partition,
-                                              uint32_t table_id, uint64_t key) {
+absl::Status CheckpointFileWriter::AddDeleted(uint32_t partition, uint32_t table_id, uint64_t key) {
   return impl_->AddRecord(partition, table_id, key, absl::string_view(), true);
 }
 

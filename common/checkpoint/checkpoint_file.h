@@ -97,8 +97,8 @@ struct TableSchema {
 
 struct FileHeader {
   std::string job_name;
-  uint64_t clock = 0;           // The checkpoint's clock C.
-  uint32_t num_partitions = 0;  // P of the job (> 0), not this file's count.
+  uint64_t clock = 0;                // The checkpoint's clock C.
+  uint32_t num_partitions = 0;       // P of the job (> 0), not this file's count.
   std::vector<TableSchema> tables;   // Unique ids and names; may be empty.
   std::vector<uint32_t> partitions;  // This file's: strictly increasing, < P.
   // A delta file (written as version 2): rows changed since the checkpoint
@@ -137,8 +137,7 @@ class CheckpointFileWriter {
   // Validates `header`, creates "<path>.tmp.*" and writes the header. The
   // directory must exist. INVALID_ARGUMENT for a bad header or options.
   static absl::StatusOr<std::unique_ptr<CheckpointFileWriter>> Create(
-      const std::string& path, FileHeader header,
-      const WriterOptions& options = WriterOptions());
+      const std::string& path, FileHeader header, const WriterOptions& options = WriterOptions());
   // Without a successful Finish(), removes the temporary file: `path` is
   // never created half-written.
   ~CheckpointFileWriter();
@@ -150,8 +149,7 @@ class CheckpointFileWriter {
   // INVALID_ARGUMENT if the partition is not in the header, the table is not
   // in the schema or the payload is not payload_bytes long. An I/O error
   // fails this and every later call.
-  absl::Status Add(uint32_t partition, uint32_t table_id, uint64_t key,
-                   absl::string_view payload);
+  absl::Status Add(uint32_t partition, uint32_t table_id, uint64_t key, absl::string_view payload);
   // Appends a deletion (delta checkpoints: the row was removed).
   absl::Status AddDeleted(uint32_t partition, uint32_t table_id, uint64_t key);
 
@@ -168,8 +166,8 @@ class CheckpointFileWriter {
 // One block of a verified file: records of one (partition, table).
 class RecordBlock {
  public:
-  RecordBlock(uint32_t partition, uint32_t table_id, bool deleted,
-              size_t num_records, size_t payload_bytes, absl::string_view raw)
+  RecordBlock(uint32_t partition, uint32_t table_id, bool deleted, size_t num_records,
+              size_t payload_bytes, absl::string_view raw)
       : partition_(partition),
         table_id_(table_id),
         deleted_(deleted),
@@ -233,8 +231,7 @@ class CheckpointFileReader {
       const std::string& path, const Expectations& expect = Expectations());
   // The same on bytes already in memory; `name` is used in errors.
   static absl::StatusOr<std::unique_ptr<CheckpointFileReader>> Parse(
-      std::string contents, std::string name,
-      const Expectations& expect = Expectations());
+      std::string contents, std::string name, const Expectations& expect = Expectations());
 
   CheckpointFileReader(const CheckpointFileReader&) = delete;
   CheckpointFileReader& operator=(const CheckpointFileReader&) = delete;

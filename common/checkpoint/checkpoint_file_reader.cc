@@ -8,12 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/partition.h"
-#include "common/status_macros.h"
 #include "common/checkpoint/checkpoint_file.h"
 #include "common/checkpoint/checkpoint_format.h"
 #include "common/checkpoint/crc32c.h"
 #include "common/checkpoint/file_io.h"
+#include "common/partition.h"
+#include "common/status_macros.h"
 
 namespace shardps {
 namespace checkpoint {
@@ -63,20 +63,17 @@ class Decoder {
 
 }  // namespace
 
-CheckpointFileReader::CheckpointFileReader(std::string contents,
-                                           std::string name)
+CheckpointFileReader::CheckpointFileReader(std::string contents, std::string name)
     : contents_(std::move(contents)), name_(std::move(name)) {}
 
-absl::StatusOr<std::unique_ptr<CheckpointFileReader>>
-CheckpointFileReader::Open(const std::string& path,
-                           const Expectations& expect) {
+absl::StatusOr<std::unique_ptr<CheckpointFileReader>> CheckpointFileReader::Open(
+    const std::string& path, const Expectations& expect) {
   ASSIGN_OR_RETURN(std::string contents, ReadFileToString(path));
   return Parse(std::move(contents), path, expect);
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointFileReader>>
-CheckpointFileReader::Parse(std::string contents, std::string name,
-                            const Expectations& expect) {
+absl::StatusOr<std::unique_ptr<CheckpointFileReader>> CheckpointFileReader::Parse(
+    std::string contents, std::string name, const Expectations& expect) {
   std::unique_ptr<CheckpointFileReader> reader(
       new CheckpointFileReader(std::move(contents), std::move(name)));
   RETURN_IF_ERROR(reader->ParseAll());
@@ -84,8 +81,7 @@ CheckpointFileReader::Parse(std::string contents, std::string name,
   return reader;
 }
 
-absl::Status CheckpointFileReader::Error(absl::StatusCode code,
-                                         absl::string_view what) const {
+absl::Status CheckpointFileReader::Error(absl::StatusCode code, absl::string_view what) const {
   return absl::Status(code, absl::StrCat(name_, ": ", what));
 }
 
@@ -102,9 +98,8 @@ absl::Status CheckpointFileReader::ParseAll() {
   while (true) {
     if (contents_.size() - pos < 4) {
       return Error(absl::StatusCode::kDataLoss,
-                   absl::StrCat("truncated after ", contents_.size(),
-                                " bytes: no footer (", blocks_.size(),
-                                " complete blocks)"));
+                   absl::StrCat("truncated after ", contents_.size(), " bytes: no footer (",
+                                blocks_.size(), " complete blocks)"));
     }
     const uint32_t tag = LoadU32(contents_.data() + pos);
     if (tag == kFooterTag) return ParseFooter(pos);
@@ -122,20 +117,17 @@ absl::Status CheckpointFileReader::ParseHeader(size_t* pos) {
   const absl::string_view in = contents_;
   if (in.size() < kHeaderPrefix) {
     return Error(absl::StatusCode::kDataLoss,
-                 absl::StrCat("truncated after ", in.size(),
-                              " bytes: shorter than a header"));
+                 absl::StrCat("truncated after ", in.size(), " bytes: shorter than a header"));
   }
   if (in.substr(0, kMagicSize) != absl::string_view(kFileMagic, kMagicSize)) {
-    return Error(absl::StatusCode::kDataLoss,
-                 "bad magic: not a shardps checkpoint file");
+    return Error(absl::StatusCode::kDataLoss, "bad magic: not a shardps checkpoint file");
   }
   const uint32_t version = LoadU32(in.data() + kMagicSize);
   if (version != kFullFileFormatVersion && version != kFileFormatVersion) {
-    return Error(absl::StatusCode::kFailedPrecondition,
-                 absl::StrCat("format version ", version,
-                              " is not supported (this build reads versions ",
-                              kFullFileFormatVersion, " to ",
-                              kFileFormatVersion, ")"));
+    return Error(
+        absl::StatusCode::kFailedPrecondition,
+        absl::StrCat("format version ", version, " is not supported (this build reads versions ",
+                     kFullFileFormatVersion, " to ", kFileFormatVersion, ")"));
   }
   const uint32_t body_len = LoadU32(in.data() + kMagicSize + 4);
   if (body_len > kMaxHeaderBody) {
@@ -144,24 +136,21 @@ absl::Status CheckpointFileReader::ParseHeader(size_t* pos) {
   }
   const size_t end = kHeaderPrefix + body_len;
   if (in.size() < end + 4) {
-    return Error(
-        absl::StatusCode::kDataLoss,
-        absl::StrCat("truncated after ", in.size(),
-                     " bytes: inside the header (", end + 4, " bytes)"));
+    return Error(absl::StatusCode::kDataLoss,
+                 absl::StrCat("truncated after ", in.size(), " bytes: inside the header (", end + 4,
+                              " bytes)"));
   }
   const uint32_t stored = LoadU32(in.data() + end);
   const uint32_t computed = Crc32c(in.data(), end);
   if (stored != computed) {
-    return Error(absl::StatusCode::kDataLoss,
-                 absl::StrFormat("header CRC mismatch (stored 0x%08x, "
-                                 "computed 0x%08x)",
-                                 stored, computed));
+    return Error(absl::StatusCode::kDataLoss, absl::StrFormat("header CRC mismatch (stored 0x%08x, "
+                                                              "computed 0x%08x)",
+                                                              stored, computed));
   }
   Decoder d(in.substr(kHeaderPrefix, body_len));
   FileHeader& h = header_;
   uint32_t n_tables = 0, n_parts = 0;
-  bool ok = d.Str(&h.job_name) && d.U64(&h.clock) && d.U32(&h.num_partitions) &&
-            d.U32(&n_tables) &&
+  bool ok = d.Str(&h.job_name) && d.U64(&h.clock) && d.U32(&h.num_partitions) && d.U32(&n_tables) &&
             n_tables <= d.remaining() / 28;  // Smallest entry: 28 bytes.
   for (uint32_t i = 0; ok && i < n_tables; ++i) {
     TableSchema t;
@@ -203,58 +192,50 @@ absl::Status CheckpointFileReader::ParseBlock(size_t* pos) {
     return Error(absl::StatusCode::kDataLoss, absl::StrCat(where, ": ", what));
   };
   if (left < kBlockHeaderSize + 4) {
-    return Error(absl::StatusCode::kDataLoss,
-                 absl::StrCat("truncated after ", contents_.size(),
-                              " bytes: inside the header of ", where));
+    return Error(absl::StatusCode::kDataLoss, absl::StrCat("truncated after ", contents_.size(),
+                                                           " bytes: inside the header of ", where));
   }
-  const uint32_t partition = LoadU32(p + 4), table_id = LoadU32(p + 8),
-                 flags = LoadU32(p + 12), count = LoadU32(p + 16),
-                 raw_len = LoadU32(p + 20), stored_len = LoadU32(p + 24);
+  const uint32_t partition = LoadU32(p + 4), table_id = LoadU32(p + 8), flags = LoadU32(p + 12),
+                 count = LoadU32(p + 16), raw_len = LoadU32(p + 20), stored_len = LoadU32(p + 24);
   if (stored_len > left - kBlockHeaderSize - 4) {
     return Error(
         absl::StatusCode::kDataLoss,
-        absl::StrCat("truncated after ", contents_.size(), " bytes: ", where,
-                     " claims ", stored_len, " stored bytes, only ",
-                     left - kBlockHeaderSize - 4, " remain"));
+        absl::StrCat("truncated after ", contents_.size(), " bytes: ", where, " claims ",
+                     stored_len, " stored bytes, only ", left - kBlockHeaderSize - 4, " remain"));
   }
   const size_t crc_at = kBlockHeaderSize + stored_len;
   const uint32_t stored_crc = LoadU32(p + crc_at);
   const uint32_t crc = Crc32c(p, crc_at);
   if (stored_crc != crc) {
-    return fail(absl::StrFormat(
-        "CRC mismatch (partition %u, table %u; stored 0x%08x, computed "
-        "0x%08x)",
-        partition, table_id, stored_crc, crc));
+    return fail(
+        absl::StrFormat("CRC mismatch (partition %u, table %u; stored 0x%08x, computed "
+                        "0x%08x)",
+                        partition, table_id, stored_crc, crc));
   }
   const TableSchema* table = FindTable(table_id);
   const bool deleted = (flags & kFlagDeleted) != 0;
   if (table == nullptr) return fail(absl::StrCat("unknown table ", table_id));
-  if (!std::binary_search(header_.partitions.begin(), header_.partitions.end(),
-                          partition)) {
+  if (!std::binary_search(header_.partitions.begin(), header_.partitions.end(), partition)) {
     return fail(absl::StrCat("partition ", partition, " not in the header"));
   }
   const uint64_t record = 8 + (deleted ? 0 : uint64_t{table->payload_bytes});
-  if ((flags & ~(kFlagZstd | kFlagDeleted)) != 0 || count == 0 ||
-      raw_len > kMaxBlockRawBytes || uint64_t{count} * record != raw_len ||
-      ((flags & kFlagZstd) == 0 && stored_len != raw_len)) {
-    return fail(absl::StrCat("inconsistent lengths or flags (flags ", flags,
-                             ", ", count, " records, raw ", raw_len,
-                             " bytes, stored ", stored_len, ")"));
+  if ((flags & ~(kFlagZstd | kFlagDeleted)) != 0 || count == 0 || raw_len > kMaxBlockRawBytes ||
+      uint64_t{count} * record != raw_len || ((flags & kFlagZstd) == 0 && stored_len != raw_len)) {
+    return fail(absl::StrCat("inconsistent lengths or flags (flags ", flags, ", ", count,
+                             " records, raw ", raw_len, " bytes, stored ", stored_len, ")"));
   }
   absl::string_view raw(p + kBlockHeaderSize, stored_len);
   if (flags & kFlagZstd) {
     std::string& out = decompressed_.emplace_back(raw_len, '\0');
-    const size_t n =
-        ZSTD_decompress(&out[0], out.size(), raw.data(), raw.size());
+    const size_t n = ZSTD_decompress(&out[0], out.size(), raw.data(), raw.size());
     if (ZSTD_isError(n) || n != raw_len) {
-      return fail(absl::StrCat(
-          "zstd data does not decompress to ", raw_len, " bytes: ",
-          ZSTD_isError(n) ? ZSTD_getErrorName(n) : absl::StrCat(n, " bytes")));
+      return fail(absl::StrCat("zstd data does not decompress to ", raw_len, " bytes: ",
+                               ZSTD_isError(n) ? ZSTD_getErrorName(n) : absl::StrCat(n, " bytes")));
     }
     raw = out;
   }
-  blocks_.emplace_back(partition, table_id, deleted, count,
-                       deleted ? 0 : table->payload_bytes, raw);
+  blocks_.emplace_back(partition, table_id, deleted, count, deleted ? 0 : table->payload_bytes,
+                       raw);
   num_records_ += count;
   *pos = start + crc_at + 4;
   return absl::OkStatus();
@@ -264,8 +245,7 @@ absl::Status CheckpointFileReader::ParseFooter(size_t pos) {
   const size_t left = contents_.size() - pos;
   if (left < kFooterSize) {
     return Error(absl::StatusCode::kDataLoss,
-                 absl::StrCat("truncated after ", contents_.size(),
-                              " bytes: inside the footer"));
+                 absl::StrCat("truncated after ", contents_.size(), " bytes: inside the footer"));
   }
   const char* p = contents_.data() + pos;
   const uint32_t stored = LoadU32(p + kFooterSize - 4);
@@ -278,13 +258,11 @@ absl::Status CheckpointFileReader::ParseFooter(size_t pos) {
   if (blocks != blocks_.size() || records != num_records_) {
     return Error(absl::StatusCode::kDataLoss,
                  absl::StrCat("footer says ", blocks, " blocks and ", records,
-                              " records, the file holds ", blocks_.size(),
-                              " and ", num_records_));
+                              " records, the file holds ", blocks_.size(), " and ", num_records_));
   }
   if (left != kFooterSize) {
-    return Error(
-        absl::StatusCode::kDataLoss,
-        absl::StrCat(left - kFooterSize, " unexpected bytes after the footer"));
+    return Error(absl::StatusCode::kDataLoss,
+                 absl::StrCat(left - kFooterSize, " unexpected bytes after the footer"));
   }
   return absl::OkStatus();
 }
@@ -293,18 +271,16 @@ namespace {
 
 // Compares one field of a table; appends a message on mismatch.
 template <typename T>
-void CompareField(const TableSchema& t, absl::string_view field, const T& file,
-                  const T& job, std::vector<std::string>* out) {
+void CompareField(const TableSchema& t, absl::string_view field, const T& file, const T& job,
+                  std::vector<std::string>* out) {
   if (file == job) return;
-  out->push_back(absl::StrCat("table ", t.id, " (\"", t.name, "\") ", field,
-                              " ", file, " does not match the job config's ",
-                              job));
+  out->push_back(absl::StrCat("table ", t.id, " (\"", t.name, "\") ", field, " ", file,
+                              " does not match the job config's ", job));
 }
 
 std::string PartitionList(const std::vector<uint32_t>& p) {
   if (p.size() > 8) {
-    return absl::StrCat(p.size(), " partitions [", p.front(), "..", p.back(),
-                        "]");
+    return absl::StrCat(p.size(), " partitions [", p.front(), "..", p.back(), "]");
   }
   return absl::StrCat("[", absl::StrJoin(p, ","), "]");
 }
@@ -317,58 +293,51 @@ absl::Status CheckpointFileReader::Check(const Expectations& expect) const {
   };
   const FileHeader& h = header_;
   if (expect.job_name && *expect.job_name != h.job_name) {
-    return mismatch(absl::StrCat("job \"", h.job_name,
-                                 "\" does not match the job config's \"",
+    return mismatch(absl::StrCat("job \"", h.job_name, "\" does not match the job config's \"",
                                  *expect.job_name, "\""));
   }
   if (expect.clock && *expect.clock != h.clock) {
-    return mismatch(absl::StrCat(
-        "clock ", h.clock, " does not match the manifest's ", *expect.clock));
+    return mismatch(
+        absl::StrCat("clock ", h.clock, " does not match the manifest's ", *expect.clock));
   }
   if (expect.num_partitions && *expect.num_partitions != h.num_partitions) {
     return mismatch(absl::StrCat("num_partitions ", h.num_partitions,
-                                 " does not match the job config's ",
-                                 *expect.num_partitions));
+                                 " does not match the job config's ", *expect.num_partitions));
   }
   if (expect.delta && *expect.delta != h.delta) {
-    return mismatch(absl::StrCat("a ", h.delta ? "delta" : "full",
-                                 " file, the manifest expects a ",
+    return mismatch(absl::StrCat("a ", h.delta ? "delta" : "full", " file, the manifest expects a ",
                                  *expect.delta ? "delta" : "full", " one"));
   }
   if (expect.base_clock && *expect.base_clock != h.base_clock) {
-    return mismatch(absl::StrCat("base clock ", h.base_clock,
-                                 " does not match the manifest's ",
+    return mismatch(absl::StrCat("base clock ", h.base_clock, " does not match the manifest's ",
                                  *expect.base_clock));
   }
   if (expect.partitions && *expect.partitions != h.partitions) {
     return mismatch(absl::StrCat("partitions ", PartitionList(h.partitions),
-                                 " do not match the expected ",
-                                 PartitionList(*expect.partitions)));
+                                 " do not match the expected ", PartitionList(*expect.partitions)));
   }
   if (expect.tables) {
     std::vector<std::string> problems;
     for (const TableSchema& job : *expect.tables) {
       const TableSchema* t = FindTable(job.id);
       if (t == nullptr) {
-        problems.push_back(absl::StrCat("table ", job.id, " (\"", job.name,
-                                        "\") of the job config is missing"));
+        problems.push_back(
+            absl::StrCat("table ", job.id, " (\"", job.name, "\") of the job config is missing"));
         continue;
       }
       CompareField(*t, "name", t->name, job.name, &problems);
       CompareField(*t, "kind", t->kind, job.kind, &problems);
       CompareField(*t, "dim", t->dim, job.dim, &problems);
-      CompareField(*t, "payload_bytes", t->payload_bytes, job.payload_bytes,
-                   &problems);
+      CompareField(*t, "payload_bytes", t->payload_bytes, job.payload_bytes, &problems);
       CompareField(*t, "fingerprint", absl::StrFormat("%016x", t->fingerprint),
                    absl::StrFormat("%016x", job.fingerprint), &problems);
     }
     for (const TableSchema& t : h.tables) {
-      const bool known =
-          std::any_of(expect.tables->begin(), expect.tables->end(),
-                      [&](const TableSchema& j) { return j.id == t.id; });
+      const bool known = std::any_of(expect.tables->begin(), expect.tables->end(),
+                                     [&](const TableSchema& j) { return j.id == t.id; });
       if (!known) {
-        problems.push_back(absl::StrCat("table ", t.id, " (\"", t.name,
-                                        "\") is not in the job config"));
+        problems.push_back(
+            absl::StrCat("table ", t.id, " (\"", t.name, "\") is not in the job config"));
       }
     }
     if (!problems.empty()) return mismatch(absl::StrJoin(problems, "; "));
@@ -377,14 +346,12 @@ absl::Status CheckpointFileReader::Check(const Expectations& expect) const {
     for (size_t b = 0; b < blocks_.size(); ++b) {
       const RecordBlock& block = blocks_[b];
       for (size_t i = 0; i < block.size(); ++i) {
-        const uint32_t want =
-            PartitionOf(block.table_id(), block.key(i), h.num_partitions);
+        const uint32_t want = PartitionOf(block.table_id(), block.key(i), h.num_partitions);
         if (want != block.partition()) {
           return Error(
               absl::StatusCode::kDataLoss,
-              absl::StrCat("block ", b, ": key ", block.key(i), " of table ",
-                           block.table_id(), " belongs to partition ", want,
-                           ", not ", block.partition()));
+              absl::StrCat("block ", b, ": key ", block.key(i), " of table ", block.table_id(),
+                           " belongs to partition ", want, ", not ", block.partition()));
         }
       }
     }

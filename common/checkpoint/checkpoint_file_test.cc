@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint/file_io.h"
+#include "common/checkpoint/test_util.h"
 #include "common/partition.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/checkpoint/file_io.h"
-#include "common/checkpoint/test_util.h"
 
 namespace shardps {
 namespace checkpoint {
@@ -35,17 +35,15 @@ FileHeader TestHeader() {
 std::string Payload(std::mt19937_64* rng, size_t n, bool compressible) {
   std::string s(n, '\0');
   for (size_t i = 0; i < n; ++i) {
-    s[i] =
-        compressible ? static_cast<char>(i % 3) : static_cast<char>((*rng)());
+    s[i] = compressible ? static_cast<char>(i % 3) : static_cast<char>((*rng)());
   }
   return s;
 }
 
 // Writes groups of records (several blocks per group, groups revisited,
 // deletions) and returns them in write order.
-std::vector<Record> WriteSample(const std::string& path,
-                                const WriterOptions& options, bool compressible,
-                                WrittenFile* written) {
+std::vector<Record> WriteSample(const std::string& path, const WriterOptions& options,
+                                bool compressible, WrittenFile* written) {
   auto writer = CheckpointFileWriter::Create(path, TestHeader(), options);
   EXPECT_TRUE(writer.ok()) << writer.status();
   std::mt19937_64 rng(42);
@@ -109,8 +107,7 @@ class CheckpointFileTest : public ::testing::Test {
 TEST_F(CheckpointFileTest, RoundTripIsBitIdentical) {
   WriterOptions options;
   options.block_bytes = 512;
-  const std::vector<Record> records =
-      WriteSample(path_, options, false, &written_);
+  const std::vector<Record> records = WriteSample(path_, options, false, &written_);
   auto reader = CheckpointFileReader::Open(path_);
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_EQ(ReadBack(**reader), records);
@@ -170,8 +167,7 @@ TEST_F(CheckpointFileTest, ManyTablesWithShortNamesAndNoPartitions) {
   FileHeader h = TestHeader();
   h.tables.clear();
   for (uint32_t i = 0; i < 20; ++i) {
-    h.tables.push_back(
-        {i, std::string(1, static_cast<char>('a' + i)), 1, 1, 4, i});
+    h.tables.push_back({i, std::string(1, static_cast<char>('a' + i)), 1, 1, 4, i});
   }
   h.tables[0].name = "";
   h.partitions.clear();
@@ -203,13 +199,11 @@ TEST_F(CheckpointFileTest, WriterRefusesBadInput) {
   ASSERT_TRUE(writer.ok());
   absl::Status s = (*writer)->Add(3, 1, 1, std::string(40, 'x'));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(),
-              HasSubstr("partition 3 is not in the file's header"));
+  EXPECT_THAT(s.message(), HasSubstr("partition 3 is not in the file's header"));
   s = (*writer)->Add(2, 9, 1, std::string(40, 'x'));
   EXPECT_THAT(s.message(), HasSubstr("table 9 is not in the file's schema"));
   s = (*writer)->Add(2, 1, 1, std::string(39, 'x'));
-  EXPECT_THAT(s.message(),
-              HasSubstr("payload of 39 bytes, the schema says 40"));
+  EXPECT_THAT(s.message(), HasSubstr("payload of 39 bytes, the schema says 40"));
 
   FileHeader dup = TestHeader();
   dup.tables[1].id = 1;
@@ -268,15 +262,13 @@ TEST_F(CheckpointFileTest, EveryTruncationIsRefused) {
                 HasSubstr(absl::StrCat("truncated after ", n, " bytes")));
   }
   testing::Truncate(path_, 4096);
-  EXPECT_THAT(OpenStatus().message(),
-              HasSubstr(path_ + ": truncated after 4096 bytes"));
+  EXPECT_THAT(OpenStatus().message(), HasSubstr(path_ + ": truncated after 4096 bytes"));
 }
 
 TEST_F(CheckpointFileTest, TrailingBytesAreRefused) {
   WriteSmall();
   testing::WriteAll(path_, testing::ReadAll(path_) + "x");
-  EXPECT_THAT(OpenStatus().message(),
-              HasSubstr("1 unexpected bytes after the footer"));
+  EXPECT_THAT(OpenStatus().message(), HasSubstr("1 unexpected bytes after the footer"));
 }
 
 TEST_F(CheckpointFileTest, WrongMagicAndVersionAreRefused) {
@@ -291,10 +283,9 @@ TEST_F(CheckpointFileTest, WrongMagicAndVersionAreRefused) {
   bad[8] = 3;  // Version 3.
   s = CheckpointFileReader::Parse(bad, "f").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(
-      s.message(),
-      "f: format version 3 is not supported (this build reads versions 1 to "
-      "2)");
+  EXPECT_EQ(s.message(),
+            "f: format version 3 is not supported (this build reads versions 1 to "
+            "2)");
   EXPECT_THAT(CheckpointFileReader::Parse("", "f").status().message(),
               HasSubstr("f: truncated after 0 bytes"));
 }
@@ -415,22 +406,17 @@ TEST_F(CheckpointFileTest, KeyPartitionCheck) {
   auto writer = CheckpointFileWriter::Create(path_, h);
   ASSERT_TRUE(writer.ok());
   for (uint64_t key = 0; key < 100; ++key) {
-    ASSERT_TRUE((*writer)
-                    ->Add(PartitionOf(7, key, 16), 7, key, std::string(12, 'a'))
-                    .ok());
+    ASSERT_TRUE((*writer)->Add(PartitionOf(7, key, 16), 7, key, std::string(12, 'a')).ok());
   }
-  ASSERT_TRUE((*writer)
-                  ->Add(PartitionOf(7, 5, 16) ^ 1, 7, 5, std::string(12, 'a'))
-                  .ok());
+  ASSERT_TRUE((*writer)->Add(PartitionOf(7, 5, 16) ^ 1, 7, 5, std::string(12, 'a')).ok());
   ASSERT_TRUE((*writer)->Finish().ok());
   EXPECT_TRUE(OpenStatus().ok());
   Expectations e;
   e.check_key_partitions = true;
   absl::Status s = OpenStatus(e);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(s.message(),
-              HasSubstr(absl::StrCat("key 5 of table 7 belongs to partition ",
-                                     PartitionOf(7, 5, 16), ", not ")));
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("key 5 of table 7 belongs to partition ",
+                                                  PartitionOf(7, 5, 16), ", not ")));
 }
 
 }  // namespace

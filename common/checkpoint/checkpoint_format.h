@@ -22,11 +22,10 @@ inline constexpr uint32_t kBlockTag = 0x314B4C42;   // "BLK1"
 inline constexpr uint32_t kFooterTag = 0x31444E45;  // "END1"
 inline constexpr uint32_t kFlagZstd = 1;
 inline constexpr uint32_t kFlagDeleted = 2;
-inline constexpr uint32_t kFileKindFull = 1;   // Version 2 file_kind.
+inline constexpr uint32_t kFileKindFull = 1;  // Version 2 file_kind.
 inline constexpr uint32_t kFileKindDelta = 2;
 inline constexpr size_t kMagicSize = 8;
-inline constexpr size_t kHeaderPrefix =
-    kMagicSize + 4 + 4;  // magic, version, len.
+inline constexpr size_t kHeaderPrefix = kMagicSize + 4 + 4;  // magic, version, len.
 inline constexpr size_t kBlockHeaderSize = 7 * 4;
 inline constexpr size_t kFooterSize = 4 + 8 + 8 + 4;
 inline constexpr size_t kMaxHeaderBody = size_t{16} << 20;

@@ -95,10 +95,9 @@ uint32_t Crc32cExtendPortable(uint32_t crc, const void* data, size_t size) {
     // Little-endian loads: Debian targets here are little-endian (the
     // checkpoint format is little-endian throughout).
     lo ^= c;
-    c = tb.t[7][lo & 0xFF] ^ tb.t[6][(lo >> 8) & 0xFF] ^
-        tb.t[5][(lo >> 16) & 0xFF] ^ tb.t[4][lo >> 24] ^ tb.t[3][hi & 0xFF] ^
-        tb.t[2][(hi >> 8) & 0xFF] ^ tb.t[1][(hi >> 16) & 0xFF] ^
-        tb.t[0][hi >> 24];
+    c = tb.t[7][lo & 0xFF] ^ tb.t[6][(lo >> 8) & 0xFF] ^ tb.t[5][(lo >> 16) & 0xFF] ^
+        tb.t[4][lo >> 24] ^ tb.t[3][hi & 0xFF] ^ tb.t[2][(hi >> 8) & 0xFF] ^
+        tb.t[1][(hi >> 16) & 0xFF] ^ tb.t[0][hi >> 24];
     p += 8;
     size -= 8;
   }

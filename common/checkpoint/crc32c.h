@@ -30,12 +30,8 @@ uint32_t Crc32cExtendPortable(uint32_t crc, const void* data, size_t size);
 // Whether Crc32cExtend uses the CPU's CRC32 instruction.
 bool Crc32cHardware();
 
-inline uint32_t Crc32c(const void* data, size_t size) {
-  return Crc32cExtend(0, data, size);
-}
-inline uint32_t Crc32c(absl::string_view data) {
-  return Crc32cExtend(0, data.data(), data.size());
-}
+inline uint32_t Crc32c(const void* data, size_t size) { return Crc32cExtend(0, data, size); }
+inline uint32_t Crc32c(absl::string_view data) { return Crc32cExtend(0, data.data(), data.size()); }
 
 }  // namespace checkpoint
 }  // namespace shardps

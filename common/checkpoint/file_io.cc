@@ -29,8 +29,7 @@ std::string DirName(const std::string& path) {
   return path.substr(0, slash);
 }
 
-absl::Status WriteAll(int fd, const char* data, size_t size,
-                      const std::string& path) {
+absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& path) {
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);
     if (n < 0) {
@@ -45,9 +44,7 @@ absl::Status WriteAll(int fd, const char* data, size_t size,
 
 }  // namespace
 
-bool IsTempFileName(absl::string_view name) {
-  return absl::StrContains(name, ".tmp.");
-}
+bool IsTempFileName(absl::string_view name) { return absl::StrContains(name, ".tmp."); }
 
 std::string JoinPath(absl::string_view dir, absl::string_view name) {
   if (dir.empty()) return std::string(name);
@@ -55,20 +52,16 @@ std::string JoinPath(absl::string_view dir, absl::string_view name) {
   return absl::StrCat(dir, "/", name);
 }
 
-AtomicFileWriter::AtomicFileWriter(std::string path, std::string temp_path,
-                                   int fd)
+AtomicFileWriter::AtomicFileWriter(std::string path, std::string temp_path, int fd)
     : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd) {}
 
 absl::StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(
     const std::string& path) {
   static std::atomic<uint64_t> counter{0};
-  const std::string temp =
-      absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  const int fd =
-      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Errno(errno, "cannot create", temp);
-  return std::unique_ptr<AtomicFileWriter>(
-      new AtomicFileWriter(path, temp, fd));
+  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, temp, fd));
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -83,8 +76,7 @@ void AtomicFileWriter::Abandon() {
 
 absl::Status AtomicFileWriter::Append(absl::string_view data) {
   if (fd_ < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path_, ": append after commit or failure"));
+    return absl::FailedPreconditionError(absl::StrCat(path_, ": append after commit or failure"));
   }
   absl::Status s = WriteAll(fd_, data.data(), data.size(), temp_path_);
   if (!s.ok()) {
@@ -98,8 +90,7 @@ absl::Status AtomicFileWriter::Append(absl::string_view data) {
 
 absl::Status AtomicFileWriter::Commit() {
   if (fd_ < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path_, ": commit after commit or failure"));
+    return absl::FailedPreconditionError(absl::StrCat(path_, ": commit after commit or failure"));
   }
   absl::Status s;
   if (::fsync(fd_) != 0) s = Errno(errno, "fsync", temp_path_);
@@ -116,8 +107,7 @@ absl::Status AtomicFileWriter::Commit() {
   return SyncDir(DirName(path_));
 }
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents) {
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
   auto writer = AtomicFileWriter::Create(path);
   if (!writer.ok()) return writer.status();
   absl::Status s = (*writer)->Append(contents);
@@ -188,8 +178,7 @@ absl::Status SyncDir(const std::string& dir) {
 absl::Status MakeDir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) {
     if (IsDirectory(dir)) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        absl::StrCat(dir, " exists and is not a directory"));
+    return absl::FailedPreconditionError(absl::StrCat(dir, " exists and is not a directory"));
   }
   return Errno(errno, "mkdir", dir);
 }

@@ -33,8 +33,7 @@ bool IsTempFileName(absl::string_view name);
 class AtomicFileWriter {
  public:
   // Creates the temporary file (exclusively). The directory must exist.
-  static absl::StatusOr<std::unique_ptr<AtomicFileWriter>> Create(
-      const std::string& path);
+  static absl::StatusOr<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
@@ -61,8 +60,7 @@ class AtomicFileWriter {
 };
 
 // AtomicFileWriter in one call.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents);
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 
 // The whole file. NOT_FOUND if it does not exist.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);

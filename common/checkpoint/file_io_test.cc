@@ -1,8 +1,8 @@
 #include "common/checkpoint/file_io.h"
 
-#include "gtest/gtest.h"
 #include "common/checkpoint/crc32c.h"
 #include "common/checkpoint/test_util.h"
+#include "gtest/gtest.h"
 
 namespace shardps {
 namespace checkpoint {
@@ -15,8 +15,7 @@ TEST(FileIoTest, AtomicWriteAppearsOnlyOnCommit) {
   ASSERT_TRUE(writer.ok()) << writer.status();
   ASSERT_TRUE((*writer)->Append("hello ").ok());
   ASSERT_TRUE((*writer)->Append("world").ok());
-  EXPECT_EQ(ReadFileToString(path).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadFileToString(path).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE((*writer)->Commit().ok());
   EXPECT_EQ(*ReadFileToString(path), "hello world");
   EXPECT_EQ((*writer)->size(), 11u);

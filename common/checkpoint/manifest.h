@@ -44,8 +44,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "proto/checkpoint.pb.h"
 #include "common/checkpoint/checkpoint_file.h"
+#include "proto/checkpoint.pb.h"
 
 namespace shardps {
 namespace checkpoint {
@@ -66,8 +66,7 @@ CheckpointFile ToManifestEntry(const WrittenFile& file);
 // its kind: a FULL manifest's files are full files, a DELTA manifest's are
 // delta files on its base_id's clock); the caller adds the tables of its job
 // config before opening the file.
-Expectations FileExpectations(const CheckpointManifest& manifest,
-                              const CheckpointFile& file);
+Expectations FileExpectations(const CheckpointManifest& manifest, const CheckpointFile& file);
 
 // The rules above; no file access. INVALID_ARGUMENT naming the field.
 absl::Status ValidateManifest(const CheckpointManifest& manifest);
@@ -76,24 +75,20 @@ absl::Status ValidateManifest(const CheckpointManifest& manifest);
 // config fingerprint and number of partitions. The message says which
 // differs, e.g. "ckpt-000000000400: config fingerprint 00000000000000aa does
 // not match the job config's 00000000000000bb".
-absl::Status CheckManifestMatchesJob(const CheckpointManifest& manifest,
-                                     absl::string_view job_name,
-                                     uint64_t config_fingerprint,
-                                     uint32_t num_partitions);
+absl::Status CheckManifestMatchesJob(const CheckpointManifest& manifest, absl::string_view job_name,
+                                     uint64_t config_fingerprint, uint32_t num_partitions);
 
 // Text plus the CRC line. Deterministic for a given manifest.
 std::string SerializeManifest(const CheckpointManifest& manifest);
 
 // Checks the CRC line, parses, validates. `name` is used in errors. Safe on
 // arbitrary bytes.
-absl::StatusOr<CheckpointManifest> ParseManifest(absl::string_view text,
-                                                 absl::string_view name);
+absl::StatusOr<CheckpointManifest> ParseManifest(absl::string_view text, absl::string_view name);
 
 // Validates `manifest`, checks that every listed file exists in
 // `checkpoint_dir` with the listed size, then writes MANIFEST atomically and
 // durably. Call it only after every file's writer has finished.
-absl::Status WriteManifest(const std::string& checkpoint_dir,
-                           const CheckpointManifest& manifest);
+absl::Status WriteManifest(const std::string& checkpoint_dir, const CheckpointManifest& manifest);
 
 struct LoadManifestOptions {
   // Read every listed file and compare its CRC32C (else only sizes).
@@ -104,8 +99,7 @@ struct LoadManifestOptions {
 // the directory's name, and that every listed file exists with the right
 // size (and CRC). A missing, short, long or corrupt file is refused naming it.
 absl::StatusOr<CheckpointManifest> LoadManifest(
-    const std::string& checkpoint_dir,
-    const LoadManifestOptions& options = LoadManifestOptions());
+    const std::string& checkpoint_dir, const LoadManifestOptions& options = LoadManifestOptions());
 
 }  // namespace checkpoint
 }  // namespace shardps

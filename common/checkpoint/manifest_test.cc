@@ -5,12 +5,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "common/checkpoint/checkpoint_file.h"
 #include "common/checkpoint/crc32c.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace shardps {
 namespace checkpoint {
@@ -25,9 +25,7 @@ class ManifestTest : public ::testing::Test {
     manifest_ = testing::WriteTestCheckpoint(root_, 400);
     dir_ = JoinPath(root_, "ckpt-000000000400");
   }
-  std::string File(int group) const {
-    return JoinPath(dir_, PartitionGroupFileName(group));
-  }
+  std::string File(int group) const { return JoinPath(dir_, PartitionGroupFileName(group)); }
   // Rewrites MANIFEST with `from` replaced by `to` and a valid CRC line.
   void EditManifest(absl::string_view from, absl::string_view to) {
     const std::string path = JoinPath(dir_, kManifestFileName);
@@ -35,9 +33,8 @@ class ManifestTest : public ::testing::Test {
     text = text.substr(0, text.rfind("# crc32c: "));
     ASSERT_THAT(text, HasSubstr(from));
     text = absl::StrReplaceAll(text, {{from, to}});
-    testing::WriteAll(
-        path, absl::StrCat(
-                  text, "# crc32c: ", absl::StrFormat("%08x\n", Crc32c(text))));
+    testing::WriteAll(path,
+                      absl::StrCat(text, "# crc32c: ", absl::StrFormat("%08x\n", Crc32c(text))));
   }
 
   std::string root_, dir_;
@@ -59,8 +56,7 @@ TEST_F(ManifestTest, WrittenManifestLoadsBackEqual) {
   auto loaded = LoadManifest(dir_);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->SerializeAsString(), manifest_.SerializeAsString());
-  EXPECT_EQ(loaded->worker_positions(1).position(),
-            std::string("binary\0\xff", 8));
+  EXPECT_EQ(loaded->worker_positions(1).position(), std::string("binary\0\xff", 8));
   // The text is readable and ends with the CRC line.
   const std::string text = testing::ReadAll(JoinPath(dir_, kManifestFileName));
   EXPECT_THAT(text, HasSubstr("checkpoint_id: \"ckpt-000000000400\""));
@@ -122,11 +118,10 @@ TEST_F(ManifestTest, WrongSizeFileIsRefusedNamingIt) {
   testing::WriteAll(File(0), testing::ReadAll(File(0)) + "!");
   absl::Status s = LoadManifest(dir_).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(s.message(), absl::StrCat(File(0), ": size ", size + 1,
-                                      " does not match the manifest's ", size));
+  EXPECT_EQ(s.message(),
+            absl::StrCat(File(0), ": size ", size + 1, " does not match the manifest's ", size));
   testing::Truncate(File(0), size - 1);
-  EXPECT_THAT(LoadManifest(dir_).status().message(),
-              HasSubstr(absl::StrCat(": size ", size - 1)));
+  EXPECT_THAT(LoadManifest(dir_).status().message(), HasSubstr(absl::StrCat(": size ", size - 1)));
 }
 
 TEST_F(ManifestTest, FlippedByteInAFileIsRefusedByItsCrc) {
@@ -152,17 +147,15 @@ TEST_F(ManifestTest, WrongVersionIsRefused) {
 TEST_F(ManifestTest, ManifestInTheWrongDirectoryIsRefused) {
   const std::string other = JoinPath(root_, "ckpt-000000000500");
   ASSERT_TRUE(MakeDir(other).ok());
-  ASSERT_TRUE(WriteFileAtomically(JoinPath(other, kManifestFileName),
-                                  SerializeManifest(manifest_))
-                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(JoinPath(other, kManifestFileName), SerializeManifest(manifest_)).ok());
   EXPECT_THAT(LoadManifest(other).status().message(),
               HasSubstr("does not match its directory ckpt-000000000500"));
 }
 
 TEST_F(ManifestTest, GarbageIsRefused) {
   EditManifest("clock: 400", "clock: \"x\"");
-  EXPECT_THAT(LoadManifest(dir_).status().message(),
-              HasSubstr("not a manifest: "));
+  EXPECT_THAT(LoadManifest(dir_).status().message(), HasSubstr("not a manifest: "));
 }
 
 TEST_F(ManifestTest, ValidationRules) {

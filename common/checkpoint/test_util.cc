@@ -26,8 +26,7 @@ void Die(absl::string_view what) {
 
 std::string NewTempDir(absl::string_view label) {
   const char* base = std::getenv("TEST_TMPDIR");
-  std::string pattern =
-      absl::StrCat(base != nullptr ? base : "/tmp", "/", label, ".XXXXXX");
+  std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/", label, ".XXXXXX");
   if (::mkdtemp(&pattern[0]) == nullptr) Die("mkdtemp failed");
   return pattern;
 }
@@ -61,9 +60,9 @@ std::vector<TableSchema> TestTables() {
   return {{1, "emb", 1, 4, 16, 0xe1}, {2, "mlp", 2, 2, 8, 0xe2}};
 }
 
-CheckpointManifest WriteTestCheckpoint(
-    const std::string& root, uint64_t clock,
-    const std::vector<std::string>& chain_before, Compression compression) {
+CheckpointManifest WriteTestCheckpoint(const std::string& root, uint64_t clock,
+                                       const std::vector<std::string>& chain_before,
+                                       Compression compression) {
   auto dir = CreateCheckpointDir(root, clock);
   if (!dir.ok()) Die(dir.status().ToString());
   CheckpointManifest m;
@@ -73,8 +72,7 @@ CheckpointManifest WriteTestCheckpoint(
   m.set_job_name("job");
   m.set_config_fingerprint(77);
   m.set_num_partitions(8);
-  m.set_kind(chain_before.empty() ? CheckpointManifest::FULL
-                                  : CheckpointManifest::DELTA);
+  m.set_kind(chain_before.empty() ? CheckpointManifest::FULL : CheckpointManifest::DELTA);
   if (!chain_before.empty()) m.set_base_id(chain_before.back());
   for (const std::string& id : chain_before) m.add_chain(id);
   m.add_chain(m.checkpoint_id());
@@ -85,12 +83,11 @@ CheckpointManifest WriteTestCheckpoint(
     h.clock = clock;
     h.num_partitions = 8;
     h.tables = TestTables();
-    for (uint32_t p = 4 * group; p < 4 * group + 4; ++p)
-      h.partitions.push_back(p);
+    for (uint32_t p = 4 * group; p < 4 * group + 4; ++p) h.partitions.push_back(p);
     WriterOptions options;
     options.compression = compression;
-    auto writer = CheckpointFileWriter::Create(
-        JoinPath(*dir, PartitionGroupFileName(group)), h, options);
+    auto writer =
+        CheckpointFileWriter::Create(JoinPath(*dir, PartitionGroupFileName(group)), h, options);
     if (!writer.ok()) Die(writer.status().ToString());
     for (uint32_t p : h.partitions) {
       for (uint64_t key = 0; key < 5; ++key) {

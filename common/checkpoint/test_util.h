@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "proto/checkpoint.pb.h"
 #include "common/checkpoint/checkpoint_file.h"
+#include "proto/checkpoint.pb.h"
 
 namespace shardps {
 namespace checkpoint {
@@ -32,10 +32,9 @@ std::vector<TableSchema> TestTables();
 // 0-3 and 4-7) of a few rows each, then its MANIFEST. `chain_before` lists
 // the ids before it in its chain (empty for a FULL checkpoint; a DELTA's base
 // is the last). Returns the manifest; CHECK-fails on any error.
-CheckpointManifest WriteTestCheckpoint(
-    const std::string& root, uint64_t clock,
-    const std::vector<std::string>& chain_before = {},
-    Compression compression = Compression::kNone);
+CheckpointManifest WriteTestCheckpoint(const std::string& root, uint64_t clock,
+                                       const std::vector<std::string>& chain_before = {},
+                                       Compression compression = Compression::kNone);
 
 }  // namespace testing
 }  // namespace checkpoint

@@ -34,11 +34,10 @@ absl::StatusOr<std::unique_ptr<ParameterServer::Stub>> NewParameterServerStub(
       CreateJobChannel(address, *credentials, Limits(max_message_bytes)));
 }
 
-
-std::unique_ptr<ParameterServer::Stub> NewParameterServerStubOrDie(
-    const std::string& address, uint64_t max_message_bytes) {
-  return ParameterServer::NewStub(CreateJobChannel(
-      address, ChannelCredentialsFromFlagsOrDie(), Limits(max_message_bytes)));
+std::unique_ptr<ParameterServer::Stub> NewParameterServerStubOrDie(const std::string& address,
+                                                                   uint64_t max_message_bytes) {
+  return ParameterServer::NewStub(
+      CreateJobChannel(address, ChannelCredentialsFromFlagsOrDie(), Limits(max_message_bytes)));
 }
 
 }  // namespace shardps

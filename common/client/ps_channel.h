@@ -22,8 +22,8 @@ absl::StatusOr<std::unique_ptr<ParameterServer::Stub>> NewParameterServerStub(
 
 // The same, for callers that checked the TLS flags at start (a bad TLS
 // setup is a fatal error here).
-std::unique_ptr<ParameterServer::Stub> NewParameterServerStubOrDie(
-    const std::string& address, uint64_t max_message_bytes = 0);
+std::unique_ptr<ParameterServer::Stub> NewParameterServerStubOrDie(const std::string& address,
+                                                                   uint64_t max_message_bytes = 0);
 
 }  // namespace shardps
 

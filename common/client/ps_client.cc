@@ -11,10 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/generation.h"
-#include "common/grpc_status.h"
 #include "common/client/ps_channel.h"
 #include "common/client/ps_client_wire.h"
+#include "common/generation.h"
+#include "common/grpc_status.h"
 #include "glog/logging.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -29,9 +29,12 @@ using ps_client_internal::TableRef;
 
 ValueEncoding ToProto(Encoding e) {
   switch (e) {
-    case Encoding::kFp16: return FP16;
-    case Encoding::kBf16: return BF16;
-    default: return FP32;
+    case Encoding::kFp16:
+      return FP16;
+    case Encoding::kBf16:
+      return BF16;
+    default:
+      return FP32;
   }
 }
 
@@ -53,8 +56,8 @@ class PsClient::Impl {
 
   absl::Status SetMap(const PartitionMapProto& proto) {
     std::vector<uint32_t> owners(proto.owner().begin(), proto.owner().end());
-    auto map = PartitionMap::FromOwners(proto.version(), std::move(owners),
-                                        proto.server_addresses_size());
+    auto map =
+        PartitionMap::FromOwners(proto.version(), std::move(owners), proto.server_addresses_size());
     if (!map.ok()) return map.status();
     std::vector<std::shared_ptr<ParameterServer::Stub>> stubs;
     for (const std::string& address : proto.server_addresses()) {
@@ -132,7 +135,8 @@ class PsClient::Impl {
             bytes = 0;
             continue;
           }
-          const size_t take = std::min<size_t>(positions.size() - begin, std::max<uint64_t>(room, 1));
+          const size_t take =
+              std::min<size_t>(positions.size() - begin, std::max<uint64_t>(room, 1));
           part.items.emplace_back(t, std::vector<uint32_t>(positions.begin() + begin,
                                                            positions.begin() + begin + take));
           bytes += take * row;
@@ -172,10 +176,15 @@ namespace {
 // A pull or a push in flight: its parts, their answers, and the retry loop.
 class RpcOp final : public PsClient::Op {
  public:
-  RpcOp(PsClient::Impl* impl, bool is_pull, std::vector<TableRef> tables,
-        PullPurpose purpose, uint64_t clock, float lr_scale, bool to_every_server)
-      : impl_(impl), is_pull_(is_pull), tables_(std::move(tables)), purpose_(purpose),
-        clock_(clock), lr_scale_(lr_scale), to_every_server_(to_every_server),
+  RpcOp(PsClient::Impl* impl, bool is_pull, std::vector<TableRef> tables, PullPurpose purpose,
+        uint64_t clock, float lr_scale, bool to_every_server)
+      : impl_(impl),
+        is_pull_(is_pull),
+        tables_(std::move(tables)),
+        purpose_(purpose),
+        clock_(clock),
+        lr_scale_(lr_scale),
+        to_every_server_(to_every_server),
         generation_(impl->generation()) {
     const PsClient::Options& o = impl->options();
     exit_mid_push_ = !is_pull && o.testing_exit_mid_push_clock == clock &&
@@ -217,8 +226,7 @@ class RpcOp final : public PsClient::Op {
       if (attempt >= impl_->options().max_attempts &&
           absl::Now() - started >= impl_->options().retry_budget) {
         return absl::Status(FromGrpcStatus(last).code(),
-                            absl::StrCat("after ", attempt, " attempts: ",
-                                         last.error_message()));
+                            absl::StrCat("after ", attempt, " attempts: ", last.error_message()));
       }
       // A server that stays unreachable may have been restarted elsewhere:
       // the scheduler then has a newer map. (One that answers "not yet in
@@ -237,8 +245,8 @@ class RpcOp final : public PsClient::Op {
         }
         backoff = std::min(backoff * 2, absl::Seconds(2));
       }
-      LOG(INFO) << (is_pull_ ? "pull" : "push") << " attempt " << attempt
-                << " failed (" << last.error_message() << "); retrying";
+      LOG(INFO) << (is_pull_ ? "pull" : "push") << " attempt " << attempt << " failed ("
+                << last.error_message() << "); retrying";
       // Empty BSP pushes that failed go again too (to the same server index).
       const bool resend_empty = !empty_servers_.empty();
       empty_servers_.clear();
@@ -385,7 +393,7 @@ class RpcOp final : public PsClient::Op {
   std::vector<std::shared_ptr<ParameterServer::Stub>> stubs_;
   std::vector<std::unique_ptr<Call>> calls_;
   std::vector<uint32_t> empty_servers_;
-  uint64_t used_version_ = 0;  // The map version of the calls in flight.
+  uint64_t used_version_ = 0;   // The map version of the calls in flight.
   bool exit_mid_push_ = false;  // Options::testing_exit_mid_push_clock.
   absl::Status decode_error_;
   Mutex mu_;
@@ -395,8 +403,9 @@ class RpcOp final : public PsClient::Op {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
-    const Options& options, const PartitionMapProto& map, MapSource map_source) {
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(const Options& options,
+                                                           const PartitionMapProto& map,
+                                                           MapSource map_source) {
   auto impl = std::make_unique<Impl>(options, std::move(map_source));
   const absl::Status st = impl->SetMap(map);
   if (!st.ok()) return st;
@@ -420,26 +429,23 @@ std::unique_ptr<PsClient::Op> PsClient::PullAsync(std::vector<TablePull> tables,
                                                   PullPurpose purpose, uint64_t clock) {
   std::vector<TableRef> refs;
   for (const TablePull& t : tables) {
-    refs.push_back({t.table_id, t.dim + t.state, t.keys, t.n, t.out, nullptr, false,
-                    t.state > 0});
+    refs.push_back({t.table_id, t.dim + t.state, t.keys, t.n, t.out, nullptr, false, t.state > 0});
   }
-  return std::make_unique<RpcOp>(impl_.get(), true, std::move(refs), purpose, clock,
-                                 1.0f, false);
+  return std::make_unique<RpcOp>(impl_.get(), true, std::move(refs), purpose, clock, 1.0f, false);
 }
 
-std::unique_ptr<PsClient::Op> PsClient::PushAsync(std::vector<TablePush> tables,
-                                                  uint64_t clock, float lr_scale,
-                                                  bool to_every_server) {
+std::unique_ptr<PsClient::Op> PsClient::PushAsync(std::vector<TablePush> tables, uint64_t clock,
+                                                  float lr_scale, bool to_every_server) {
   std::vector<TableRef> refs;
   for (const TablePush& t : tables) {
     refs.push_back({t.table_id, t.dim, t.keys, t.n, nullptr, t.grads, t.sparse, false});
   }
-  return std::make_unique<RpcOp>(impl_.get(), false, std::move(refs), TRAIN, clock,
-                                 lr_scale, to_every_server);
+  return std::make_unique<RpcOp>(impl_.get(), false, std::move(refs), TRAIN, clock, lr_scale,
+                                 to_every_server);
 }
 
-absl::Status PsClient::InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys,
-                                size_t n, const float* values) {
+absl::Status PsClient::InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys, size_t n,
+                                const float* values) {
   // Chunk rows go to their owners one request per key: this runs once per job.
   std::shared_ptr<const PartitionMap> map;
   std::vector<std::shared_ptr<ParameterServer::Stub>> stubs;
@@ -456,8 +462,7 @@ absl::Status PsClient::InitRows(uint32_t table_id, uint32_t dim, const uint64_t*
       request.set_table_id(table_id);
       for (uint32_t pos : part.items[0].second) {
         request.add_keys(keys[pos]);
-        EncodeValues(values + size_t{pos} * dim, dim, Encoding::kFp32,
-                     request.mutable_values());
+        EncodeValues(values + size_t{pos} * dim, dim, Encoding::kFp32, request.mutable_values());
       }
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + impl_->options().timeout));

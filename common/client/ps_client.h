@@ -89,12 +89,11 @@ struct TableTraffic {
 class PsClient {
  public:
   // Returns a map with version >= min_version (e.g. from the scheduler).
-  using MapSource =
-      std::function<absl::StatusOr<PartitionMapProto>(uint64_t min_version)>;
+  using MapSource = std::function<absl::StatusOr<PartitionMapProto>(uint64_t min_version)>;
 
   struct Options {
     uint32_t worker_rank = 0;
-    Encoding encoding = Encoding::kFp32;  // Values on the wire.
+    Encoding encoding = Encoding::kFp32;         // Values on the wire.
     absl::Duration timeout = absl::Seconds(60);  // Per RPC.
     int max_attempts = 8;
     absl::Duration retry_budget = absl::Seconds(60);
@@ -125,23 +124,23 @@ class PsClient {
   };
 
   // `map` is the current partition map; `map_source` refreshes it.
-  static absl::StatusOr<std::unique_ptr<PsClient>> Create(
-      const Options& options, const PartitionMapProto& map, MapSource map_source);
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(const Options& options,
+                                                          const PartitionMapProto& map,
+                                                          MapSource map_source);
   ~PsClient();
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
 
   // Pull for step `clock` (BSP servers hold it until clock-1 is applied).
-  std::unique_ptr<Op> PullAsync(std::vector<TablePull> tables,
-                                PullPurpose purpose, uint64_t clock);
+  std::unique_ptr<Op> PullAsync(std::vector<TablePull> tables, PullPurpose purpose, uint64_t clock);
   // Push of step `clock`. `to_every_server`: also send empty pushes to
   // servers with no keys (BSP servers close a clock on every worker's push).
-  std::unique_ptr<Op> PushAsync(std::vector<TablePush> tables, uint64_t clock,
-                                float lr_scale, bool to_every_server);
+  std::unique_ptr<Op> PushAsync(std::vector<TablePush> tables, uint64_t clock, float lr_scale,
+                                bool to_every_server);
   // Writes rows that do not exist yet (fp32), e.g. the model's initial dense
   // weights. Blocking.
-  absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys,
-                        size_t n, const float* values);
+  absl::Status InitRows(uint32_t table_id, uint32_t dim, const uint64_t* keys, size_t n,
+                        const float* values);
 
   // Bytes exchanged so far, by table id.
   std::map<uint32_t, TableTraffic> Traffic() const;

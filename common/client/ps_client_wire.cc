@@ -66,8 +66,8 @@ void AddPullTable(const TableRef& ref, const std::vector<uint32_t>& positions,
   });
 }
 
-void AddPushTable(const TableRef& ref, const std::vector<uint32_t>& positions,
-                  Encoding encoding, PushRequest* request) {
+void AddPushTable(const TableRef& ref, const std::vector<uint32_t>& positions, Encoding encoding,
+                  PushRequest* request) {
   TableGradients* tg = request->add_tables();
   tg->set_table_id(ref.table_id);
   auto* keys = tg->mutable_keys();

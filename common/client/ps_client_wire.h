@@ -44,8 +44,8 @@ void AddPullTable(const TableRef& ref, const std::vector<uint32_t>& positions,
 // Appends a table of the keys at `positions` of `ref` and their gradients
 // in `encoding` to a push request: the full rows, or, when ref.sparse and it
 // is smaller, only the non-zero elements (SparseGradients).
-void AddPushTable(const TableRef& ref, const std::vector<uint32_t>& positions,
-                  Encoding encoding, PushRequest* request);
+void AddPushTable(const TableRef& ref, const std::vector<uint32_t>& positions, Encoding encoding,
+                  PushRequest* request);
 
 // Copies the rows of a pull answer to `part` into the tables' buffers.
 // DATA_LOSS if the answer does not hold the rows asked for.

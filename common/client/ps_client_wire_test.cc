@@ -49,8 +49,7 @@ TEST(PsClientWireTest, PushTableHoldsTheKeysAndRowsAtThePositions) {
       EXPECT_EQ(tg.table_id(), 7u);
       ASSERT_EQ(tg.keys_size(), static_cast<int>(positions.size()));
       std::vector<float> decoded(positions.size() * kDim);
-      ASSERT_TRUE(
-          DecodeValues(tg.gradients(), encoding, decoded.size(), decoded.data()).ok());
+      ASSERT_TRUE(DecodeValues(tg.gradients(), encoding, decoded.size(), decoded.data()).ok());
       for (size_t k = 0; k < positions.size(); ++k) {
         EXPECT_EQ(tg.keys(k), keys[positions[k]]);
         for (uint32_t j = 0; j < kDim; ++j) {
@@ -111,13 +110,11 @@ TEST(PsClientWireTest, ScatterPullWritesEachRowAtItsPositionOnly) {
       // Rows of another width (e.g. with optimizer state not asked for):
       // refused, as data loss.
       tv->set_dim(kDim + 1);
-      EXPECT_EQ(ScatterPull(tables, part, answer, encoding).code(),
-                absl::StatusCode::kDataLoss);
+      EXPECT_EQ(ScatterPull(tables, part, answer, encoding).code(), absl::StatusCode::kDataLoss);
       tv->set_dim(kDim);
       // One row short: refused, as data loss.
       tv->mutable_values()->resize(tv->values().size() - BytesPerValue(encoding) * kDim);
-      EXPECT_EQ(ScatterPull(tables, part, answer, encoding).code(),
-                absl::StatusCode::kDataLoss);
+      EXPECT_EQ(ScatterPull(tables, part, answer, encoding).code(), absl::StatusCode::kDataLoss);
     }
   }
 }

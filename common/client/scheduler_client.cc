@@ -38,8 +38,7 @@ uint64_t NewIncarnation() {
 SchedulerClient::SchedulerClient(const std::string& address)
     : stub_(Scheduler::NewStub(SchedulerChannel(address))), incarnation_(NewIncarnation()) {}
 
-void SchedulerClient::EnableRejoin(RegisterRequest base,
-                                   std::function<uint64_t()> map_version,
+void SchedulerClient::EnableRejoin(RegisterRequest base, std::function<uint64_t()> map_version,
                                    std::function<uint64_t()> generation,
                                    std::function<void(const RegisterResponse&)> on_rejoined) {
   MutexLock lock(&mu_);
@@ -49,8 +48,7 @@ void SchedulerClient::EnableRejoin(RegisterRequest base,
   generation_source_ = std::move(generation);
 }
 
-void SchedulerClient::NoteStart(uint64_t generation, uint64_t clock,
-                                const std::string& position) {
+void SchedulerClient::NoteStart(uint64_t generation, uint64_t clock, const std::string& position) {
   generation_ = generation;
   MutexLock lock(&mu_);
   acked_clock_ = clock;
@@ -96,9 +94,9 @@ absl::Status SchedulerClient::RejoinNow() {
   RegisterResponse response;
   const absl::Status st = FromGrpcStatus(stub_->Register(&ctx, request, &response));
   if (st.ok()) {
-    LOG(INFO) << "rejoined the scheduler at clock " << request.rejoin().clock()
-              << " (generation " << request.rejoin().generation() << ", map version "
-              << request.rejoin().map_version() << ")";
+    LOG(INFO) << "rejoined the scheduler at clock " << request.rejoin().clock() << " (generation "
+              << request.rejoin().generation() << ", map version " << request.rejoin().map_version()
+              << ")";
     if (on_rejoined) on_rejoined(response);
   } else {
     LOG(WARNING) << "rejoining the scheduler: " << st;
@@ -111,8 +109,8 @@ SchedulerClient::~SchedulerClient() {
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
-absl::StatusOr<RegisterResponse> SchedulerClient::Register(
-    const RegisterRequest& original, absl::Duration timeout) {
+absl::StatusOr<RegisterResponse> SchedulerClient::Register(const RegisterRequest& original,
+                                                           absl::Duration timeout) {
   RegisterRequest request = original;
   if (request.incarnation() == 0) request.set_incarnation(incarnation_);
   const absl::Time deadline = absl::Now() + timeout;
@@ -127,8 +125,8 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(
       map_version_seen_ = std::max(map_version_seen_, response.map().version());
       return response;
     }
-    const bool retry = absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) ||
-                       absl::IsAlreadyExists(st);
+    const bool retry =
+        absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) || absl::IsAlreadyExists(st);
     if (!retry || absl::Now() + backoff > deadline) return st;
     LOG_EVERY_N(INFO, 10) << "registering with the scheduler: " << st << "; retrying";
     absl::SleepFor(backoff);
@@ -137,8 +135,7 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(
 }
 
 void SchedulerClient::StartHeartbeats(
-    Role role, uint32_t index, uint64_t job_id, absl::Duration period,
-    absl::Duration give_up_after,
+    Role role, uint32_t index, uint64_t job_id, absl::Duration period, absl::Duration give_up_after,
     std::function<void(bool job_ended, const std::string& reason)> on_stop) {
   heartbeat_ = std::thread([=] {
     absl::Time last_ok = absl::Now();
@@ -154,10 +151,10 @@ void SchedulerClient::StartHeartbeats(
       const absl::Status st = FromGrpcStatus(stub_->Heartbeat(&ctx, request, &response));
       if (st.ok() && response.stop()) {
         job_ended_ = true;
-        on_stop(true, response.failure().empty()
-                          ? "the scheduler says the job is done"
-                          : absl::StrCat("the scheduler says the job failed: ",
-                                         response.failure()));
+        on_stop(true,
+                response.failure().empty()
+                    ? "the scheduler says the job is done"
+                    : absl::StrCat("the scheduler says the job failed: ", response.failure()));
         return;
       }
       if (st.ok()) {
@@ -171,14 +168,13 @@ void SchedulerClient::StartHeartbeats(
         const absl::Status rejoined = RejoinNow();
         if (absl::IsFailedPrecondition(rejoined) || absl::IsAlreadyExists(rejoined) ||
             absl::IsInvalidArgument(rejoined)) {
-          on_stop(false, absl::StrCat("the scheduler refused this process back: ",
-                                      rejoined.message()));
+          on_stop(false,
+                  absl::StrCat("the scheduler refused this process back: ", rejoined.message()));
           return;
         }
       }
       if (absl::IsFailedPrecondition(st)) {
-        on_stop(false, absl::StrCat("the scheduler no longer knows this process: ",
-                                    st.message()));
+        on_stop(false, absl::StrCat("the scheduler no longer knows this process: ", st.message()));
         return;
       }
       if (st.ok()) {
@@ -188,16 +184,15 @@ void SchedulerClient::StartHeartbeats(
                                     absl::FormatDuration(give_up_after), ": ", st.message()));
         return;
       }
-      for (absl::Duration slept; slept < period && !stop_;
-           slept += absl::Milliseconds(50)) {
+      for (absl::Duration slept; slept < period && !stop_; slept += absl::Milliseconds(50)) {
         absl::SleepFor(absl::Milliseconds(50));
       }
     }
   });
 }
 
-absl::StatusOr<PartitionMapProto> SchedulerClient::GetPartitionMap(
-    uint64_t min_version, absl::Duration timeout) {
+absl::StatusOr<PartitionMapProto> SchedulerClient::GetPartitionMap(uint64_t min_version,
+                                                                   absl::Duration timeout) {
   GetPartitionMapRequest request;
   request.set_min_version(min_version);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
@@ -229,8 +224,8 @@ absl::StatusOr<WaitStartResponse> SchedulerClient::WaitStart(
     request.set_incarnation(incarnation_);
     if (after_generation) request.set_after_generation(*after_generation);
     const absl::Duration slice = std::min(absl::Seconds(10), deadline - absl::Now());
-    request.set_timeout_ms(static_cast<uint32_t>(
-        std::max<int64_t>(1, absl::ToInt64Milliseconds(slice))));
+    request.set_timeout_ms(
+        static_cast<uint32_t>(std::max<int64_t>(1, absl::ToInt64Milliseconds(slice))));
     grpc::ClientContext ctx;
     SetDeadline(&ctx, slice + absl::Seconds(5));
     const absl::Status st = FromGrpcStatus(stub_->WaitStart(&ctx, request, &response));
@@ -241,9 +236,9 @@ absl::StatusOr<WaitStartResponse> SchedulerClient::WaitStart(
     }
     if (!absl::IsDeadlineExceeded(st) && !absl::IsUnavailable(st)) return st;
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "no start point from the scheduler within ", absl::FormatDuration(timeout), ": ",
-          st.message()));
+      return absl::DeadlineExceededError(absl::StrCat("no start point from the scheduler within ",
+                                                      absl::FormatDuration(timeout), ": ",
+                                                      st.message()));
     }
     if (absl::Now() >= next_log) {
       LOG(INFO) << "still waiting for the scheduler: " << st.message();
@@ -256,8 +251,7 @@ absl::StatusOr<WaitStartResponse> SchedulerClient::WaitStart(
   }
 }
 
-absl::Status SchedulerClient::WaitClock(uint32_t rank, uint64_t step,
-                                        absl::Duration timeout) {
+absl::Status SchedulerClient::WaitClock(uint32_t rank, uint64_t step, absl::Duration timeout) {
   WaitClockRequest request;
   request.set_rank(rank);
   request.set_step(step);
@@ -297,8 +291,8 @@ absl::Status SchedulerClient::RequestRollBack(uint32_t rank, uint64_t clock,
   });
 }
 
-absl::Status SchedulerClient::Tick(uint32_t rank, uint64_t clock,
-                                   const std::string& position, uint64_t samples) {
+absl::Status SchedulerClient::Tick(uint32_t rank, uint64_t clock, const std::string& position,
+                                   uint64_t samples) {
   TickRequest request;
   request.set_rank(rank);
   request.set_clock(clock);
@@ -328,8 +322,7 @@ std::optional<uint64_t> SchedulerClient::min_clock() const {
 }
 
 absl::Status SchedulerClient::Barrier(const std::string& name, uint32_t rank,
-                                      absl::Duration timeout,
-                                      std::optional<uint32_t>* adopt) {
+                                      absl::Duration timeout, std::optional<uint32_t>* adopt) {
   BarrierRequest request;
   request.set_name(name);
   request.set_role(WORKER);
@@ -371,8 +364,7 @@ absl::StatusOr<JobStatusResponse> SchedulerClient::JobStatus() {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, absl::Seconds(10));
   JobStatusResponse response;
-  const absl::Status st =
-      FromGrpcStatus(stub_->JobStatus(&ctx, JobStatusRequest(), &response));
+  const absl::Status st = FromGrpcStatus(stub_->JobStatus(&ctx, JobStatusRequest(), &response));
   if (!st.ok()) return st;
   return response;
 }
@@ -396,8 +388,8 @@ absl::StatusOr<uint64_t> SchedulerClient::CheckpointNow(absl::Duration timeout) 
   grpc::ClientContext ctx;
   SetDeadline(&ctx, timeout + absl::Seconds(10));
   CheckpointNowRequest request;
-  request.set_timeout_ms(static_cast<uint32_t>(
-      std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));
+  request.set_timeout_ms(
+      static_cast<uint32_t>(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));
   CheckpointNowResponse response;
   const absl::Status st = FromGrpcStatus(stub_->CheckpointNow(&ctx, request, &response));
   if (!st.ok()) return st;

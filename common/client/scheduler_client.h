@@ -49,14 +49,13 @@ class SchedulerClient {
   // Registers, retrying UNAVAILABLE and DEADLINE_EXCEEDED until `timeout`;
   // ALREADY_EXISTS too (a restarted process waits for its old self to be
   // declared dead).
-  absl::StatusOr<RegisterResponse> Register(const RegisterRequest& request,
-                                            absl::Duration timeout);
+  absl::StatusOr<RegisterResponse> Register(const RegisterRequest& request, absl::Duration timeout);
 
   // Starts heartbeats every `period`. `on_stop(job_ended, reason)` is
   // called at most once, from the heartbeat thread; job_ended: the scheduler
   // says the job is over (reason says how), else this process must stop.
-  void StartHeartbeats(Role role, uint32_t index, uint64_t job_id,
-                       absl::Duration period, absl::Duration give_up_after,
+  void StartHeartbeats(Role role, uint32_t index, uint64_t job_id, absl::Duration period,
+                       absl::Duration give_up_after,
                        std::function<void(bool job_ended, const std::string& reason)> on_stop);
 
   // Where worker `rank` (re)starts: blocks until the scheduler has a start
@@ -68,8 +67,7 @@ class SchedulerClient {
                                               std::optional<uint64_t> after_generation,
                                               absl::Duration timeout);
 
-  absl::StatusOr<PartitionMapProto> GetPartitionMap(uint64_t min_version,
-                                                    absl::Duration timeout);
+  absl::StatusOr<PartitionMapProto> GetPartitionMap(uint64_t min_version, absl::Duration timeout);
   absl::Status WaitClock(uint32_t rank, uint64_t step, absl::Duration timeout);
   // `position`: the worker's data position after step clock-1 (recorded in
   // checkpoints at `clock`); may be empty.
@@ -79,8 +77,8 @@ class SchedulerClient {
   // `adopt` (may be null): set to BarrierResponse.adopt_rank when the
   // scheduler answers with a lost share to train first (the barrier was not
   // passed).
-  absl::Status Barrier(const std::string& name, uint32_t rank,
-                       absl::Duration timeout, std::optional<uint32_t>* adopt = nullptr);
+  absl::Status Barrier(const std::string& name, uint32_t rank, absl::Duration timeout,
+                       std::optional<uint32_t>* adopt = nullptr);
   absl::Status ReportMetrics(const MetricsReport& report);
   // Asks the scheduler to roll the job back to its last complete checkpoint
   // (RollBackRequest): step `clock` cannot be redone exactly.
@@ -92,8 +90,7 @@ class SchedulerClient {
   // result, if any, and waits up to `timeout` for a checkpoint to evaluate.
   // Fills rank-independent fields (incarnation, timeout); retries
   // UNAVAILABLE.
-  absl::StatusOr<EvaluationResponse> Evaluation(EvaluationRequest request,
-                                                absl::Duration timeout);
+  absl::StatusOr<EvaluationResponse> Evaluation(EvaluationRequest request, absl::Duration timeout);
 
   // Call before StartHeartbeats. `base`: the process's registration
   // (role, address, fingerprint) with requested_index set to its index.

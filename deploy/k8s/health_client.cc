@@ -1,9 +1,9 @@
 #include "deploy/k8s/health_client.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <memory>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -26,8 +26,7 @@ const char* ServingStatusName(ServingStatus status) {
   return "UNKNOWN";
 }
 
-absl::StatusOr<ServingStatus> CheckHealth(const std::string& address,
-                                          const std::string& service,
+absl::StatusOr<ServingStatus> CheckHealth(const std::string& address, const std::string& service,
                                           absl::Duration timeout) {
   const size_t colon = address.rfind(':');
   if (address.empty() || colon == std::string::npos || colon + 1 == address.size()) {

@@ -27,8 +27,7 @@ const char* ServingStatusName(ServingStatus status);
 //   NOT_FOUND          the server does not know `service`;
 //   UNIMPLEMENTED      the server has no health service;
 //   any other gRPC status the call ended with, with the server's message.
-absl::StatusOr<ServingStatus> CheckHealth(const std::string& address,
-                                          const std::string& service,
+absl::StatusOr<ServingStatus> CheckHealth(const std::string& address, const std::string& service,
                                           absl::Duration timeout);
 
 }  // namespace shardps

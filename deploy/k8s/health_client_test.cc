@@ -43,11 +43,11 @@ class DeadPort {
 class HealthClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(scheduler_
-                    .Start({RunfilePath("scheduler/ps_scheduler"),
-                            "--config=" + RunfilePath("configs/default.pbtxt"),
-                            "--listen=127.0.0.1:0"})
-                    .ok());
+    ASSERT_TRUE(
+        scheduler_
+            .Start({RunfilePath("scheduler/ps_scheduler"),
+                    "--config=" + RunfilePath("configs/default.pbtxt"), "--listen=127.0.0.1:0"})
+            .ok());
     auto line = scheduler_.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
     ASSERT_TRUE(line.ok()) << line.status();
     address_ = *line;
@@ -85,8 +85,7 @@ TEST_F(HealthClientTest, NothingListeningFailsWithinTimeout) {
   const absl::Time start = absl::Now();
   auto status = CheckHealth(absl::StrCat("127.0.0.1:", dead.port()), "", absl::Milliseconds(500));
   EXPECT_FALSE(status.ok());
-  EXPECT_TRUE(absl::IsDeadlineExceeded(status.status()) ||
-              absl::IsUnavailable(status.status()))
+  EXPECT_TRUE(absl::IsDeadlineExceeded(status.status()) || absl::IsUnavailable(status.status()))
       << status.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }

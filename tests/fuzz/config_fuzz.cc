@@ -27,19 +27,16 @@ void CheckAccepted(const JobConfig& config) {
   FuzzCheck(FinalizeJobConfig(&again).ok(), "accepted config finalizes again");
   FuzzCheck(google::protobuf::util::MessageDifferencer::Equals(again, config),
             "finalizing a final config changes nothing");
-  FuzzCheck(ConfigFingerprint(again) == ConfigFingerprint(config),
-            "fingerprint stable");
+  FuzzCheck(ConfigFingerprint(again) == ConfigFingerprint(config), "fingerprint stable");
   for (const TableConfig& t : config.tables()) {
     FuzzCheck(FindTable(config, t.name()) == &t, "table found by its name");
   }
   (void)EffectiveStaleness(config.cluster());
   std::string text;
-  FuzzCheck(google::protobuf::TextFormat::PrintToString(config, &text),
-            "config prints");
+  FuzzCheck(google::protobuf::TextFormat::PrintToString(config, &text), "config prints");
   auto reparsed = ParseJobConfig(text, kFile);
   FuzzCheck(reparsed.ok(), "printed config parses");
-  FuzzCheck(google::protobuf::util::MessageDifferencer::Equals(*reparsed,
-                                                               config),
+  FuzzCheck(google::protobuf::util::MessageDifferencer::Equals(*reparsed, config),
             "printed config parses to itself");
 }
 
@@ -114,8 +111,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (Verbose()) std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
     FuzzCheck(config.status().code() == absl::StatusCode::kInvalidArgument,
               "refusal is INVALID_ARGUMENT");
-    FuzzCheck(absl::StrContains(config.status().message(), kFile),
-              "refusal names the file");
+    FuzzCheck(absl::StrContains(config.status().message(), kFile), "refusal names the file");
   }
   CountOutcome(config.ok());
   return 0;

@@ -93,13 +93,13 @@ int Main(int argc, char** argv) {
     }
   }
   if (inputs.empty()) inputs = FuzzSeeds();
-  const uint64_t ran = checkpoint::RunMutations(&LLVMFuzzerTestOneInput,
-                                                inputs, runs, rng_seed);
-  std::printf("ran %llu inputs (%zu seeds): %llu accepted, %llu refused, "
-              "no crash\n",
-              static_cast<unsigned long long>(ran), inputs.size(),
-              static_cast<unsigned long long>(Outcomes().accepted),
-              static_cast<unsigned long long>(Outcomes().refused));
+  const uint64_t ran = checkpoint::RunMutations(&LLVMFuzzerTestOneInput, inputs, runs, rng_seed);
+  std::printf(
+      "ran %llu inputs (%zu seeds): %llu accepted, %llu refused, "
+      "no crash\n",
+      static_cast<unsigned long long>(ran), inputs.size(),
+      static_cast<unsigned long long>(Outcomes().accepted),
+      static_cast<unsigned long long>(Outcomes().refused));
   return 0;
 }
 

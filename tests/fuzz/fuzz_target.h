@@ -35,9 +35,7 @@ struct FuzzOutcomes {
   uint64_t refused = 0;
 };
 FuzzOutcomes& Outcomes();
-inline void CountOutcome(bool accepted) {
-  ++(accepted ? Outcomes().accepted : Outcomes().refused);
-}
+inline void CountOutcome(bool accepted) { ++(accepted ? Outcomes().accepted : Outcomes().refused); }
 
 // True if the environment sets FUZZ_VERBOSE: targets then print each
 // refusal to stderr (for triage of a corpus).

@@ -56,8 +56,8 @@ struct Shape {
   size_t labels, dense;
   std::vector<size_t> offsets, keys;
   bool operator==(const Shape& o) const {
-    return size == o.size && labels == o.labels && dense == o.dense &&
-           offsets == o.offsets && keys == o.keys;
+    return size == o.size && labels == o.labels && dense == o.dense && offsets == o.offsets &&
+           keys == o.keys;
   }
 };
 
@@ -74,19 +74,16 @@ void CheckAccepted(const Shape& before, const Batch& b) {
   FuzzCheck(b.size == before.size + 1, "accepted line adds one example");
   FuzzCheck(b.labels.size() == static_cast<size_t>(b.size), "labels size");
   FuzzCheck(b.labels.back() == 0.0f || b.labels.back() == 1.0f, "label 0/1");
-  FuzzCheck(b.dense.size() == static_cast<size_t>(b.size) * b.num_dense,
-            "dense size");
+  FuzzCheck(b.dense.size() == static_cast<size_t>(b.size) * b.num_dense, "dense size");
   for (int j = 0; j < b.num_dense; ++j) {
     const float x = b.dense[b.dense.size() - 1 - j];
     FuzzCheck(std::isfinite(x) && x >= 0, "dense finite and >= 0");
   }
   for (const data::SparseBag& bag : b.fields) {
-    FuzzCheck(bag.offsets.size() == static_cast<size_t>(b.size) + 1,
-              "offsets size");
+    FuzzCheck(bag.offsets.size() == static_cast<size_t>(b.size) + 1, "offsets size");
     const int64_t n = bag.offsets[b.size] - bag.offsets[b.size - 1];
     FuzzCheck(n >= 1, "every bag has a key (missing -> MissingKey)");
-    FuzzCheck(bag.offsets.back() == static_cast<int64_t>(bag.keys.size()),
-              "offsets end at keys");
+    FuzzCheck(bag.offsets.back() == static_cast<int64_t>(bag.keys.size()), "offsets end at keys");
   }
 }
 
@@ -124,8 +121,7 @@ void CheckNumberParsers(absl::string_view text) {
   uint64_t h = 0;
   const bool hex_ok = data::ParseHex64(text, &h);
   FuzzCheck(hex_ok == MatchesHexSyntax(text), "ParseHex64 accepts 1..16 hex");
-  FuzzCheck(!hex_ok || h == std::strtoull(copy.c_str(), nullptr, 16),
-            "ParseHex64 value");
+  FuzzCheck(!hex_ok || h == std::strtoull(copy.c_str(), nullptr, 16), "ParseHex64 value");
 }
 
 }  // namespace
@@ -158,8 +154,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   LineParser& parser = parsers[which];
   shardps::data::Batch batch;
   batch.Reset(parser.num_dense(), parser.num_fields());
-  const absl::string_view text(reinterpret_cast<const char*>(data) + 1,
-                               size - 1);
+  const absl::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   bool accepted = false;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (batch.size == kMaxLinesPerBatch) {
@@ -171,8 +166,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       CheckAccepted(before, batch);
       accepted = true;
     } else {
-      FuzzCheck(status.code() == absl::StatusCode::kInvalidArgument,
-                "refusal is INVALID_ARGUMENT");
+      FuzzCheck(status.code() == absl::StatusCode::kInvalidArgument, "refusal is INVALID_ARGUMENT");
       FuzzCheck(!status.message().empty(), "refusal has a message");
       FuzzCheck(ShapeOf(batch) == before, "refused line leaves the batch");
     }

@@ -58,7 +58,14 @@ namespace {
 constexpr int kMaxRequests = 32;
 constexpr uint32_t kPartitions = 16;
 enum Kind {
-  kPull = 0, kPush, kInitRows, kControl, kTableInfo, kCheckpoint, kRestore, kGrant,
+  kPull = 0,
+  kPush,
+  kInitRows,
+  kControl,
+  kTableInfo,
+  kCheckpoint,
+  kRestore,
+  kGrant,
   kNumKinds
 };
 
@@ -97,7 +104,8 @@ tables {
 }
 data { train_files: "train.tsv" }
 training { batch_size: 4 }
-checkpoint { dir: ")pb") + Root() + R"pb(" }
+checkpoint { dir: ")pb") + Root() +
+                           R"pb(" }
 cluster {
   num_servers: 2 num_workers: 2 num_partitions: 16
   max_message_bytes: 65536 dense_chunk_size: 8 mode: )pb" +
@@ -127,8 +135,7 @@ bool Documented(const absl::Status& s) {
 
 void CheckPull(ParameterServerCore* core, const PullRequest& request,
                const PullResponse& response) {
-  FuzzCheck(response.tables_size() == request.tables_size(),
-            "pull answers every table");
+  FuzzCheck(response.tables_size() == request.tables_size(), "pull answers every table");
   const size_t width = BytesPerValue(static_cast<Encoding>(request.encoding()));
   for (int i = 0; i < request.tables_size(); ++i) {
     const TableKeys& tk = request.tables(i);
@@ -139,8 +146,7 @@ void CheckPull(ParameterServerCore* core, const PullRequest& request,
       if (c.id() == tk.table_id()) t = &c;
     }
     FuzzCheck(t != nullptr, "pull of a known table");
-    FuzzCheck(tv.values().size() == tk.keys_size() * size_t{tv.dim()} * width,
-              "pull values size");
+    FuzzCheck(tv.values().size() == tk.keys_size() * size_t{tv.dim()} * width, "pull values size");
   }
 }
 
@@ -168,8 +174,7 @@ struct Grants {
 };
 
 // Runs one request; true if it was accepted.
-bool RunOne(ParameterServerCore* core, int kind, const uint8_t* data,
-            size_t size, Grants* grants) {
+bool RunOne(ParameterServerCore* core, int kind, const uint8_t* data, size_t size, Grants* grants) {
   absl::Status status;
   if (kind == kGrant) {
     uint64_t clock = 0;
@@ -285,8 +290,7 @@ PullRequest Pull(uint64_t clock, ValueEncoding encoding) {
   return p;
 }
 
-PushRequest Push(uint32_t rank, uint64_t clock, ValueEncoding encoding,
-                 float grad) {
+PushRequest Push(uint32_t rank, uint64_t clock, ValueEncoding encoding, float grad) {
   PushRequest p;
   p.set_map_version(1);
   p.set_encoding(encoding);
@@ -298,8 +302,7 @@ PushRequest Push(uint32_t rank, uint64_t clock, ValueEncoding encoding,
     tg->set_table_id(t);
     const std::vector<uint64_t> keys = Owned(t, 2, t == 3 ? 7 : 1000);
     for (uint64_t k : keys) tg->add_keys(k);
-    tg->set_gradients(Floats(keys.size() * dims[t], grad,
-                             static_cast<Encoding>(encoding)));
+    tg->set_gradients(Floats(keys.size() * dims[t], grad, static_cast<Encoding>(encoding)));
   }
   return p;
 }
@@ -352,7 +355,7 @@ std::vector<std::string> FuzzSeeds() {
   AddRecord(kPush, Push(1, 0, FP16, 2.0f), &bsp);
   AddRecord(kPull, Pull(1, FP32), &bsp);
   AddRecord(kPush, Push(0, 1, FP32, 1.0f), &bsp);
-  AddRecord(kPull, Pull(2, FP16), &bsp);  // Blocks: clock 1 is open.
+  AddRecord(kPull, Pull(2, FP16), &bsp);           // Blocks: clock 1 is open.
   AddRecord(kPush, Push(0, 1, FP32, 1.0f), &bsp);  // ALREADY_EXISTS.
   AddRecord(kControl, control, &bsp);
   checkpoint.set_clock(1);
@@ -377,8 +380,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)no_thp;
   FuzzCheck(checkpoint::RemoveAll(Root()).ok(), "the checkpoint root is emptied");
   CoreOptions options;
-  static const JobConfig configs[3] = {MakeConfig(0), MakeConfig(1),
-                                       MakeConfig(2)};
+  static const JobConfig configs[3] = {MakeConfig(0), MakeConfig(1), MakeConfig(2)};
   options.config = configs[data[0] % 3];
   auto core = ParameterServerCore::Create(options);
   FuzzCheck(core.ok(), "the fuzz core builds");
@@ -387,8 +389,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t pos = 1;
   for (int i = 0; i < kMaxRequests && pos + 3 <= size; ++i) {
     const int kind = data[pos] % kNumKinds;
-    const size_t len = std::min<size_t>(data[pos + 1] | (data[pos + 2] << 8),
-                                        size - pos - 3);
+    const size_t len = std::min<size_t>(data[pos + 1] | (data[pos + 2] << 8), size - pos - 3);
     accepted |= RunOne(core->get(), kind, data + pos + 3, len, &grants);
     pos += 3 + len;
     FuzzCheck(!grants.any || (*core)->eviction_clock() <= grants.last,
@@ -402,8 +403,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     });
   }
   TableInfoResponse info;
-  FuzzCheck((*core)->TableInfo(TableInfoRequest(), &info).ok(),
-            "TableInfo works");
+  FuzzCheck((*core)->TableInfo(TableInfoRequest(), &info).ok(), "TableInfo works");
   CountOutcome(accepted);
   return 0;
 }

@@ -7,9 +7,9 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/client/scheduler_client.h"
@@ -44,8 +44,8 @@ std::string SmallDlrmTables(const SmallDlrm& o) {
   return out;
 }
 
-absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines,
-                               uint64_t eval_lines, int train_shards) {
+absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines, uint64_t eval_lines,
+                               int train_shards) {
   struct stat st;
   if (stat((dir + "/best.txt").c_str(), &st) == 0) return absl::OkStatus();
   Subprocess gen;
@@ -88,8 +88,8 @@ absl::StatusOr<std::map<std::string, std::string>> RunLocal(
     const std::string& config_path, const std::vector<std::string>& extra_flags,
     const std::string& log_path) {
   Subprocess worker;
-  std::vector<std::string> argv = {RunfilePath("worker/ps_worker"),
-                                   "--config=" + config_path, "--local"};
+  std::vector<std::string> argv = {RunfilePath("worker/ps_worker"), "--config=" + config_path,
+                                   "--local"};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   absl::Status s = worker.Start(argv, log_path);
   if (!s.ok()) return s;
@@ -125,9 +125,9 @@ absl::Status LocalCluster::RestartServer(int index) { return StartServer(index);
 
 absl::Status LocalCluster::StartServer(int index) {
   servers_[index] = std::make_unique<Subprocess>();
-  std::vector<std::string> argv = {
-      RunfilePath("server/ps_server"), "--config=" + o_.config_path,
-      "--scheduler=" + scheduler_address_, absl::StrCat("--index=", index)};
+  std::vector<std::string> argv = {RunfilePath("server/ps_server"), "--config=" + o_.config_path,
+                                   "--scheduler=" + scheduler_address_,
+                                   absl::StrCat("--index=", index)};
   argv.insert(argv.end(), o_.all_flags.begin(), o_.all_flags.end());
   return servers_[index]->Start(argv, absl::StrCat(o_.dir, "/server-", index, ".log"));
 }
@@ -150,8 +150,7 @@ absl::Status LocalCluster::Start() {
 
 absl::Status LocalCluster::StartWorker(int rank) {
   workers_[rank] = std::make_unique<Subprocess>();
-  std::vector<std::string> argv = {RunfilePath("worker/ps_worker"),
-                                   "--config=" + o_.config_path,
+  std::vector<std::string> argv = {RunfilePath("worker/ps_worker"), "--config=" + o_.config_path,
                                    "--scheduler=" + scheduler_address_,
                                    absl::StrCat("--rank=", rank)};
   argv.insert(argv.end(), o_.all_flags.begin(), o_.all_flags.end());
@@ -177,8 +176,9 @@ absl::StatusOr<std::map<int, std::map<std::string, std::string>>> LocalCluster::
     if (!line.ok()) line = workers_[r]->WaitForLine("PS_WORKER_RESULT ", absl::ZeroDuration());
     if (line.ok()) results[r] = ParseResult(*line);
     if (!line.ok()) {
-      absl::StrAppend(&missing, "worker ", r, " printed no PS_WORKER_RESULT: ",
-                      line.status().message(), "\n", LogTail(absl::StrCat("worker-", r), 15));
+      absl::StrAppend(&missing, "worker ", r,
+                      " printed no PS_WORKER_RESULT: ", line.status().message(), "\n",
+                      LogTail(absl::StrCat("worker-", r), 15));
     } else if (!code.ok() || *code != 0) {
       absl::StrAppend(&missing, "worker ", r, " did not exit 0: ",
                       code.ok() ? absl::StrCat("exit status ", *code) : code.status().ToString(),
@@ -197,9 +197,9 @@ uint64_t WorkerClock(const JobStatusResponse& status, uint32_t rank) {
 }
 
 std::string Describe(const JobStatusResponse& status) {
-  std::string out = absl::StrCat("state=", status.state(), " min_clock=", status.min_clock(),
-                                 " max_clock=", status.max_clock(),
-                                 " generation=", status.generation());
+  std::string out =
+      absl::StrCat("state=", status.state(), " min_clock=", status.min_clock(),
+                   " max_clock=", status.max_clock(), " generation=", status.generation());
   for (const MemberStatus& m : status.members()) {
     absl::StrAppend(&out, "; ", m.role() == WORKER ? "worker " : "server ", m.index(), ": ",
                     MemberState_Name(m.state()));
@@ -259,10 +259,12 @@ absl::StatusOr<uint64_t> LocalCluster::WaitServersChecksum(absl::Duration timeou
 }
 
 void LocalCluster::KillAll() {
-  for (auto& w : workers_) if (w) w->Signal(SIGKILL);
+  for (auto& w : workers_)
+    if (w) w->Signal(SIGKILL);
   for (auto& s : servers_) s->Signal(SIGKILL);
   if (scheduler_) scheduler_->Signal(SIGKILL);
-  for (auto& w : workers_) if (w) (void)w->Wait(absl::Seconds(10));
+  for (auto& w : workers_)
+    if (w) (void)w->Wait(absl::Seconds(10));
   for (auto& s : servers_) (void)s->Wait(absl::Seconds(10));
   if (scheduler_) (void)scheduler_->Wait(absl::Seconds(10));
 }

@@ -55,8 +55,8 @@ struct SmallDlrm {
 std::string SmallDlrmTables(const SmallDlrm& options);
 
 // Writes a synthetic data set (ps_datagen) to `dir` unless one is there.
-absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines,
-                               uint64_t eval_lines, int train_shards = 1);
+absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines, uint64_t eval_lines,
+                               int train_shards = 1);
 
 // <TEST_TMPDIR>/<name>, created if missing.
 std::string TestDir(const std::string& name);
@@ -96,10 +96,10 @@ class LocalCluster {
     std::string dir;          // Logs.
     int servers = 1;
     int workers = 1;
-    std::vector<std::string> worker_flags;             // Every worker.
+    std::vector<std::string> worker_flags;               // Every worker.
     std::map<int, std::vector<std::string>> per_worker;  // By rank.
-    std::vector<std::string> scheduler_flags;          // E.g. --resume.
-    std::vector<std::string> all_flags;  // Every process, e.g. --tls_cert=...
+    std::vector<std::string> scheduler_flags;            // E.g. --resume.
+    std::vector<std::string> all_flags;                  // Every process, e.g. --tls_cert=...
   };
 
   explicit LocalCluster(Options options) : o_(std::move(options)) {}

@@ -83,8 +83,8 @@ absl::StatusOr<std::string> Run(const std::vector<std::string>& argv) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(absl::StrCat("`", absl::StrJoin(argv, " "), "` failed (status ",
-                                            status, "): ", out));
+    return absl::InternalError(
+        absl::StrCat("`", absl::StrJoin(argv, " "), "` failed (status ", status, "): ", out));
   }
   return out;
 }
@@ -151,7 +151,9 @@ absl::Status DeleteNamespace(const std::string& ns) {
   return RunIp({"netns", "del", ns});
 }
 
-std::string Mac(int host) { return absl::StrFormat("02:73:70:00:%02x:%02x", host >> 8, host & 255); }
+std::string Mac(int host) {
+  return absl::StrFormat("02:73:70:00:%02x:%02x", host >> 8, host & 255);
+}
 
 }  // namespace
 
@@ -231,10 +233,10 @@ absl::StatusOr<std::unique_ptr<NetBox>> NetBox::Attach(const std::string& id) {
 
 absl::Status NetBox::Build() {
   const std::string sw = SwitchNamespace();
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"-n", sw, "link", "set", "lo", "up"},
-           {"-n", sw, "link", "add", "br0", "type", "bridge"},
-           {"-n", sw, "link", "set", "br0", "up"}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"-n", sw, "link", "set", "lo", "up"},
+                                             {"-n", sw, "link", "add", "br0", "type", "bridge"},
+                                             {"-n", sw, "link", "set", "br0", "up"}}) {
     if (absl::Status st = RunIp(args); !st.ok()) return st;
   }
   for (int h = 0; h < hosts_; ++h) {
@@ -262,13 +264,13 @@ absl::Status NetBox::AddNeighbours(int host) const {
   for (int peer = 0; peer < hosts_; ++peer) {
     if (peer == host) continue;
     absl::Status st = RunIp({"-n", ns, "neigh", "replace", Ip(peer), "lladdr", Mac(peer), "dev",
-                          "eth0", "nud", "permanent"});
+                             "eth0", "nud", "permanent"});
     if (!st.ok()) return st;
   }
   // The dead gateway: a MAC no port has, so the bridge floods its frames and
   // every host drops them.
   return RunIp({"-n", ns, "neigh", "replace", DeadGateway(), "lladdr", "02:73:70:ff:ff:fe", "dev",
-             "eth0", "nud", "permanent"});
+                "eth0", "nud", "permanent"});
 }
 
 NetBox::~NetBox() {
@@ -299,9 +301,7 @@ std::string NetBox::Port(int host) const { return absl::StrCat("p", host); }
 std::string NetBox::Ip(int host) const {
   return absl::StrCat("10.", net_a_, ".", net_b_, ".", host + 1);
 }
-std::string NetBox::DeadGateway() const {
-  return absl::StrCat("10.", net_a_, ".", net_b_, ".254");
-}
+std::string NetBox::DeadGateway() const { return absl::StrCat("10.", net_a_, ".", net_b_, ".254"); }
 
 absl::Status NetBox::CheckHost(int host) const {
   if (host >= 0 && host < hosts_) return absl::OkStatus();
@@ -311,7 +311,8 @@ absl::Status NetBox::CheckHost(int host) const {
 
 absl::Status NetBox::CutOff(int host, CutKind kind) {
   if (absl::Status st = CheckHost(host); !st.ok()) return st;
-  if (kind == CutKind::kFailFast) return RunIp({"-n", Namespace(host), "link", "set", "eth0", "down"});
+  if (kind == CutKind::kFailFast)
+    return RunIp({"-n", Namespace(host), "link", "set", "eth0", "down"});
   // Disabled: the bridge neither forwards to the port nor from it.
   return SetPortState(SwitchNamespace(), Port(host), 0);
 }
@@ -440,18 +441,12 @@ absl::Status NetBox::SetRate(int host, const Rate& rate) {
       rate.burst_bytes ? rate.burst_bytes : std::max<uint64_t>(68 << 10, bytes_per_sec / 250);
   const uint64_t limit =
       rate.queue_bytes ? rate.queue_bytes : std::max<uint64_t>(2 * burst, bytes_per_sec / 20);
-  const std::vector<std::string> tbf = {"qdisc",
-                                        "replace",
-                                        "dev",
-                                        "",
-                                        "root",
-                                        "tbf",
-                                        "rate",
-                                        absl::StrCat(rate.bits_per_sec, "bit"),
-                                        "burst",
-                                        absl::StrCat(burst),
-                                        "limit",
-                                        absl::StrCat(limit)};
+  const std::vector<std::string> tbf = {"qdisc", "replace",
+                                        "dev",   "",
+                                        "root",  "tbf",
+                                        "rate",  absl::StrCat(rate.bits_per_sec, "bit"),
+                                        "burst", absl::StrCat(burst),
+                                        "limit", absl::StrCat(limit)};
   std::vector<std::string> host_side = tbf, switch_side = tbf;
   host_side[3] = "eth0";
   switch_side[3] = Port(host);

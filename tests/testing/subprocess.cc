@@ -65,8 +65,8 @@ absl::StatusOr<std::string> Subprocess::WaitForLine(const std::string& prefix,
     char buf[4096];
     const ssize_t n = read(stdout_fd_, buf, sizeof buf);
     if (n <= 0) {
-      return absl::UnavailableError(absl::StrCat("process exited before printing \"",
-                                                 prefix, "\"; output: ", output_));
+      return absl::UnavailableError(
+          absl::StrCat("process exited before printing \"", prefix, "\"; output: ", output_));
     }
     output_.append(buf, n);
   }

@@ -26,13 +26,11 @@ class Subprocess {
 
   // Starts argv[0] (a path) with `argv`. Its stdout is read by WaitForLine;
   // stderr goes to `stderr_path` (appended) or is inherited if empty.
-  absl::Status Start(const std::vector<std::string>& argv,
-                     const std::string& stderr_path = "");
+  absl::Status Start(const std::vector<std::string>& argv, const std::string& stderr_path = "");
 
   // Reads stdout until a line starting with `prefix`; returns the rest of
   // that line. DEADLINE_EXCEEDED or UNAVAILABLE (child exited) otherwise.
-  absl::StatusOr<std::string> WaitForLine(const std::string& prefix,
-                                          absl::Duration timeout);
+  absl::StatusOr<std::string> WaitForLine(const std::string& prefix, absl::Duration timeout);
 
   // Sends `signal`; then Wait() reaps.
   void Signal(int signal);

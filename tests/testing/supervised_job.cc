@@ -42,13 +42,9 @@ SupervisedJob::SupervisedJob(Options options)
       ckpt_(TestDir(o_.name + "/ckpt")),
       sup_(std::make_unique<Supervisor>(o_.supervisor)) {}
 
-std::string SupervisedJob::Host(int host) const {
-  return o_.box ? o_.box->Ip(host) : "127.0.0.1";
-}
+std::string SupervisedJob::Host(int host) const { return o_.box ? o_.box->Ip(host) : "127.0.0.1"; }
 
-std::string SupervisedJob::Netns(int host) const {
-  return o_.box ? o_.box->Namespace(host) : "";
-}
+std::string SupervisedJob::Netns(int host) const { return o_.box ? o_.box->Namespace(host) : ""; }
 
 int SupervisedJob::worker_host(int r) const {
   auto it = o_.worker_host.find(r);
@@ -63,9 +59,8 @@ int SupervisedJob::Add(Supervisor::Spec spec, absl::Status* status) {
 
 absl::Status SupervisedJob::Start() {
   if (o_.box && o_.box->hosts() < 1 + o_.servers + o_.workers) {
-    return absl::InvalidArgumentError(absl::StrCat("the box has ", o_.box->hosts(),
-                                                   " hosts; the job needs ",
-                                                   1 + o_.servers + o_.workers));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the box has ", o_.box->hosts(), " hosts; the job needs ", 1 + o_.servers + o_.workers));
   }
   const std::string config = dir_ + "/job.pbtxt";
   std::ofstream(config) << absl::StrReplaceAll(o_.config, {{"@CKPT@", ckpt_}});
@@ -83,18 +78,19 @@ absl::Status SupervisedJob::Start() {
                                    "--listen=" + address_};
   argv.insert(argv.end(), member.begin(), member.end());
   argv.insert(argv.end(), o_.scheduler_flags.begin(), o_.scheduler_flags.end());
-  scheduler_ = Add({"scheduler", argv, dir_ + "/scheduler.log", {0, 1, 2},
-                    Netns(scheduler_host())},
+  scheduler_ = Add({"scheduler", argv, dir_ + "/scheduler.log", {0, 1, 2}, Netns(scheduler_host())},
                    &status);
   for (int i = 0; i < o_.servers; ++i) {
     server_addresses_.push_back(absl::StrCat(Host(server_host(i)), ":", port(7001)));
-    argv = {RunfilePath("server/ps_server"), "--config=" + config, "--scheduler=" + address_,
-            absl::StrCat("--index=", i), "--listen=" + server_addresses_[i],
-            "--advertise=" + server_addresses_[i]};
+    argv = {RunfilePath("server/ps_server"),    "--config=" + config,
+            "--scheduler=" + address_,          absl::StrCat("--index=", i),
+            "--listen=" + server_addresses_[i], "--advertise=" + server_addresses_[i]};
     argv.insert(argv.end(), member.begin(), member.end());
     argv.insert(argv.end(), o_.server_flags.begin(), o_.server_flags.end());
-    servers_.push_back(Add({absl::StrCat("server-", i), argv,
-                            absl::StrCat(dir_, "/server-", i, ".log"), {0},
+    servers_.push_back(Add({absl::StrCat("server-", i),
+                            argv,
+                            absl::StrCat(dir_, "/server-", i, ".log"),
+                            {0},
                             Netns(server_host(i))},
                            &status));
   }
@@ -103,8 +99,10 @@ absl::Status SupervisedJob::Start() {
             absl::StrCat("--rank=", r)};
     argv.insert(argv.end(), member.begin(), member.end());
     argv.insert(argv.end(), o_.worker_flags.begin(), o_.worker_flags.end());
-    workers_.push_back(Add({absl::StrCat("worker-", r), argv,
-                            absl::StrCat(dir_, "/worker-", r, ".log"), {0},
+    workers_.push_back(Add({absl::StrCat("worker-", r),
+                            argv,
+                            absl::StrCat(dir_, "/worker-", r, ".log"),
+                            {0},
                             Netns(worker_host(r))},
                            &status));
   }
@@ -159,16 +157,15 @@ absl::StatusOr<JobStatusResponse> SupervisedJob::WaitFor(
     if (status.ok()) {
       if (condition(*status)) return *status;
       last = absl::StrCat("state=", status->state(), " min_clock=", status->min_clock(),
-                          " max_clock=", status->max_clock(),
-                          " generation=", status->generation());
+                          " max_clock=", status->max_clock(), " generation=", status->generation());
       if (status->state() == "done" || absl::StartsWith(status->state(), "failed")) {
         return absl::FailedPreconditionError(
             absl::StrCat("the job ended before ", what, ": ", last));
       }
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "waited ", absl::FormatDuration(timeout), " for ", what, "; last status: ", last));
+      return absl::DeadlineExceededError(absl::StrCat("waited ", absl::FormatDuration(timeout),
+                                                      " for ", what, "; last status: ", last));
     }
     absl::SleepFor(o_.box ? absl::Milliseconds(250) : absl::Milliseconds(50));  // Polls.
   }

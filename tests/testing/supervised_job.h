@@ -26,11 +26,10 @@
 #define SHARDPS_TESTS_TESTING_SUPERVISED_JOB_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -51,11 +50,11 @@ struct CheckpointState {
 CheckpointState Checkpoints(const std::string& root);
 
 struct JobOutcome {
-  int code = -1;          // The scheduler's last exit status.
-  std::string result;     // The PS_JOB_RESULT line ("" if none).
+  int code = -1;                              // The scheduler's last exit status.
+  std::string result;                         // The PS_JOB_RESULT line ("" if none).
   std::map<std::string, std::string> fields;  // Its key=value pairs.
-  uint64_t checksum = 0;  // XOR of the servers' last weights checksums.
-  double auc = 0;         // eval_auc.
+  uint64_t checksum = 0;                      // XOR of the servers' last weights checksums.
+  double auc = 0;                             // eval_auc.
   int recoveries = 0;
 };
 

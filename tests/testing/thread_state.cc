@@ -63,9 +63,9 @@ absl::Status WaitUntilBlocked(pid_t tid, absl::Duration timeout, pid_t pid) {
     if (blocked && blocked_before) return absl::OkStatus();
     blocked_before = blocked;
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "thread ", tid, " of ", TaskDir(pid), " did not block in futex(2) within ",
-          absl::FormatDuration(timeout), " (last syscall field: ", last, ")"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("thread ", tid, " of ", TaskDir(pid), " did not block in futex(2) within ",
+                       absl::FormatDuration(timeout), " (last syscall field: ", last, ")"));
     }
     absl::SleepFor(absl::Milliseconds(2));  // Polls; bounded by `deadline`.
   }
@@ -85,9 +85,9 @@ absl::Status WaitForNewBlockedThread(pid_t pid, const std::set<pid_t>& known,
     }
     blocked_before = std::move(blocked);
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "no new thread of process ", pid, " blocked in futex(2) within ",
-          absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat("no new thread of process ", pid,
+                                                      " blocked in futex(2) within ",
+                                                      absl::FormatDuration(timeout)));
     }
     absl::SleepFor(absl::Milliseconds(2));  // Polls; bounded by `deadline`.
   }

@@ -38,14 +38,13 @@ absl::Status ValidateOptions(const ReaderOptions& o) {
   }
   if (o.num_dense < 0) return bad("num_dense must be >= 0");
   if (o.num_columns < 1 + o.num_dense) {
-    return bad(absl::StrCat("num_columns ", o.num_columns, " < 1 + num_dense ",
-                            o.num_dense));
+    return bad(absl::StrCat("num_columns ", o.num_columns, " < 1 + num_dense ", o.num_dense));
   }
   for (const FieldSpec& f : o.fields) {
     if (f.column < 1 + o.num_dense || f.column >= o.num_columns) {
       return bad(absl::StrCat("field ", f.name, ": column ", f.column,
-                              " is not a categorical column (", 1 + o.num_dense,
-                              "..", o.num_columns - 1, ")"));
+                              " is not a categorical column (", 1 + o.num_dense, "..",
+                              o.num_columns - 1, ")"));
     }
   }
   return absl::OkStatus();
@@ -53,23 +52,22 @@ absl::Status ValidateOptions(const ReaderOptions& o) {
 
 }  // namespace
 
-absl::StatusOr<ReaderOptions> ReaderOptionsFromConfig(
-    const JobConfig& config, std::vector<std::string> files, uint32_t rank,
-    uint32_t num_workers, bool training) {
+absl::StatusOr<ReaderOptions> ReaderOptionsFromConfig(const JobConfig& config,
+                                                      std::vector<std::string> files, uint32_t rank,
+                                                      uint32_t num_workers, bool training) {
   ReaderOptions o;
   ASSIGN_OR_RETURN(o.fields, ResolveFields(config));
   const DataConfig& data = config.data();
   o.files = std::move(files);
-  o.format = data.format() == DataConfig::TSV_MULTIHOT ? DataConfig::TSV_MULTIHOT
-                                                       : DataConfig::CRITEO;
+  o.format =
+      data.format() == DataConfig::TSV_MULTIHOT ? DataConfig::TSV_MULTIHOT : DataConfig::CRITEO;
   o.num_dense = NumDense(data);
   o.num_columns = NumColumns(data, o.fields, config.fields_size() > 0);
   o.error_budget = data.error_budget() == 0 ? 100 : data.error_budget();
   o.rank = rank;
   o.num_workers = num_workers;
   if (rank >= num_workers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " >= num_workers ", num_workers));
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " >= num_workers ", num_workers));
   }
   if (training) {
     o.epochs = config.training().epochs() == 0 ? 1 : config.training().epochs();
@@ -93,8 +91,8 @@ absl::StatusOr<ReaderPosition> DecodePosition(absl::string_view text) {
         "\" is of the older line-stripe reader (v1), which cannot be resumed by this one"));
   }
   const std::vector<absl::string_view> parts = absl::StrSplit(text, ' ');
-  const char* const kNames[] = {"epoch=", "unit=",  "line=",   "offset=",
-                                "taken=", "bad=",   "samples="};
+  const char* const kNames[] = {
+      "epoch=", "unit=", "line=", "offset=", "taken=", "bad=", "samples="};
   ReaderPosition p;
   uint64_t* const values[] = {&p.epoch, &p.unit,      &p.line,   &p.offset,
                               &p.taken, &p.bad_lines, &p.samples};
@@ -105,27 +103,23 @@ absl::StatusOr<ReaderPosition> DecodePosition(absl::string_view text) {
     ok = absl::ConsumePrefix(&part, kNames[i]) && absl::SimpleAtoi(part, values[i]);
   }
   if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a reader position: \"", text, "\""));
+    return absl::InvalidArgumentError(absl::StrCat("not a reader position: \"", text, "\""));
   }
   return p;
 }
 
-absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Create(
-    ReaderOptions options) {
+absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Create(ReaderOptions options) {
   RETURN_IF_ERROR(ValidateOptions(options));
   ASSIGN_OR_RETURN(ShardPlan plan,
                    ShardPlan::Create(options.files, options.rank, options.num_workers,
                                      options.shuffle, options.shuffle_seed));
-  return std::unique_ptr<CriteoReader>(
-      new CriteoReader(std::move(options), std::move(plan)));
+  return std::unique_ptr<CriteoReader>(new CriteoReader(std::move(options), std::move(plan)));
 }
 
 CriteoReader::CriteoReader(ReaderOptions options, ShardPlan plan)
     : options_(std::move(options)),
       plan_(std::move(plan)),
-      parser_(options_.format, options_.num_dense, options_.num_columns,
-              options_.fields) {
+      parser_(options_.format, options_.num_dense, options_.num_columns, options_.fields) {
   StartEpoch(0);
 }
 
@@ -172,11 +166,11 @@ CriteoReader::Stats CriteoReader::stats() const {
 
 absl::Status CriteoReader::OpenUnit(bool at_start, uint64_t offset, uint64_t line) {
   const ReadUnit& unit = units_[unit_];
-  ASSIGN_OR_RETURN(source_, LineSource::Open(plan_.files()[unit.file].path,
-                                             options_.max_line_bytes));
+  ASSIGN_OR_RETURN(source_,
+                   LineSource::Open(plan_.files()[unit.file].path, options_.max_line_bytes));
   if (at_start && unit.begin == 0) return absl::OkStatus();
-  absl::Status status = at_start ? source_->SeekToLineAtOrAfter(unit.begin, 0)
-                                 : source_->Seek(offset, line);
+  absl::Status status =
+      at_start ? source_->SeekToLineAtOrAfter(unit.begin, 0) : source_->Seek(offset, line);
   if (!status.ok()) CloseUnit();
   return status;
 }
@@ -206,9 +200,8 @@ absl::Status CriteoReader::Seek(const ReaderPosition& p) {
   }
   if (!valid) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "reader position out of range for ", options_.epochs, " epochs of ",
-        options_.files.size(), " files (worker ", options_.rank, " of ",
-        options_.num_workers, "): ", EncodePosition(p)));
+        "reader position out of range for ", options_.epochs, " epochs of ", options_.files.size(),
+        " files (worker ", options_.rank, " of ", options_.num_workers, "): ", EncodePosition(p)));
   }
   StartEpoch(p.epoch);
   unit_ = p.unit;
@@ -219,9 +212,9 @@ absl::Status CriteoReader::Seek(const ReaderPosition& p) {
   if (failed_.ok() && p.taken > 0) {
     failed_ = FillWindow();
     if (failed_.ok() && p.taken >= window_.size()) {
-      failed_ = absl::InvalidArgumentError(
-          absl::StrCat("reader position takes ", p.taken, " lines of a shuffle window of ",
-                       window_.size(), ": ", EncodePosition(p)));
+      failed_ = absl::InvalidArgumentError(absl::StrCat("reader position takes ", p.taken,
+                                                        " lines of a shuffle window of ",
+                                                        window_.size(), ": ", EncodePosition(p)));
     }
     if (failed_.ok()) taken_ = p.taken;
   }
@@ -238,8 +231,7 @@ absl::Status CriteoReader::FillWindow() {
   LineSource::Line line;
   while (window_.size() < capacity && unit_ < units_.size()) {
     if (source_ == nullptr) RETURN_IF_ERROR(OpenUnit(true, 0, 0));
-    Held held{unit_, source_->next_line(), source_->next_offset(), window_text_.size(), 0,
-              false};
+    Held held{unit_, source_->next_line(), source_->next_offset(), window_text_.size(), 0, false};
     bool more = held.offset < units_[unit_].end;
     if (more) {
       ASSIGN_OR_RETURN(more, source_->Next(&line));
@@ -259,8 +251,8 @@ absl::Status CriteoReader::FillWindow() {
   std::iota(window_order_.begin(), window_order_.end(), uint32_t{0});
   if (capacity > 1) {
     uint64_t state = Mix64(options_.shuffle_seed ^ 0x6a09e667f3bcc909ULL);
-    for (uint64_t v : {window_start_.epoch, window_start_.unit, window_start_.line,
-                       window_start_.offset}) {
+    for (uint64_t v :
+         {window_start_.epoch, window_start_.unit, window_start_.line, window_start_.offset}) {
       state = Mix64(state ^ Mix64(v));
     }
     SeededShuffle(state, &window_order_);
@@ -281,9 +273,9 @@ absl::Status CriteoReader::BadLine(const Held& held, absl::string_view what) {
                  << " of this reader, skipped)";
   }
   if (bad_lines_ <= options_.error_budget) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      where, what, "; ", bad_lines_, " malformed lines exceed the error budget (",
-      options_.error_budget, ", data.error_budget)"));
+  return absl::InvalidArgumentError(absl::StrCat(where, what, "; ", bad_lines_,
+                                                 " malformed lines exceed the error budget (",
+                                                 options_.error_budget, ", data.error_budget)"));
 }
 
 absl::Status CriteoReader::Emit(Batch* batch) {

@@ -89,9 +89,9 @@ struct ReaderOptions {
 // of data.shuffle_buffer lines, both seeded by training.shuffle_seed;
 // otherwise (evaluation) one epoch in file order, no line shuffling. Errors of ResolveFields, or
 // INVALID_ARGUMENT if rank >= num_workers.
-absl::StatusOr<ReaderOptions> ReaderOptionsFromConfig(
-    const JobConfig& config, std::vector<std::string> files, uint32_t rank,
-    uint32_t num_workers, bool training);
+absl::StatusOr<ReaderOptions> ReaderOptionsFromConfig(const JobConfig& config,
+                                                      std::vector<std::string> files, uint32_t rank,
+                                                      uint32_t num_workers, bool training);
 
 // Text form of a position:
 // "v2 epoch=E unit=U line=L offset=O taken=T bad=B samples=S" (a text
@@ -105,8 +105,7 @@ class CriteoReader {
   // Validates `options` (INVALID_ARGUMENT naming the option), checks that
   // every file exists (NOT_FOUND naming it) and reads its size and first two
   // bytes (gzip or not) for the shard plan.
-  static absl::StatusOr<std::unique_ptr<CriteoReader>> Create(
-      ReaderOptions options);
+  static absl::StatusOr<std::unique_ptr<CriteoReader>> Create(ReaderOptions options);
 
   CriteoReader(const CriteoReader&) = delete;
   CriteoReader& operator=(const CriteoReader&) = delete;
@@ -149,8 +148,8 @@ class CriteoReader {
  private:
   // One line held in the shuffle window.
   struct Held {
-    uint64_t unit;   // Ordinal in units_.
-    uint64_t line;   // In the unit.
+    uint64_t unit;  // Ordinal in units_.
+    uint64_t line;  // In the unit.
     uint64_t offset;
     size_t text_begin;  // In window_text_.
     uint32_t text_size;
@@ -178,10 +177,10 @@ class CriteoReader {
   // Reading state.
   LineParser parser_;
   uint64_t epoch_ = 0;
-  std::vector<ReadUnit> units_;  // plan_.Units(epoch_).
-  uint64_t unit_ = 0;            // The unit being read (ordinal in units_).
+  std::vector<ReadUnit> units_;         // plan_.Units(epoch_).
+  uint64_t unit_ = 0;                   // The unit being read (ordinal in units_).
   std::unique_ptr<LineSource> source_;  // Null between units.
-  Stats closed_;                 // Of the sources already closed.
+  Stats closed_;                        // Of the sources already closed.
   // The shuffle window: where it starts, its lines and their order, and
   // how many of them were returned.
   ReaderPosition window_start_;

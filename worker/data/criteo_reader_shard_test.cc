@@ -22,14 +22,14 @@ namespace {
 using testing::CriteoLines;
 using testing::MakeReader;
 using testing::Options;
-using testing::WarningSink;
 using testing::ReadIds;
 using testing::ReadIdsPerEpoch;
+using testing::WarningSink;
 using testing::WriteFile;
 using testing::WriteGzip;
 
 struct ShareRun {
-  std::vector<std::vector<int>> ids;  // [rank] all ids read, in order.
+  std::vector<std::vector<int>> ids;       // [rank] all ids read, in order.
   std::vector<CriteoReader::Stats> stats;  // [rank]
 };
 

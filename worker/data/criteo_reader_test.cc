@@ -25,13 +25,13 @@ using testing::CriteoLines;
 using testing::MakeReader;
 using testing::Options;
 using testing::ReadIds;
-using testing::WriteFile;
 using testing::WarningSink;
+using testing::WriteFile;
 using testing::WriteGzip;
 
 TEST(CriteoReaderTest, ReadsPlainAndGzipInOrder) {
-  ReaderOptions o = Options({WriteFile("r1.tsv", CriteoLines(0, 10)),
-                             WriteGzip("r2.gz", {CriteoLines(10, 5)})});
+  ReaderOptions o =
+      Options({WriteFile("r1.tsv", CriteoLines(0, 10)), WriteGzip("r2.gz", {CriteoLines(10, 5)})});
   auto reader = MakeReader(o);
   std::vector<int> expected(15);
   std::iota(expected.begin(), expected.end(), 0);
@@ -42,8 +42,7 @@ TEST(CriteoReaderTest, ReadsPlainAndGzipInOrder) {
 }
 
 TEST(CriteoReaderTest, BatchesAreFullExceptTheLast) {
-  auto reader = MakeReader(Options({WriteFile("b1.tsv", CriteoLines(0, 3)),
-                                    WriteFile("b2.tsv", ""),
+  auto reader = MakeReader(Options({WriteFile("b1.tsv", CriteoLines(0, 3)), WriteFile("b2.tsv", ""),
                                     WriteFile("b3.tsv", CriteoLines(3, 8))}));
   Batch batch;
   std::vector<int> sizes;
@@ -56,16 +55,15 @@ TEST(CriteoReaderTest, BatchesAreFullExceptTheLast) {
     }
   }
   EXPECT_EQ(sizes, (std::vector<int>{4, 4, 3}));
-  EXPECT_EQ(reader->NextBatch(0, &batch).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reader->NextBatch(0, &batch).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CriteoReaderTest, BadLinesAreReportedAndTheBudgetEnforced) {
   std::string content;
   for (int i = 0; i < 12; ++i) {
     std::string line = CriteoLine(i % 2, i);
-    if (i == 2) line = line.substr(0, line.rfind('\t'));  // 39 columns
-    if (i == 6) line[0] = 'x';                             // bad label
+    if (i == 2) line = line.substr(0, line.rfind('\t'));     // 39 columns
+    if (i == 6) line[0] = 'x';                               // bad label
     if (i == 9) line.replace(line.rfind('\t') + 1, 1, "g");  // bad hex
     absl::StrAppend(&content, line, "\n");
   }
@@ -79,8 +77,7 @@ TEST(CriteoReaderTest, BadLinesAreReportedAndTheBudgetEnforced) {
   EXPECT_EQ(reader->bad_lines(), 3u);
   google::RemoveLogSink(&sink);
   ASSERT_EQ(sink.lines.size(), 3u);
-  EXPECT_NE(sink.lines[0].find(path + ":3: has 39 tab-separated columns"),
-            std::string::npos)
+  EXPECT_NE(sink.lines[0].find(path + ":3: has 39 tab-separated columns"), std::string::npos)
       << sink.lines[0];
   EXPECT_NE(sink.lines[1].find(path + ":7: column 1 (label)"), std::string::npos);
   EXPECT_NE(sink.lines[2].find(path + ":10: column 40"), std::string::npos);
@@ -131,23 +128,20 @@ TEST(CriteoReaderTest, BadPositionsAreRefused) {
   p.taken = 1;
   EXPECT_TRUE(reader->Seek(p).ok());
   EXPECT_EQ(reader->position(), p);
-  EXPECT_EQ(DecodePosition("v2 epoch=1").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodePosition("v2 epoch=1").status().code(), absl::StatusCode::kInvalidArgument);
   // The line-stripe reader's positions are refused, saying so.
   const auto v1 = DecodePosition("v1 epoch=1 file=0 line=0 offset=0 bad=0");
   EXPECT_EQ(v1.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(v1.status().message().find("older line-stripe reader"), std::string::npos);
   p = ReaderPosition{3, 1, 4, 100, 5, 9, 77};
-  EXPECT_EQ(EncodePosition(p),
-            "v2 epoch=3 unit=1 line=4 offset=100 taken=5 bad=9 samples=77");
+  EXPECT_EQ(EncodePosition(p), "v2 epoch=3 unit=1 line=4 offset=100 taken=5 bad=9 samples=77");
   EXPECT_EQ(*DecodePosition(EncodePosition(p)), p);
   // A position written before samples were recorded decodes with 0.
   p.samples = 0;
   EXPECT_EQ(*DecodePosition("v2 epoch=3 unit=1 line=4 offset=100 taken=5 bad=9"), p);
-  EXPECT_EQ(DecodePosition("v2 epoch=3 unit=1 line=4 offset=100 taken=5 bad=9 taken=3")
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      DecodePosition("v2 epoch=3 unit=1 line=4 offset=100 taken=5 bad=9 taken=3").status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 // A reader counts the samples it returned, and a reader moved to a batch's
@@ -191,8 +185,7 @@ TEST(CriteoReaderTest, CreateValidatesOptions) {
   o.shuffle_buffer = kMaxShuffleBuffer + 1;
   EXPECT_EQ(CriteoReader::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
   o = Options({path, testing::TempPath("")});  // A directory.
-  EXPECT_EQ(CriteoReader::Create(o).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CriteoReader::Create(o).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(CriteoReaderTest, MultiHotFromAJobConfig) {
@@ -204,7 +197,8 @@ TEST(CriteoReaderTest, MultiHotFromAJobConfig) {
     fields { name: "tags" column: 4 table: "tags" pooling: MEAN }
     data { format: TSV_MULTIHOT num_dense: 2 error_budget: 5 shuffle_buffer: 1 }
     training { epochs: 2 shuffle_seed: 9 }
-  )pb", &config));
+  )pb",
+                                                            &config));
   const std::string path =
       WriteFile("multi.tsv", "1\t4\t-2\tab\t1,2,3\n0\t\t\t\t\n1\t1\t1\tcd\tff\n");
   auto options = ReaderOptionsFromConfig(config, {path}, 0, 1, /*training=*/true);
@@ -222,11 +216,10 @@ TEST(CriteoReaderTest, MultiHotFromAJobConfig) {
   EXPECT_EQ(batch.fields[0].keys[0], CategoricalKey(0, 0xab));
   EXPECT_EQ(batch.fields[1].offsets, (std::vector<int64_t>{0, 3, 4, 5}));
   EXPECT_EQ(batch.fields[1].keys,
-            (std::vector<uint64_t>{CategoricalKey(1, 1), CategoricalKey(1, 2),
-                                   CategoricalKey(1, 3), MissingKey(1),
-                                   CategoricalKey(1, 0xff)}));
-  EXPECT_EQ(batch.dense, (std::vector<float>{std::log1p(4.0f), 0, 0, 0, std::log1p(1.0f),
-                                             std::log1p(1.0f)}));
+            (std::vector<uint64_t>{CategoricalKey(1, 1), CategoricalKey(1, 2), CategoricalKey(1, 3),
+                                   MissingKey(1), CategoricalKey(1, 0xff)}));
+  EXPECT_EQ(batch.dense,
+            (std::vector<float>{std::log1p(4.0f), 0, 0, 0, std::log1p(1.0f), std::log1p(1.0f)}));
   ASSERT_TRUE(*reader->NextBatch(3, &batch));  // The second epoch (1).
   EXPECT_EQ(batch.end_position.epoch, 1u);
   EXPECT_FALSE(*reader->NextBatch(3, &batch));
@@ -250,9 +243,7 @@ TEST(CriteoReaderTest, MovesToAnotherThread) {
   Batch batch;
   ASSERT_TRUE(*reader->NextBatch(5, &batch));  // Started on this thread.
   std::vector<int> there;
-  std::thread worker([r = std::move(reader), &there]() mutable {
-    there = ReadIds(r.get());
-  });
+  std::thread worker([r = std::move(reader), &there]() mutable { there = ReadIds(r.get()); });
   worker.join();
   EXPECT_EQ(there, std::vector<int>(here.begin() + 5, here.end()));
 }

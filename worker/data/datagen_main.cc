@@ -35,10 +35,9 @@ int main(int argc, char** argv) {
     LOG(ERROR) << summary.status();
     return 1;
   }
-  std::cout << "wrote " << options.out_dir << ": " << summary->train_lines
-            << " train / " << summary->eval_lines << " eval lines, ctr "
-            << summary->eval_positive_rate << "\nbest auc " << summary->best_auc
-            << ", best logloss " << summary->best_logloss
+  std::cout << "wrote " << options.out_dir << ": " << summary->train_lines << " train / "
+            << summary->eval_lines << " eval lines, ctr " << summary->eval_positive_rate
+            << "\nbest auc " << summary->best_auc << ", best logloss " << summary->best_logloss
             << ", dense-only auc " << summary->dense_only_auc << std::endl;
   return 0;
 }

@@ -59,8 +59,7 @@ void MetricAccumulator::Add(float label, float prob) {
   logloss_sum_ += LogLossOne(label, prob);
 }
 
-void MetricAccumulator::AddBatch(absl::Span<const float> labels,
-                                 absl::Span<const float> probs) {
+void MetricAccumulator::AddBatch(absl::Span<const float> labels, absl::Span<const float> probs) {
   CHECK_EQ(labels.size(), probs.size());
   for (size_t i = 0; i < labels.size(); ++i) Add(labels[i], probs[i]);
 }

@@ -10,12 +10,11 @@ namespace shardps {
 namespace data {
 namespace {
 
-const TableConfig* FindSparseTable(const JobConfig& config,
-                                   const std::string& name) {
+const TableConfig* FindSparseTable(const JobConfig& config, const std::string& name) {
   for (const TableConfig& t : config.tables()) {
     if (t.name() == name) {
-      const bool sparse = t.kind() == TableConfig::SPARSE ||
-                          t.kind() == TableConfig::KIND_UNSPECIFIED;
+      const bool sparse =
+          t.kind() == TableConfig::SPARSE || t.kind() == TableConfig::KIND_UNSPECIFIED;
       return sparse ? &t : nullptr;
     }
   }
@@ -25,8 +24,7 @@ const TableConfig* FindSparseTable(const JobConfig& config,
 absl::StatusOr<std::vector<FieldSpec>> DefaultFields(const JobConfig& config) {
   const TableConfig* table = nullptr;
   for (const TableConfig& t : config.tables()) {
-    if (t.kind() == TableConfig::SPARSE ||
-        t.kind() == TableConfig::KIND_UNSPECIFIED) {
+    if (t.kind() == TableConfig::SPARSE || t.kind() == TableConfig::KIND_UNSPECIFIED) {
       table = &t;
       break;
     }
@@ -50,8 +48,7 @@ absl::StatusOr<std::vector<FieldSpec>> DefaultFields(const JobConfig& config) {
 }  // namespace
 
 int NumDense(const DataConfig& data) {
-  return data.num_dense() == 0 ? kCriteoNumDense
-                               : static_cast<int>(data.num_dense());
+  return data.num_dense() == 0 ? kCriteoNumDense : static_cast<int>(data.num_dense());
 }
 
 int NumColumns(const DataConfig& data, const std::vector<FieldSpec>& fields,
@@ -69,9 +66,8 @@ absl::StatusOr<std::vector<FieldSpec>> ResolveFields(const JobConfig& config) {
   if (config.fields_size() == 0) return DefaultFields(config);
   const DataConfig& data = config.data();
   const int first = 1 + NumDense(data);
-  const int last = data.format() == DataConfig::TSV_MULTIHOT
-                       ? (1 << 20)
-                       : first + kCriteoNumCategorical - 1;
+  const int last =
+      data.format() == DataConfig::TSV_MULTIHOT ? (1 << 20) : first + kCriteoNumCategorical - 1;
   std::vector<FieldSpec> fields;
   std::set<std::string> names;
   for (int i = 0; i < config.fields_size(); ++i) {
@@ -81,19 +77,17 @@ absl::StatusOr<std::vector<FieldSpec>> ResolveFields(const JobConfig& config) {
       return absl::InvalidArgumentError(absl::StrCat(where, ".name: is empty"));
     }
     if (!names.insert(f.name()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ".name: is used by another field"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ".name: is used by another field"));
     }
-    if (static_cast<int>(f.column()) < first ||
-        static_cast<int>(f.column()) > last) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ".column: ", f.column(), " is not a categorical column (",
-          first, "..", last, ")"));
+    if (static_cast<int>(f.column()) < first || static_cast<int>(f.column()) > last) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".column: ", f.column(),
+                                                     " is not a categorical column (", first, "..",
+                                                     last, ")"));
     }
     const TableConfig* t = FindSparseTable(config, f.table());
     if (t == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ".table: \"", f.table(), "\" is not a SPARSE table of the job"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".table: \"", f.table(), "\" is not a SPARSE table of the job"));
     }
     FieldSpec spec;
     spec.name = f.name();

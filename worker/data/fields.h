@@ -44,15 +44,11 @@ inline constexpr uint64_t kMissingValue = ~uint64_t{0};
 inline uint64_t CategoricalKeySalt(uint32_t field) {
   return Mix64(uint64_t{field} + 0x9e3779b97f4a7c15ULL);
 }
-inline uint64_t SaltedKey(uint64_t salt, uint64_t value) {
-  return Mix64(salt ^ value);
-}
+inline uint64_t SaltedKey(uint64_t salt, uint64_t value) { return Mix64(salt ^ value); }
 inline uint64_t CategoricalKey(uint32_t field, uint64_t value) {
   return SaltedKey(CategoricalKeySalt(field), value);
 }
-inline uint64_t MissingKey(uint32_t field) {
-  return CategoricalKey(field, kMissingValue);
-}
+inline uint64_t MissingKey(uint32_t field) { return CategoricalKey(field, kMissingValue); }
 
 // The dense transform: log(1 + max(x, 0)). A missing integer reads as 0.
 inline float DenseTransform(int64_t x) {

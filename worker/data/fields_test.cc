@@ -90,8 +90,7 @@ TEST(FieldsTest, BadFieldsAreRefusedWithTheirIndex) {
     auto fields = ResolveFields(Parse(tables + c.fields));
     ASSERT_FALSE(fields.ok()) << c.fields;
     EXPECT_EQ(fields.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(fields.status().message().find(c.message), std::string::npos)
-        << fields.status();
+    EXPECT_NE(fields.status().message().find(c.message), std::string::npos) << fields.status();
   }
 }
 
@@ -102,8 +101,7 @@ TEST(FieldsTest, NoSparseTableIsAPreconditionFailure) {
 
 TEST(FieldsTest, KeysFollowTheDocumentedFormula) {
   // The documented formula, spelled out with Mix64.
-  EXPECT_EQ(CategoricalKey(3, 0x68fd1e64),
-            Mix64(Mix64(3 + 0x9e3779b97f4a7c15ULL) ^ 0x68fd1e64));
+  EXPECT_EQ(CategoricalKey(3, 0x68fd1e64), Mix64(Mix64(3 + 0x9e3779b97f4a7c15ULL) ^ 0x68fd1e64));
   EXPECT_EQ(MissingKey(5), CategoricalKey(5, 0xffffffffffffffffULL));
   // Same value in different fields -> different keys; missing differs too.
   std::set<uint64_t> keys;

@@ -3,8 +3,8 @@
 #include <cstring>
 #include <limits>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -14,8 +14,7 @@ namespace {
 // Up to 20 bytes of `text`, quoted and escaped, for error messages.
 std::string Quote(absl::string_view text) {
   const bool long_text = text.size() > 20;
-  return absl::StrCat("'", absl::CHexEscape(text.substr(0, 20)),
-                      long_text ? "...'" : "'");
+  return absl::StrCat("'", absl::CHexEscape(text.substr(0, 20)), long_text ? "...'" : "'");
 }
 
 // Hex digit values by byte; 0xff for non-digits.
@@ -82,8 +81,8 @@ bool ParseHex64(absl::string_view text, uint64_t* out) {
   return true;
 }
 
-LineParser::LineParser(DataConfig::Format format, int num_dense,
-                       int num_columns, const std::vector<FieldSpec>& fields)
+LineParser::LineParser(DataConfig::Format format, int num_dense, int num_columns,
+                       const std::vector<FieldSpec>& fields)
     : multi_hot_(format == DataConfig::TSV_MULTIHOT),
       num_dense_(num_dense),
       num_columns_(num_columns),
@@ -117,8 +116,7 @@ absl::Status LineParser::Parse(absl::string_view line, Batch* batch) {
   if (static_cast<int>(columns_.size()) != num_columns_) {
     const bool more = static_cast<int>(columns_.size()) > num_columns_;
     return absl::InvalidArgumentError(
-        absl::StrCat("has ", more ? "more than " : "",
-                     more ? num_columns_ : columns_.size(),
+        absl::StrCat("has ", more ? "more than " : "", more ? num_columns_ : columns_.size(),
                      " tab-separated columns, expected ", num_columns_));
   }
   absl::Status status = ParseColumns(batch);
@@ -133,20 +131,17 @@ absl::Status LineParser::Parse(absl::string_view line, Batch* batch) {
 absl::Status LineParser::ParseColumns(Batch* batch) {
   const absl::string_view label = columns_[0];
   if (label.size() != 1 || (label[0] != '0' && label[0] != '1')) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("column 1 (label): ",
-                     label.empty() ? "is empty" : Quote(label) + " is not 0 or 1"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "column 1 (label): ", label.empty() ? "is empty" : Quote(label) + " is not 0 or 1"));
   }
   batch->labels.push_back(label[0] == '1' ? 1.0f : 0.0f);
   for (int j = 1; j <= num_dense_; ++j) {
     int64_t x = 0;
     if (!columns_[j].empty() && !ParseInt64(columns_[j], &x)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("column ", j + 1, " (I", j, "): ", Quote(columns_[j]),
-                       " is not an integer"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "column ", j + 1, " (I", j, "): ", Quote(columns_[j]), " is not an integer"));
     }
-    batch->dense.push_back(x >= 0 && x < kTableSize ? transform_table_[x]
-                                                    : DenseTransform(x));
+    batch->dense.push_back(x >= 0 && x < kTableSize ? transform_table_[x] : DenseTransform(x));
   }
   for (int c = 1 + num_dense_; c < num_columns_; ++c) {
     if (column_fields_[c].empty()) continue;
@@ -156,8 +151,7 @@ absl::Status LineParser::ParseColumns(Batch* batch) {
   return absl::OkStatus();
 }
 
-absl::Status LineParser::ParseCategorical(int column, absl::string_view text,
-                                          Batch* batch) {
+absl::Status LineParser::ParseCategorical(int column, absl::string_view text, Batch* batch) {
   for (uint32_t f : column_fields_[column]) {
     SparseBag& bag = batch->fields[f];
     if (text.empty()) {
@@ -169,10 +163,10 @@ absl::Status LineParser::ParseCategorical(int column, absl::string_view text,
         const absl::string_view item = rest.substr(0, comma);
         uint64_t value = 0;
         if (!ParseHex64(item, &value)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "column ", column + 1, ": ", Quote(text),
-              multi_hot_ ? " is not a comma-separated list of hex ids"
-                         : " is not a hex id (1-16 hex digits)"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("column ", column + 1, ": ", Quote(text),
+                           multi_hot_ ? " is not a comma-separated list of hex ids"
+                                      : " is not a hex id (1-16 hex digits)"));
         }
         bag.keys.push_back(SaltedKey(field_salt_[f], value));
         if (comma == rest.npos) break;

@@ -47,8 +47,7 @@ class LineParser {
 
  private:
   absl::Status ParseColumns(Batch* batch);
-  absl::Status ParseCategorical(int column, absl::string_view text,
-                                Batch* batch);
+  absl::Status ParseCategorical(int column, absl::string_view text, Batch* batch);
 
   bool multi_hot_;
   int num_dense_;

@@ -167,17 +167,15 @@ TEST(LineParserTest, MultiHotFieldsBecomeBags) {
             (std::vector<uint64_t>{CategoricalKey(0, 0xa), CategoricalKey(0, 0xb),
                                    CategoricalKey(0, 0xc), CategoricalKey(0, 1)}));
   EXPECT_EQ(batch.fields[1].offsets, (std::vector<int64_t>{0, 1, 3}));
-  EXPECT_EQ(batch.fields[1].keys, (std::vector<uint64_t>{MissingKey(1), CategoricalKey(1, 2),
-                                                         CategoricalKey(1, 2)}));
-  EXPECT_EQ(batch.fields[3].keys, (std::vector<uint64_t>{MissingKey(3), CategoricalKey(3, 2),
-                                                         CategoricalKey(3, 2)}));
+  EXPECT_EQ(batch.fields[1].keys,
+            (std::vector<uint64_t>{MissingKey(1), CategoricalKey(1, 2), CategoricalKey(1, 2)}));
+  EXPECT_EQ(batch.fields[3].keys,
+            (std::vector<uint64_t>{MissingKey(3), CategoricalKey(3, 2), CategoricalKey(3, 2)}));
   EXPECT_EQ(batch.fields[2].offsets, (std::vector<int64_t>{0, 1, 3}));
   EXPECT_EQ(batch.dense, (std::vector<float>{std::log1p(3.0f), 0, 0, std::log1p(7.0f)}));
-  for (const char* bad : {"1\t\t\ta,,b\t\t", "1\t\t\ta,\t\t", "1\t\t\t,a\t\t",
-                          "1\t\t\ta,x\t\t"}) {
+  for (const char* bad : {"1\t\t\ta,,b\t\t", "1\t\t\ta,\t\t", "1\t\t\t,a\t\t", "1\t\t\ta,x\t\t"}) {
     const absl::Status status = parser.Parse(bad, &batch);
-    EXPECT_NE(status.message().find("is not a comma-separated list of hex ids"),
-              std::string::npos)
+    EXPECT_NE(status.message().find("is not a comma-separated list of hex ids"), std::string::npos)
         << bad << ": " << status;
   }
   EXPECT_EQ(batch.size, 2);

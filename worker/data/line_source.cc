@@ -20,8 +20,8 @@ gzFile Gz(void* p) { return static_cast<gzFile>(p); }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<LineSource>> LineSource::Open(
-    const std::string& path, size_t max_line_bytes) {
+absl::StatusOr<std::unique_ptr<LineSource>> LineSource::Open(const std::string& path,
+                                                             size_t max_line_bytes) {
   if (max_line_bytes < 16) {
     return absl::InvalidArgumentError("max_line_bytes must be >= 16");
   }
@@ -56,8 +56,7 @@ absl::StatusOr<std::unique_ptr<LineSource>> LineSource::Open(
 }
 
 LineSource::LineSource(std::string path, int fd, void* gz, size_t max_line_bytes)
-    : path_(std::move(path)), fd_(fd), gz_(gz), compressed_(gz != nullptr),
-      buf_(max_line_bytes) {}
+    : path_(std::move(path)), fd_(fd), gz_(gz), compressed_(gz != nullptr), buf_(max_line_bytes) {}
 
 LineSource::~LineSource() {
   if (gz_ != nullptr) gzclose(Gz(gz_));
@@ -71,8 +70,8 @@ absl::Status LineSource::ReadError(absl::string_view what) const {
     const char* gz_message = gzerror(Gz(gz_), &errnum);
     if (errnum != Z_ERRNO) message = gz_message;
   }
-  return absl::DataLossError(absl::StrCat(path_, ": ", what, " near uncompressed byte ",
-                                          next_offset_, ": ", message));
+  return absl::DataLossError(
+      absl::StrCat(path_, ": ", what, " near uncompressed byte ", next_offset_, ": ", message));
 }
 
 int64_t LineSource::Read(char* dst, size_t n) {
@@ -199,8 +198,8 @@ absl::Status LineSource::Seek(uint64_t offset, uint64_t line_index) {
     if (!status.ok()) return status;
     if (eof_ && end_ == 0) return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      path_, ": byte ", offset, " is not the start of a line of the file"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(path_, ": byte ", offset, " is not the start of a line of the file"));
 }
 
 absl::Status LineSource::SeekToLineAtOrAfter(uint64_t offset, uint64_t line_index) {

@@ -37,8 +37,8 @@ class LineSource {
 
   // Opens `path`. NOT_FOUND if it does not exist, FAILED_PRECONDITION if it
   // cannot be opened otherwise. `max_line_bytes` must be >= 16.
-  static absl::StatusOr<std::unique_ptr<LineSource>> Open(
-      const std::string& path, size_t max_line_bytes);
+  static absl::StatusOr<std::unique_ptr<LineSource>> Open(const std::string& path,
+                                                          size_t max_line_bytes);
 
   ~LineSource();
   LineSource(const LineSource&) = delete;
@@ -89,9 +89,9 @@ class LineSource {
   absl::Status ReadError(absl::string_view what) const;
 
   const std::string path_;
-  const int fd_;     // Plain files: the descriptor; -1 with gz_.
-  void* const gz_;   // gzFile for gzip files (it owns its descriptor), or
-                     // null. void* keeps zlib.h out of this header.
+  const int fd_;    // Plain files: the descriptor; -1 with gz_.
+  void* const gz_;  // gzFile for gzip files (it owns its descriptor), or
+                    // null. void* keeps zlib.h out of this header.
   const bool compressed_;
   std::vector<char> buf_;
   size_t begin_ = 0;  // Unread data is buf_[begin_, end_).

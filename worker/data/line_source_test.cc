@@ -61,8 +61,7 @@ TEST(LineSourceTest, LargeGzipFileStreams) {
 }
 
 TEST(LineSourceTest, TruncatedGzipIsDataLoss) {
-  const std::string full = testing::ReadAll(
-      WriteGzip("full.gz", {testing::CriteoLines(0, 2000)}));
+  const std::string full = testing::ReadAll(WriteGzip("full.gz", {testing::CriteoLines(0, 2000)}));
   const std::string path = WriteFile("truncated.gz", full.substr(0, full.size() / 2));
   const auto lines = ReadLines(path);
   ASSERT_EQ(lines.status().code(), absl::StatusCode::kDataLoss) << lines.status();
@@ -82,16 +81,16 @@ TEST(LineSourceTest, MissingFileIsNotFound) {
 }
 
 TEST(LineSourceTest, TooLongLinesAreSkippedAndFlagged) {
-  const std::string path = WriteFile(
-      "long.tsv", "short\n" + std::string(100, 'x') + "\nafter\n" + std::string(40, 'y'));
+  const std::string path =
+      WriteFile("long.tsv", "short\n" + std::string(100, 'x') + "\nafter\n" + std::string(40, 'y'));
   EXPECT_EQ(*ReadLines(path, 32), (Lines{"short", "<too long>", "after", "<too long>"}));
 }
 
 TEST(LineSourceTest, SeekToALineStart) {
   for (const bool gzip : {false, true}) {
     const std::string content = "l0\nline1\nl2\nl3";
-    const std::string path = gzip ? WriteGzip("seek.gz", {content})
-                                  : WriteFile("seek.tsv", content);
+    const std::string path =
+        gzip ? WriteGzip("seek.gz", {content}) : WriteFile("seek.tsv", content);
     auto source = *LineSource::Open(path, 64);
     ASSERT_TRUE(source->Seek(9, 2).ok());  // "l2"
     LineSource::Line line;
@@ -115,16 +114,16 @@ TEST(LineSourceTest, SeekToALineStart) {
 TEST(LineSourceTest, SeekToLineAtOrAfterAByteFindsTheNextLineStart) {
   for (const bool gzip : {false, true}) {
     const std::string content = "l0\nline1\nl2\nl3";  // Lines at 0, 3, 9, 12.
-    const std::string path = gzip ? WriteGzip("after.gz", {content})
-                                  : WriteFile("after.tsv", content);
+    const std::string path =
+        gzip ? WriteGzip("after.gz", {content}) : WriteFile("after.tsv", content);
     auto source = *LineSource::Open(path, 64);
     LineSource::Line line;
     const struct {
       uint64_t offset;
       const char* first;  // nullptr: no line starts at or after it.
       uint64_t at;
-    } cases[] = {{0, "l0", 0},  {1, "line1", 3}, {3, "line1", 3}, {4, "l2", 9},
-                 {9, "l2", 9},  {10, "l3", 12}, {13, nullptr, 14}, {99, nullptr, 0}};
+    } cases[] = {{0, "l0", 0}, {1, "line1", 3}, {3, "line1", 3},   {4, "l2", 9},
+                 {9, "l2", 9}, {10, "l3", 12},  {13, nullptr, 14}, {99, nullptr, 0}};
     for (const auto& c : cases) {
       SCOPED_TRACE(c.offset);
       ASSERT_TRUE(source->SeekToLineAtOrAfter(c.offset, 0).ok());

@@ -81,8 +81,8 @@ inline std::vector<std::vector<int>> ReadIdsPerEpoch(CriteoReader* reader) {
 // Captures glog warnings while registered (google::AddLogSink).
 class WarningSink : public google::LogSink {
  public:
-  void send(google::LogSeverity severity, const char*, const char*, int,
-            const struct ::tm*, const char* message, size_t length) override {
+  void send(google::LogSeverity severity, const char*, const char*, int, const struct ::tm*,
+            const char* message, size_t length) override {
     if (severity == google::GLOG_WARNING) lines.emplace_back(message, length);
   }
   std::vector<std::string> lines;

@@ -40,8 +40,7 @@ absl::StatusOr<FileInfo> Inspect(const std::string& path) {
   const int err = errno;
   close(fd);
   if (n < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, ": cannot read: ", std::strerror(err)));
+    return absl::FailedPreconditionError(absl::StrCat(path, ": cannot read: ", std::strerror(err)));
   }
   info.compressed = n == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
   return info;
@@ -49,9 +48,8 @@ absl::StatusOr<FileInfo> Inspect(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<ShardPlan> ShardPlan::Create(const std::vector<std::string>& files,
-                                            uint32_t rank, uint32_t num_workers, bool shuffle,
-                                            uint64_t seed) {
+absl::StatusOr<ShardPlan> ShardPlan::Create(const std::vector<std::string>& files, uint32_t rank,
+                                            uint32_t num_workers, bool shuffle, uint64_t seed) {
   if (files.empty()) return absl::InvalidArgumentError("shard plan: no files");
   if (rank >= num_workers) {
     return absl::InvalidArgumentError(

@@ -48,7 +48,7 @@ namespace data {
 inline constexpr uint64_t kToEndOfFile = std::numeric_limits<uint64_t>::max();
 
 struct ReadUnit {
-  size_t file = 0;    // Index into the plan's files.
+  size_t file = 0;     // Index into the plan's files.
   uint64_t begin = 0;  // Uncompressed byte offsets.
   uint64_t end = kToEndOfFile;
 
@@ -81,9 +81,8 @@ class ShardPlan {
   // Stats every file and reads its first two bytes. NOT_FOUND naming a
   // missing file, FAILED_PRECONDITION for one that is a directory or cannot
   // be read, INVALID_ARGUMENT for an empty list or rank >= num_workers.
-  static absl::StatusOr<ShardPlan> Create(const std::vector<std::string>& files,
-                                          uint32_t rank, uint32_t num_workers, bool shuffle,
-                                          uint64_t seed);
+  static absl::StatusOr<ShardPlan> Create(const std::vector<std::string>& files, uint32_t rank,
+                                          uint32_t num_workers, bool shuffle, uint64_t seed);
 
   // The file indices in the order epoch `epoch` visits them.
   std::vector<size_t> FileOrder(uint64_t epoch) const;
@@ -98,7 +97,10 @@ class ShardPlan {
  private:
   ShardPlan(std::vector<FileInfo> files, uint32_t rank, uint32_t num_workers, bool shuffle,
             uint64_t seed)
-      : files_(std::move(files)), rank_(rank), num_workers_(num_workers), shuffle_(shuffle),
+      : files_(std::move(files)),
+        rank_(rank),
+        num_workers_(num_workers),
+        shuffle_(shuffle),
         seed_(seed) {}
 
   std::vector<FileInfo> files_;

@@ -25,8 +25,7 @@ ShardPlan Plan(const std::vector<std::string>& files, uint32_t rank, uint32_t wo
 }
 
 // Files named `prefix`0.. with `n` lines each; gzip where `gzip(i)`.
-std::vector<std::string> Files(const std::string& prefix, int count, int n,
-                               bool (*gzip)(int)) {
+std::vector<std::string> Files(const std::string& prefix, int count, int n, bool (*gzip)(int)) {
   std::vector<std::string> files;
   for (int i = 0; i < count; ++i) {
     const std::string content = testing::CriteoLines(i * n, n);

@@ -35,8 +35,8 @@ constexpr int kPairs[][2] = {{0, 1}, {2, 5}, {3, 8}, {6, 12}};
 constexpr double kTwoPi = 6.283185307179586;
 
 // Stream tags, so the parts of the model and the splits never share draws.
-constexpr uint64_t kTagBeta = 1, kTagEffect = 2, kTagFactor = 3, kTagIdMap = 4,
-                   kTagTrain = 5, kTagEval = 6;
+constexpr uint64_t kTagBeta = 1, kTagEffect = 2, kTagFactor = 3, kTagIdMap = 4, kTagTrain = 5,
+                   kTagEval = 6;
 
 uint64_t Hash(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0) {
   return Mix64(Mix64(Mix64(Mix64(a) ^ b) ^ c) ^ d);
@@ -117,9 +117,7 @@ SyntheticModel::SyntheticModel(uint64_t seed) : seed_(seed) {
 
 double SyntheticModel::CategoricalLogit(const SyntheticExample& e) const {
   // A missing value is its own id: 2^32, outside the 32-bit ids.
-  auto id_of = [&](int f) {
-    return e.cat_missing[f] ? (uint64_t{1} << 32) : uint64_t{e.cats[f]};
-  };
+  auto id_of = [&](int f) { return e.cat_missing[f] ? (uint64_t{1} << 32) : uint64_t{e.cats[f]}; };
   double sum = 0;
   for (int f = 0; f < kCriteoNumCategorical; ++f) {
     sum += kEffectStd * HashNormal(Hash(seed_, kTagEffect, f, id_of(f)));
@@ -155,9 +153,10 @@ void SyntheticModel::Sample(uint64_t* state, SyntheticExample* e) const {
   }
   for (int f = 0; f < kCriteoNumCategorical; ++f) {
     e->cat_missing[f] = Uniform(state) < CatMissing(f);
-    e->cats[f] = e->cat_missing[f]
-                     ? 0
-                     : RankToId(seed_, f, static_cast<uint32_t>(Sampler(f).Sample([state] { return Uniform(state); })));
+    e->cats[f] =
+        e->cat_missing[f] ? 0 : RankToId(seed_, f, static_cast<uint32_t>(Sampler(f).Sample([state] {
+                                           return Uniform(state);
+                                         })));
   }
   e->logit = kBias + e->dense_logit + CategoricalLogit(*e);
   const double p = 1 / (1 + std::exp(-e->logit));
@@ -182,15 +181,12 @@ namespace {
 // A temporary name next to `path`, private to this process, so that several
 // processes generating the same data set at once do not clobber each other
 // (they write identical bytes; the renames are atomic).
-std::string TempName(const std::string& path) {
-  return absl::StrCat(path, ".tmp.", getpid());
-}
+std::string TempName(const std::string& path) { return absl::StrCat(path, ".tmp.", getpid()); }
 
 // Writes one output file under TempName(path), renamed by Close().
 class FileWriter {
  public:
-  static absl::StatusOr<std::unique_ptr<FileWriter>> Open(const std::string& path,
-                                                          bool gzip) {
+  static absl::StatusOr<std::unique_ptr<FileWriter>> Open(const std::string& path, bool gzip) {
     const std::string tmp = TempName(path);
     // "T": zlib writes plain (transparent) output.
     gzFile gz = gzopen(tmp.c_str(), gzip ? "wb1" : "wbT");
@@ -221,8 +217,7 @@ class FileWriter {
       return absl::DataLossError(absl::StrCat(TempName(path_), ": close failed"));
     }
     if (std::rename(TempName(path_).c_str(), path_.c_str()) != 0) {
-      return absl::DataLossError(absl::StrCat(path_, ": rename failed: ",
-                                              std::strerror(errno)));
+      return absl::DataLossError(absl::StrCat(path_, ": rename failed: ", std::strerror(errno)));
     }
     return absl::OkStatus();
   }
@@ -240,9 +235,9 @@ struct SplitStats {
 
 // Draws `lines` examples from stream `stream` into the files `paths`
 // (contiguous, near-equal line ranges).
-absl::Status WriteSplit(const SyntheticModel& model, uint64_t stream,
-                        uint64_t lines, const std::vector<std::string>& paths,
-                        bool gzip, bool keep, SplitStats* stats) {
+absl::Status WriteSplit(const SyntheticModel& model, uint64_t stream, uint64_t lines,
+                        const std::vector<std::string>& paths, bool gzip, bool keep,
+                        SplitStats* stats) {
   uint64_t state = stream;
   SyntheticExample e;
   std::string buf;
@@ -265,8 +260,7 @@ absl::Status WriteSplit(const SyntheticModel& model, uint64_t stream,
   return absl::OkStatus();
 }
 
-std::string FileName(absl::string_view split, uint32_t shard, uint32_t shards,
-                     bool gzip) {
+std::string FileName(absl::string_view split, uint32_t shard, uint32_t shards, bool gzip) {
   std::string name(split);
   if (shards > 1) absl::StrAppend(&name, absl::StrFormat("-%05d-of-%05d", shard, shards));
   return absl::StrCat(name, ".tsv", gzip ? ".gz" : "");
@@ -352,14 +346,12 @@ absl::StatusOr<SyntheticSummary> GenerateSynthetic(const SyntheticOptions& o) {
   s.eval_files.push_back(absl::StrCat(o.out_dir, "/", FileName("eval", 0, 1, o.gzip)));
   const SyntheticModel model(o.seed);
   SplitStats train, eval;
-  RETURN_IF_ERROR(WriteSplit(model, Hash(o.seed, kTagTrain), o.train_lines,
-                             s.train_files, o.gzip, false, &train));
-  RETURN_IF_ERROR(WriteSplit(model, Hash(o.seed, kTagEval), o.eval_lines,
-                             s.eval_files, o.gzip, true, &eval));
-  s.train_positive_rate =
-      o.train_lines ? static_cast<double>(train.positives) / o.train_lines : 0;
-  s.eval_positive_rate =
-      o.eval_lines ? static_cast<double>(eval.positives) / o.eval_lines : 0;
+  RETURN_IF_ERROR(WriteSplit(model, Hash(o.seed, kTagTrain), o.train_lines, s.train_files, o.gzip,
+                             false, &train));
+  RETURN_IF_ERROR(
+      WriteSplit(model, Hash(o.seed, kTagEval), o.eval_lines, s.eval_files, o.gzip, true, &eval));
+  s.train_positive_rate = o.train_lines ? static_cast<double>(train.positives) / o.train_lines : 0;
+  s.eval_positive_rate = o.eval_lines ? static_cast<double>(eval.positives) / o.eval_lines : 0;
   s.best_auc = Auc(eval.labels, eval.probs);
   s.best_logloss = LogLoss(eval.labels, eval.probs);
   s.dense_only_auc = Auc(eval.labels, eval.dense_logits);
@@ -381,23 +373,34 @@ absl::StatusOr<SyntheticSummary> ReadSyntheticSummary(const std::string& dir) {
   int line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
-    const std::pair<std::string, std::string> kv =
-        absl::StrSplit(line, absl::MaxSplits(' ', 1));
+    const std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(' ', 1));
     const std::string& k = kv.first;
     const std::string& v = kv.second;
     bool ok = true;
-    if (k == "seed") ok = absl::SimpleAtoi(v, &s.seed);
-    else if (k == "train_lines") ok = absl::SimpleAtoi(v, &s.train_lines);
-    else if (k == "eval_lines") ok = absl::SimpleAtoi(v, &s.eval_lines);
-    else if (k == "train_positive_rate") ok = absl::SimpleAtod(v, &s.train_positive_rate);
-    else if (k == "eval_positive_rate") ok = absl::SimpleAtod(v, &s.eval_positive_rate);
-    else if (k == "best_auc") ok = absl::SimpleAtod(v, &s.best_auc);
-    else if (k == "best_logloss") ok = absl::SimpleAtod(v, &s.best_logloss);
-    else if (k == "dense_only_auc") ok = absl::SimpleAtod(v, &s.dense_only_auc);
-    else if (k == "constant_logloss") ok = absl::SimpleAtod(v, &s.constant_logloss);
-    else if (k == "train_file" && !v.empty()) s.train_files.push_back(dir + "/" + v);
-    else if (k == "eval_file" && !v.empty()) s.eval_files.push_back(dir + "/" + v);
-    else ok = false;
+    if (k == "seed")
+      ok = absl::SimpleAtoi(v, &s.seed);
+    else if (k == "train_lines")
+      ok = absl::SimpleAtoi(v, &s.train_lines);
+    else if (k == "eval_lines")
+      ok = absl::SimpleAtoi(v, &s.eval_lines);
+    else if (k == "train_positive_rate")
+      ok = absl::SimpleAtod(v, &s.train_positive_rate);
+    else if (k == "eval_positive_rate")
+      ok = absl::SimpleAtod(v, &s.eval_positive_rate);
+    else if (k == "best_auc")
+      ok = absl::SimpleAtod(v, &s.best_auc);
+    else if (k == "best_logloss")
+      ok = absl::SimpleAtod(v, &s.best_logloss);
+    else if (k == "dense_only_auc")
+      ok = absl::SimpleAtod(v, &s.dense_only_auc);
+    else if (k == "constant_logloss")
+      ok = absl::SimpleAtod(v, &s.constant_logloss);
+    else if (k == "train_file" && !v.empty())
+      s.train_files.push_back(dir + "/" + v);
+    else if (k == "eval_file" && !v.empty())
+      s.eval_files.push_back(dir + "/" + v);
+    else
+      ok = false;
     if (!ok) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ":", line_no, ": cannot parse \"", line, "\""));
@@ -424,8 +427,7 @@ absl::StatusOr<DataFiles> ResolveDataFiles(const DataConfig& data) {
   if (data.synthetic_seed() != 0) o.seed = data.synthetic_seed();
   absl::StatusOr<SyntheticSummary> summary = ReadSyntheticSummary(o.out_dir);
   const bool reuse = summary.ok() && summary->seed == o.seed &&
-                     summary->train_lines == o.train_lines &&
-                     summary->eval_lines == o.eval_lines;
+                     summary->train_lines == o.train_lines && summary->eval_lines == o.eval_lines;
   if (!reuse) {
     summary = GenerateSynthetic(o);
     if (!summary.ok()) return summary.status();

@@ -71,10 +71,10 @@ struct SyntheticSummary {
   uint64_t eval_lines = 0;
   double train_positive_rate = 0;
   double eval_positive_rate = 0;
-  double best_auc = 0;            // Eval, true probabilities.
-  double best_logloss = 0;        // Eval, true probabilities.
-  double dense_only_auc = 0;      // Eval, dense part of the logit.
-  double constant_logloss = 0;    // Eval, predicting the eval positive rate.
+  double best_auc = 0;          // Eval, true probabilities.
+  double best_logloss = 0;      // Eval, true probabilities.
+  double dense_only_auc = 0;    // Eval, dense part of the logit.
+  double constant_logloss = 0;  // Eval, predicting the eval positive rate.
 };
 
 // One example drawn from the ground truth.
@@ -107,8 +107,7 @@ class SyntheticModel {
 // Writes a data set (see above). INVALID_ARGUMENT on bad options (no
 // out_dir, zero shards), FAILED_PRECONDITION / DATA_LOSS on I/O errors
 // (naming the file).
-absl::StatusOr<SyntheticSummary> GenerateSynthetic(
-    const SyntheticOptions& options);
+absl::StatusOr<SyntheticSummary> GenerateSynthetic(const SyntheticOptions& options);
 
 // Reads out_dir/best.txt of a complete data set (file lists included).
 // NOT_FOUND if there is none, INVALID_ARGUMENT if it does not parse.

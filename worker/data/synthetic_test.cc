@@ -142,10 +142,10 @@ TEST(SyntheticTest, IdsAreLongTailedAndValuesGoMissing) {
     top = std::max(top, count);
     singletons += count == 1;
   }
-  EXPECT_GT(top, 500);          // ...under a heavy head.
+  EXPECT_GT(top, 500);  // ...under a heavy head.
   EXPECT_GT(singletons, 1000);
-  EXPECT_NEAR(missing_c2 / double{n}, 0.25, 0.02);   // 0.05 * (5 mod 9)
-  EXPECT_NEAR(missing_i1 / double{n}, 0.12, 0.02);   // 0.04 * (3 mod 11)
+  EXPECT_NEAR(missing_c2 / double{n}, 0.25, 0.02);  // 0.05 * (5 mod 9)
+  EXPECT_NEAR(missing_i1 / double{n}, 0.12, 0.02);  // 0.04 * (3 mod 11)
   EXPECT_NEAR(negative_i2 / static_cast<double>(n - missing_i1), 0.1, 0.02);
 }
 
@@ -181,8 +181,7 @@ TEST(SyntheticTest, ResolveDataFilesGeneratesOnceThenReuses) {
   ASSERT_TRUE(files.ok());
   EXPECT_EQ(files->train, std::vector<std::string>{"a.tsv"});
   EXPECT_EQ(files->eval, std::vector<std::string>{"b.tsv.gz"});
-  EXPECT_EQ(ResolveDataFiles(DataConfig()).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveDataFiles(DataConfig()).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -32,8 +32,7 @@ inline std::string WriteFile(const std::string& name, const std::string& content
 }
 
 // Writes `content` gzip-compressed (one member per element of `members`).
-inline std::string WriteGzip(const std::string& name,
-                             const std::vector<std::string>& members) {
+inline std::string WriteGzip(const std::string& name, const std::vector<std::string>& members) {
   const std::string path = TempPath(name);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   for (const std::string& m : members) {

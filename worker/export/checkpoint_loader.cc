@@ -5,10 +5,10 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "common/config.h"
-#include "common/status_macros.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/manifest.h"
+#include "common/config.h"
+#include "common/status_macros.h"
 #include "server/snapshot.h"
 #include "server/table_store.h"
 
@@ -27,8 +27,8 @@ absl::StatusOr<checkpoint::ResolvedCheckpoint> Resolve(const std::string& root,
 }
 
 // FAILED_PRECONDITION unless every chunk row of the dense table is present.
-absl::Status CheckDenseChunks(const JobConfig& config, const std::string& dir,
-                              uint64_t num_chunks, const TableStore& store) {
+absl::Status CheckDenseChunks(const JobConfig& config, const std::string& dir, uint64_t num_chunks,
+                              const TableStore& store) {
   if (num_chunks == 0 || config.model().dense_table().empty()) return absl::OkStatus();
   const TableConfig* dense = FindTable(config, config.model().dense_table());
   if (dense == nullptr) return absl::OkStatus();  // The trainer refuses the config.
@@ -38,10 +38,11 @@ absl::Status CheckDenseChunks(const JobConfig& config, const std::string& dir,
   table->ForEachRow([&chunks](uint64_t key, const float*) { chunks.insert(key); });
   for (uint64_t c = 0; c < num_chunks; ++c) {
     if (!chunks.contains(c)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          dir, ": dense table ", dense->id(), " (\"", dense->name(), "\") has no chunk ", c,
-          " of the model's ", num_chunks, " (a cut taken before the dense weights were "
-          "written?)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir, ": dense table ", dense->id(), " (\"", dense->name(),
+                       "\") has no chunk ", c, " of the model's ", num_chunks,
+                       " (a cut taken before the dense weights were "
+                       "written?)"));
     }
   }
   return absl::OkStatus();
@@ -49,11 +50,9 @@ absl::Status CheckDenseChunks(const JobConfig& config, const std::string& dir,
 
 }  // namespace
 
-absl::StatusOr<LoadedCheckpoint> RestoreCheckpoint(const JobConfig& config,
-                                                   const std::string& root,
+absl::StatusOr<LoadedCheckpoint> RestoreCheckpoint(const JobConfig& config, const std::string& root,
                                                    std::optional<uint64_t> clock,
-                                                   uint64_t num_dense_chunks,
-                                                   TableStore* store) {
+                                                   uint64_t num_dense_chunks, TableStore* store) {
   if (store == nullptr) return absl::InvalidArgumentError("RestoreCheckpoint: no store");
   if (root.empty()) return absl::InvalidArgumentError("no checkpoint directory given");
   ASSIGN_OR_RETURN(checkpoint::ResolvedCheckpoint resolved, Resolve(root, clock));
@@ -61,9 +60,9 @@ absl::StatusOr<LoadedCheckpoint> RestoreCheckpoint(const JobConfig& config,
   // is not compared (it covers the server count), each file's table schemas
   // are (LoadOwnedFiles).
   if (resolved.manifest.job_name() != config.name()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        resolved.dir, ": checkpoint of job \"", resolved.manifest.job_name(),
-        "\", this job is \"", config.name(), "\""));
+    return absl::FailedPreconditionError(absl::StrCat(resolved.dir, ": checkpoint of job \"",
+                                                      resolved.manifest.job_name(),
+                                                      "\", this job is \"", config.name(), "\""));
   }
   const std::vector<bool> owned(config.cluster().num_partitions(), true);
   // A delta checkpoint comes with its chain (full base, then deltas).

@@ -35,8 +35,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "proto/config.pb.h"
 #include "proto/checkpoint.pb.h"
+#include "proto/config.pb.h"
 
 namespace shardps {
 
@@ -45,11 +45,11 @@ class TableStore;
 namespace exporter {
 
 struct LoadedCheckpoint {
-  std::string dir;  // The checkpoint's directory (<root>/ckpt-<clock>).
+  std::string dir;     // The checkpoint's directory (<root>/ckpt-<clock>).
   uint64_t clock = 0;  // Holds the pushes of steps < clock.
   checkpoint::CheckpointManifest manifest;
-  uint64_t rows = 0;   // Rows written into the store.
-  uint64_t bytes = 0;  // Checkpoint file bytes read.
+  uint64_t rows = 0;                            // Rows written into the store.
+  uint64_t bytes = 0;                           // Checkpoint file bytes read.
   std::map<uint32_t, uint64_t> rows_per_table;  // By table id (all tables).
 };
 
@@ -59,11 +59,9 @@ struct LoadedCheckpoint {
 // Checks also that the model's dense table (model.dense_table, if set) holds
 // every one of its `num_dense_chunks` chunk rows (0 = not checked): a cut
 // taken before the dense weights were written is refused.
-absl::StatusOr<LoadedCheckpoint> RestoreCheckpoint(const JobConfig& config,
-                                                   const std::string& root,
+absl::StatusOr<LoadedCheckpoint> RestoreCheckpoint(const JobConfig& config, const std::string& root,
                                                    std::optional<uint64_t> clock,
-                                                   uint64_t num_dense_chunks,
-                                                   TableStore* store);
+                                                   uint64_t num_dense_chunks, TableStore* store);
 
 }  // namespace exporter
 }  // namespace shardps

@@ -12,11 +12,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "common/config.h"
-#include "gtest/gtest.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
+#include "common/config.h"
+#include "gtest/gtest.h"
 #include "server/snapshot.h"
 #include "server/table_store.h"
 
@@ -44,8 +44,7 @@ constexpr uint64_t kChunks = 3;
 
 JobConfig Config(const std::string& name = "job", int dim = 4) {
   auto config = ParseJobConfig(
-      absl::StrReplaceAll(kConfig, {{"@NAME@", name}, {"@DIM@", absl::StrCat(dim)}}),
-      "test.pbtxt");
+      absl::StrReplaceAll(kConfig, {{"@NAME@", name}, {"@DIM@", absl::StrCat(dim)}}), "test.pbtxt");
   EXPECT_TRUE(config.ok()) << config.status();
   return *config;
 }

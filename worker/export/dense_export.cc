@@ -46,9 +46,9 @@ absl::StatusOr<std::vector<DenseTensor>> DenseTensors(const ModelSpec& spec,
   AddMlp("bottom_mlp", spec.num_dense, spec.bottom_mlp, &offset, &out);
   AddMlp("top_mlp", d + vectors * (vectors - 1) / 2, top, &offset, &out);
   if (offset != num_dense_params) {
-    return absl::InternalError(absl::StrCat(
-        "the DLRM dense layout adds up to ", offset, " floats, the model has ",
-        num_dense_params, " (worker/export/dense_export.cc does not follow dlrm.cc)"));
+    return absl::InternalError(
+        absl::StrCat("the DLRM dense layout adds up to ", offset, " floats, the model has ",
+                     num_dense_params, " (worker/export/dense_export.cc does not follow dlrm.cc)"));
   }
   return out;
 }
@@ -57,16 +57,14 @@ absl::Status SaveDenseTensors(const std::string& path, const std::vector<DenseTe
                               absl::Span<const float> flat) {
   for (const DenseTensor& t : tensors) {
     if (t.offset < 0 || t.offset + t.size() > static_cast<int64_t>(flat.size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensor ", t.name, " lies outside the ", flat.size(),
-                       " dense parameters"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tensor ", t.name, " lies outside the ", flat.size(), " dense parameters"));
     }
   }
   try {
-    const torch::Tensor all =
-        torch::from_blob(const_cast<float*>(flat.data()),
-                         {static_cast<int64_t>(flat.size())}, torch::kFloat32)
-            .clone();
+    const torch::Tensor all = torch::from_blob(const_cast<float*>(flat.data()),
+                                               {static_cast<int64_t>(flat.size())}, torch::kFloat32)
+                                  .clone();
     torch::serialize::OutputArchive archive;
     for (const DenseTensor& t : tensors) {
       archive.write(t.name, all.narrow(0, t.offset, t.size()).view(t.shape).clone());
@@ -74,11 +72,10 @@ absl::Status SaveDenseTensors(const std::string& path, const std::vector<DenseTe
     archive.write("flat", all);
     archive.save_to(path);
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(path, ": saving the dense weights failed: ",
-                                            e.what_without_backtrace()));
-  } catch (const std::exception& e) {
     return absl::InternalError(
-        absl::StrCat(path, ": saving the dense weights failed: ", e.what()));
+        absl::StrCat(path, ": saving the dense weights failed: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(path, ": saving the dense weights failed: ", e.what()));
   }
   return absl::OkStatus();
 }

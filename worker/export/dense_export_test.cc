@@ -26,7 +26,8 @@ JobConfig Config() {
     tables { id: 2 name: "mlp" kind: DENSE optimizer { sgd { learning_rate: 0.1 } } }
     model { kind: DLRM bottom_mlp: [8, 4] top_mlp: [6] dense_table: "mlp" }
     data { format: CRITEO synthetic_dir: "/nonexistent" }
-  )pb", "test.pbtxt");
+  )pb",
+                               "test.pbtxt");
   EXPECT_TRUE(config.ok()) << config.status();
   return *config;
 }
@@ -103,8 +104,8 @@ TEST(DenseExportTest, DensePtLoadsWithLibTorch) {
   }
   torch::Tensor all;
   ASSERT_TRUE(archive.try_read("flat", all));
-  EXPECT_TRUE(torch::equal(all, torch::from_blob(flat.data(), {static_cast<int64_t>(flat.size())},
-                                                 torch::kFloat32)));
+  EXPECT_TRUE(torch::equal(
+      all, torch::from_blob(flat.data(), {static_cast<int64_t>(flat.size())}, torch::kFloat32)));
   // And as a TorchScript module (what Python's torch.jit.load sees).
   torch::jit::Module module = torch::jit::load(path);
   int params = 0;

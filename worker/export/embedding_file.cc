@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "common/checkpoint/crc32c.h"
 #include "common/checkpoint/file_io.h"
+#include "common/status_macros.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the embedding file format is little-endian; add byte swaps");
@@ -66,9 +66,9 @@ absl::Status CheckWriterArgs(const std::string& path, const EmbeddingFileHeader&
   }
   for (size_t i = 1; i < keys.size(); ++i) {
     if (keys[i] <= keys[i - 1]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, "keys must be strictly increasing (key ", keys[i], " at row ", i,
-          " follows ", keys[i - 1], ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "keys must be strictly increasing (key ", keys[i], " at row ", i,
+                       " follows ", keys[i - 1], ")"));
     }
   }
   return absl::OkStatus();
@@ -122,9 +122,8 @@ absl::Status EmbeddingFileReader::ParseHeader(size_t* pos) {
     return absl::DataLossError(absl::StrCat(name_, ": ", what));
   };
   if (c.size() < kFixedHeaderBytes) {
-    if (c.compare(0, std::min(c.size(), kMagicBytes),
-                  std::string(kEmbeddingFileMagic, kMagicBytes), 0,
-                  std::min(c.size(), kMagicBytes)) != 0) {
+    if (c.compare(0, std::min(c.size(), kMagicBytes), std::string(kEmbeddingFileMagic, kMagicBytes),
+                  0, std::min(c.size(), kMagicBytes)) != 0) {
       return loss("not an embedding file (bad magic)");
     }
     return loss(absl::StrCat("truncated: ", c.size(), " bytes, shorter than the header"));
@@ -167,8 +166,8 @@ absl::Status EmbeddingFileReader::Verify() {
   const std::string& c = contents_;
   const uint64_t row_bytes = 8 + uint64_t{4} * header_.dim;
   if (header_.num_rows > (c.size() / row_bytes) + 1) {  // Guards the product below.
-    return absl::DataLossError(absl::StrCat(name_, ": ", header_.num_rows,
-                                            " rows cannot fit in ", c.size(), " bytes"));
+    return absl::DataLossError(
+        absl::StrCat(name_, ": ", header_.num_rows, " rows cannot fit in ", c.size(), " bytes"));
   }
   const uint64_t expected = pos + header_.num_rows * row_bytes + kFooterBytes;
   if (c.size() != expected) {
@@ -190,8 +189,7 @@ absl::Status EmbeddingFileReader::Verify() {
   keys_offset_ = pos;
   for (uint64_t i = 1; i < header_.num_rows; ++i) {
     if (key(i) <= key(i - 1)) {
-      return absl::DataLossError(
-          absl::StrCat(name_, ": keys not strictly increasing at row ", i));
+      return absl::DataLossError(absl::StrCat(name_, ": keys not strictly increasing at row ", i));
     }
   }
   values_.resize(header_.num_rows * header_.dim);

@@ -89,9 +89,10 @@ struct WrittenEmbeddingFile {
 // common/checkpoint/file_io.h). header.num_rows is set from keys.size().
 // INVALID_ARGUMENT on dim 0, a size mismatch, unsorted keys or overlong
 // names; I/O errors name the path.
-absl::StatusOr<WrittenEmbeddingFile> WriteEmbeddingFile(
-    const std::string& path, EmbeddingFileHeader header,
-    absl::Span<const uint64_t> keys, absl::Span<const float> values);
+absl::StatusOr<WrittenEmbeddingFile> WriteEmbeddingFile(const std::string& path,
+                                                        EmbeddingFileHeader header,
+                                                        absl::Span<const uint64_t> keys,
+                                                        absl::Span<const float> values);
 
 // A verified embedding file in memory (the whole file: 8 + 4 * dim bytes per
 // row plus the header).

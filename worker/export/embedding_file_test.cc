@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "gtest/gtest.h"
 #include "common/checkpoint/file_io.h"
+#include "gtest/gtest.h"
 
 namespace shardps {
 namespace exporter {

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checkpoint/file_io.h"
 #include "common/config.h"
 #include "common/status_macros.h"
-#include "common/checkpoint/file_io.h"
 #include "server/table_store.h"
 #include "worker/export/dense_export.h"
 
@@ -70,13 +70,12 @@ std::string ManifestHeader(const JobConfig& config, const ModelSpec& spec,
                            const LoadedCheckpoint& ckpt, int64_t num_dense_params,
                            const std::vector<DenseTensor>& tensors) {
   std::string m = "format: shardps-export 1\n";
-  absl::StrAppend(&m, "job: ", config.name(), "\ncheckpoint: ", ckpt.dir, "\nclock: ",
-                  ckpt.clock, "\n");
+  absl::StrAppend(&m, "job: ", config.name(), "\ncheckpoint: ", ckpt.dir, "\nclock: ", ckpt.clock,
+                  "\n");
   absl::StrAppend(&m, "model: DLRM num_dense=", spec.num_dense, " fields=", spec.fields.size(),
                   " bottom_mlp=", absl::StrJoin(spec.bottom_mlp, ","),
                   " top_mlp=", absl::StrJoin(spec.top_mlp, ","), "\n");
-  absl::StrAppend(&m, "dense_file: ", kDenseFileName, "\ndense_params: ", num_dense_params,
-                  "\n");
+  absl::StrAppend(&m, "dense_file: ", kDenseFileName, "\ndense_params: ", num_dense_params, "\n");
   for (const DenseTensor& t : tensors) {
     absl::StrAppend(&m, "dense_tensor: ", t.name, " shape=", absl::StrJoin(t.shape, "x"),
                     " offset=", t.offset, "\n");
@@ -86,12 +85,12 @@ std::string ManifestHeader(const JobConfig& config, const ModelSpec& spec,
 
 std::string ManifestTableLine(const TableConfig& tc, uint64_t rows,
                               const WrittenEmbeddingFile& file) {
-  return absl::StrCat(
-      "table: id=", tc.id(), " name=", tc.name(), " dim=", tc.dim(), " rows=", rows,
-      " file=", EmbeddingFileName(tc.id()), " size=", file.size,
-      " crc32c=", absl::Hex(file.crc32c, absl::kZeroPad8),
-      " init=", InitializerConfig::Kind_Name(tc.init().kind()), " scale=", tc.init().scale(),
-      " value=", tc.init().value(), " seed=", tc.seed(), "\n");
+  return absl::StrCat("table: id=", tc.id(), " name=", tc.name(), " dim=", tc.dim(), " rows=", rows,
+                      " file=", EmbeddingFileName(tc.id()), " size=", file.size,
+                      " crc32c=", absl::Hex(file.crc32c, absl::kZeroPad8),
+                      " init=", InitializerConfig::Kind_Name(tc.init().kind()),
+                      " scale=", tc.init().scale(), " value=", tc.init().value(),
+                      " seed=", tc.seed(), "\n");
 }
 
 }  // namespace
@@ -109,10 +108,8 @@ absl::StatusOr<ExportSummary> ExportModel(const JobConfig& config, const ModelSp
                                           const LoadedCheckpoint& checkpoint,
                                           const std::string& out_dir) {
   RETURN_IF_ERROR(checkpoint::MakeDir(out_dir));
-  ASSIGN_OR_RETURN(const std::vector<DenseTensor> tensors,
-                   DenseTensors(spec, num_dense_params));
-  ASSIGN_OR_RETURN(const std::vector<float> flat,
-                   DenseBuffer(config, store, num_dense_params));
+  ASSIGN_OR_RETURN(const std::vector<DenseTensor> tensors, DenseTensors(spec, num_dense_params));
+  ASSIGN_OR_RETURN(const std::vector<float> flat, DenseBuffer(config, store, num_dense_params));
   RETURN_IF_ERROR(SaveDenseTensors(checkpoint::JoinPath(out_dir, kDenseFileName), tensors, flat));
 
   ExportSummary summary;
@@ -142,8 +139,7 @@ absl::StatusOr<ExportSummary> ExportModel(const JobConfig& config, const ModelSp
       keys.push_back(p);
       weights.insert(weights.end(), payload, payload + table->dim());
     });
-    const std::string shared_path =
-        checkpoint::JoinPath(out_dir, UnadmittedFileName(table->id()));
+    const std::string shared_path = checkpoint::JoinPath(out_dir, UnadmittedFileName(table->id()));
     ASSIGN_OR_RETURN(WrittenEmbeddingFile shared,
                      WriteEmbeddingFile(shared_path, header, keys, weights));
     absl::StrAppend(&manifest, "unadmitted: table=", table->id(),

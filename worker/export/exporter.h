@@ -68,7 +68,7 @@ struct ExportSummary {
   std::vector<WrittenEmbeddingFile> tables;  // In table id order.
   // The shared unadmitted rows' files, in table id order.
   std::vector<WrittenEmbeddingFile> unadmitted;
-  uint64_t rows = 0;                         // Embedding rows written.
+  uint64_t rows = 0;  // Embedding rows written.
   int64_t dense_params = 0;
   std::string manifest_path;
 };

@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "common/checkpoint/file_io.h"
+#include "common/status_macros.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/line_parser.h"
 #include "worker/data/line_source.h"
@@ -27,8 +27,8 @@ struct PredictionWriter::Impl {
     while (true) {
       if (source == nullptr) {
         if (next_file >= options.files.size()) return false;
-        ASSIGN_OR_RETURN(source, data::LineSource::Open(options.files[next_file++],
-                                                        options.max_line_bytes));
+        ASSIGN_OR_RETURN(
+            source, data::LineSource::Open(options.files[next_file++], options.max_line_bytes));
       }
       line_index = source->next_line();
       ASSIGN_OR_RETURN(const bool more, source->Next(&line));
@@ -97,9 +97,9 @@ absl::Status PredictionWriter::Add(const data::Batch& batch, absl::Span<const fl
         continue;
       }
       if (label != batch.labels[i]) {
-        return absl::InternalError(absl::StrCat(
-            "PredictionWriter: ", impl_->Where(), " has label ", label,
-            ", the scored example ", batch.labels[i], ": predictions would not line up"));
+        return absl::InternalError(absl::StrCat("PredictionWriter: ", impl_->Where(), " has label ",
+                                                label, ", the scored example ", batch.labels[i],
+                                                ": predictions would not line up"));
       }
       std::snprintf(text, sizeof text, "%.9g\n", probs[i]);
       impl_->buffer += text;

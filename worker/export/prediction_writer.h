@@ -39,8 +39,9 @@ class PredictionWriter {
   // `config` finalized; `files` exactly as given to the evaluation (one
   // epoch, in this order). Errors of the config's fields, or from creating
   // the output file (its directory must exist).
-  static absl::StatusOr<std::unique_ptr<PredictionWriter>> Create(
-      const JobConfig& config, std::vector<std::string> files, const std::string& out_path);
+  static absl::StatusOr<std::unique_ptr<PredictionWriter>> Create(const JobConfig& config,
+                                                                  std::vector<std::string> files,
+                                                                  const std::string& out_path);
   ~PredictionWriter();
   PredictionWriter(const PredictionWriter&) = delete;
   PredictionWriter& operator=(const PredictionWriter&) = delete;

@@ -9,9 +9,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/checkpoint/file_io.h"
 #include "common/config.h"
 #include "gtest/gtest.h"
-#include "common/checkpoint/file_io.h"
 #include "worker/data/criteo_reader.h"
 
 namespace shardps {
@@ -29,7 +29,8 @@ JobConfig Config() {
     model { kind: DLRM bottom_mlp: [4] top_mlp: [4] dense_table: "mlp" }
     data { format: CRITEO synthetic_dir: "/nonexistent" error_budget: 10 }
     training { batch_size: 4 }
-  )pb", "test.pbtxt");
+  )pb",
+                               "test.pbtxt");
   EXPECT_TRUE(config.ok()) << config.status();
   return *config;
 }

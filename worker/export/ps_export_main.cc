@@ -27,7 +27,8 @@
 ABSL_FLAG(std::string, config, shardps::EnvOr("SHARDPS_CONFIG", ""),
           "Job config (the checkpoint's job). Env: SHARDPS_CONFIG.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint root (checkpoint.dir of the job).");
-ABSL_FLAG(int64_t, clock, -1, "Checkpoint clock to export (-1: the job's best one, "
+ABSL_FLAG(int64_t, clock, -1,
+          "Checkpoint clock to export (-1: the job's best one, "
           "<checkpoint_dir>/BEST, if it kept one; else the latest complete one).");
 ABSL_FLAG(std::string, out, "", "Output directory (created if missing).");
 
@@ -42,22 +43,22 @@ int Run() {
   }
   std::optional<uint64_t> clock;
   if (absl::GetFlag(FLAGS_clock) >= 0) clock = absl::GetFlag(FLAGS_clock);
-  auto job = exporter::RestoreJob(absl::GetFlag(FLAGS_config),
-                                  absl::GetFlag(FLAGS_checkpoint_dir), clock);
+  auto job =
+      exporter::RestoreJob(absl::GetFlag(FLAGS_config), absl::GetFlag(FLAGS_checkpoint_dir), clock);
   if (!job.ok()) {
     LOG(ERROR) << job.status();
     return absl::IsInvalidArgument(job.status()) ? 2 : 1;
   }
   const exporter::RestoredJob& j = **job;
-  auto summary = exporter::ExportModel(j.config, j.spec,
-                                       static_cast<int64_t>(j.trainer->NumDenseParams()),
-                                       *j.store(), j.checkpoint, absl::GetFlag(FLAGS_out));
+  auto summary =
+      exporter::ExportModel(j.config, j.spec, static_cast<int64_t>(j.trainer->NumDenseParams()),
+                            *j.store(), j.checkpoint, absl::GetFlag(FLAGS_out));
   if (!summary.ok()) {
     LOG(ERROR) << "export failed: " << summary.status();
     return 1;
   }
-  std::printf("PS_EXPORT_RESULT tables=%zu rows=%" PRIu64 " dense_params=%" PRId64
-              " clock=%" PRIu64 " out=%s\n",
+  std::printf("PS_EXPORT_RESULT tables=%zu rows=%" PRIu64 " dense_params=%" PRId64 " clock=%" PRIu64
+              " out=%s\n",
               summary->tables.size(), summary->rows, summary->dense_params, j.checkpoint.clock,
               absl::GetFlag(FLAGS_out).c_str());
   std::printf("exported %zu embedding tables (%" PRIu64 " rows) and %" PRId64

@@ -33,7 +33,8 @@
 ABSL_FLAG(std::string, config, shardps::EnvOr("SHARDPS_CONFIG", ""),
           "Job config (the checkpoint's job). Env: SHARDPS_CONFIG.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint root (checkpoint.dir of the job).");
-ABSL_FLAG(int64_t, clock, -1, "Checkpoint clock to load (-1: the job's best one, "
+ABSL_FLAG(int64_t, clock, -1,
+          "Checkpoint clock to load (-1: the job's best one, "
           "<checkpoint_dir>/BEST, if it kept one; else the latest complete one).");
 ABSL_FLAG(std::vector<std::string>, data, {}, "Files to score (comma-separated; plain or gzip).");
 ABSL_FLAG(std::string, predictions, "", "Output: one prediction per input line.");
@@ -50,14 +51,14 @@ int Run() {
   }
   std::optional<uint64_t> clock;
   if (absl::GetFlag(FLAGS_clock) >= 0) clock = absl::GetFlag(FLAGS_clock);
-  auto job = exporter::RestoreJob(absl::GetFlag(FLAGS_config),
-                                  absl::GetFlag(FLAGS_checkpoint_dir), clock);
+  auto job =
+      exporter::RestoreJob(absl::GetFlag(FLAGS_config), absl::GetFlag(FLAGS_checkpoint_dir), clock);
   if (!job.ok()) {
     LOG(ERROR) << job.status();
     return absl::IsInvalidArgument(job.status()) ? 2 : 1;
   }
-  auto writer = exporter::PredictionWriter::Create((*job)->config, files,
-                                                   absl::GetFlag(FLAGS_predictions));
+  auto writer =
+      exporter::PredictionWriter::Create((*job)->config, files, absl::GetFlag(FLAGS_predictions));
   if (!writer.ok()) {
     LOG(ERROR) << writer.status();
     return 2;
@@ -76,10 +77,11 @@ int Run() {
               " auc=%.6f logloss=%.6f clock=%" PRIu64 " checkpoint=%s\n",
               (*writer)->lines(), result->examples, (*writer)->malformed(), result->auc,
               result->logloss, ckpt.clock, ckpt.dir.c_str());
-  std::printf("scored %" PRIu64 " lines (%" PRIu64 " malformed) with the checkpoint at clock %"
-              PRIu64 ": AUC %.6f, logloss %.6f; predictions in %s\n",
-              (*writer)->lines(), (*writer)->malformed(), ckpt.clock, result->auc,
-              result->logloss, absl::GetFlag(FLAGS_predictions).c_str());
+  std::printf("scored %" PRIu64 " lines (%" PRIu64
+              " malformed) with the checkpoint at clock %" PRIu64
+              ": AUC %.6f, logloss %.6f; predictions in %s\n",
+              (*writer)->lines(), (*writer)->malformed(), ckpt.clock, result->auc, result->logloss,
+              absl::GetFlag(FLAGS_predictions).c_str());
   std::fflush(stdout);
   return 0;
 }

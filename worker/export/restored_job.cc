@@ -25,11 +25,10 @@ absl::StatusOr<std::unique_ptr<RestoredJob>> RestoreJob(const std::string& confi
   const uint64_t chunk = job->config.cluster().dense_chunk_size();
   const uint64_t chunks = (job->trainer->NumDenseParams() + chunk - 1) / chunk;
   if (!clock) clock = BestCheckpointClock(checkpoint_root);  // Else the latest.
-  ASSIGN_OR_RETURN(job->checkpoint, RestoreCheckpoint(job->config, checkpoint_root, clock,
-                                                      chunks, job->store()));
-  LOG(INFO) << "restored " << job->checkpoint.rows << " rows ("
-            << job->checkpoint.bytes << " bytes) from " << job->checkpoint.dir
-            << " (clock " << job->checkpoint.clock << ")";
+  ASSIGN_OR_RETURN(job->checkpoint,
+                   RestoreCheckpoint(job->config, checkpoint_root, clock, chunks, job->store()));
+  LOG(INFO) << "restored " << job->checkpoint.rows << " rows (" << job->checkpoint.bytes
+            << " bytes) from " << job->checkpoint.dir << " (clock " << job->checkpoint.clock << ")";
   return job;
 }
 

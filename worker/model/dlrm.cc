@@ -25,10 +25,11 @@ absl::Status CheckSpec(const ModelSpec& spec) {
   }
   for (const TableSpec& t : spec.tables) {
     if (t.dim != spec.bottom_mlp.back()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table \"", t.name, "\" has dim ", t.dim, " but DLRM's bottom MLP ends at ",
-          spec.bottom_mlp.back(), " (model.bottom_mlp's last size must equal every "
-          "embedding dim)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table \"", t.name, "\" has dim ", t.dim, " but DLRM's bottom MLP ends at ",
+                       spec.bottom_mlp.back(),
+                       " (model.bottom_mlp's last size must equal every "
+                       "embedding dim)"));
     }
   }
   return absl::OkStatus();
@@ -59,7 +60,7 @@ torch::Tensor Dlrm::Logits(const ForwardInputs& x) const {
   for (const torch::Tensor& p : x.pooled) {
     if (p.size(0) > 0) parts.push_back(p);
   }
-  torch::Tensor t = torch::cat(parts, 0).transpose(0, 1);  // [B, n, d]
+  torch::Tensor t = torch::cat(parts, 0).transpose(0, 1);           // [B, n, d]
   torch::Tensor top_in = torch::cat({bottom, PairwiseDots(t)}, 1);  // [B, d + P]
   return layout().Mlp(x.params, top_, top_in, /*relu_last=*/false);
 }
@@ -67,10 +68,9 @@ torch::Tensor Dlrm::Logits(const ForwardInputs& x) const {
 std::string Dlrm::DebugString() const {
   const ModelSpec& s = spec();
   return absl::StrCat("DLRM dense ", s.num_dense, " -> bottom [", absl::StrJoin(s.bottom_mlp, ","),
-                      "], ", s.fields.size(), " fields over ", s.tables.size(),
-                      " table(s), ", num_vectors_ * (num_vectors_ - 1) / 2,
-                      " pairs -> top [", absl::StrJoin(s.top_mlp, ","), ",1]; ",
-                      NumDenseParams(), " dense params");
+                      "], ", s.fields.size(), " fields over ", s.tables.size(), " table(s), ",
+                      num_vectors_ * (num_vectors_ - 1) / 2, " pairs -> top [",
+                      absl::StrJoin(s.top_mlp, ","), ",1]; ", NumDenseParams(), " dense params");
 }
 
 }  // namespace shardps

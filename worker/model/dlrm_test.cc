@@ -1,5 +1,7 @@
 #include "worker/model/dlrm.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -7,8 +9,6 @@
 #include <memory>
 #include <random>
 #include <vector>
-
-#include <ATen/autocast_mode.h>
 
 #include "gtest/gtest.h"
 #include "torch/torch.h"
@@ -21,9 +21,9 @@ namespace {
 struct Batch {
   int64_t batch_size = 0;
   std::vector<float> labels, dense, params;
-  std::vector<std::vector<float>> rows;         // Per table.
-  std::vector<std::vector<int64_t>> indices;    // Per field.
-  std::vector<std::vector<int64_t>> offsets;    // Per field.
+  std::vector<std::vector<float>> rows;       // Per table.
+  std::vector<std::vector<int64_t>> indices;  // Per field.
+  std::vector<std::vector<int64_t>> offsets;  // Per field.
   std::vector<TableRows> table_views;
   std::vector<FieldBag> field_views;
 
@@ -257,7 +257,8 @@ TEST(DlrmTest, RepeatedKeyGradientIsSumOfContributions) {
     const int64_t dim = model->spec().tables[t].dim;
     std::vector<double> summed(dedup.rows[t].size(), 0.0);
     for (size_t occ = 0; occ < owner[t].size(); ++occ) {
-      for (int64_t d = 0; d < dim; ++d) summed[owner[t][occ] * dim + d] += b.table_grads[t][occ * dim + d];
+      for (int64_t d = 0; d < dim; ++d)
+        summed[owner[t][occ] * dim + d] += b.table_grads[t][occ * dim + d];
     }
     ASSERT_EQ(a.table_grads[t].size(), summed.size());
     int reused = 0;
@@ -420,12 +421,23 @@ TEST(DlrmTest, BadInputsAreInvalidArgument) {
     std::function<void(Batch*)> spoil;
   };
   const std::vector<Case> cases = {
-      {"offsets not monotone", [](Batch* b) { b->offsets[0] = {0, 2, 1, 3, b->offsets[0][4]}; }},
+      {"offsets not monotone",
+       [](Batch* b) {
+         b->offsets[0] = {0, 2, 1, 3, b->offsets[0][4]};
+       }},
       {"offsets[0] != 0", [](Batch* b) { b->offsets[1][0] = 1; }},
       {"last offset != #indices", [](Batch* b) { b->indices[0].push_back(0); }},
       {"too few offsets", [](Batch* b) { b->offsets[2].pop_back(); }},
-      {"index too large", [](Batch* b) { b->indices[0] = {3}; b->offsets[0] = {0, 1, 1, 1, 1}; }},
-      {"negative index", [](Batch* b) { b->indices[2] = {-1}; b->offsets[2] = {0, 0, 1, 1, 1}; }},
+      {"index too large",
+       [](Batch* b) {
+         b->indices[0] = {3};
+         b->offsets[0] = {0, 1, 1, 1, 1};
+       }},
+      {"negative index",
+       [](Batch* b) {
+         b->indices[2] = {-1};
+         b->offsets[2] = {0, 0, 1, 1, 1};
+       }},
       {"wrong dense width", [](Batch* b) { b->dense.pop_back(); }},
       {"non-finite dense", [](Batch* b) { b->dense[5] = NAN; }},
       {"wrong label count", [](Batch* b) { b->labels.push_back(1); }},
@@ -435,7 +447,8 @@ TEST(DlrmTest, BadInputsAreInvalidArgument) {
       {"non-finite row", [](Batch* b) { b->rows[1][5] = INFINITY; }},
       {"non-finite dense param", [](Batch* b) { b->params[b->params.size() - 1] = NAN; }},
       {"missing table", [](Batch* b) { b->rows.pop_back(); }},
-      {"missing field", [](Batch* b) {
+      {"missing field",
+       [](Batch* b) {
          b->indices.pop_back();
          b->offsets.pop_back();
        }},

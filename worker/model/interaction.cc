@@ -36,12 +36,18 @@ using Dim = std::integral_constant<int, D>;
 template <typename F>
 void WithDim(int64_t d, F&& f) {
   switch (d) {
-    case 4: return f(Dim<4>());
-    case 8: return f(Dim<8>());
-    case 16: return f(Dim<16>());
-    case 32: return f(Dim<32>());
-    case 64: return f(Dim<64>());
-    default: return f(Dim<0>());
+    case 4:
+      return f(Dim<4>());
+    case 8:
+      return f(Dim<8>());
+    case 16:
+      return f(Dim<16>());
+    case 32:
+      return f(Dim<32>());
+    case 64:
+      return f(Dim<64>());
+    default:
+      return f(Dim<0>());
   }
 }
 

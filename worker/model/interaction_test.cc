@@ -28,7 +28,8 @@ TEST(PairwiseDotsTest, OneVectorHasNoPairs) {
 // (non-contiguous) input like DLRM's.
 TEST(PairwiseDotsTest, MatchesBmmReferenceForwardAndBackward) {
   torch::manual_seed(3);
-  for (auto [n, d] : std::vector<std::pair<int64_t, int64_t>>{{2, 16}, {5, 5}, {27, 16}, {9, 11}, {4, 32}}) {
+  for (auto [n, d] :
+       std::vector<std::pair<int64_t, int64_t>>{{2, 16}, {5, 5}, {27, 16}, {9, 11}, {4, 32}}) {
     torch::Tensor base = torch::randn({n, 37, d}, torch::kDouble);
     torch::Tensor a = base.clone().requires_grad_(true);
     torch::Tensor b = base.clone().requires_grad_(true);

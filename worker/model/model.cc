@@ -35,16 +35,15 @@ int64_t FirstNonFinite(absl::Span<const float> v) {
 absl::Status CheckParams(const ModelSpec& spec, const ModelInputs& in) {
   if (!AllFinite(in.dense_params)) {
     const int64_t i = FirstNonFinite(in.dense_params);
-    return absl::InvalidArgumentError(absl::StrCat("dense parameter ", i, " is not finite (",
-                                                   in.dense_params[i], ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dense parameter ", i, " is not finite (", in.dense_params[i], ")"));
   }
   for (size_t t = 0; t < spec.tables.size(); ++t) {
     if (AllFinite(in.tables[t].rows)) continue;
     const int64_t i = FirstNonFinite(in.tables[t].rows);
-    return absl::InvalidArgumentError(
-        absl::StrCat("table \"", spec.tables[t].name, "\": row ", i / spec.tables[t].dim,
-                     " element ", i % spec.tables[t].dim, " is not finite (",
-                     in.tables[t].rows[i], ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table \"", spec.tables[t].name, "\": row ", i / spec.tables[t].dim, " element ",
+        i % spec.tables[t].dim, " is not finite (", in.tables[t].rows[i], ")"));
   }
   return absl::OkStatus();
 }
@@ -54,9 +53,8 @@ absl::Status CheckFieldBag(const ModelSpec& spec, const ModelInputs& in, int f) 
   const FieldBag& bag = in.fields[f];
   const std::string what = absl::StrCat("fields[", f, "] (\"", field.name, "\")");
   if (bag.offsets.size() != static_cast<size_t>(in.batch_size) + 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", bag.offsets.size(), " offsets, want batch_size + 1 = ",
-                     in.batch_size + 1));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", bag.offsets.size(), " offsets, want batch_size + 1 = ", in.batch_size + 1));
   }
   if (bag.offsets[0] != 0) {
     return absl::InvalidArgumentError(
@@ -64,23 +62,23 @@ absl::Status CheckFieldBag(const ModelSpec& spec, const ModelInputs& in, int f) 
   }
   for (int64_t b = 0; b < in.batch_size; ++b) {
     if (bag.offsets[b + 1] < bag.offsets[b]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": offsets decrease at sample ", b, " (", bag.offsets[b],
-                       " then ", bag.offsets[b + 1], ")"));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": offsets decrease at sample ", b, " (",
+                                                     bag.offsets[b], " then ", bag.offsets[b + 1],
+                                                     ")"));
     }
   }
   if (bag.offsets[in.batch_size] != static_cast<int64_t>(bag.indices.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": last offset is ", bag.offsets[in.batch_size], " but there are ",
-                     bag.indices.size(), " indices"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": last offset is ",
+                                                   bag.offsets[in.batch_size], " but there are ",
+                                                   bag.indices.size(), " indices"));
   }
   const int64_t num_rows =
       static_cast<int64_t>(in.tables[field.table].rows.size()) / spec.tables[field.table].dim;
   for (size_t i = 0; i < bag.indices.size(); ++i) {
     if (bag.indices[i] < 0 || bag.indices[i] >= num_rows) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, ": indices[", i, "] = ", bag.indices[i], " is outside the ",
-                       num_rows, " rows of table \"", spec.tables[field.table].name, "\""));
+          absl::StrCat(what, ": indices[", i, "] = ", bag.indices[i], " is outside the ", num_rows,
+                       " rows of table \"", spec.tables[field.table].name, "\""));
     }
   }
   return absl::OkStatus();
@@ -89,8 +87,7 @@ absl::Status CheckFieldBag(const ModelSpec& spec, const ModelInputs& in, int f) 
 absl::Status CheckFeatures(const ModelSpec& spec, const ModelInputs& in) {
   const size_t b = static_cast<size_t>(in.batch_size);
   if (in.labels.size() != b) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(in.labels.size(), " labels for a batch of ", b));
+    return absl::InvalidArgumentError(absl::StrCat(in.labels.size(), " labels for a batch of ", b));
   }
   for (size_t i = 0; i < b; ++i) {
     if (!(in.labels[i] >= 0.0f && in.labels[i] <= 1.0f)) {
@@ -105,9 +102,9 @@ absl::Status CheckFeatures(const ModelSpec& spec, const ModelInputs& in) {
   }
   for (size_t i = 0; i < in.dense.size(); ++i) {
     if (!std::isfinite(in.dense[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("dense feature ", i % spec.num_dense, " of sample ", i / spec.num_dense,
-                       " is not finite (", in.dense[i], ")"));
+      return absl::InvalidArgumentError(absl::StrCat("dense feature ", i % spec.num_dense,
+                                                     " of sample ", i / spec.num_dense,
+                                                     " is not finite (", in.dense[i], ")"));
     }
   }
   return absl::OkStatus();
@@ -133,8 +130,9 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const JobConfig& config) {
       }
     }
     if (first == nullptr) {
-      return absl::InvalidArgumentError("model: no fields and no SPARSE table to map the "
-                                        "26 categorical columns to");
+      return absl::InvalidArgumentError(
+          "model: no fields and no SPARSE table to map the "
+          "26 categorical columns to");
     }
     for (int i = 0; i < kCriteoCategoricals; ++i) {
       FieldConfig f;
@@ -152,9 +150,9 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const JobConfig& config) {
       if (config.tables(t).name() == fields[i].table()) ti = t;
     }
     if (ti < 0 || config.tables(ti).kind() == TableConfig::DENSE) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "fields[", i, "] (\"", fields[i].name(), "\").table: \"", fields[i].table(),
-          "\" is not a SPARSE table"));
+      return absl::InvalidArgumentError(absl::StrCat("fields[", i, "] (\"", fields[i].name(),
+                                                     "\").table: \"", fields[i].table(),
+                                                     "\" is not a SPARSE table"));
     }
     table_index[ti] = 0;
   }
@@ -182,18 +180,16 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const JobConfig& config) {
 absl::Status ValidateModelInputs(const ModelSpec& spec, int64_t num_dense_params,
                                  const ModelInputs& in) {
   if (in.batch_size <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("batch_size is ", in.batch_size,
-                                                   ", want > 0"));
+    return absl::InvalidArgumentError(absl::StrCat("batch_size is ", in.batch_size, ", want > 0"));
   }
   if (absl::Status s = CheckFeatures(spec, in); !s.ok()) return s;
   if (static_cast<int64_t>(in.dense_params.size()) != num_dense_params) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(in.dense_params.size(), " dense parameters, the model has ",
-                     num_dense_params));
+    return absl::InvalidArgumentError(absl::StrCat(
+        in.dense_params.size(), " dense parameters, the model has ", num_dense_params));
   }
   if (in.tables.size() != spec.tables.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        in.tables.size(), " tables of rows, the model reads ", spec.tables.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(in.tables.size(), " tables of rows, the model reads ", spec.tables.size()));
   }
   for (size_t t = 0; t < spec.tables.size(); ++t) {
     if (in.tables[t].rows.size() % spec.tables[t].dim != 0) {
@@ -203,8 +199,8 @@ absl::Status ValidateModelInputs(const ModelSpec& spec, int64_t num_dense_params
     }
   }
   if (in.fields.size() != spec.fields.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        in.fields.size(), " field bags, the model has ", spec.fields.size(), " fields"));
+    return absl::InvalidArgumentError(absl::StrCat(in.fields.size(), " field bags, the model has ",
+                                                   spec.fields.size(), " fields"));
   }
   for (size_t f = 0; f < spec.fields.size(); ++f) {
     if (absl::Status s = CheckFieldBag(spec, in, static_cast<int>(f)); !s.ok()) return s;

@@ -41,24 +41,24 @@ namespace shardps {
 // A sparse table as the model sees it.
 struct TableSpec {
   std::string name;
-  uint32_t id = 0;   // TableConfig.id.
-  int64_t dim = 0;   // Row width.
+  uint32_t id = 0;  // TableConfig.id.
+  int64_t dim = 0;  // Row width.
 };
 
 // A categorical field: which table it reads and how a bag is pooled.
 struct FieldSpec {
   std::string name;
-  uint32_t column = 0;  // 0-based TSV column.
-  int table = 0;        // Index into ModelSpec::tables.
+  uint32_t column = 0;        // 0-based TSV column.
+  int table = 0;              // Index into ModelSpec::tables.
   bool mean_pooling = false;  // false: sum. An empty bag pools to zeros.
 };
 
 // Everything the model's shapes depend on, resolved from a JobConfig.
 struct ModelSpec {
   ModelConfig::Kind kind = ModelConfig::DLRM;
-  int64_t num_dense = 0;         // Dense (integer) features per sample.
-  std::vector<TableSpec> tables;  // Sparse tables used by a field, in config order.
-  std::vector<FieldSpec> fields;  // Categorical fields, in config order.
+  int64_t num_dense = 0;            // Dense (integer) features per sample.
+  std::vector<TableSpec> tables;    // Sparse tables used by a field, in config order.
+  std::vector<FieldSpec> fields;    // Categorical fields, in config order.
   std::vector<int64_t> bottom_mlp;  // Hidden sizes (ModelConfig.bottom_mlp).
   std::vector<int64_t> top_mlp;     // Hidden sizes; a 1-wide layer follows.
 };
@@ -101,7 +101,7 @@ struct ModelInputs {
 // What one step gives back. Reuse one StepResult across steps: the vectors
 // keep their capacity.
 struct StepResult {
-  double loss = 0;  // Mean BCE-with-logits over the batch.
+  double loss = 0;           // Mean BCE-with-logits over the batch.
   std::vector<float> probs;  // [B]: sigmoid(logit) per sample.
   // Only filled when backward: d(loss)/d(dense_params), [NumDenseParams()].
   std::vector<float> dense_grad;

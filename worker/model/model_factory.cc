@@ -24,8 +24,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
   }
 }
 
-absl::StatusOr<std::unique_ptr<Model>> CreateModel(const JobConfig& config,
-                                                   c10::Device device) {
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const JobConfig& config, c10::Device device) {
   ModelOptions options;
   options.device = device;
   return CreateModel(config, options);
@@ -33,9 +32,12 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const JobConfig& config,
 
 ModelOptions::Precision PrecisionFromConfig(const JobConfig& config) {
   switch (config.training().mixed_precision()) {
-    case TrainingConfig::BF16: return ModelOptions::Precision::kBf16;
-    case TrainingConfig::FP16: return ModelOptions::Precision::kFp16;
-    default: return ModelOptions::Precision::kFp32;
+    case TrainingConfig::BF16:
+      return ModelOptions::Precision::kBf16;
+    case TrainingConfig::FP16:
+      return ModelOptions::Precision::kFp16;
+    default:
+      return ModelOptions::Precision::kFp32;
   }
 }
 

@@ -25,8 +25,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
 // ModelSpecFromConfig + CreateModel (float32 on `device`). Also checks the
 // model's dense table (model.dense_table) if it has an explicit dense_size:
 // INVALID_ARGUMENT unless it equals NumDenseParams().
-absl::StatusOr<std::unique_ptr<Model>> CreateModel(const JobConfig& config,
-                                                   c10::Device device);
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const JobConfig& config, c10::Device device);
 
 // The same with every option given: the trainer's, in the precision of
 // training.mixed_precision (PrecisionFromConfig). INVALID_ARGUMENT for fp16

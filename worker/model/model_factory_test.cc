@@ -52,8 +52,7 @@ TEST(ModelFactoryTest, UnknownKindIsUnimplemented) {
   absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(DefaultConfig());
   ASSERT_TRUE(spec.ok());
   spec->kind = static_cast<ModelConfig::Kind>(77);
-  EXPECT_EQ(CreateModel(*spec, ModelOptions()).status().code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(CreateModel(*spec, ModelOptions()).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 TEST(ModelFactoryTest, MixedPrecisionComesFromTheConfigAndFp16NeedsCuda) {
@@ -70,8 +69,7 @@ TEST(ModelFactoryTest, MixedPrecisionComesFromTheConfigAndFp16NeedsCuda) {
   options.precision = PrecisionFromConfig(c);
   m = CreateModel(c, options);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(m.status().message().find("FP16 needs a CUDA device"), std::string::npos)
-      << m.status();
+  EXPECT_NE(m.status().message().find("FP16 needs a CUDA device"), std::string::npos) << m.status();
 }
 
 TEST(ModelFactoryTest, DefaultDeviceIsCpuWithoutAGpu) {

@@ -89,7 +89,7 @@ TEST(ValidateModelInputsTest, AcceptsAWellFormedBatch) {
   spec.tables = {{"t", 1, 2}};
   spec.fields = {{"f", 3, 0, false}};
   const std::vector<float> labels = {0, 1}, dense = {1, 2, 3, 4}, params(7, 0.0f);
-  const std::vector<float> rows = {1, 2, 3, 4};  // 2 rows of dim 2.
+  const std::vector<float> rows = {1, 2, 3, 4};                 // 2 rows of dim 2.
   const std::vector<int64_t> idx = {0, 1, 1}, off = {0, 0, 3};  // Sample 0: empty bag.
   const std::vector<TableRows> tables = {{rows}};
   const std::vector<FieldBag> fields = {{idx, off}};

@@ -1,11 +1,11 @@
 #include "worker/model/torch_model.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <cmath>
 #include <cstring>
 #include <exception>
 #include <utility>
-
-#include <ATen/autocast_mode.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/partition.h"
@@ -153,10 +153,10 @@ torch::Tensor TorchModel::PoolTable(const ModelInputs& in, int t, const torch::T
     for (int64_t s = 1; s <= b; ++s) off[k * b + s] = base + bag.offsets[s];
   }
   if (idx.empty()) return torch::zeros({num_fields, b, dim}, tensor_options());
-  torch::Tensor pooled = std::get<0>(torch::embedding_bag(
-      rows, IndexInput(idx, 2 * t), IndexInput(off, 2 * t + 1),
-      /*scale_grad_by_freq=*/false, /*mode=sum*/ 0, /*sparse=*/false,
-      /*per_sample_weights=*/c10::nullopt, /*include_last_offset=*/true));
+  torch::Tensor pooled = std::get<0>(
+      torch::embedding_bag(rows, IndexInput(idx, 2 * t), IndexInput(off, 2 * t + 1),
+                           /*scale_grad_by_freq=*/false, /*mode=sum*/ 0, /*sparse=*/false,
+                           /*per_sample_weights=*/c10::nullopt, /*include_last_offset=*/true));
   if (table_has_mean_[t]) {
     std::vector<float>& scale = bag_scale_[t];
     scale.assign(static_cast<size_t>(num_fields * b), 1.0f);
@@ -273,8 +273,7 @@ void TorchModel::Run(const ModelInputs& in, bool backward, StepResult* result) {
   }
 }
 
-absl::Status TorchModel::ForwardBackward(const ModelInputs& in, bool backward,
-                                         StepResult* result) {
+absl::Status TorchModel::ForwardBackward(const ModelInputs& in, bool backward, StepResult* result) {
   if (absl::Status s = ValidateModelInputs(spec_, NumDenseParams(), in); !s.ok()) return s;
   try {
     Run(in, backward, result);

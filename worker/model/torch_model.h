@@ -94,8 +94,7 @@ class TorchModel : public Model {
   int64_t NumDenseParams() const final { return layout_.size(); }
   void InitDenseParams(uint64_t seed, float* out) const final;
   using Model::ForwardBackward;
-  absl::Status ForwardBackward(const ModelInputs& in, bool backward,
-                               StepResult* result) final;
+  absl::Status ForwardBackward(const ModelInputs& in, bool backward, StepResult* result) final;
 
   // The fields that read spec().tables[t], in field order.
   const std::vector<int>& fields_of_table(int t) const { return fields_of_table_[t]; }

@@ -3,11 +3,11 @@
 #include <cstdlib>
 #include <string>
 
-#include "gtest/gtest.h"
 #include "common/checkpoint/checkpoint_file.h"
 #include "common/checkpoint/fuzz/fuzz_mutator.h"
 #include "common/checkpoint/fuzz/fuzz_seeds.h"
 #include "common/checkpoint/manifest.h"
+#include "gtest/gtest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -40,8 +40,7 @@ TEST(CheckpointFileFuzzTest, SeedsAreValidInputs) {
 }
 
 TEST(CheckpointFileFuzzTest, MutationsNeverCrash) {
-  const uint64_t ran =
-      RunMutations(&LLVMFuzzerTestOneInput, Seeds(), 30000, /*rng_seed=*/7);
+  const uint64_t ran = RunMutations(&LLVMFuzzerTestOneInput, Seeds(), 30000, /*rng_seed=*/7);
   EXPECT_EQ(ran, 30010u);
 }
 

@@ -55,8 +55,7 @@ int Main(int argc, char** argv) {
     } else if (IsDirectory(argv[i])) {
       auto names = ListDir(argv[i]);
       if (!names.ok()) return Fail(names.status().ToString());
-      for (const std::string& n : *names)
-        inputs.push_back(JoinPath(argv[i], n));
+      for (const std::string& n : *names) inputs.push_back(JoinPath(argv[i], n));
     } else {
       inputs.push_back(argv[i]);
     }
@@ -72,20 +71,18 @@ int Main(int argc, char** argv) {
     if (!built_in.ok()) return Fail(built_in.status().ToString());
     if (!write_seeds.empty()) {
       for (size_t i = 0; i < built_in->size(); ++i) {
-        absl::Status s = WriteFileAtomically(
-            JoinPath(write_seeds, absl::StrCat("seed-", i)), (*built_in)[i]);
+        absl::Status s =
+            WriteFileAtomically(JoinPath(write_seeds, absl::StrCat("seed-", i)), (*built_in)[i]);
         if (!s.ok()) return Fail(s.ToString());
       }
-      std::printf("wrote %zu seeds to %s\n", built_in->size(),
-                  write_seeds.c_str());
+      std::printf("wrote %zu seeds to %s\n", built_in->size(), write_seeds.c_str());
       return 0;
     }
     seeds = *std::move(built_in);
   }
-  const uint64_t ran =
-      RunMutations(&LLVMFuzzerTestOneInput, seeds, runs, rng_seed);
-  std::printf("ran %llu inputs (%zu seeds), no crash\n",
-              static_cast<unsigned long long>(ran), seeds.size());
+  const uint64_t ran = RunMutations(&LLVMFuzzerTestOneInput, seeds, runs, rng_seed);
+  std::printf("ran %llu inputs (%zu seeds), no crash\n", static_cast<unsigned long long>(ran),
+              seeds.size());
   return 0;
 }
 
@@ -93,6 +90,4 @@ int Main(int argc, char** argv) {
 }  // namespace checkpoint
 }  // namespace shardps
 
-int main(int argc, char** argv) {
-  return shardps::checkpoint::Main(argc, argv);
-}
+int main(int argc, char** argv) { return shardps::checkpoint::Main(argc, argv); }

@@ -16,8 +16,7 @@ void Mutate(std::mt19937_64* rng, std::string* s) {
     case 1:  // Set a byte, often to a boundary value.
       if (!s->empty()) {
         static const char kValues[] = {0, 1, 0x7f, char(0x80), char(0xff)};
-        (*s)[pick(s->size())] =
-            pick(2) ? kValues[pick(sizeof(kValues))] : char((*rng)());
+        (*s)[pick(s->size())] = pick(2) ? kValues[pick(sizeof(kValues))] : char((*rng)());
       }
       break;
     case 2:  // Truncate.
@@ -44,11 +43,9 @@ void Mutate(std::mt19937_64* rng, std::string* s) {
       break;
     default:  // Overwrite a little-endian u32 with a boundary value.
       if (s->size() >= 4) {
-        static const uint32_t kWords[] = {0,           1,        0xffffffffu,
-                                          0x7fffffffu, 1u << 20, 1u << 26};
+        static const uint32_t kWords[] = {0, 1, 0xffffffffu, 0x7fffffffu, 1u << 20, 1u << 26};
         const uint32_t w = kWords[pick(sizeof(kWords) / sizeof(kWords[0]))];
-        s->replace(pick(s->size() - 3), 4, reinterpret_cast<const char*>(&w),
-                   4);
+        s->replace(pick(s->size() - 3), 4, reinterpret_cast<const char*>(&w), 4);
       }
       break;
   }
@@ -56,8 +53,8 @@ void Mutate(std::mt19937_64* rng, std::string* s) {
 
 }  // namespace
 
-uint64_t RunMutations(FuzzTarget target, const std::vector<std::string>& seeds,
-                      uint64_t runs, uint64_t rng_seed) {
+uint64_t RunMutations(FuzzTarget target, const std::vector<std::string>& seeds, uint64_t runs,
+                      uint64_t rng_seed) {
   std::mt19937_64 rng(rng_seed);
   uint64_t count = 0;
   for (const std::string& seed : seeds) {

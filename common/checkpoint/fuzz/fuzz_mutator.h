@@ -18,8 +18,8 @@ namespace checkpoint {
 using FuzzTarget = int (*)(const uint8_t* data, size_t size);
 
 // Returns the number of inputs run (seeds + runs).
-uint64_t RunMutations(FuzzTarget target, const std::vector<std::string>& seeds,
-                      uint64_t runs, uint64_t rng_seed);
+uint64_t RunMutations(FuzzTarget target, const std::vector<std::string>& seeds, uint64_t runs,
+                      uint64_t rng_seed);
 
 }  // namespace checkpoint
 }  // namespace shardps

@@ -1,10 +1,10 @@
 #include "common/checkpoint/fuzz/fuzz_seeds.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/partition.h"
-#include "common/status_macros.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
+#include "common/partition.h"
+#include "common/status_macros.h"
 
 namespace shardps {
 namespace checkpoint {
@@ -12,8 +12,7 @@ namespace {
 
 constexpr uint32_t kPartitions = 4;
 
-absl::StatusOr<WrittenFile> WriteSeedFile(const std::string& path,
-                                          Compression compression,
+absl::StatusOr<WrittenFile> WriteSeedFile(const std::string& path, Compression compression,
                                           bool deletions) {
   FileHeader h;
   h.job_name = "fuzz";
@@ -31,8 +30,8 @@ absl::StatusOr<WrittenFile> WriteSeedFile(const std::string& path,
       if (deletions && key % 3 == 0) {
         RETURN_IF_ERROR(writer->AddDeleted(p, t.id, key));
       } else {
-        RETURN_IF_ERROR(writer->Add(
-            p, t.id, key, std::string(t.payload_bytes, char('a' + key % 4))));
+        RETURN_IF_ERROR(
+            writer->Add(p, t.id, key, std::string(t.payload_bytes, char('a' + key % 4))));
       }
     }
   }
@@ -49,8 +48,7 @@ std::vector<TableSchema> FuzzSeedTables() {
   return {{1, "emb", 1, 2, 8, 0x1234}, {3, "dense", 2, 1, 4, 0x5678}};
 }
 
-absl::StatusOr<std::vector<std::string>> MakeFuzzSeeds(
-    const std::string& scratch_dir) {
+absl::StatusOr<std::vector<std::string>> MakeFuzzSeeds(const std::string& scratch_dir) {
   std::vector<std::string> seeds;
   CheckpointManifest m;
   m.set_format_version(kManifestFormatVersion);
@@ -64,8 +62,7 @@ absl::StatusOr<std::vector<std::string>> MakeFuzzSeeds(
   int n = 0;
   for (Compression c : {Compression::kNone, Compression::kZstd}) {
     for (bool deletions : {false, true}) {
-      const std::string path =
-          JoinPath(scratch_dir, absl::StrCat("seed-", n++, ".shard"));
+      const std::string path = JoinPath(scratch_dir, absl::StrCat("seed-", n++, ".shard"));
       ASSIGN_OR_RETURN(WrittenFile file, WriteSeedFile(path, c, deletions));
       ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
       seeds.push_back(WithMode(0, bytes));

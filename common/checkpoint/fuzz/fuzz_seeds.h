@@ -18,8 +18,7 @@ std::vector<TableSchema> FuzzSeedTables();
 
 // Writes the seed files through the real writer in a scratch directory
 // under `scratch_dir` and returns their bytes, mode byte first.
-absl::StatusOr<std::vector<std::string>> MakeFuzzSeeds(
-    const std::string& scratch_dir);
+absl::StatusOr<std::vector<std::string>> MakeFuzzSeeds(const std::string& scratch_dir);
 
 }  // namespace checkpoint
 }  // namespace shardps
