@@ -255,6 +255,42 @@ void PrintWeightsChecksum(uint32_t index, TableStore* store) {
   std::fflush(stdout);
 }
 
+// The server's options from its flags and the job config.
+PsServerOptions OptionsFromFlags(const JobConfig& config) {
+  PsServerOptions options;
+  options.config = config;
+  options.server_index = absl::GetFlag(FLAGS_index);
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.data_threads = absl::GetFlag(FLAGS_data_threads);
+  options.checkpoint_write_delay =
+      absl::Milliseconds(absl::GetFlag(FLAGS_testing_checkpoint_write_delay_ms));
+  return options;
+}
+
+// --port_file: the port, written to a temporary file renamed into place (a
+// reader never sees half of it).
+void WritePortFile(int port) {
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (port_file.empty()) return;
+  const std::string tmp = port_file + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  std::rename(tmp.c_str(), port_file.c_str());
+}
+
+// With eviction by clocks: polls the scheduler's clock every heartbeat_ms and
+// grants it to the core (nullptr without eviction by clocks).
+std::unique_ptr<metrics::Poller> FollowClockGrants(const JobConfig& config,
+                                                   ParameterServerCore* core,
+                                                   SchedulerClient* client) {
+  if (!HasEvictionByClocks(config)) return nullptr;
+  return std::make_unique<metrics::Poller>(
+      absl::Milliseconds(config.cluster().heartbeat_ms()), [core, client] {
+        absl::StatusOr<JobStatusResponse> status = client->JobStatus();
+        if (status.ok()) core->GrantClock(status->max_clock());
+      });
+}
+
 int Run() {
   const std::string config_path = absl::GetFlag(FLAGS_config);
   if (config_path.empty()) {
@@ -279,15 +315,7 @@ int Run() {
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
-  PsServerOptions options;
-  options.config = *config;
-  options.server_index = absl::GetFlag(FLAGS_index);
-  options.listen = absl::GetFlag(FLAGS_listen);
-  options.threads = absl::GetFlag(FLAGS_threads);
-  options.data_threads = absl::GetFlag(FLAGS_data_threads);
-  options.checkpoint_write_delay =
-      absl::Milliseconds(absl::GetFlag(FLAGS_testing_checkpoint_write_delay_ms));
-  auto server = PsServer::Start(options);
+  auto server = PsServer::Start(OptionsFromFlags(*config));
   if (!server.ok()) {
     LOG(ERROR) << server.status();
     return 1;
@@ -301,12 +329,7 @@ int Run() {
   metrics::Poller table_poller(absl::Seconds(2), [&] { table_metrics.Refresh(); });
   std::printf("PS_SERVER_LISTENING %s\n", (*server)->address().c_str());
   std::fflush(stdout);
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << (*server)->port() << "\n";
-    std::rename(tmp.c_str(), port_file.c_str());
-  }
+  WritePortFile((*server)->port());
   std::unique_ptr<SchedulerClient> scheduler;
   // Eviction by clocks follows the scheduler's word on the job's clock, not
   // the clocks pushes claim (parameter_server_core.h): none until it speaks.
@@ -321,15 +344,7 @@ int Run() {
       return 2;
     }
     scheduler = *std::move(joined);
-    if (HasEvictionByClocks(*config)) {
-      ParameterServerCore* core = (*server)->core();
-      SchedulerClient* client = scheduler.get();
-      clock_grants = std::make_unique<metrics::Poller>(
-          absl::Milliseconds(config->cluster().heartbeat_ms()), [core, client] {
-            absl::StatusOr<JobStatusResponse> status = client->JobStatus();
-            if (status.ok()) core->GrantClock(status->max_clock());
-          });
-    }
+    clock_grants = FollowClockGrants(*config, (*server)->core(), scheduler.get());
   }
   int sig = 0;
   sigwait(&stop, &sig);

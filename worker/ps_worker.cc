@@ -532,6 +532,20 @@ Retry AfterFailedGeneration(const absl::Status& st, const JobConfig& config, uin
   return Retry::kGiveUp;
 }
 
+// Prints the worker's result line (if it trained) and returns its exit
+// status: 3 if the job failed, else 0.
+int Finish(uint32_t rank, const std::optional<Outcome>& outcome, bool job_failed) {
+  if (outcome) {
+    PrintResult(rank, outcome->summary, outcome->eval ? &*outcome->eval : nullptr,
+                outcome->checksum + outcome->traffic);
+  }
+  if (job_failed) {
+    LOG(ERROR) << "the scheduler stopped the job";
+    return 3;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunPsWorker(JobConfig config, const WorkerOptions& w) {
@@ -609,15 +623,7 @@ int RunPsWorker(JobConfig config, const WorkerOptions& w) {
         return 1;
     }
   }
-  if (outcome) {
-    PrintResult(rank, outcome->summary, outcome->eval ? &*outcome->eval : nullptr,
-                outcome->checksum + outcome->traffic);
-  }
-  if (job_failed) {
-    LOG(ERROR) << "the scheduler stopped the job";
-    return 3;
-  }
-  return 0;
+  return Finish(rank, outcome, job_failed);
 }
 
 }  // namespace shardps
