@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "common/init.h"
 #include "common/mutex.h"
+#include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/support/client_interceptor.h"
 
@@ -105,28 +106,32 @@ class SecretInterceptorFactory final
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadJobSecretFile(const std::string& path) {
+absl::StatusOr<std::string> ReadPrivateFile(const std::string& path, absl::string_view what) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot read the job secret file ", path, ": ", std::strerror(errno)));
+        absl::StrCat("cannot read the ", what, " ", path, ": ", std::strerror(errno)));
   }
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the job secret file ", path, " is not a regular file"));
+        absl::StrCat("the ", what, " ", path, " is not a regular file"));
   }
   if ((st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the job secret file ", path, " is open to others or writable by its group (mode ",
-        absl::StrFormat("%03o", st.st_mode & 0777), "): chmod 600 it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", what, " ", path, " is open to others or writable by its group (mode ",
+                     absl::StrFormat("%03o", st.st_mode & 0777), "): chmod 600 it"));
   }
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
   if (!in.good() && !in.eof()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read the job secret file ", path));
+    return absl::InvalidArgumentError(absl::StrCat("cannot read the ", what, " ", path));
   }
-  std::string secret(absl::StripAsciiWhitespace(text.str()));
+  return std::string(absl::StripAsciiWhitespace(text.str()));
+}
+
+absl::StatusOr<std::string> ReadJobSecretFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string secret, ReadPrivateFile(path, "job secret file"));
   if (secret.size() < kMinSecretBytes) {
     return absl::InvalidArgumentError(absl::StrCat("the job secret file ", path, " holds ",
                                                    secret.size(), " bytes; at least ",

@@ -36,6 +36,7 @@
 #include "absl/flags/declare.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/server_context.h"
@@ -47,6 +48,12 @@ namespace shardps {
 
 // The metadata key members send the secret under.
 inline constexpr char kJobSecretMetadata[] = "x-shardps-job-secret";
+
+// The contents of `path`, surrounding whitespace stripped, if it is a
+// regular file others may neither read nor write and its group may not
+// write (a secret a supervisor wrote, mode 0600 or 0640); otherwise
+// INVALID_ARGUMENT naming `what` ("job secret file") and the path.
+absl::StatusOr<std::string> ReadPrivateFile(const std::string& path, absl::string_view what);
 
 // Reads and checks a secret file (see above): INVALID_ARGUMENT naming the
 // path if it cannot be read, is not a regular file, is open to others or

@@ -17,14 +17,12 @@
 // or when the scheduler refused it, 3 when the scheduler gave it up (another
 // process took its index, or it was unreachable for 3 x dead_after_ms).
 #include <signal.h>
-#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -38,6 +36,7 @@
 #include "common/job_secret.h"
 #include "common/metrics.h"
 #include "common/partition.h"
+#include "common/status_macros.h"
 #include "common/tls.h"
 #include "glog/logging.h"
 #include "server/helper_pool.h"
@@ -156,25 +155,9 @@ absl::StatusOr<uint64_t> ControlTokenFromFlags() {
     return flag;
   }
   if (path.empty()) return 0;
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read the control token file ", path, ": ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the control token file ", path, " is not a regular file"));
-  }
-  if ((st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the control token file ", path, " is open to others or writable by its group (mode ",
-        absl::StrFormat("%03o", st.st_mode & 0777), "): chmod 600 it"));
-  }
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
+  ASSIGN_OR_RETURN(const std::string text, ReadPrivateFile(path, "control token file"));
   uint64_t token = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text.str()), &token) || token == 0) {
+  if (!absl::SimpleAtoi(text, &token) || token == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the control token file ", path, " does not hold a number other than 0"));
   }
