@@ -21,16 +21,8 @@ using testing::LocalCluster;
 constexpr uint64_t kTrainLines = 40000;
 constexpr uint64_t kEvalLines = 10000;
 
-// The job's tables and model: testing::kSmallDlrmTables with its own sparse
-// optimizer, its own dense optimizer, wider MLPs.
-std::string Tables() {
-  testing::SmallDlrm t;
-  t.sparse_optimizer = "rowwise_adagrad { learning_rate: 0.05 }";
-  t.dense_optimizer = "adagrad { learning_rate: 0.02 }";
-  t.bottom_mlp = "32, 8";
-  t.top_mlp = "32";
-  return testing::SmallDlrmTables(t);
-}
+// The job's tables and model (tests/testing/cluster.h).
+std::string Tables() { return testing::WideSmallDlrmTables(); }
 
 constexpr char kConfig[] = R"pb(
 name: "e2e"

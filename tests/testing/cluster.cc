@@ -44,6 +44,15 @@ std::string SmallDlrmTables(const SmallDlrm& o) {
   return out;
 }
 
+std::string WideSmallDlrmTables() {
+  SmallDlrm t;
+  t.sparse_optimizer = "rowwise_adagrad { learning_rate: 0.05 }";
+  t.dense_optimizer = "adagrad { learning_rate: 0.02 }";
+  t.bottom_mlp = "32, 8";
+  t.top_mlp = "32";
+  return SmallDlrmTables(t);
+}
+
 absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines, uint64_t eval_lines,
                                int train_shards) {
   struct stat st;

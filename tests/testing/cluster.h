@@ -54,6 +54,11 @@ struct SmallDlrm {
 };
 std::string SmallDlrmTables(const SmallDlrm& options);
 
+// The tables of the end-to-end jobs (e2e_test, tls_test): kSmallDlrmTables
+// with row-wise Adagrad embeddings (lr 0.05), Adagrad MLPs (lr 0.02) and
+// wider MLPs (bottom 32, 8; top 32).
+std::string WideSmallDlrmTables();
+
 // Writes a synthetic data set (ps_datagen) to `dir` unless one is there.
 absl::Status MakeSyntheticData(const std::string& dir, uint64_t train_lines, uint64_t eval_lines,
                                int train_shards = 1);
