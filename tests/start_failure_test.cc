@@ -31,6 +31,7 @@ TEST(StartFailureTest, AWorkerStartedAfterTheJobFailedAtStartExitsSaying) {
           mode: SSP
           staleness: 2
           start_deadline_ms: 1000
+          dead_after_ms: 60000
         }
       )pb" << testing::kSmallDlrmTables
                         << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n";
@@ -41,7 +42,9 @@ TEST(StartFailureTest, AWorkerStartedAfterTheJobFailedAtStartExitsSaying) {
                   .ok());
   auto address = scheduler.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
   ASSERT_TRUE(address.ok()) << address.status();
-  // No server comes: the job fails once start_deadline_ms has passed.
+  // No server comes: the job fails once start_deadline_ms has passed. The
+  // failed scheduler answers late members for 3 x dead_after_ms (180 s here:
+  // longer than the worker below may take to start on a slow machine).
   auto failed = testing::WaitForJob(
       *address, "the job to fail at start", [](const JobStatusResponse&) { return false; },
       absl::Seconds(60));
