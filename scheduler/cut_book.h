@@ -12,10 +12,11 @@
 //     1 s after the first, 2 s after the second, and the third fails the
 //     job.
 //
-// The book decides nothing about servers or clocks: JobCoordinator holds
-// the clocks, copies and writes, and tells the book what happened.
+// The book decides nothing about servers or clocks: the control thread
+// (job_control.h) holds the clocks, copies and writes, and tells the book
+// what happened.
 //
-// Not thread-safe: JobCoordinator holds it under its mutex.
+// Not thread-safe: JobState (job_state.h) holds it under its lock.
 #ifndef SHARDPS_SCHEDULER_CUT_BOOK_H_
 #define SHARDPS_SCHEDULER_CUT_BOOK_H_
 

@@ -79,9 +79,16 @@
 //    restored are renamed aside (ckpt-<clock>.corrupt-<unix seconds>). An
 //    incomplete checkpoint (no MANIFEST: a write cut short) is skipped.
 //
+// Structure. JobCoordinator is the request side: it answers the members'
+// calls and runs failure detection (Sweep). The control thread (formation,
+// cuts, recoveries) is a JobControl (job_control.h). Both act on one
+// JobState (job_state.h: the job's phase, generation and books under one
+// lock); membership (membership.h) and the clocks (clock.h) lock
+// themselves.
+//
 // Thread-safe. Blocking calls (GetPartitionMap, WaitStart, WaitClock,
 // Barrier, WaitDone) take deadlines. Start() runs two threads: failure
-// detection (Sweep) and control (formation, cuts, recoveries).
+// detection (Sweep) and control.
 #ifndef SHARDPS_SCHEDULER_JOB_H_
 #define SHARDPS_SCHEDULER_JOB_H_
 
@@ -103,13 +110,10 @@
 #include "proto/config.pb.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/clock.h"
-#include "scheduler/cut_book.h"
-#include "scheduler/eval_book.h"
+#include "scheduler/job_control.h"
+#include "scheduler/job_state.h"
 #include "scheduler/membership.h"
-#include "scheduler/recovery_book.h"
 #include "scheduler/server_ops.h"
-#include "scheduler/takeover.h"
-#include "scheduler/worker_loss.h"
 
 namespace shardps {
 
@@ -117,8 +121,7 @@ class JobCoordinator {
  public:
   // Called (outside locks) when servers must learn a new active-worker set
   // or partition map: (map, active worker ranks).
-  using ServerNotifier =
-      std::function<void(const PartitionMapProto& map, const std::vector<uint32_t>& active)>;
+  using ServerNotifier = JobState::ServerNotifier;
 
   // `ops` is not owned and must outlive the coordinator.
   JobCoordinator(JobConfig config, ServerNotifier notifier, ServerOps* ops);
@@ -214,8 +217,6 @@ class JobCoordinator {
   ClockService& clock() { return clock_; }
 
  private:
-  enum class State { kWaiting, kRunning, kDone, kFailed };
-
   // ---- job_workers.cc: checks of the workers' requests ----
   // See WaitClock above; `what` names the request in the refusal, and a
   // finished worker is accepted if `finished_ok`.
@@ -223,171 +224,38 @@ class JobCoordinator {
   // See ReportMetrics above; `max_step`: the largest step the rank may
   // report.
   absl::Status ValidateReport(const MetricsReport& report, uint64_t max_step) const;
+  // REASSIGN: the lost worker whose share `rank` (done with its own: it
+  // reported done) may train, leased to it; nullopt if none.
+  std::optional<uint32_t> LeaseOrphanLocked(uint32_t rank, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // What WaitStart waits for, for its timeout message.
+  std::string StartWaitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
-  // ---- job.cc: requests and membership ----
+  // ---- job.cc: registration ----
   // Takes a registration Membership accepted (not a repeat) into the job:
   // before forming, a rejoin makes this scheduler take the job over; after
   // it, a server with another state (or a new process) is a failure to
   // recover from, a restarted worker takes its rank back. True if the
   // servers must learn the active set again.
   bool AdmitLocked(const RegisterRequest& request, const Registration& reg, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   void ApplyRejoinLocked(const RegisterRequest& request, uint32_t index)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records a failure of server `index`; `lost`: its state is gone.
-  // The recovery the control thread is to run (a new one, or `cause` added
-  // to the pending one); the clocks pause until it is done.
-  RecoveryBook::Pending& PendLocked(const std::string& cause, absl::Time failed_at, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ServerFailedLocked(uint32_t index, const std::string& cause, absl::Time failed_at,
-                          absl::Time now, bool lost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void NotifyServers();
-  void UpdateStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool AllRegisteredOnce() const;
-  std::string SummaryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // REASSIGN: the lost worker whose share `rank` (done with its own: it
-  // reported done) may train, leased to it; nullopt if none.
-  std::optional<uint32_t> LeaseOrphanLocked(uint32_t rank, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What WaitStart waits for, for its timeout message.
-  std::string StartWaitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Marks worker `rank` as restarted in the current generation (the rewind
-  // phase of a recovery ends, and after a failure the clocks resume, when
-  // every worker is).
-  void WorkerStartedLocked(uint32_t rank, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Declares worker `rank` dead in the clock service per on_worker_loss;
-  // true if the servers' active set changed (NotifyServers).
-  bool WorkerLostLocked(uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fails the job for workers lost past worker_deadline_ms (see above).
-  void CheckWorkerDeadlinesLocked(const std::vector<Member>& members, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unpauses the clocks held after a rollback once every worker started in
-  // the new generation, or at start_deadline_ms (the missing ones are then
-  // lost as on_worker_loss says; REASSIGN and DROP stop waiting for a worker
-  // lost for worker_deadline_ms). True if the servers' active set changed.
-  bool ResumeAfterRewindLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // DROP: the estimated samples of unfinished dead workers' shares.
-  uint64_t UntrainedSamplesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool Ended() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return state_ == State::kDone || state_ == State::kFailed;
-  }
-
-  // ---- job_control.cc: the control thread ----
-  void ControlLoop();
-  // Once every worker is finished or dead (and, with dead ones left, the
-  // policy lets the job end without them), takes the job's final cut (the
-  // on-demand requests up to `serving` are served by it) and marks it taken.
-  void TakeFinalCut(uint64_t serving);
-  // Waits for the servers (and with a takeover the workers), then gives the
-  // job its start point. False if the job failed or stopped.
-  bool Form();
-  // Waits until every server is registered and alive. False if the job
-  // ended meanwhile.
-  bool WaitForServers();
-  // Restores every server to the newest usable restore point in a new
-  // generation and rewinds the workers there; fills `report`'s phases from
-  // `detected_at` on and records it (a rollback to the initial values only
-  // if `record_initial`). False if the job failed.
-  bool RollBack(RecoveryReport* report, absl::Time detected_at, bool record_initial);
-  // Runs the pending recovery.
-  void Recover();
-  // Ends the recovery `p` if every server declared dead came back with its
-  // state (a "rejoin": nothing to restore); false otherwise.
-  bool EndRejoinLocked(const RecoveryBook::Pending& p, RecoveryReport* report)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // checkpoint.recovery PARTIAL: restores only the replaced servers'
-  // partitions from `point`, in the current generation.
-  void RecoverPartially(const RecoveryBook::Pending& p, const RestorePoint& point,
-                        RecoveryReport* report);
-  // Moves the clocks and positions to `point` in `generation`; `kept`: the
-  // clocks of the complete checkpoints up to it (periodic evaluation).
-  void Rewind(const RestorePoint& point, uint64_t generation, RecoveryReport* report, bool record,
-              const std::vector<uint64_t>& kept);
-  // ---- job_checkpoint.cc ----
-  // Writes the checkpoint at `clock` (every worker held there or finished);
-  // releases the hold after the copy (`next`: the next hold, 0 = none).
-  // `serving`: the on-demand requests it answers. Returns the cut's status.
-  // `final`: the job's last cut (always due for evaluation).
-  absl::Status Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final = false);
-  // After a cut at `clock` that ended with `st`: removes a failed cut's
-  // directory, counts failures not due to a server being gone, fails the
-  // job at the kCutAttempts-th in a row. True if the cut is to be tried
-  // again at retry_cut_at_.
-  bool AfterCut(uint64_t clock, const absl::Status& st);
-  // Applies checkpoint.on_corrupt to the corrupt checkpoint `dir`: false
-  // (the job failed, naming it and `why`) with FAIL; with FALL_BACK sets it
-  // aside and returns true (false if it cannot be renamed).
-  bool OnCorruptCheckpoint(const std::string& dir, const absl::Status& why);
-  // Applies OnCorruptCheckpoint to every corrupt checkpoint newer than
-  // `newest_usable` (-1: none is usable). False if the job failed.
-  bool CheckNewerCheckpoints(int64_t newest_usable);
-  // Holds the clock at the first multiple of checkpoint.every_steps or
-  // training.eval_every_steps after `after` nobody has started.
-  void HoldFirstCut(uint64_t after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // ---- job_eval.cc: periodic evaluation and early stopping ----
-  // Reads the persisted evaluations (with CheckCheckpointDir).
-  absl::Status LoadEvaluations();
-  // After formation or a rollback to `clock` (a takeover: UINT64_MAX):
-  // forgets evaluations after it,
-  // queues the complete checkpoints `points` not evaluated yet, applies a
-  // recorded or due stop.
-  void ResumeEvaluationsLocked(uint64_t clock, const std::vector<uint64_t>& points)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stops training if the evaluations say so (early stopping).
-  void MaybeStopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checkpoints wait to be evaluated and some worker is left to do it.
-  bool EvaluationsPendingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Once the job is done, a last GC (control thread): the checkpoints kept
-  // only to be evaluated go, the best one stays.
-  void FinalCollect();
-  // The evaluation fields of JobStatus.
-  void EvalStatusLocked(JobStatusResponse* response) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
   // Constant after construction.
   const JobConfig config_;
   const uint64_t fingerprint_;
-  const ServerNotifier notifier_;
-  ServerOps* const ops_;
   const absl::Time start_time_;
   const bool checkpoints_on_;  // checkpoint.dir is set.
 
+  // Each part locks itself; the state is shared with the control thread
+  // under its own lock (job_state.h).
   Membership members_;
   ClockService clock_;
-
-  mutable Mutex mu_;
-  CondVar changed_;
-  State state_ ABSL_GUARDED_BY(mu_) = State::kWaiting;
-  std::string failure_ ABSL_GUARDED_BY(mu_);
-  bool formed_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  // Before forming: the processes of an earlier scheduler that rejoined
-  // with their state, and those that registered without.
-  Takeover takeover_ ABSL_GUARDED_BY(mu_);
-  std::map<uint32_t, MetricsReport> reports_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> final_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::vector<bool>> barriers_ ABSL_GUARDED_BY(mu_);
-  // Latest (clock, data position) of each worker: its ticks, or a restore
-  // point's.
-  std::map<uint32_t, std::pair<uint64_t, std::string>> positions_ ABSL_GUARDED_BY(mu_);
-  // cluster.on_worker_loss: the policy, each share's trained samples (its
-  // latest tick; counted with its reports, as a lost worker's last report
-  // may be older), the leases of lost shares, and the rewind after a
-  // rollback (who has not started again, since when the clocks wait).
-  WorkerLoss loss_ ABSL_GUARDED_BY(mu_);
-  std::optional<absl::Time> workers_gone_since_ ABSL_GUARDED_BY(mu_);
-
-  // The pending and running recovery, and the reports of those done.
-  RecoveryBook recovery_ ABSL_GUARDED_BY(mu_);
-
-  // Where checkpoint cuts go, on-demand requests, what the cuts did.
-  CutBook cuts_ ABSL_GUARDED_BY(mu_);
-  bool control_over_ ABSL_GUARDED_BY(mu_) = false;  // The control thread ended.
-  EvalBook evals_ ABSL_GUARDED_BY(mu_);
+  JobState state_;
+  JobControl control_;
 
   std::atomic<bool> stop_{false};
-  std::thread control_;
   std::thread sweeper_;
 };
 

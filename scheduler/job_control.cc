@@ -1,8 +1,9 @@
-// JobCoordinator's control thread: it forms the job, takes the checkpoint
-// cuts and runs the recoveries (job.h has the contract). One thing at a
-// time: a recovery waits for a cut in progress to end, and no cut starts
-// while a recovery is pending.
+// JobControl: formation and recoveries (job_control.h); the cuts are in
+// job_cuts.cc.
+#include "scheduler/job_control.h"
+
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,7 +11,6 @@
 #include "absl/time/clock.h"
 #include "common/generation.h"
 #include "glog/logging.h"
-#include "scheduler/job.h"
 
 namespace shardps {
 namespace {
@@ -32,22 +32,44 @@ std::string PointName(const RestorePoint& p) {
 
 }  // namespace
 
-void JobCoordinator::ControlLoop() {
+JobControl::JobControl(const JobConfig& config, JobState* state, Membership* members,
+                       ClockService* clock, ServerOps* ops, absl::Time start_time)
+    : config_(config),
+      state_(*state),
+      members_(*members),
+      clock_(*clock),
+      ops_(ops),
+      start_time_(start_time),
+      checkpoints_on_(!config.checkpoint().dir().empty()) {}
+
+JobControl::~JobControl() { Stop(); }
+
+void JobControl::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void JobControl::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void JobControl::Run() {
   if (Form()) {
-    uint64_t serving = 0;  // cuts_.requested() when the current cut was placed.
+    uint64_t serving = 0;  // state_.cuts.requested() when the current cut was placed.
     while (!stop_) {
       bool recover;
       {
-        MutexLock lock(&mu_);
-        changed_.WaitUntil(&mu_, absl::Now() + absl::Milliseconds(10));
-        if (Ended()) break;
-        recover = recovery_.pending() != nullptr;
+        MutexLock lock(&state_.mu);
+        state_.changed.WaitUntil(&state_.mu, absl::Now() + absl::Milliseconds(10));
+        if (state_.Ended()) break;
+        recover = state_.recovery.pending() != nullptr;
         if (!recover && checkpoints_on_) {
           const absl::Time now = absl::Now();
-          if (cuts_.requested() > serving) {  // On demand: the first unstarted clock.
+          if (state_.cuts.requested() > serving) {  // On demand: the first unstarted clock.
             clock_.HoldFirstUnstarted(1);
-            serving = cuts_.requested();
-          } else if ((cuts_.TimeDue(now) && !clock_.HeldClock()) || cuts_.RetryDue(now)) {
+            serving = state_.cuts.requested();
+          } else if ((state_.cuts.TimeDue(now) && !clock_.HeldClock()) ||
+                     state_.cuts.RetryDue(now)) {
             // Due by time, or a failed cut tried again: the first unstarted
             // clock.
             clock_.HoldFirstUnstarted(1);
@@ -67,58 +89,20 @@ void JobCoordinator::ControlLoop() {
       if (!held || !clock_.AllReachedHold()) continue;
       uint64_t next;
       {
-        MutexLock lock(&mu_);
-        next = cuts_.NextAfter(*held);
+        MutexLock lock(&state_.mu);
+        next = state_.cuts.NextAfter(*held);
       }
       AfterCut(*held, Cut(*held, next, serving));
     }
   }
   FinalCollect();
-  MutexLock lock(&mu_);
-  control_over_ = true;
-  UpdateStateLocked();
-  changed_.SignalAll();
+  MutexLock lock(&state_.mu);
+  state_.control_over = true;
+  state_.Update();
+  state_.changed.SignalAll();
 }
 
-void JobCoordinator::TakeFinalCut(uint64_t serving) {
-  // Every worker is finished or dead. When all finished training
-  // (their last pushes acknowledged, servers still up for the
-  // evaluation), the end is a consistent cut too: the job's final
-  // checkpoint.
-  bool need;
-  uint64_t last;
-  {
-    MutexLock lock(&mu_);
-    need = cuts_.FinalDue(absl::Now());
-    last = cuts_.last_complete();
-  }
-  if (!need) return;
-  const auto states = clock_.States();
-  const auto finished = [](auto s) { return s == ClockService::WorkerState::kFinished; };
-  const bool all_finished = std::all_of(states.begin(), states.end(), finished);
-  // Dead workers with data left: their shares are still to be
-  // trained (WAIT, REASSIGN), or, when none finished, the job waits
-  // for one to come back; the cuts and the final one go on then.
-  if (!all_finished && (!loss_.drops() || std::none_of(states.begin(), states.end(), finished))) {
-    return;
-  }
-  if (clock_.MaxClock() > last) {
-    const uint64_t clock = clock_.MaxClock();
-    // A failed final cut is taken again at the same clock (nothing
-    // trains any more) before the job may end.
-    if (AfterCut(clock, Cut(clock, 0, serving, /*final=*/true))) return;
-  } else {
-    clock_.Release();
-  }
-  MutexLock lock(&mu_);
-  // The job's last state is evaluated too (when it was cut before).
-  if (cuts_.last_complete() > 0) evals_.Enqueue(cuts_.last_complete(), /*final=*/true);
-  cuts_.FinalDone();
-  UpdateStateLocked();
-  changed_.SignalAll();
-}
-
-bool JobCoordinator::Form() {
+bool JobControl::Form() {
   const ClusterConfig& k = config_.cluster();
   // Live processes of an earlier scheduler rejoin at their next heartbeat:
   // give them that long before deciding the job is new.
@@ -127,50 +111,24 @@ bool JobCoordinator::Form() {
   bool takeover;
   std::string problem;
   {
-    MutexLock lock(&mu_);
+    MutexLock lock(&state_.mu);
     while (true) {
-      if (stop_ || Ended()) return false;
+      if (stop_ || state_.Ended()) return false;
       const absl::Time now = absl::Now();
       bool servers = true, workers = true;
       for (const Member& m : members_.Members()) {
         if (m.role == SERVER && m.state != ALIVE) servers = false;
         if (m.role == WORKER && m.state == STATE_UNSPECIFIED) workers = false;
       }
-      if (servers && now - start_time_ >= settle && (!takeover_.active() || workers)) break;
-      recovery_.ClearDoing();
-      changed_.WaitUntil(&mu_, now + absl::Milliseconds(50));
+      if (servers && now - start_time_ >= settle && (!state_.takeover.active() || workers)) break;
+      state_.recovery.ClearDoing();
+      state_.changed.WaitUntil(&state_.mu, now + absl::Milliseconds(50));
     }
-    takeover = takeover_.active();
-    if (takeover) problem = takeover_.Problem();
+    takeover = state_.takeover.active();
+    if (takeover) problem = state_.takeover.Problem();
   }
   if (takeover && problem.empty()) {
-    // Every process came back with one state: the job goes on from it.
-    auto points = ops_->RestorePoints();
-    MutexLock lock(&mu_);
-    generation_ = takeover_.generation();
-    clock_.SetGeneration(generation_);
-    cuts_.StartFrom(points.ok() && !points->empty() ? points->front().clock : 0);
-    std::vector<uint64_t> kept;
-    if (points.ok()) {
-      for (const RestorePoint& p : *points) kept.push_back(p.clock);
-    }
-    ResumeEvaluationsLocked(UINT64_MAX, kept);  // Nothing rolled back.
-    formed_ = true;
-    RecoveryReport report;
-    report.set_kind("takeover");
-    report.set_cause("the scheduler restarted; every server and worker rejoined with its state");
-    report.set_generation(generation_);
-    report.set_clock(clock_.MinClock().value_or(clock_.MaxClock()));
-    report.set_started_unix_sec(UnixSec(start_time_));
-    report.set_wait_sec(Secs(absl::Now() - start_time_));
-    report.set_total_sec(report.wait_sec());
-    report.set_complete(true);
-    recovery_.Record(report);
-    HoldFirstCut(cuts_.last_complete());
-    clock_.ResetMaxSpread();  // Spreads seen while processes rejoined are not real.
-    clock_.SetPaused(false);
-    UpdateStateLocked();
-    changed_.SignalAll();
+    TakeOver();  // Every process came back with one state: the job goes on from it.
   } else {
     if (takeover) LOG(WARNING) << "taking the job over needs a rollback: " << problem;
     RecoveryReport report;
@@ -180,42 +138,71 @@ bool JobCoordinator::Form() {
     report.set_started_unix_sec(UnixSec(start_time_));
     if (!RollBack(&report, start_time_, /*record_initial=*/takeover)) return false;
   }
-  NotifyServers();
+  state_.Notify();
   return true;
 }
 
-bool JobCoordinator::WaitForServers() {
-  MutexLock lock(&mu_);
+void JobControl::TakeOver() {
+  auto points = ops_->RestorePoints();
+  MutexLock lock(&state_.mu);
+  state_.generation = state_.takeover.generation();
+  clock_.SetGeneration(state_.generation);
+  state_.cuts.StartFrom(points.ok() && !points->empty() ? points->front().clock : 0);
+  std::vector<uint64_t> kept;
+  if (points.ok()) {
+    for (const RestorePoint& p : *points) kept.push_back(p.clock);
+  }
+  state_.ResumeEvaluations(UINT64_MAX, kept);  // Nothing rolled back.
+  state_.formed = true;
+  RecoveryReport report;
+  report.set_kind("takeover");
+  report.set_cause("the scheduler restarted; every server and worker rejoined with its state");
+  report.set_generation(state_.generation);
+  report.set_clock(clock_.MinClock().value_or(clock_.MaxClock()));
+  report.set_started_unix_sec(UnixSec(start_time_));
+  report.set_wait_sec(Secs(absl::Now() - start_time_));
+  report.set_total_sec(report.wait_sec());
+  report.set_complete(true);
+  state_.recovery.Record(report);
+  state_.HoldFirstCut(state_.cuts.last_complete());
+  clock_.ResetMaxSpread();  // Spreads seen while processes rejoined are not real.
+  clock_.SetPaused(false);
+  state_.Update();
+  state_.changed.SignalAll();
+}
+
+bool JobControl::WaitForServers() {
+  MutexLock lock(&state_.mu);
   while (true) {
-    if (stop_ || Ended()) return false;
+    if (stop_ || state_.Ended()) return false;
     std::vector<uint32_t> missing;
     for (const Member& m : members_.Members()) {
       if (m.role == SERVER && m.state != ALIVE) missing.push_back(m.index);
     }
     if (missing.empty()) return true;
-    recovery_.SetDoing(absl::StrCat("waiting for servers [", absl::StrJoin(missing, ","),
-                                    "] to register again (at most server_deadline_ms, ",
-                                    config_.cluster().server_deadline_ms(), " ms)"));
-    changed_.WaitUntil(&mu_, absl::Now() + absl::Milliseconds(50));
+    state_.recovery.SetDoing(absl::StrCat("waiting for servers [", absl::StrJoin(missing, ","),
+                                          "] to register again (at most server_deadline_ms, ",
+                                          config_.cluster().server_deadline_ms(), " ms)"));
+    state_.changed.WaitUntil(&state_.mu, absl::Now() + absl::Milliseconds(50));
   }
 }
 
-bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at, bool record_initial) {
+bool JobControl::RollBack(RecoveryReport* report, absl::Time detected_at, bool record_initial) {
   absl::Duration backoff = absl::Milliseconds(200);
   while (true) {
     if (!WaitForServers()) return false;
     const absl::Time back = absl::Now();
     uint64_t generation;
     {
-      MutexLock lock(&mu_);
-      recovery_.ClearPending();  // This rollback covers every failure so far.
-      recovery_.SetDoing("restoring every server");
-      generation = NextGeneration(takeover_.MaxGeneration(generation_));
+      MutexLock lock(&state_.mu);
+      state_.recovery.ClearPending();  // This rollback covers every failure so far.
+      state_.recovery.SetDoing("restoring every server");
+      generation = NextGeneration(state_.takeover.MaxGeneration(state_.generation));
     }
     auto points = ops_->RestorePoints();
     if (!points.ok()) {
-      MutexLock lock(&mu_);
-      FailLocked(absl::StrCat("cannot read the job's checkpoints: ", points.status().message()));
+      MutexLock lock(&state_.mu);
+      state_.Fail(absl::StrCat("cannot read the job's checkpoints: ", points.status().message()));
       return false;
     }
     std::vector<RestorePoint> candidates = *std::move(points);
@@ -253,8 +240,8 @@ bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at, bo
       continue;
     }
     if (!chosen) {
-      MutexLock lock(&mu_);
-      FailLocked(absl::StrCat("no usable checkpoint to roll back to: ", last.message()));
+      MutexLock lock(&state_.mu);
+      state_.Fail(absl::StrCat("no usable checkpoint to roll back to: ", last.message()));
       return false;
     }
     const RestorePoint& point = candidates[*chosen];
@@ -271,68 +258,68 @@ bool JobCoordinator::RollBack(RecoveryReport* report, absl::Time detected_at, bo
       if (!candidates[i].initial) kept.push_back(candidates[i].clock);
     }
     Rewind(point, generation, report, record_initial || !point.initial, kept);
-    NotifyServers();
+    state_.Notify();
     return true;
   }
 }
 
-void JobCoordinator::Rewind(const RestorePoint& point, uint64_t generation, RecoveryReport* report,
-                            bool record, const std::vector<uint64_t>& kept) {
-  MutexLock lock(&mu_);
+void JobControl::Rewind(const RestorePoint& point, uint64_t generation, RecoveryReport* report,
+                        bool record, const std::vector<uint64_t>& kept) {
+  MutexLock lock(&state_.mu);
   const absl::Time now = absl::Now();
-  generation_ = generation;
-  positions_.clear();
+  state_.generation = generation;
+  state_.positions.clear();
   for (const auto& [rank, position] : point.positions) {
-    positions_[rank] = {point.clock, position};
+    state_.positions[rank] = {point.clock, position};
   }
   // Every worker trains again from the point, the missing ones included:
   // after a failure (not at a new job's start) the clocks stay paused until
   // every worker has started in the new generation (WaitStart), those
   // restarted after the failure too, or start_deadline_ms passed
   // (ResumeAfterRewindLocked).
-  const bool after_failure = formed_ || takeover_.active();
-  std::vector<bool> live(final_.size(), true);
+  const bool after_failure = state_.formed || state_.takeover.active();
+  std::vector<bool> live(state_.reported_final.size(), true);
   std::vector<uint32_t> workers;
   for (const Member& m : members_.Members()) {
     if (m.role != WORKER) continue;
     if (m.state == FINISHED) members_.Reopen(m.index, now);
     workers.push_back(m.index);
   }
-  loss_.BeginRewind(workers);
-  std::fill(final_.begin(), final_.end(), false);
-  reports_.clear();
-  barriers_.clear();
+  state_.loss.BeginRewind(workers);
+  std::fill(state_.reported_final.begin(), state_.reported_final.end(), false);
+  state_.reports.clear();
+  state_.barriers.clear();
   clock_.Rewind(generation, point.clock, live);
-  cuts_.StartFrom(point.initial ? 0 : point.clock);
-  HoldFirstCut(point.clock);
-  ResumeEvaluationsLocked(point.clock, kept);
+  state_.cuts.StartFrom(point.initial ? 0 : point.clock);
+  state_.HoldFirstCut(point.clock);
+  state_.ResumeEvaluations(point.clock, kept);
   clock_.ResetMaxSpread();
-  formed_ = true;
-  recovery_.ClearDoing();
-  recovery_.RewindStarted(now);
+  state_.formed = true;
+  state_.recovery.ClearDoing();
+  state_.recovery.RewindStarted(now);
   report->set_generation(generation);
   report->set_initial(point.initial);
   report->set_clock(point.clock);
-  if (record) recovery_.Record(*report);
+  if (record) state_.recovery.Record(*report);
   if (after_failure) {
-    loss_.HoldClocks(now);
+    state_.loss.HoldClocks(now);
     LOG(INFO) << "the clocks resume once every worker has started at clock " << point.clock
               << " (at most start_deadline_ms, " << config_.cluster().start_deadline_ms() << " ms)";
   } else {
-    loss_.ReleaseClocks(/*forget_awaited=*/!record);
+    state_.loss.ReleaseClocks(/*forget_awaited=*/!record);
     clock_.SetPaused(false);
   }
-  UpdateStateLocked();
-  changed_.SignalAll();
+  state_.Update();
+  state_.changed.SignalAll();
 }
 
-void JobCoordinator::Recover() {
+void JobControl::Recover() {
   RecoveryBook::Pending p;
   {
-    MutexLock lock(&mu_);
-    if (recovery_.pending() == nullptr) return;
-    p = *recovery_.pending();
-    recovery_.SetDoing("waiting for the failed servers");
+    MutexLock lock(&state_.mu);
+    if (state_.recovery.pending() == nullptr) return;
+    p = *state_.recovery.pending();
+    state_.recovery.SetDoing("waiting for the failed servers");
   }
   RecoveryReport report;
   report.set_cause(p.cause);
@@ -340,7 +327,7 @@ void JobCoordinator::Recover() {
   report.set_detect_sec(Secs(p.detected_at - p.failed_at));
   if (!WaitForServers()) return;
   {
-    MutexLock lock(&mu_);
+    MutexLock lock(&state_.mu);
     if (EndRejoinLocked(p, &report)) return;
   }
   const bool partial = config_.checkpoint().recovery() == CheckpointConfig::PARTIAL &&
@@ -358,8 +345,8 @@ void JobCoordinator::Recover() {
   RollBack(&report, p.detected_at, /*record_initial=*/true);
 }
 
-bool JobCoordinator::EndRejoinLocked(const RecoveryBook::Pending& p, RecoveryReport* report) {
-  const RecoveryBook::Pending* now_pending = recovery_.pending();
+bool JobControl::EndRejoinLocked(const RecoveryBook::Pending& p, RecoveryReport* report) {
+  const RecoveryBook::Pending* now_pending = state_.recovery.pending();
   if (now_pending == nullptr || !now_pending->lost.empty() || !now_pending->silent.empty() ||
       now_pending->roll_back) {
     return false;
@@ -367,30 +354,30 @@ bool JobCoordinator::EndRejoinLocked(const RecoveryBook::Pending& p, RecoveryRep
   // Every server declared dead came back with its state (it was stalled,
   // not gone): nothing to restore.
   report->set_kind("rejoin");
-  report->set_generation(generation_);
+  report->set_generation(state_.generation);
   report->set_clock(clock_.MinClock().value_or(clock_.MaxClock()));
   report->set_wait_sec(Secs(absl::Now() - p.detected_at));
   report->set_total_sec(report->detect_sec() + report->wait_sec());
   report->set_complete(true);
-  recovery_.Record(*report);
-  recovery_.ClearPending();
-  recovery_.ClearDoing();
-  if (!loss_.clocks_held()) clock_.SetPaused(false);
-  UpdateStateLocked();
-  changed_.SignalAll();
+  state_.recovery.Record(*report);
+  state_.recovery.ClearPending();
+  state_.recovery.ClearDoing();
+  if (!state_.loss.clocks_held()) clock_.SetPaused(false);
+  state_.Update();
+  state_.changed.SignalAll();
   return true;
 }
 
-void JobCoordinator::RecoverPartially(const RecoveryBook::Pending& p, const RestorePoint& point,
-                                      RecoveryReport* report) {
+void JobControl::RecoverPartially(const RecoveryBook::Pending& p, const RestorePoint& point,
+                                  RecoveryReport* report) {
   std::set<uint32_t> lost;
   uint64_t generation;
   {
-    MutexLock lock(&mu_);
-    lost = recovery_.pending() != nullptr ? recovery_.pending()->lost : p.lost;
-    generation = generation_;
-    recovery_.ClearPending();
-    recovery_.SetDoing("restoring the replaced servers (partial recovery)");
+    MutexLock lock(&state_.mu);
+    lost = state_.recovery.pending() != nullptr ? state_.recovery.pending()->lost : p.lost;
+    generation = state_.generation;
+    state_.recovery.ClearPending();
+    state_.recovery.SetDoing("restoring the replaced servers (partial recovery)");
   }
   const absl::Time back = absl::Now();
   const std::optional<PartitionMapProto> map = members_.Map();
@@ -405,16 +392,16 @@ void JobCoordinator::RecoverPartially(const RecoveryBook::Pending& p, const Rest
     total.rows += r->rows;
     total.bytes += r->bytes;
   }
-  MutexLock lock(&mu_);
+  MutexLock lock(&state_.mu);
   if (!st.ok()) {
     if (!ServerTrouble(st)) {
-      FailLocked(absl::StrCat("partial recovery failed: ", st.message()));
+      state_.Fail(absl::StrCat("partial recovery failed: ", st.message()));
       return;
     }
     // A server went away again: recover anew.
     LOG(WARNING) << "partial recovery interrupted: " << st;
     for (uint32_t index : lost) {
-      ServerFailedLocked(index, p.cause, p.failed_at, p.detected_at, /*lost=*/true);
+      state_.ServerFailed(index, p.cause, p.failed_at, p.detected_at, /*lost=*/true);
     }
     return;
   }
@@ -422,7 +409,7 @@ void JobCoordinator::RecoverPartially(const RecoveryBook::Pending& p, const Rest
             << total.rows << " rows of their partitions from " << point.dir
             << "; the other servers and the workers went on";
   report->set_kind("partial");
-  report->set_generation(generation_);
+  report->set_generation(state_.generation);
   report->set_clock(point.clock);
   report->set_wait_sec(Secs(back - p.detected_at));
   report->set_restore_sec(Secs(absl::Now() - back));
@@ -430,11 +417,22 @@ void JobCoordinator::RecoverPartially(const RecoveryBook::Pending& p, const Rest
   report->set_rows(total.rows);
   report->set_bytes(total.bytes);
   report->set_complete(true);
-  recovery_.Record(*report);
-  recovery_.ClearDoing();
-  if (!loss_.clocks_held()) clock_.SetPaused(false);
-  UpdateStateLocked();
-  changed_.SignalAll();
+  state_.recovery.Record(*report);
+  state_.recovery.ClearDoing();
+  if (!state_.loss.clocks_held()) clock_.SetPaused(false);
+  state_.Update();
+  state_.changed.SignalAll();
+}
+
+void JobControl::FinalCollect() {
+  std::vector<uint64_t> pinned;
+  {
+    MutexLock lock(&state_.mu);
+    if (!state_.evals.on() || state_.phase != JobState::Phase::kDone) return;
+    pinned = state_.evals.Pinned();
+  }
+  ops_->PinCheckpoints(pinned);
+  ops_->CollectGarbage();
 }
 
 }  // namespace shardps

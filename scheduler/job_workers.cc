@@ -1,5 +1,6 @@
 // JobCoordinator: what workers ask while they train: where to start, the
-// clock, barriers, metrics and the partition map (job.h).
+// clock, barriers, metrics, the partition map and the checkpoints to
+// evaluate (job.h).
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -22,7 +23,6 @@ absl::Time DeadlineFromMs(uint32_t timeout_ms) {
 }
 
 }  // namespace
-
 absl::Status JobCoordinator::CheckWorker(const char* what, uint32_t rank, bool finished_ok) const {
   const std::optional<Member> m = members_.Get(WORKER, rank);
   if (!m) {
@@ -43,8 +43,8 @@ absl::Status JobCoordinator::CheckWorker(const char* what, uint32_t rank, bool f
     default: {
       bool formed;
       {
-        MutexLock lock(&mu_);
-        formed = formed_;
+        MutexLock lock(&state_.mu);
+        formed = state_.formed;
       }
       const std::string why =
           absl::StrCat(what, ": worker ", rank, " has not registered with this scheduler; refused");
@@ -106,10 +106,11 @@ absl::Status JobCoordinator::GetPartitionMap(const GetPartitionMapRequest& reque
                                              PartitionMapProto* response) {
   const absl::Time deadline = DeadlineFromMs(request.timeout_ms());
   const uint64_t want = std::max<uint64_t>(1, request.min_version());
-  MutexLock lock(&mu_);
-  while (members_.MapVersion() < want || !formed_) {
-    if (state_ == State::kFailed) return absl::AbortedError(failure_);
-    if (!changed_.WaitUntil(&mu_, deadline) && (members_.MapVersion() < want || !formed_)) {
+  MutexLock lock(&state_.mu);
+  while (members_.MapVersion() < want || !state_.formed) {
+    if (state_.phase == JobState::Phase::kFailed) return absl::AbortedError(state_.failure);
+    if (!state_.changed.WaitUntil(&state_.mu, deadline) &&
+        (members_.MapVersion() < want || !state_.formed)) {
       return absl::DeadlineExceededError(
           absl::StrCat("partition map version ", want, " not ready: waiting for servers"));
     }
@@ -118,25 +119,19 @@ absl::Status JobCoordinator::GetPartitionMap(const GetPartitionMapRequest& reque
   return absl::OkStatus();
 }
 
-void JobCoordinator::WorkerStartedLocked(uint32_t rank, absl::Time now) {
-  if (!loss_.Started(rank)) return;
-  (void)ResumeAfterRewindLocked(now);  // None is missing: no worker is lost.
-  recovery_.CompleteRewind(now);
-}
-
 std::optional<uint32_t> JobCoordinator::LeaseOrphanLocked(uint32_t rank, absl::Time now) {
-  if (!loss_.reassigns() || !formed_ || !recovery_.idle() || loss_.clocks_held() ||
-      clock_.States()[rank] != ClockService::WorkerState::kFinished) {
+  if (!state_.loss.reassigns() || !state_.formed || !state_.recovery.idle() ||
+      state_.loss.clocks_held() || clock_.States()[rank] != ClockService::WorkerState::kFinished) {
     return std::nullopt;
   }
   const absl::Duration dead_after = Ms(config_.cluster().dead_after_ms());
   const auto states = clock_.States();
   for (const Member& m : members_.Members()) {
-    if (m.role != WORKER || m.index == rank || m.state != DEAD || final_[m.index] ||
+    if (m.role != WORKER || m.index == rank || m.state != DEAD || state_.reported_final[m.index] ||
         states[m.index] != ClockService::WorkerState::kDead || now - m.state_since < dead_after) {
       continue;
     }
-    if (!loss_.TakeLease(m.index, now, 2 * dead_after)) continue;
+    if (!state_.loss.TakeLease(m.index, now, 2 * dead_after)) continue;
     LOG(INFO) << "worker " << rank << " finished its share and takes over worker " << m.index
               << "'s, unfinished at clock " << clock_.Clocks()[m.index] << " (" << m.reason << ")";
     return m.index;
@@ -145,7 +140,7 @@ std::optional<uint32_t> JobCoordinator::LeaseOrphanLocked(uint32_t rank, absl::T
 }
 
 std::string JobCoordinator::StartWaitLocked() const {
-  if (!formed_) {
+  if (!state_.formed) {
     std::vector<uint32_t> missing;
     for (const Member& m : members_.Members()) {
       if (m.role == SERVER && m.state != ALIVE) missing.push_back(m.index);
@@ -153,52 +148,53 @@ std::string JobCoordinator::StartWaitLocked() const {
     if (!missing.empty()) {
       return absl::StrCat("servers [", absl::StrJoin(missing, ","), "] to register");
     }
-    return takeover_.active() ? "every worker to rejoin the restarted scheduler"
-                              : "the job to form (servers being set up)";
+    return state_.takeover.active() ? "every worker to rejoin the restarted scheduler"
+                                    : "the job to form (servers being set up)";
   }
-  if (!recovery_.idle()) return recovery_.Waiting();
-  return absl::StrCat("a rollback or the job's end (generation ", generation_,
+  if (!state_.recovery.idle()) return state_.recovery.Waiting();
+  return absl::StrCat("a rollback or the job's end (generation ", state_.generation,
                       " is still current)");
 }
 
 absl::Status JobCoordinator::WaitStart(const WaitStartRequest& request,
                                        WaitStartResponse* response) {
   const uint32_t rank = request.rank();
-  if (rank >= final_.size() || !members_.Registered(WORKER, rank)) {
+  if (rank >= state_.reported_final.size() || !members_.Registered(WORKER, rank)) {
     return absl::FailedPreconditionError(
         absl::StrCat("WaitStart: worker ", rank, " has not registered with this scheduler"));
   }
   const absl::Time deadline = DeadlineFromMs(request.timeout_ms());
-  MutexLock lock(&mu_);
+  MutexLock lock(&state_.mu);
   while (true) {
-    if (state_ == State::kFailed) return absl::AbortedError(failure_);
-    if (state_ == State::kDone) {
+    if (state_.phase == JobState::Phase::kFailed) return absl::AbortedError(state_.failure);
+    if (state_.phase == JobState::Phase::kDone) {
       response->set_job_ended(true);
       return absl::OkStatus();
     }
-    const bool newer = !request.has_after_generation() || generation_ > request.after_generation();
-    if (formed_ && recovery_.idle() && newer) break;
-    if (request.has_after_generation() && request.after_generation() == generation_) {
+    const bool newer =
+        !request.has_after_generation() || state_.generation > request.after_generation();
+    if (state_.formed && state_.recovery.idle() && newer) break;
+    if (request.has_after_generation() && request.after_generation() == state_.generation) {
       if (const std::optional<uint32_t> orphan = LeaseOrphanLocked(rank, absl::Now())) {
-        response->set_generation(generation_);
+        response->set_generation(state_.generation);
         response->set_adopt_rank(*orphan);
         return absl::OkStatus();
       }
     }
-    if (!changed_.WaitUntil(&mu_, deadline)) {
+    if (!state_.changed.WaitUntil(&state_.mu, deadline)) {
       return absl::DeadlineExceededError(
           absl::StrCat("worker ", rank, " waits for ", StartWaitLocked()));
     }
   }
   const uint64_t clock = clock_.Clocks()[rank];
-  response->set_generation(generation_);
+  response->set_generation(state_.generation);
   response->set_clock(clock);
-  auto it = positions_.find(rank);
-  if (it != positions_.end() && it->second.first == clock) {
+  auto it = state_.positions.find(rank);
+  if (it != state_.positions.end() && it->second.first == clock) {
     response->set_position(it->second.second);
   }
   *response->mutable_map() = *members_.Map();
-  WorkerStartedLocked(rank, absl::Now());
+  state_.WorkerStarted(rank, absl::Now());
   return absl::OkStatus();
 }
 
@@ -222,60 +218,60 @@ absl::Status JobCoordinator::Tick(const TickRequest& request, TickResponse* resp
         request.clock(), ": more than clock x training.batch_size (", batch, "); refused"));
   }
   // The tick and its data position together: a cut placed once every worker
-  // ticked its clock (AllReachedHold, then Cut under mu_) must find the
+  // ticked its clock (AllReachedHold, then Cut under state_.mu) must find the
   // position of that clock, never the one before.
-  MutexLock lock(&mu_);
+  MutexLock lock(&state_.mu);
   auto min = clock_.Tick(request.rank(), request.clock(), request.generation());
   if (!min.ok()) return min.status();
   if (!request.position().empty()) {
-    positions_[request.rank()] = {request.clock(), request.position()};
+    state_.positions[request.rank()] = {request.clock(), request.position()};
   }
-  loss_.RecordTick(request.rank(), request.samples());
+  state_.loss.RecordTick(request.rank(), request.samples());
   response->set_min_clock(*min);
   return absl::OkStatus();
 }
 
 absl::Status JobCoordinator::RequestRollBack(const RollBackRequest& request) {
   RETURN_IF_ERROR(CheckWorker("RollBack", request.rank(), /*finished_ok=*/false));
-  MutexLock lock(&mu_);
-  if (config_.cluster().mode() != BSP || loss_.LeavesClock()) {
+  MutexLock lock(&state_.mu);
+  if (config_.cluster().mode() != BSP || state_.loss.LeavesClock()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "RollBack from worker ", request.rank(),
         ": only a BSP job with "
         "cluster.on_worker_loss WAIT rolls back for a step a worker cannot redo; refused"));
   }
-  if (request.generation() != generation_) {
+  if (request.generation() != state_.generation) {
     LOG(INFO) << "worker " << request.rank() << " asked for a rollback in generation "
-              << request.generation() << "; the job is in " << generation_ << " already";
+              << request.generation() << "; the job is in " << state_.generation << " already";
     return absl::OkStatus();
   }
   const std::string cause =
       absl::StrCat("worker ", request.rank(), " cannot redo step ", request.clock(), " exactly (",
                    request.cause().substr(0, 400), ")");
   const absl::Time now = absl::Now();
-  PendLocked(cause, now, now).roll_back = true;
+  state_.Pend(cause, now, now).roll_back = true;
   return absl::OkStatus();
 }
 
 absl::Status JobCoordinator::Barrier(const BarrierRequest& request, BarrierResponse* response) {
-  if (request.role() != WORKER || request.index() >= final_.size()) {
+  if (request.role() != WORKER || request.index() >= state_.reported_final.size()) {
     return absl::InvalidArgumentError("barrier: only workers with a valid rank");
   }
   RETURN_IF_ERROR(CheckWorker("Barrier", request.index(), /*finished_ok=*/true));
   const absl::Time deadline = DeadlineFromMs(request.timeout_ms());
-  MutexLock lock(&mu_);
+  MutexLock lock(&state_.mu);
   const uint64_t generation = request.generation();
-  RETURN_IF_ERROR(CheckGeneration("the scheduler", generation, generation_));
-  std::vector<bool>& entered = barriers_[request.name()];
-  entered.resize(final_.size(), false);
+  RETURN_IF_ERROR(CheckGeneration("the scheduler", generation, state_.generation));
+  std::vector<bool>& entered = state_.barriers[request.name()];
+  entered.resize(state_.reported_final.size(), false);
   entered[request.index()] = true;
-  changed_.SignalAll();
+  state_.changed.SignalAll();
   while (true) {
-    if (state_ == State::kFailed) return absl::AbortedError(failure_);
+    if (state_.phase == JobState::Phase::kFailed) return absl::AbortedError(state_.failure);
     // A rollback (another generation) empties the barriers.
-    RETURN_IF_ERROR(CheckGeneration("the scheduler", generation, generation_));
+    RETURN_IF_ERROR(CheckGeneration("the scheduler", generation, state_.generation));
     bool all = true;
-    const std::vector<bool>& now_entered = barriers_[request.name()];
+    const std::vector<bool>& now_entered = state_.barriers[request.name()];
     const auto states = clock_.States();
     for (const Member& m : members_.Members()) {
       if (m.role != WORKER) continue;
@@ -283,7 +279,7 @@ absl::Status JobCoordinator::Barrier(const BarrierRequest& request, BarrierRespo
       // that died after it, or (on_worker_loss DROP) before.
       const bool trained =
           m.state == FINISHED || states[m.index] == ClockService::WorkerState::kFinished;
-      const bool dropped = m.state == DEAD && loss_.drops();
+      const bool dropped = m.state == DEAD && state_.loss.drops();
       if (!now_entered[m.index] && !trained && !dropped) all = false;
     }
     if (all) return absl::OkStatus();
@@ -291,7 +287,7 @@ absl::Status JobCoordinator::Barrier(const BarrierRequest& request, BarrierRespo
       response->set_adopt_rank(*orphan);
       return absl::OkStatus();
     }
-    if (!changed_.WaitUntil(&mu_, deadline)) {
+    if (!state_.changed.WaitUntil(&state_.mu, deadline)) {
       return absl::DeadlineExceededError(
           absl::StrCat("barrier \"", request.name(), "\" timed out"));
     }
@@ -300,7 +296,7 @@ absl::Status JobCoordinator::Barrier(const BarrierRequest& request, BarrierRespo
 
 absl::Status JobCoordinator::ReportMetrics(const MetricsReport& report) {
   const uint32_t rank = report.rank();
-  if (rank >= final_.size() || !members_.Registered(WORKER, rank)) {
+  if (rank >= state_.reported_final.size() || !members_.Registered(WORKER, rank)) {
     return absl::FailedPreconditionError(
         absl::StrCat("metrics: worker ", rank, " has not registered with this scheduler; refused"));
   }
@@ -309,8 +305,8 @@ absl::Status JobCoordinator::ReportMetrics(const MetricsReport& report) {
     RETURN_IF_ERROR(CheckWorker("metrics", rank, /*finished_ok=*/true));
     {
       // A report of an older generation is refused as stale, not judged.
-      MutexLock lock(&mu_);
-      RETURN_IF_ERROR(CheckGeneration("the scheduler", report.generation(), generation_));
+      MutexLock lock(&state_.mu);
+      RETURN_IF_ERROR(CheckGeneration("the scheduler", report.generation(), state_.generation));
     }
     RETURN_IF_ERROR(ValidateReport(report, clock_.MayTickTo(rank)));
   } else {
@@ -319,28 +315,78 @@ absl::Status JobCoordinator::ReportMetrics(const MetricsReport& report) {
     members_.MarkDead(WORKER, rank, why, now);
     bool notify;
     {
-      MutexLock lock(&mu_);
-      notify = WorkerLostLocked(rank);
-      UpdateStateLocked();
-      changed_.SignalAll();
+      MutexLock lock(&state_.mu);
+      notify = state_.WorkerLost(rank);
+      state_.Update();
+      state_.changed.SignalAll();
     }
-    if (notify) NotifyServers();
+    if (notify) state_.Notify();
     return absl::OkStatus();
   }
   {
-    MutexLock lock(&mu_);
-    RETURN_IF_ERROR(CheckGeneration("the scheduler", report.generation(), generation_));
+    MutexLock lock(&state_.mu);
+    RETURN_IF_ERROR(CheckGeneration("the scheduler", report.generation(), state_.generation));
     if (report.done()) {
       members_.MarkFinished(rank, now);
       clock_.MarkFinished(rank);
     }
-    reports_[rank] = report;
-    if (report.final()) final_[rank] = true;
-    UpdateStateLocked();
-    changed_.SignalAll();
+    state_.reports[rank] = report;
+    if (report.final()) state_.reported_final[rank] = true;
+    state_.Update();
+    state_.changed.SignalAll();
   }
-  if (report.done()) NotifyServers();
+  if (report.done()) state_.Notify();
   return absl::OkStatus();
+}
+
+// Periodic evaluation. Why checkpoints: an evaluation must see one consistent state, the same as
+// a standalone evaluation at that clock (ps_score). A cut is that state
+// already, and the workers wait only for its in-memory copy; a worker then
+// evaluates the checkpoint's files in its own process (RestoreJob +
+// Trainer::Evaluate, exactly ps_score's code) while training goes on. So an
+// evaluation never holds the clocks, and keep-best is "do not GC that
+// checkpoint".
+absl::Status JobCoordinator::Evaluation(const EvaluationRequest& request,
+                                        EvaluationResponse* response) {
+  const uint32_t rank = request.rank();
+  RETURN_IF_ERROR(CheckWorker("Evaluation", rank, /*finished_ok=*/true));
+  const absl::Time deadline =
+      absl::Now() + std::min(absl::Milliseconds(request.timeout_ms()), absl::Seconds(60));
+  MutexLock lock(&state_.mu);
+  if (!state_.evals.on()) {
+    return absl::FailedPreconditionError(
+        "Evaluation: periodic evaluation is off (training.eval_every_steps is 0)");
+  }
+  if (request.has_done()) {
+    if (!request.error().empty()) {
+      state_.evals.Failed(rank, request.done().clock(), request.error());
+    } else if (absl::Status st = state_.evals.Record(rank, request.done()); !st.ok()) {
+      if (absl::IsInvalidArgument(st) || absl::IsFailedPrecondition(st)) return st;
+      LOG(WARNING) << st;  // Recorded, but not persisted.
+    }
+    state_.MaybeStop();
+    state_.Update();
+    state_.changed.SignalAll();
+  }
+  while (true) {
+    if (state_.Ended()) {
+      response->set_job_ended(true);
+      return absl::OkStatus();
+    }
+    if (state_.formed && state_.recovery.idle()) {
+      // A dead worker's evaluation goes to another (a restarted process of
+      // the same rank gets its own back from Take).
+      for (const Member& m : members_.Members()) {
+        if (m.role == WORKER && m.state == DEAD) state_.evals.Release(m.index);
+      }
+      state_.evals.ExpireLeases();
+      if (std::optional<uint64_t> clock = state_.evals.Take(rank)) {
+        response->set_clock(*clock);
+        return absl::OkStatus();
+      }
+    }
+    if (!state_.changed.WaitUntil(&state_.mu, deadline)) return absl::OkStatus();  // Nothing yet.
+  }
 }
 
 }  // namespace shardps

@@ -9,10 +9,11 @@
 //   - the report of every recovery; a rollback's report is complete once
 //     every live worker has started again (the end of its rewind).
 //
-// The book decides nothing: JobCoordinator pauses the clocks, restores the
-// servers and rewinds the workers, and tells the book what it did.
+// The book decides nothing: the control thread (job_control.h) pauses the
+// clocks, restores the servers and rewinds the workers, and tells the book
+// what it did.
 //
-// Not thread-safe: JobCoordinator holds it under its mutex.
+// Not thread-safe: JobState (job_state.h) holds it under its lock.
 #ifndef SHARDPS_SCHEDULER_RECOVERY_BOOK_H_
 #define SHARDPS_SCHEDULER_RECOVERY_BOOK_H_
 

@@ -8,7 +8,7 @@
 // (a takeover); otherwise the job rolls back, in a generation above every
 // one seen.
 //
-// Not thread-safe: JobCoordinator holds it under its mutex.
+// Not thread-safe: JobState (job_state.h) holds it under its lock.
 #ifndef SHARDPS_SCHEDULER_TAKEOVER_H_
 #define SHARDPS_SCHEDULER_TAKEOVER_H_
 

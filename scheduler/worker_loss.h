@@ -14,11 +14,11 @@
 //     generation yet (the recovery is complete once none is left), and since
 //     when the clocks are held for them (at most start_deadline_ms).
 //
-// The book decides nothing about processes it cannot see: JobCoordinator
-// (job.h) feeds it what members, clocks and reports say and acts on its
+// The book decides nothing about processes it cannot see: the scheduler
+// (job.h, job_state.h) feeds it what members, clocks and reports say and acts on its
 // answers (pauses clocks, marks workers dead, fails the job).
 //
-// Not thread-safe: JobCoordinator holds it under its mutex.
+// Not thread-safe: JobState (job_state.h) holds it under its lock.
 #ifndef SHARDPS_SCHEDULER_WORKER_LOSS_H_
 #define SHARDPS_SCHEDULER_WORKER_LOSS_H_
 

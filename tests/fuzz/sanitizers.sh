@@ -36,6 +36,7 @@ TSAN_TARGETS=(
   //scheduler:clock_test //scheduler:membership_test //scheduler:job_test
   //scheduler:job_recovery_test //scheduler:job_worker_loss_test //scheduler:worker_loss_test
   //scheduler:cut_book_test //scheduler:recovery_book_test //scheduler:takeover_test
+  //scheduler:job_state_test //scheduler:job_control_test
   //common/checkpoint/...
   //worker/data/...
 )

@@ -1,6 +1,6 @@
-// JobCoordinator: writing checkpoint cuts and the checkpoint faults (an
-// unusable directory, a failed cut, a corrupt checkpoint), job.h has the
-// contract; checkpoint_guard.h the file-level checks.
+// JobControl: the checkpoint cuts and their faults (a failed cut, a
+// corrupt checkpoint); job_control.h has the contract, checkpoint_guard.h
+// the file-level checks.
 #include <algorithm>
 #include <utility>
 
@@ -8,7 +8,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "scheduler/checkpoint_guard.h"
-#include "scheduler/job.h"
+#include "scheduler/job_control.h"
 
 namespace shardps {
 namespace {
@@ -22,28 +22,55 @@ bool ServerGone(const absl::Status& st) {
 
 }  // namespace
 
-absl::Status JobCoordinator::CheckCheckpointDir() {
-  if (!checkpoints_on_) return absl::OkStatus();
-  const std::string& root = config_.checkpoint().dir();
-  absl::Status st = ProbeCheckpointDir(root);
-  if (st.ok()) st = LoadEvaluations();
-  if (st.ok()) return st;
-  st = absl::Status(st.code(),
-                    absl::StrCat("checkpoint.dir ", root, " is unusable: ", st.message()));
-  MutexLock lock(&mu_);
-  FailLocked(std::string(st.message()));
-  return st;
+void JobControl::TakeFinalCut(uint64_t serving) {
+  // Every worker is finished or dead. When all finished training
+  // (their last pushes acknowledged, servers still up for the
+  // evaluation), the end is a consistent cut too: the job's final
+  // checkpoint.
+  bool need;
+  uint64_t last;
+  {
+    MutexLock lock(&state_.mu);
+    need = state_.cuts.FinalDue(absl::Now());
+    last = state_.cuts.last_complete();
+  }
+  if (!need) return;
+  const auto states = clock_.States();
+  const auto finished = [](auto s) { return s == ClockService::WorkerState::kFinished; };
+  const bool all_finished = std::all_of(states.begin(), states.end(), finished);
+  // Dead workers with data left: their shares are still to be
+  // trained (WAIT, REASSIGN), or, when none finished, the job waits
+  // for one to come back; the cuts and the final one go on then.
+  if (!all_finished &&
+      (!state_.loss.drops() || std::none_of(states.begin(), states.end(), finished))) {
+    return;
+  }
+  if (clock_.MaxClock() > last) {
+    const uint64_t clock = clock_.MaxClock();
+    // A failed final cut is taken again at the same clock (nothing
+    // trains any more) before the job may end.
+    if (AfterCut(clock, Cut(clock, 0, serving, /*final=*/true))) return;
+  } else {
+    clock_.Release();
+  }
+  MutexLock lock(&state_.mu);
+  // The job's last state is evaluated too (when it was cut before).
+  if (state_.cuts.last_complete() > 0)
+    state_.evals.Enqueue(state_.cuts.last_complete(), /*final=*/true);
+  state_.cuts.FinalDone();
+  state_.Update();
+  state_.changed.SignalAll();
 }
 
-absl::Status JobCoordinator::Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final) {
+absl::Status JobControl::Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final) {
   Positions positions;
   uint64_t generation;
   std::vector<uint64_t> pinned;
   {
-    MutexLock lock(&mu_);
-    for (const auto& [rank, p] : positions_) positions[rank] = p.second;
-    generation = generation_;
-    pinned = evals_.Pinned();
+    MutexLock lock(&state_.mu);
+    for (const auto& [rank, p] : state_.positions) positions[rank] = p.second;
+    generation = state_.generation;
+    pinned = state_.evals.Pinned();
   }
   ops_->PinCheckpoints(pinned);
   const std::optional<PartitionMapProto> map = members_.Map();
@@ -59,21 +86,21 @@ absl::Status JobCoordinator::Cut(uint64_t clock, uint64_t next, uint64_t serving
   }
   if (st.ok()) st = ops_->FinishCut(*map, generation, clock, positions);
   const absl::Time written = absl::Now();
-  MutexLock lock(&mu_);
-  cuts_.Completed(clock, st, serving, copied - start, written - copied, written);
+  MutexLock lock(&state_.mu);
+  state_.cuts.Completed(clock, st, serving, copied - start, written - copied, written);
   if (st.ok()) {
     LOG(INFO) << "checkpoint at clock " << clock << ": workers held "
               << absl::FormatDuration(copied - start) << " for the copy, files written in "
               << absl::FormatDuration(written - copied) << " behind them";
-    evals_.Enqueue(clock, final);
+    state_.evals.Enqueue(clock, final);
   } else {
     LOG(ERROR) << "checkpoint at clock " << clock << " failed: " << st;
   }
-  changed_.SignalAll();
+  state_.changed.SignalAll();
   return st;
 }
 
-bool JobCoordinator::AfterCut(uint64_t clock, const absl::Status& st) {
+bool JobControl::AfterCut(uint64_t clock, const absl::Status& st) {
   if (st.ok()) return false;  // Cut reset the failures.
   // No orphan part files: a directory without MANIFEST is no checkpoint.
   // (Every server has answered, so none is still writing into it; a stalled
@@ -82,31 +109,25 @@ bool JobCoordinator::AfterCut(uint64_t clock, const absl::Status& st) {
       !removed.ok()) {
     LOG(WARNING) << "cannot remove the failed checkpoint's files: " << removed;
   }
-  MutexLock lock(&mu_);
-  if (ServerGone(st) || recovery_.pending() != nullptr || Ended())
+  MutexLock lock(&state_.mu);
+  if (ServerGone(st) || state_.recovery.pending() != nullptr || state_.Ended())
     return false;  // A recovery takes over.
-  const std::optional<absl::Duration> backoff = cuts_.CountFailure(absl::Now());
+  const std::optional<absl::Duration> backoff = state_.cuts.CountFailure(absl::Now());
   if (!backoff) {
-    FailLocked(absl::StrCat("checkpoint at clock ", clock, " failed ", cuts_.failures(),
-                            " times in a row (checkpoint.dir ", config_.checkpoint().dir(),
-                            "): ", st.ToString()));
+    state_.Fail(absl::StrCat("checkpoint at clock ", clock, " failed ", state_.cuts.failures(),
+                             " times in a row (checkpoint.dir ", config_.checkpoint().dir(),
+                             "): ", st.ToString()));
     return false;
   }
-  LOG(ERROR) << "checkpoint at clock " << clock << ": attempt " << cuts_.failures() << " of "
+  LOG(ERROR) << "checkpoint at clock " << clock << ": attempt " << state_.cuts.failures() << " of "
              << CutBook::kAttempts << " failed; trying again in " << absl::FormatDuration(*backoff);
   return true;
 }
 
-void JobCoordinator::HoldFirstCut(uint64_t after) {
-  if (!checkpoints_on_) return;
-  // HoldFirstUnstarted keeps an earlier hold: the first of the two.
-  for (uint64_t k : cuts_.multiples()) clock_.HoldFirstUnstarted(k, after + 1);
-}
-
-bool JobCoordinator::OnCorruptCheckpoint(const std::string& dir, const absl::Status& why) {
+bool JobControl::OnCorruptCheckpoint(const std::string& dir, const absl::Status& why) {
   if (config_.checkpoint().on_corrupt() != CheckpointConfig::FALL_BACK) {
-    MutexLock lock(&mu_);
-    FailLocked(absl::StrCat(
+    MutexLock lock(&state_.mu);
+    state_.Fail(absl::StrCat(
         "checkpoint ", dir, " is corrupt: ", why.message(),
         "; refusing to fall back to an older one (repair or remove it, or set "
         "checkpoint.on_corrupt: FALL_BACK to restore the newest usable checkpoint with the "
@@ -115,9 +136,9 @@ bool JobCoordinator::OnCorruptCheckpoint(const std::string& dir, const absl::Sta
   }
   auto aside = SetCheckpointAside(dir, absl::Now());
   if (!aside.ok()) {
-    MutexLock lock(&mu_);
-    FailLocked(absl::StrCat("checkpoint ", dir, " is corrupt (", why.message(),
-                            ") and cannot be set aside: ", aside.status().message()));
+    MutexLock lock(&state_.mu);
+    state_.Fail(absl::StrCat("checkpoint ", dir, " is corrupt (", why.message(),
+                             ") and cannot be set aside: ", aside.status().message()));
     return false;
   }
   LOG(WARNING) << "checkpoint " << dir << " is corrupt (" << why.message() << "): set aside as "
@@ -126,7 +147,7 @@ bool JobCoordinator::OnCorruptCheckpoint(const std::string& dir, const absl::Sta
   return true;
 }
 
-bool JobCoordinator::CheckNewerCheckpoints(int64_t newest_usable) {
+bool JobControl::CheckNewerCheckpoints(int64_t newest_usable) {
   if (!checkpoints_on_) return true;
   auto corrupt = FindCorruptCheckpoints(config_.checkpoint().dir(), newest_usable);
   if (!corrupt.ok()) {

@@ -1,0 +1,120 @@
+// JobControl: the scheduler's control thread. It forms the job, takes the
+// checkpoint cuts and runs the recoveries (job.h has the lifecycle they
+// follow). One thing at a time: a recovery waits for a cut in progress to
+// end, and no cut starts while a recovery is pending.
+//
+// It acts on the servers through ServerOps and on the clocks through the
+// ClockService; what it learns and decides goes into the JobState it shares
+// with the request side (job_state.h), where it is the only writer of
+// `formed`, `generation` and `control_over`, and of the rewinds.
+//
+// Start() runs the thread; the destructor (or Stop) ends it. Not copyable.
+#ifndef SHARDPS_SCHEDULER_JOB_CONTROL_H_
+#define SHARDPS_SCHEDULER_JOB_CONTROL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/config.pb.h"
+#include "proto/scheduler.pb.h"
+#include "scheduler/clock.h"
+#include "scheduler/job_state.h"
+#include "scheduler/membership.h"
+#include "scheduler/server_ops.h"
+
+namespace shardps {
+
+class JobControl {
+ public:
+  // None of the pointers is owned; all must outlive the control.
+  // `start_time`: when the scheduler started (formation waits from it).
+  JobControl(const JobConfig& config, JobState* state, Membership* members, ClockService* clock,
+             ServerOps* ops, absl::Time start_time);
+  ~JobControl();
+  JobControl(const JobControl&) = delete;
+  JobControl& operator=(const JobControl&) = delete;
+
+  // Starts the thread: formation, then cuts and recoveries until the job
+  // ended; then the last checkpoint GC, and `control_over` is set.
+  void Start();
+  // Asks the thread to end and joins it (the caller wakes `state->changed`
+  // waiters and aborts the clocks first).
+  void Stop();
+
+ private:
+  void Run();
+  // Waits for the servers (and with a takeover the workers), then gives the
+  // job its start point. False if the job failed or stopped.
+  bool Form();
+  // The job goes on from the state every process rejoined with (a
+  // takeover: nothing rolls back).
+  void TakeOver();
+  // Waits until every server is registered and alive. False if the job
+  // ended meanwhile.
+  bool WaitForServers();
+  // Restores every server to the newest usable restore point in a new
+  // generation and rewinds the workers there; fills `report`'s phases from
+  // `detected_at` on and records it (a rollback to the initial values only
+  // if `record_initial`). False if the job failed.
+  bool RollBack(RecoveryReport* report, absl::Time detected_at, bool record_initial);
+  // Moves the clocks and positions to `point` in `generation`; `kept`: the
+  // clocks of the complete checkpoints up to it (periodic evaluation).
+  void Rewind(const RestorePoint& point, uint64_t generation, RecoveryReport* report, bool record,
+              const std::vector<uint64_t>& kept);
+  // Runs the pending recovery.
+  void Recover();
+  // Ends the recovery `p` if every server declared dead came back with its
+  // state (a "rejoin": nothing to restore); false otherwise.
+  bool EndRejoinLocked(const RecoveryBook::Pending& p, RecoveryReport* report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // checkpoint.recovery PARTIAL: restores only the replaced servers'
+  // partitions from `point`, in the current generation.
+  void RecoverPartially(const RecoveryBook::Pending& p, const RestorePoint& point,
+                        RecoveryReport* report);
+  // Once the job is done, a last GC: the checkpoints kept only to be
+  // evaluated go, the best one stays.
+  void FinalCollect();
+
+  // ---- job_cuts.cc ----
+  // Once every worker is finished or dead (and, with dead ones left, the
+  // policy lets the job end without them), takes the job's final cut (the
+  // on-demand requests up to `serving` are served by it) and marks it taken.
+  void TakeFinalCut(uint64_t serving);
+  // Writes the checkpoint at `clock` (every worker held there or finished);
+  // releases the hold after the copy (`next`: the next hold, 0 = none).
+  // `serving`: the on-demand requests it answers. Returns the cut's status.
+  // `final`: the job's last cut (always due for evaluation).
+  absl::Status Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final = false);
+  // After a cut at `clock` that ended with `st`: removes a failed cut's
+  // directory, counts failures not due to a server being gone, fails the
+  // job at the CutBook::kAttempts-th in a row. True if the cut is to be
+  // tried again.
+  bool AfterCut(uint64_t clock, const absl::Status& st);
+  // Applies checkpoint.on_corrupt to the corrupt checkpoint `dir`: false
+  // (the job failed, naming it and `why`) with FAIL; with FALL_BACK sets it
+  // aside and returns true (false if it cannot be renamed).
+  bool OnCorruptCheckpoint(const std::string& dir, const absl::Status& why);
+  // Applies OnCorruptCheckpoint to every corrupt checkpoint newer than
+  // `newest_usable` (-1: none is usable). False if the job failed.
+  bool CheckNewerCheckpoints(int64_t newest_usable);
+
+  const JobConfig& config_;
+  JobState& state_;
+  Membership& members_;
+  ClockService& clock_;
+  ServerOps* const ops_;
+  const absl::Time start_time_;
+  const bool checkpoints_on_;  // checkpoint.dir is set.
+
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_SCHEDULER_JOB_CONTROL_H_
