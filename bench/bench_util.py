@@ -29,6 +29,7 @@ def training_only(text):
     evaluation work and may stop a job early)."""
     import re
     text = re.sub(r"\n\s*eval_every_steps: \d+", "", text)
+    text = re.sub(r"\n\s*eval_every_epochs: [\d.]+", "", text)
     text = re.sub(r"\n\s*early_stopping \{[^}]*\}", "", text)
     return re.sub(r"\ncheckpoint \{[^}]*\}\n?", "\n", text)
 

@@ -278,6 +278,7 @@ void ValidateTables(const JobConfig& c, Validator* v) {
 
 constexpr uint32_t kMaxBatchSize = 1u << 24;
 constexpr uint32_t kMaxIntraOpThreads = 1024;
+constexpr double kMaxEvalEveryEpochs = 1e6;
 
 // Fields and the model name tables of the right kind.
 void ValidateRest(const JobConfig& c, Validator* v) {
@@ -379,18 +380,30 @@ void ValidateTraining(const JobConfig& c, Validator* v) {
                             ratio));
     }
   }
-  if (tr.eval_every_steps() > 0 && c.checkpoint().dir().empty()) {
-    v->Error({{"training"}, {"eval_every_steps"}},
-             "periodic evaluation reads checkpoints: set checkpoint.dir");
+  const bool periodic = PeriodicEvaluation(tr);
+  // Which field turns periodic evaluation on, for the errors below.
+  const char* const every = tr.eval_every_steps() > 0 ? "eval_every_steps" : "eval_every_epochs";
+  if (!(tr.eval_every_epochs() >= 0 && tr.eval_every_epochs() <= kMaxEvalEveryEpochs)) {
+    v->Error({{"training"}, {"eval_every_epochs"}},
+             absl::StrCat("must be in [0, ", kMaxEvalEveryEpochs,
+                          "] (epochs between evaluations; 0 = off), got ", tr.eval_every_epochs()));
   }
-  if (tr.eval_every_steps() > 0 && d.eval_files_size() == 0 && d.train_files_size() > 0) {
-    v->Error({{"training"}, {"eval_every_steps"}},
+  if (tr.eval_every_steps() > 0 && tr.eval_every_epochs() > 0) {
+    v->Error({{"training"}, {"eval_every_epochs"}},
+             "set eval_every_steps (clocks) or eval_every_epochs, not both");
+  }
+  if (periodic && c.checkpoint().dir().empty()) {
+    v->Error({{"training"}, {every}}, "periodic evaluation reads checkpoints: set checkpoint.dir");
+  }
+  if (periodic && d.eval_files_size() == 0 && d.train_files_size() > 0) {
+    v->Error({{"training"}, {every}},
              "periodic evaluation needs data.eval_files (or generated data)");
   }
   if (tr.has_early_stopping()) {
     const EarlyStoppingConfig& es = tr.early_stopping();
-    if (tr.eval_every_steps() == 0) {
-      v->Error({{"training"}, {"early_stopping"}}, "needs training.eval_every_steps > 0");
+    if (!periodic) {
+      v->Error({{"training"}, {"early_stopping"}},
+               "needs training.eval_every_steps or eval_every_epochs > 0");
     }
     if (es.patience() == 0) {
       v->Error({{"training"}, {"early_stopping"}, {"patience"}},
@@ -461,6 +474,10 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
 }
 
 absl::Status FinalizeJobConfig(JobConfig* config) { return FinalizeWith(config, "", nullptr); }
+
+bool PeriodicEvaluation(const TrainingConfig& training) {
+  return training.eval_every_steps() > 0 || training.eval_every_epochs() > 0;
+}
 
 uint64_t ConfigFingerprint(const JobConfig& config) {
   JobConfig shared;

@@ -36,6 +36,11 @@ absl::Status FinalizeJobConfig(JobConfig* config);
 // and runs of the same build.
 uint64_t ConfigFingerprint(const JobConfig& config);
 
+// Whether the job evaluates checkpoints periodically (eval_every_steps or
+// eval_every_epochs set; common/eval_cadence.h turns the latter into the
+// former).
+bool PeriodicEvaluation(const TrainingConfig& training);
+
 // The table named `name`, or nullptr.
 const TableConfig* FindTable(const JobConfig& config, absl::string_view name);
 

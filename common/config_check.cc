@@ -35,6 +35,8 @@ ABSL_FLAG(int, epochs, 0, "Override training.epochs.");
 ABSL_FLAG(uint64_t, max_steps, 0, "Override training.max_steps.");
 ABSL_FLAG(uint32_t, eval_every_steps, 0,
           "Override training.eval_every_steps (evaluate a checkpoint every N clocks).");
+ABSL_FLAG(double, eval_every_epochs, 0,
+          "Override training.eval_every_epochs (evaluate a checkpoint every X epochs).");
 ABSL_FLAG(bool, prefetch, true, "training.prefetch (when --write).");
 ABSL_FLAG(float, dense_compression, 0,
           "Set training.dense_compression.ratio (0: leave the config's).");
@@ -80,8 +82,14 @@ absl::Status ApplyOverrides(shardps::JobConfig* c) {
     c->mutable_training()->set_epochs(absl::GetFlag(FLAGS_epochs));
   if (absl::GetFlag(FLAGS_max_steps) > 0)
     c->mutable_training()->set_max_steps(absl::GetFlag(FLAGS_max_steps));
+  // Either cadence replaces the config's, whichever of the two it has.
   if (absl::GetFlag(FLAGS_eval_every_steps) > 0) {
     c->mutable_training()->set_eval_every_steps(absl::GetFlag(FLAGS_eval_every_steps));
+    c->mutable_training()->clear_eval_every_epochs();
+  }
+  if (absl::GetFlag(FLAGS_eval_every_epochs) > 0) {
+    c->mutable_training()->set_eval_every_epochs(absl::GetFlag(FLAGS_eval_every_epochs));
+    c->mutable_training()->clear_eval_every_steps();
   }
   c->mutable_training()->set_prefetch(absl::GetFlag(FLAGS_prefetch) && c->training().prefetch());
   if (absl::GetFlag(FLAGS_dense_compression) != 0) {

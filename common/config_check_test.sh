@@ -48,4 +48,14 @@ echo "$out" | grep -q -- "--mode must be" || fail "bad flag not named: $out"
 echo "tables { id: " > "$dir/bad.pbtxt"
 out=$("$CHECK" "$dir/bad.pbtxt" --write="$dir/out4.pbtxt" --checkpoint_dir=/tmp/c 2>&1) && fail "accepted garbage"
 echo "$out" | grep -q "bad.pbtxt:" || fail "garbage error has no file: $out"
+
+# A flag's cadence replaces the config's other one (not both: refused).
+"$CHECK" "$dir/eval.pbtxt" --write="$dir/out5.pbtxt" --checkpoint_dir="$dir/ckpt" \
+  --eval_every_epochs=0.5 || fail "refused --eval_every_epochs over eval_every_steps"
+grep -q "eval_every_epochs: 0.5" "$dir/out5.pbtxt" || fail "epochs not written: $(cat "$dir/out5.pbtxt")"
+grep -q "eval_every_steps" "$dir/out5.pbtxt" && fail "eval_every_steps kept beside epochs"
+"$CHECK" "$dir/out5.pbtxt" --write="$dir/out6.pbtxt" --eval_every_steps=7 \
+  || fail "refused --eval_every_steps over eval_every_epochs"
+grep -q "eval_every_steps: 7" "$dir/out6.pbtxt" || fail "steps not written"
+grep -q "eval_every_epochs" "$dir/out6.pbtxt" && fail "eval_every_epochs kept beside steps"
 echo PASS

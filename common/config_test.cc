@@ -157,6 +157,29 @@ TEST(ConfigTest, PeriodicEvaluationAndEarlyStoppingAreCheckedByName) {
                   .ok());
 }
 
+TEST(ConfigTest, EvalEveryEpochsIsCheckedLikeEvalEveryStepsAndNotWithIt) {
+  const std::string eval = Replace(kValid, "data { train_files: \"train.tsv\" }",
+                                   "data { train_files: \"train.tsv\" eval_files: \"e.tsv\" }");
+  const std::string with_dir = eval + "checkpoint { dir: \"/c\" }\n";
+  ExpectRefused(eval + "training { eval_every_epochs: 0.5 }\n",
+                {"training.eval_every_epochs", "set checkpoint.dir"});
+  ExpectRefused(
+      std::string(kValid) + "training { eval_every_epochs: 0.5 }\ncheckpoint { dir: \"/c\" }\n",
+      {"training.eval_every_epochs", "needs data.eval_files"});
+  ExpectRefused(with_dir + "training { eval_every_epochs: -0.5 }\n",
+                {"training.eval_every_epochs", "must be in [0, 1e+06]", "got -0.5"});
+  ExpectRefused(with_dir + "training { eval_every_epochs: nan }\n",
+                {"training.eval_every_epochs", "must be in [0, 1e+06]"});
+  ExpectRefused(with_dir + "training { eval_every_epochs: 0.5 eval_every_steps: 10 }\n",
+                {"training.eval_every_epochs", "not both"});
+  auto config = ParseJobConfig(
+      with_dir + "training { eval_every_epochs: 0.5 early_stopping { patience: 2 } }\n",
+      "job.pbtxt");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(PeriodicEvaluation(config->training()));
+  EXPECT_FALSE(PeriodicEvaluation(TrainingConfig()));
+}
+
 TEST(ConfigTest, LearningRateScheduleIsCheckedByName) {
   ExpectRefused(std::string(kValid) + "training { lr_schedule { decay: COSINE min_scale: 1.5 } }\n",
                 {"training.lr_schedule.min_scale", "must be in [0, 1]", "1.5"});

@@ -36,6 +36,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/eval_cadence.h"
 #include "common/init.h"
 #include "common/job_secret.h"
 #include "common/peer_limits.h"
@@ -256,6 +257,16 @@ int main(int argc, char** argv) {
   if (!config.ok()) {
     LOG(ERROR) << config.status().message();
     return 2;
+  }
+  if (const double epochs = config->training().eval_every_epochs(); epochs > 0) {
+    uint64_t clocks_per_epoch = 0;
+    if (absl::Status st = shardps::ResolveEvalEveryEpochs(&*config, &clocks_per_epoch); !st.ok()) {
+      LOG(ERROR) << "training.eval_every_epochs: " << st.message();
+      return 2;
+    }
+    LOG(INFO) << "training.eval_every_epochs " << epochs << ": an epoch is " << clocks_per_epoch
+              << " clocks, so a checkpoint is evaluated every "
+              << config->training().eval_every_steps() << " clocks";
   }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -278,7 +278,7 @@ absl::StatusOr<Outcome> TrainGeneration(const WorkerOptions& w, const JobConfig&
   // has finished training (the job does not end before our final report).
   // With periodic evaluation the final checkpoint is evaluated instead
   // (CheckpointEvaluator), like every other.
-  const bool evaluate = rank == 0 && !eval.empty() && config.training().eval_every_steps() == 0;
+  const bool evaluate = rank == 0 && !eval.empty() && !PeriodicEvaluation(config.training());
   if (evaluate || w.checksum) {
     while (true) {
       std::optional<uint32_t> lost;
@@ -479,7 +479,7 @@ std::unique_ptr<CheckpointEvaluator> StartEvaluator(const JobConfig& config, con
                                                     uint32_t rank,
                                                     const std::vector<std::string>& eval,
                                                     SchedulerClient* scheduler) {
-  if (config.training().eval_every_steps() == 0 || eval.empty()) return nullptr;
+  if (!PeriodicEvaluation(config.training()) || eval.empty()) return nullptr;
   CheckpointEvaluator::Options eo;
   eo.rank = rank;
   eo.config_path = w.config_path;

@@ -153,6 +153,9 @@ def parse_args():
     p.add_argument("--wire", default="fp32", choices=["fp32", "fp16", "bf16"])
     p.add_argument("--eval_every_steps", type=int, default=0,
                    help="evaluate a checkpoint every N clocks (needs --checkpoint_dir)")
+    p.add_argument("--eval_every_epochs", type=float, default=0,
+                   help="evaluate a checkpoint every X epochs, e.g. 0.5 (replaces the config's "
+                        "eval_every_steps)")
     p.add_argument("--dense_compression", type=float, default=0,
                    help="training.dense_compression.ratio, in (0, 1] (top-k with error feedback)")
     p.add_argument("--mixed_precision", choices=["FP32", "BF16", "FP16"],
@@ -341,7 +344,7 @@ def main():
              "--synthetic_dir=" + args.data_dir]
     for flag in ["servers", "workers", "staleness", "train_files", "eval_files", "max_steps",
                  "epochs", "checkpoint_dir", "heartbeat_ms", "dead_after_ms", "dense_compression",
-                 "eval_every_steps"]:
+                 "eval_every_steps", "eval_every_epochs"]:
         value = getattr(args, flag)
         if value not in (0, -1, ""):
             check.append("--%s=%s" % (flag, value))
@@ -366,11 +369,10 @@ def main():
     say(out.stdout.strip())
     every = re.search(r"eval_every_steps: (\d+)", text)
     if every and (args.train_files or "train_files:" in text) and not args.eval_every_steps:
-        # The default config's cadence is half an epoch of its generated data.
-        say("the config evaluates every %s clocks, half an epoch of the generated data: for "
-            "these files set --eval_every_steps to about half an epoch, lines / (2 x workers x "
-            "batch_size) (evaluations slower than the cadence queue up, with their checkpoints)"
-            % every.group(1))
+        # A cadence in clocks fits one data size; in epochs it fits any.
+        say("the config evaluates every %s clocks: for these files consider "
+            "--eval_every_epochs 0.5 (evaluations slower than the cadence queue up, with their "
+            "checkpoints)" % every.group(1))
     num_servers = int(re.search(r"num_servers: (\d+)", text).group(1))
     num_workers = int(re.search(r"num_workers: (\d+)", text).group(1))
     max_steps_m = re.search(r"max_steps: (\d+)", text)
