@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/partition.h"
@@ -26,17 +27,12 @@ namespace shardps {
 namespace data {
 namespace {
 
-constexpr double kBias = -1.3;
-constexpr double kBetaStd = 0.2;
-constexpr double kEffectStd = 0.25;
-constexpr double kTau = 0.5;
 constexpr int kRank = 4;
-constexpr int kPairs[][2] = {{0, 1}, {2, 5}, {3, 8}, {6, 12}};
 constexpr double kTwoPi = 6.283185307179586;
 
 // Stream tags, so the parts of the model and the splits never share draws.
 constexpr uint64_t kTagBeta = 1, kTagEffect = 2, kTagFactor = 3, kTagIdMap = 4, kTagTrain = 5,
-                   kTagEval = 6;
+                   kTagEval = 6, kTagEffectDrift = 7, kTagCross = 8;
 
 uint64_t Hash(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0) {
   return Mix64(Mix64(Mix64(Mix64(a) ^ b) ^ c) ^ d);
@@ -73,23 +69,11 @@ double StreamNormal(uint64_t* state) {
   return z;
 }
 
-int VocabSize(int f) { return static_cast<int>(std::lround(std::pow(10.0, 1 + 5.0 * f / 25))); }
 double ZipfExponent(int f) { return 1.05 + 0.01 * ((7 * f) % 21); }
 double CatMissing(int f) { return 0.05 * ((5 * f) % 9); }
 double IntMissing(int j) { return 0.04 * ((3 * j) % 11); }
 double IntMu(int j) { return 0.5 + 0.3 * (j % 7); }
 double IntSigma(int j) { return 1.0 + 0.1 * (j % 4); }
-
-const ZipfSampler& Sampler(int f) {
-  static const ZipfSampler* const samplers = [] {
-    auto* s = new ZipfSampler[kCriteoNumCategorical];
-    for (int i = 0; i < kCriteoNumCategorical; ++i) {
-      s[i] = ZipfSampler(VocabSize(i), ZipfExponent(i));
-    }
-    return s;
-  }();
-  return samplers[f];
-}
 
 // Rank -> 32-bit id: a bijection (odd multipliers and xor are invertible).
 uint32_t RankToId(uint64_t seed, int f, uint32_t rank) {
@@ -109,35 +93,63 @@ void AppendHex8(uint32_t v, std::string* out) {
 
 }  // namespace
 
-SyntheticModel::SyntheticModel(uint64_t seed) : seed_(seed) {
+SyntheticModel::SyntheticModel(uint64_t seed, const SyntheticFamily& family)
+    : seed_(seed), family_(family) {
   for (int j = 0; j < kCriteoNumDense; ++j) {
-    beta_[j] = kBetaStd * HashNormal(Hash(seed, kTagBeta, j));
+    beta_[j] = family_.beta_std * HashNormal(Hash(seed, kTagBeta, j));
+  }
+  for (int f = 0; f < kCriteoNumCategorical; ++f) {
+    samplers_[f] = ZipfSampler(family_.vocab[f], ZipfExponent(f));
   }
 }
 
-double SyntheticModel::CategoricalLogit(const SyntheticExample& e) const {
+SyntheticModel::SyntheticModel(uint64_t seed)
+    : SyntheticModel(seed, *FindSyntheticFamily("default")) {}
+
+double SyntheticModel::CrossEffect(int pair, uint64_t a, uint64_t b) const {
+  const uint64_t h = Hash(seed_, kTagCross, Mix64(pair) ^ a, b);
+  if (ToUnit(h) >= family_.cross_density) return 0;
+  return family_.cross_std * HashNormal(Mix64(h ^ 0x5bd1e9955bd1e995ULL));
+}
+
+double SyntheticModel::CategoricalLogit(const SyntheticExample& e, double position) const {
   // A missing value is its own id: 2^32, outside the 32-bit ids.
   auto id_of = [&](int f) { return e.cat_missing[f] ? (uint64_t{1} << 32) : uint64_t{e.cats[f]}; };
+  const double angle = family_.drift * position;
   double sum = 0;
   for (int f = 0; f < kCriteoNumCategorical; ++f) {
-    sum += kEffectStd * HashNormal(Hash(seed_, kTagEffect, f, id_of(f)));
+    double effect = HashNormal(Hash(seed_, kTagEffect, f, id_of(f)));
+    if (angle != 0) {
+      effect = std::cos(angle) * effect +
+               std::sin(angle) * HashNormal(Hash(seed_, kTagEffectDrift, f, id_of(f)));
+    }
+    sum += family_.effect_std * effect;
   }
-  for (int p = 0; p < static_cast<int>(std::size(kPairs)); ++p) {
+  for (int p = 0; p < static_cast<int>(family_.pairs.size()); ++p) {
+    const int sides[2] = {family_.pairs[p].first, family_.pairs[p].second};
     double u[2][kRank];
     for (int side = 0; side < 2; ++side) {
-      const uint64_t h = Hash(seed_, kTagFactor, p * 2 + side, id_of(kPairs[p][side]));
+      const uint64_t h = Hash(seed_, kTagFactor, p * 2 + side, id_of(sides[side]));
       for (int k = 0; k < kRank; k += 2) {
         NormalPair(Mix64(h + k), Mix64(h + k + 1), &u[side][k], &u[side][k + 1]);
       }
     }
     double dot = 0;
     for (int k = 0; k < kRank; ++k) dot += u[0][k] * u[1][k];
-    sum += kTau * dot / std::sqrt(static_cast<double>(kRank));
+    sum += family_.tau * dot / std::sqrt(static_cast<double>(kRank));
+  }
+  for (int p = 0; p < static_cast<int>(family_.cross_pairs.size()); ++p) {
+    sum +=
+        CrossEffect(p, id_of(family_.cross_pairs[p].first), id_of(family_.cross_pairs[p].second));
   }
   return sum;
 }
 
-void SyntheticModel::Sample(uint64_t* state, SyntheticExample* e) const {
+double SyntheticModel::Logit(const SyntheticExample& e, double position) const {
+  return family_.bias + e.dense_logit + CategoricalLogit(e, position);
+}
+
+void SyntheticModel::Sample(uint64_t* state, SyntheticExample* e, double position) const {
   e->dense_logit = 0;
   for (int j = 0; j < kCriteoNumDense; ++j) {
     e->int_missing[j] = Uniform(state) < IntMissing(j);
@@ -153,14 +165,17 @@ void SyntheticModel::Sample(uint64_t* state, SyntheticExample* e) const {
   }
   for (int f = 0; f < kCriteoNumCategorical; ++f) {
     e->cat_missing[f] = Uniform(state) < CatMissing(f);
-    e->cats[f] =
-        e->cat_missing[f] ? 0 : RankToId(seed_, f, static_cast<uint32_t>(Sampler(f).Sample([state] {
-                                           return Uniform(state);
-                                         })));
+    e->cats[f] = e->cat_missing[f]
+                     ? 0
+                     : RankToId(seed_, f, static_cast<uint32_t>(samplers_[f].Sample([state] {
+                                  return Uniform(state);
+                                })));
   }
-  e->logit = kBias + e->dense_logit + CategoricalLogit(*e);
-  const double p = 1 / (1 + std::exp(-e->logit));
-  e->label = Uniform(state) < p ? 1.0f : 0.0f;
+  e->logit = Logit(*e, position);
+  // Label noise: a flipped label is a draw from p' = q + (1 - 2q) p.
+  const double q = family_.label_noise;
+  e->prob = q + (1 - 2 * q) / (1 + std::exp(-e->logit));
+  e->label = Uniform(state) < e->prob ? 1.0f : 0.0f;
 }
 
 void SyntheticModel::AppendLine(const SyntheticExample& e, std::string* out) {
@@ -234,7 +249,8 @@ struct SplitStats {
 };
 
 // Draws `lines` examples from stream `stream` into the files `paths`
-// (contiguous, near-equal line ranges).
+// (contiguous, near-equal line ranges). Training lines are at positions
+// 0 .. 1 in file order (drift), the eval split (`keep`) at 1.
 absl::Status WriteSplit(const SyntheticModel& model, uint64_t stream, uint64_t lines,
                         const std::vector<std::string>& paths, bool gzip, bool keep,
                         SplitStats* stats) {
@@ -245,11 +261,12 @@ absl::Status WriteSplit(const SyntheticModel& model, uint64_t stream, uint64_t l
     ASSIGN_OR_RETURN(auto writer, FileWriter::Open(paths[s], gzip));
     const uint64_t end = lines * (s + 1) / paths.size();
     for (uint64_t i = lines * s / paths.size(); i < end; ++i) {
-      model.Sample(&state, &e);
+      const double position = keep || lines < 2 ? 1.0 : static_cast<double>(i) / (lines - 1);
+      model.Sample(&state, &e, position);
       stats->positives += e.label > 0.5f;
       if (keep) {
         stats->labels.push_back(e.label);
-        stats->probs.push_back(static_cast<float>(1 / (1 + std::exp(-e.logit))));
+        stats->probs.push_back(static_cast<float>(e.prob));
         stats->dense_logits.push_back(static_cast<float>(e.dense_logit));
       }
       SyntheticModel::AppendLine(e, &buf);
@@ -278,6 +295,7 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
 
 std::string SummaryText(const SyntheticSummary& s, bool json) {
   std::vector<std::pair<std::string, std::string>> kv = {
+      {"family", json ? absl::StrCat("\"", s.family, "\"") : s.family},
       {"seed", absl::StrCat(s.seed)},
       {"train_lines", absl::StrCat(s.train_lines)},
       {"eval_lines", absl::StrCat(s.eval_lines)},
@@ -326,6 +344,12 @@ absl::StatusOr<SyntheticSummary> GenerateSynthetic(const SyntheticOptions& o) {
   if (o.train_shards == 0) {
     return absl::InvalidArgumentError("synthetic: train_shards must be > 0");
   }
+  const SyntheticFamily* family = FindSyntheticFamily(o.family);
+  if (family == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("synthetic: no family \"", o.family, "\" (",
+                                                   absl::StrJoin(SyntheticFamilyNames(), ", "),
+                                                   ")"));
+  }
   // Create out_dir and its missing parents (like mkdir -p).
   for (size_t slash = o.out_dir.find('/', 1);; slash = o.out_dir.find('/', slash + 1)) {
     const std::string prefix = o.out_dir.substr(0, slash);
@@ -336,6 +360,7 @@ absl::StatusOr<SyntheticSummary> GenerateSynthetic(const SyntheticOptions& o) {
     if (slash == std::string::npos) break;
   }
   SyntheticSummary s;
+  s.family = o.family;
   s.seed = o.seed;
   s.train_lines = o.train_lines;
   s.eval_lines = o.eval_lines;
@@ -344,7 +369,7 @@ absl::StatusOr<SyntheticSummary> GenerateSynthetic(const SyntheticOptions& o) {
         absl::StrCat(o.out_dir, "/", FileName("train", i, o.train_shards, o.gzip)));
   }
   s.eval_files.push_back(absl::StrCat(o.out_dir, "/", FileName("eval", 0, 1, o.gzip)));
-  const SyntheticModel model(o.seed);
+  const SyntheticModel model(o.seed, *family);
   SplitStats train, eval;
   RETURN_IF_ERROR(WriteSplit(model, Hash(o.seed, kTagTrain), o.train_lines, s.train_files, o.gzip,
                              false, &train));
@@ -377,7 +402,9 @@ absl::StatusOr<SyntheticSummary> ReadSyntheticSummary(const std::string& dir) {
     const std::string& k = kv.first;
     const std::string& v = kv.second;
     bool ok = true;
-    if (k == "seed")
+    if (k == "family")
+      s.family = v;
+    else if (k == "seed")
       ok = absl::SimpleAtoi(v, &s.seed);
     else if (k == "train_lines")
       ok = absl::SimpleAtoi(v, &s.train_lines);

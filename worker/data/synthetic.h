@@ -1,6 +1,10 @@
 // Synthetic Criteo-format data from a known ground-truth model, so that the
 // best achievable AUC and logloss of a data set are known.
 //
+// What follows is the "default" family; the others (--family, criteo,
+// crosses, noisy, drift) change its parameters and add terms:
+// worker/data/synthetic_family.h.
+//
 // The ground truth (all parameters fixed here; the random parts are drawn
 // from `seed`, so one seed is one world, and they are NOT tuned to make any
 // model look good):
@@ -48,14 +52,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/zipf.h"
 #include "proto/config.pb.h"
 #include "worker/data/fields.h"
+#include "worker/data/synthetic_family.h"
 
 namespace shardps {
 namespace data {
 
 struct SyntheticOptions {
-  std::string out_dir;  // Created if missing.
+  std::string out_dir;             // Created if missing.
+  std::string family = "default";  // synthetic_family.h
   uint64_t train_lines = 400000;
   uint64_t eval_lines = 50000;
   uint64_t seed = 2024;
@@ -64,6 +71,7 @@ struct SyntheticOptions {
 };
 
 struct SyntheticSummary {
+  std::string family = "default";
   std::vector<std::string> train_files;
   std::vector<std::string> eval_files;
   uint64_t seed = 0;
@@ -85,23 +93,32 @@ struct SyntheticExample {
   uint32_t cats[kCriteoNumCategorical] = {};
   bool cat_missing[kCriteoNumCategorical] = {};
   double logit = 0;        // The true logit.
+  double prob = 0;         // The true click probability (label noise included).
   double dense_logit = 0;  // Its dense part (without the bias).
 };
 
-// The ground-truth model of one seed.
+// The ground-truth model of one seed and family.
 class SyntheticModel {
  public:
-  explicit SyntheticModel(uint64_t seed);
+  explicit SyntheticModel(uint64_t seed);  // The default family.
+  SyntheticModel(uint64_t seed, const SyntheticFamily& family);
   // Draws an example using the random stream `*state` (a splitmix64 state,
-  // advanced).
-  void Sample(uint64_t* state, SyntheticExample* example) const;
+  // advanced), at `position` in the training files (0 .. 1; drift).
+  void Sample(uint64_t* state, SyntheticExample* example, double position = 1) const;
+  // The true logit of `example`'s features at `position`.
+  double Logit(const SyntheticExample& example, double position) const;
+  // The effect of the cross of ids `a` and `b` of cross pair `pair`: 0 but
+  // for a cross_density share of the id pairs.
+  double CrossEffect(int pair, uint64_t a, uint64_t b) const;
   // Appends the Criteo TSV line of `example` (with '\n') to `out`.
   static void AppendLine(const SyntheticExample& example, std::string* out);
 
  private:
-  double CategoricalLogit(const SyntheticExample& e) const;
+  double CategoricalLogit(const SyntheticExample& e, double position) const;
   uint64_t seed_;
+  SyntheticFamily family_;
   double beta_[kCriteoNumDense];
+  ZipfSampler samplers_[kCriteoNumCategorical];
 };
 
 // Writes a data set (see above). INVALID_ARGUMENT on bad options (no
