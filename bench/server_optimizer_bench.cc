@@ -3,7 +3,7 @@
 // the memory per live row. Prints figures and ratios; never fails on time.
 //
 //   bazel run //bench:server_optimizer_bench -- [--rows=1000000] [--steps=2000]
-//       [--memory_rows=10000000]
+//       [--memory_rows=10000000] [--min_count=1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +25,9 @@ ABSL_FLAG(int, reps, 3, "Timed runs per case; the median is printed.");
 ABSL_FLAG(int, table_helpers, -1,
           "Stripe helper threads of the tables (as ps_server --table_helpers; "
           "-1: cores - 1, at most 3; 0: none).");
+ABSL_FLAG(uint32_t, min_count, 1,
+          "Admission (admission.min_count) of the benchmarked tables: above 1, "
+          "ids seen fewer times read and train their partition's shared row.");
 ABSL_FLAG(uint64_t, memory_rows, 10000000,
           "Rows for the memory figure (dim 16, Adagrad); 0 = skip.");
 
@@ -42,6 +45,10 @@ JobConfig OneTable(uint32_t dim, const std::string& opt) {
   t->set_dim(dim);
   t->mutable_init()->set_kind(InitializerConfig::UNIFORM);
   t->mutable_init()->set_scale(0.01f);
+  if (absl::GetFlag(FLAGS_min_count) > 1) {
+    t->mutable_admission()->set_min_count(absl::GetFlag(FLAGS_min_count));
+    c.mutable_cluster()->set_num_partitions(4096);  // Shared rows are per partition.
+  }
   OptimizerConfig* o = t->mutable_optimizer();
   if (opt == "sgd") {
     o->mutable_sgd()->set_learning_rate(0.01f);
