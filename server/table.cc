@@ -74,8 +74,9 @@ Table::Table(const TableConfig& config, uint32_t dim, std::unique_ptr<Optimizer>
       rows_per_block_log2_(BlockLog2(stride_)),
       helpers_(helpers),
       arena_(std::make_unique<BlockArena>()),
-      stripes_(std::make_unique<Stripe[]>(kNumStripes)) {
-  ResetShared();
+      stripes_(std::make_unique<Stripe[]>(kNumStripes)),
+      shared_(config.id(), num_partitions, dim, stride_, optimizer_.get(), &generation_) {
+  if (shared_rows_) shared_.Reset();
 }
 
 Table::~Table() = default;
@@ -295,7 +296,9 @@ void Table::PullRows(const uint64_t* keys, size_t n, bool train, Encoding encodi
           }
         });
   });
-  if (shared_rows_ && !with_state) PullShared(b, keys, n, encoding, out);
+  if (shared_rows_ && !with_state) {
+    shared_.Pull(keys, b.order.data(), b.rows.data(), n, encoding, out);  // Keys without rows.
+  }
 }
 
 PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads, float lr_scale,
@@ -345,7 +348,9 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads, float
   counts.applied = applied.load(std::memory_order_relaxed);
   counts.pending = pending.load(std::memory_order_relaxed);
   counts.skipped_nonfinite = skipped.load(std::memory_order_relaxed);
-  if (shared_rows_ && counts.pending > 0) PushShared(b, keys, n, grads, lr_scale);
+  if (shared_rows_ && counts.pending > 0) {
+    shared_.Push(keys, b.order.data(), b.to_shared.data(), n, grads, lr_scale);
+  }
   skipped_nonfinite_.fetch_add(counts.skipped_nonfinite, std::memory_order_relaxed);
   return counts;
 }

@@ -100,6 +100,7 @@
 #include "server/helper_pool.h"
 #include "server/initializer.h"
 #include "server/optimizer.h"
+#include "server/shared_rows.h"
 
 namespace shardps {
 
@@ -249,7 +250,7 @@ class Table {
   bool has_shared_rows() const { return shared_rows_; }
   // The reserved key holding partition `p`'s shared row in checkpoints: the
   // key whose MixKey is the lowest value of partition p.
-  uint64_t SharedRowKey(uint32_t partition) const;
+  uint64_t SharedRowKey(uint32_t partition) const { return shared_.Key(partition); }
   // Calls `visit(partition, SharedRowKey(partition), payload)` for every
   // partition (row_stride() floats; the eviction stamp is zero), or, with
   // `since`, for those whose shared row changed after that generation.
@@ -294,27 +295,13 @@ class Table {
   // admission table.
   float* TouchRow(Stripe& stripe, uint64_t key, bool push, uint32_t now_seconds,
                   uint32_t occurrences);
-  // The shared row of `key`'s partition (payload; caller holds shared_mu_).
-  float* SharedRowOf(uint64_t key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_mu_);
   // The calling thread's scratch for a batch of `n` keys, grouped by stripe
   // (valid until the thread's next call).
   struct Batch;
   Batch& GroupByStripe(const uint64_t* keys, size_t n) const;
-  // Applies the summed gradients of the keys `b` marks to their shared rows
-  // (Push's last step).
-  void PushShared(const Batch& b, const uint64_t* keys, size_t n, const float* grads,
-                  float lr_scale);
   // Pull and PullWithState: rows of dim_ (or dim_ + state) values.
   void PullRows(const uint64_t* keys, size_t n, bool train, Encoding encoding, bool with_state,
                 char* out);
-  // Writes the values of the keys `b` found no row for (Pull's last step).
-  void PullShared(const Batch& b, const uint64_t* keys, size_t n, Encoding encoding, char* out);
-  // Resets the shared rows to one zero row for all partitions.
-  void ResetShared() ABSL_LOCKS_EXCLUDED(shared_mu_);
-  // Restores partition p's shared row from a payload.
-  void RestoreSharedRow(uint32_t partition, const float* payload);
-  // Whether `key` is its partition's reserved key (sets *partition).
-  bool IsSharedRowKey(uint64_t key, uint32_t* partition) const;
   float* NewRow(Stripe& stripe, uint64_t key, const float* values);
   void Stamp(float* row, uint32_t now_seconds) const;
   uint32_t CurrentGeneration() const { return generation_.load(std::memory_order_relaxed); }
@@ -362,17 +349,9 @@ class Table {
   std::atomic<uint64_t> pulls_{0};
   std::atomic<uint64_t> pushes_{0};
 
-  // Shared unadmitted rows (only if shared_rows_). Never held while a
-  // stripe lock is taken.
-  mutable Mutex shared_mu_;
-  // shared_of_[p]: the shared row partition p reads and trains.
-  std::vector<uint32_t> shared_of_ ABSL_GUARDED_BY(shared_mu_);
-  // Payloads (row_stride() floats each), change generations and how many
-  // partitions use each row (a row no partition uses is free for reuse).
-  std::vector<float> shared_ ABSL_GUARDED_BY(shared_mu_);
-  std::vector<uint32_t> shared_generation_ ABSL_GUARDED_BY(shared_mu_);
-  std::vector<uint32_t> shared_users_ ABSL_GUARDED_BY(shared_mu_);
-  uint64_t shared_updates_ ABSL_GUARDED_BY(shared_mu_) = 0;
+  // Shared unadmitted rows (used only if shared_rows_). Their lock is never
+  // held while a stripe lock is taken.
+  SharedRows shared_;
 };
 
 }  // namespace shardps

@@ -1,7 +1,7 @@
 // Table internals shared by its implementation files (table.cc: rows,
 // batches, pulls and pushes; table_state.cc: eviction, checkpoint
-// iteration and restore, change tracking, counters; table_shared.cc: shared
-// unadmitted rows). Not for other users.
+// iteration and restore, change tracking, counters). The shared unadmitted
+// rows are a class of their own (shared_rows.h). Not for other users.
 #ifndef SHARDPS_SERVER_TABLE_INTERNAL_H_
 #define SHARDPS_SERVER_TABLE_INTERNAL_H_
 

@@ -62,8 +62,8 @@ void Table::ForEachRow(const std::function<void(uint64_t key, const float* paylo
 
 void Table::RestoreRow(uint64_t key, const float* payload) {
   uint32_t partition;
-  if (shared_rows_ && IsSharedRowKey(key, &partition)) {
-    RestoreSharedRow(partition, payload);
+  if (shared_rows_ && shared_.IsKey(key, &partition)) {
+    shared_.Restore(partition, payload);
     return;
   }
   Stripe& stripe = StripeOf(key);
@@ -90,7 +90,7 @@ void Table::Clear() {
     stripe.deleted.clear();
     stripe.deleted.shrink_to_fit();
   }
-  ResetShared();
+  if (shared_rows_) shared_.Reset();
 }
 
 uint32_t Table::AdvanceGeneration() { return generation_.fetch_add(1, std::memory_order_relaxed); }
@@ -168,9 +168,8 @@ TableCounters Table::Counters() const {
   c.pulls = pulls_.load(std::memory_order_relaxed);
   c.pushes = pushes_.load(std::memory_order_relaxed);
   if (shared_rows_) {
-    MutexLock lock(&shared_mu_);
-    for (uint32_t users : shared_users_) c.shared_rows += users > 0;
-    c.shared_updates = shared_updates_;
+    c.shared_rows = shared_.RowsInUse();
+    c.shared_updates = shared_.Updates();
   }
   return c;
 }
@@ -181,6 +180,12 @@ bool Table::Contains(uint64_t key) const {
   const Stripe& stripe = StripeOf(key);
   MutexLock lock(&stripe.mu);
   return stripe.index.Contains(key);
+}
+
+void Table::ForEachSharedRow(std::optional<uint32_t> since,
+                             const std::function<void(uint32_t partition, uint64_t key,
+                                                      const float* payload)>& visit) const {
+  if (shared_rows_) shared_.ForEach(since, visit);
 }
 
 }  // namespace shardps
