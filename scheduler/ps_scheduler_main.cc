@@ -210,6 +210,22 @@ shardps::JobStatusResponse WaitUntilMembersHeard(const shardps::JobConfig& confi
 }
 
 // Logs the recoveries and prints the PS_JOB_RESULT line.
+// training.eval_every_epochs into clocks (common/eval_cadence.h); false
+// (logged) if it cannot be.
+bool ResolveEvalCadence(shardps::JobConfig* config) {
+  const double epochs = config->training().eval_every_epochs();
+  if (epochs <= 0) return true;
+  uint64_t clocks_per_epoch = 0;
+  if (absl::Status st = shardps::ResolveEvalEveryEpochs(config, &clocks_per_epoch); !st.ok()) {
+    LOG(ERROR) << "training.eval_every_epochs: " << st.message();
+    return false;
+  }
+  LOG(INFO) << "training.eval_every_epochs " << epochs << ": an epoch is " << clocks_per_epoch
+            << " clocks, so a checkpoint is evaluated every "
+            << config->training().eval_every_steps() << " clocks";
+  return true;
+}
+
 void PrintJobResult(const shardps::JobStatusResponse& status) {
   // Recoveries that rolled something back or restored a server (a job
   // resumed at its start and a scheduler takeover are listed, not counted).
@@ -258,16 +274,7 @@ int main(int argc, char** argv) {
     LOG(ERROR) << config.status().message();
     return 2;
   }
-  if (const double epochs = config->training().eval_every_epochs(); epochs > 0) {
-    uint64_t clocks_per_epoch = 0;
-    if (absl::Status st = shardps::ResolveEvalEveryEpochs(&*config, &clocks_per_epoch); !st.ok()) {
-      LOG(ERROR) << "training.eval_every_epochs: " << st.message();
-      return 2;
-    }
-    LOG(INFO) << "training.eval_every_epochs " << epochs << ": an epoch is " << clocks_per_epoch
-              << " clocks, so a checkpoint is evaluated every "
-              << config->training().eval_every_steps() << " clocks";
-  }
+  if (!ResolveEvalCadence(&*config)) return 2;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
