@@ -276,7 +276,7 @@ void JobControl::Rewind(const RestorePoint& point, uint64_t generation, Recovery
   // after a failure (not at a new job's start) the clocks stay paused until
   // every worker has started in the new generation (WaitStart), those
   // restarted after the failure too, or start_deadline_ms passed
-  // (ResumeAfterRewindLocked).
+  // (JobState::ResumeAfterRewind).
   const bool after_failure = state_.formed || state_.takeover.active();
   std::vector<bool> live(state_.reported_final.size(), true);
   std::vector<uint32_t> workers;
