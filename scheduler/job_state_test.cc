@@ -25,10 +25,6 @@ struct Parts {
     ASSERT_TRUE(
         members.Register(Req(config, role, index, 10 + index + 5 * role), absl::Now()).ok());
   }
-  JobState::Phase phase() {
-    MutexLock lock(&state.mu);
-    return state.phase;
-  }
 
   const JobConfig config;
   Membership members;
