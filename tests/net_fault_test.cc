@@ -61,7 +61,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
 #include "tests/testing/netbox.h"
 #include "tests/testing/supervised_job.h"
 

@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
 #include "tests/testing/subprocess.h"
 
 namespace shardps {

@@ -12,8 +12,8 @@
 #include "common/job_secret.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster.h"
 #include "tests/testing/free_port.h"
+#include "tests/testing/job_util.h"
 #include "tests/testing/subprocess.h"
 
 namespace shardps::testing {

@@ -5,7 +5,7 @@ kernel's pick; for a process started once, not restarted on its address;
 tests/testing/free_port.h is the C++ one, below the ephemeral range).
 
 small_dlrm_tables(...): the tables and model of a small DLRM job as job
-config text, kSmallDlrmTables of tests/testing/cluster.h (the one copy,
+config text, kSmallDlrmTables of tests/testing/job_util.h (the one copy,
 which the build cuts out into small_dlrm_tables.pbtxt), optionally with
 other optimizers or MLP widths as testing::SmallDlrmTables does. A test
 appends name, data, training, cluster, checkpoint.
