@@ -74,9 +74,10 @@ absl::Status SupervisedJob::Start() {
   auto port = [this](int fixed) { return o_.box ? fixed : FreePort(); };
   address_ = absl::StrCat(Host(scheduler_host()), ":", port(7000));
   absl::Status status;
-  std::vector<std::string> argv = {RunfilePath("scheduler/ps_scheduler"), "--config=" + config,
-                                   "--listen=" + address_};
-  argv.insert(argv.end(), member.begin(), member.end());
+  scheduler_argv_ = {RunfilePath("scheduler/ps_scheduler"), "--config=" + config,
+                     "--listen=" + address_};
+  scheduler_argv_.insert(scheduler_argv_.end(), member.begin(), member.end());
+  std::vector<std::string> argv = scheduler_argv_;
   argv.insert(argv.end(), o_.scheduler_flags.begin(), o_.scheduler_flags.end());
   scheduler_ = Add({"scheduler", argv, dir_ + "/scheduler.log", {0, 1, 2}, Netns(scheduler_host())},
                    &status);
@@ -99,6 +100,9 @@ absl::Status SupervisedJob::Start() {
             absl::StrCat("--rank=", r)};
     argv.insert(argv.end(), member.begin(), member.end());
     argv.insert(argv.end(), o_.worker_flags.begin(), o_.worker_flags.end());
+    if (auto it = o_.per_worker.find(r); it != o_.per_worker.end()) {
+      argv.insert(argv.end(), it->second.begin(), it->second.end());
+    }
     workers_.push_back(Add({absl::StrCat("worker-", r),
                             argv,
                             absl::StrCat(dir_, "/worker-", r, ".log"),
@@ -111,19 +115,33 @@ absl::Status SupervisedJob::Start() {
 
 bool SupervisedJob::Ended() { return sup_->WaitFinal(scheduler_, absl::ZeroDuration()).ok(); }
 
-std::string SupervisedJob::Logs(int lines) const {
-  std::vector<std::string> names = {"scheduler"};
-  for (int i = 0; i < o_.servers; ++i) names.push_back(absl::StrCat("server-", i));
-  for (int r = 0; r < o_.workers; ++r) names.push_back(absl::StrCat("worker-", r));
-  std::string out;
-  for (const std::string& name : names) {
-    std::ifstream in(dir_ + "/" + name + ".log");
-    std::vector<std::string> all;
-    for (std::string line; std::getline(in, line);) all.push_back(line);
-    out += absl::StrCat("--- ", name, " ---\n");
-    const size_t from = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0;
-    for (size_t i = from; i < all.size(); ++i) out += all[i] + "\n";
+absl::Status SupervisedJob::WaitListening(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!absl::StrContains(sup_->Output(scheduler_), "PS_SCHEDULER_LISTENING ")) {
+    if (Ended()) return absl::FailedPreconditionError("the scheduler ended before it listened");
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("waited ", absl::FormatDuration(timeout), " for the scheduler to listen"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));  // Polls; bounded by `deadline`.
   }
+  return absl::OkStatus();
+}
+
+std::string SupervisedJob::LogTail(const std::string& name, int lines) const {
+  std::ifstream in(dir_ + "/" + name + ".log");
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  std::string out = absl::StrCat("--- ", name, " ---\n");
+  const size_t from = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0;
+  for (size_t i = from; i < all.size(); ++i) out += all[i] + "\n";
+  return out;
+}
+
+std::string SupervisedJob::Logs(int lines) const {
+  std::string out = LogTail("scheduler", lines);
+  for (int i = 0; i < o_.servers; ++i) out += LogTail(absl::StrCat("server-", i), lines);
+  for (int r = 0; r < o_.workers; ++r) out += LogTail(absl::StrCat("worker-", r), lines);
   return out;
 }
 
@@ -156,8 +174,7 @@ absl::StatusOr<JobStatusResponse> SupervisedJob::WaitFor(
     auto status = JobStatus();
     if (status.ok()) {
       if (condition(*status)) return *status;
-      last = absl::StrCat("state=", status->state(), " min_clock=", status->min_clock(),
-                          " max_clock=", status->max_clock(), " generation=", status->generation());
+      last = Describe(*status);
       if (status->state() == "done" || absl::StartsWith(status->state(), "failed")) {
         return absl::FailedPreconditionError(
             absl::StrCat("the job ended before ", what, ": ", last));
@@ -173,14 +190,85 @@ absl::StatusOr<JobStatusResponse> SupervisedJob::WaitFor(
 
 std::string SupervisedJob::SchedulerLog() const { return ReadFile(dir_ + "/scheduler.log"); }
 
+absl::Status SupervisedJob::RestartScheduler(const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = scheduler_argv_;
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return sup_->Restart(scheduler_, argv);
+}
+
+absl::StatusOr<int> SupervisedJob::WaitScheduler(absl::Duration timeout) {
+  return sup_->WaitFinal(scheduler_, timeout);
+}
+
+namespace {
+
+// The last line of `output` that starts with `prefix` ("" if none).
+std::string LastLine(const std::string& output, const std::string& prefix) {
+  const size_t at = output.rfind(prefix);
+  if (at == std::string::npos) return "";
+  return output.substr(at, output.find('\n', at) - at);
+}
+
+}  // namespace
+
+std::string SupervisedJob::SchedulerResult() const {
+  return LastLine(sup_->Output(scheduler_), "PS_JOB_RESULT ");
+}
+
+absl::StatusOr<std::map<int, std::map<std::string, std::string>>> SupervisedJob::WaitWorkers(
+    absl::Duration timeout) {
+  std::map<int, std::map<std::string, std::string>> results;
+  std::string missing;
+  const absl::Time deadline = absl::Now() + timeout;
+  for (int r = 0; r < static_cast<int>(workers_.size()); ++r) {
+    auto code =
+        sup_->WaitFinal(workers_[r], std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    std::string line = LastLine(sup_->Output(workers_[r]), "PS_WORKER_RESULT ");
+    if (!code.ok() && !line.empty()) code = sup_->WaitFinal(workers_[r], absl::Seconds(30));
+    line = LastLine(sup_->Output(workers_[r]), "PS_WORKER_RESULT ");
+    const std::string name = absl::StrCat("worker-", r);
+    if (line.empty()) {
+      absl::StrAppend(&missing, "worker ", r, " printed no PS_WORKER_RESULT (",
+                      code.ok() ? absl::StrCat("exit status ", *code) : code.status().ToString(),
+                      ")\n", LogTail(name, 15));
+      continue;
+    }
+    results[r] = ParseResult(line);
+    if (!code.ok() || *code != 0) {
+      absl::StrAppend(&missing, "worker ", r, " did not exit 0: ",
+                      code.ok() ? absl::StrCat("exit status ", *code) : code.status().ToString(),
+                      "\n", LogTail(name, 15));
+    }
+  }
+  if (!missing.empty()) return absl::NotFoundError(missing);
+  return results;
+}
+
+std::optional<uint64_t> SupervisedJob::LastChecksum(int i) const {
+  const std::string output = sup_->Output(servers_[i]);
+  const size_t c = output.rfind("weights_checksum=");
+  if (c == std::string::npos || c + 17 + 16 > output.size()) return std::nullopt;
+  return std::stoull(output.substr(c + 17, 16), nullptr, 16);
+}
+
+absl::StatusOr<uint64_t> SupervisedJob::WaitServersChecksum(absl::Duration timeout) {
+  uint64_t h = 0;
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    auto code = sup_->WaitFinal(servers_[i], timeout);
+    if (!code.ok()) return code.status();
+    const std::optional<uint64_t> checksum = LastChecksum(i);
+    if (!checksum) return absl::NotFoundError(absl::StrCat("server ", i, " printed no checksum"));
+    h ^= *checksum;
+  }
+  return h;
+}
+
 JobOutcome SupervisedJob::Finish(absl::Duration timeout, bool trained) {
   JobOutcome out;
   auto code = sup_->WaitFinal(scheduler_, timeout);
   EXPECT_TRUE(code.ok()) << "the job did not end: " << code.status() << "\n" << Logs();
   out.code = code.value_or(-1);
-  const std::string sched = sup_->Output(scheduler_);
-  const size_t at = sched.rfind("PS_JOB_RESULT ");
-  if (at != std::string::npos) out.result = sched.substr(at, sched.find('\n', at) - at);
+  out.result = SchedulerResult();
   out.fields = ParseResult(out.result);
   if (out.fields.count("eval_auc")) {
     out.auc = std::stod(out.fields["eval_auc"]);
@@ -198,18 +286,28 @@ JobOutcome SupervisedJob::Finish(absl::Duration timeout, bool trained) {
     auto server_code = sup_->WaitFinal(servers_[i], absl::Seconds(60));
     EXPECT_TRUE(server_code.ok() && *server_code == 0)
         << "server " << i << ": " << server_code.status() << " " << server_code.value_or(-1);
-    const std::string output = sup_->Output(servers_[i]);
-    // The last incarnation's checksum (each incarnation that ends cleanly
-    // prints one at exit; a SIGKILLed one prints none).
-    const size_t c = output.rfind("weights_checksum=");
-    if (c != std::string::npos && c + 17 + 16 <= output.size()) {
-      out.checksum ^= std::stoull(output.substr(c + 17, 16), nullptr, 16);
+    if (const std::optional<uint64_t> checksum = LastChecksum(i)) {
+      out.checksum ^= *checksum;
     } else if (trained) {
-      ADD_FAILURE() << "server " << i << " printed no weights checksum:\n" << output;
+      ADD_FAILURE() << "server " << i << " printed no weights checksum:\n"
+                    << sup_->Output(servers_[i]);
     }
   }
   for (int w : workers_) (void)sup_->WaitFinal(w, absl::Seconds(60));
   return out;
+}
+
+SupervisedJob::Options ManualJob(std::string name, std::string config, int servers, int workers,
+                                 std::vector<std::string> worker_flags) {
+  SupervisedJob::Options o;
+  o.name = std::move(name);
+  o.config = std::move(config);
+  o.servers = servers;
+  o.workers = workers;
+  o.worker_flags = std::move(worker_flags);
+  o.supervisor.max_restarts = 0;
+  o.job_secret = false;
+  return o;
 }
 
 }  // namespace shardps::testing

@@ -20,6 +20,12 @@
 // XOR of each server's last weights_checksum (the job's weights fingerprint,
 // bit-identical across BSP runs that lost nothing).
 //
+// With Supervisor::Options::max_restarts = 0 nothing restarts by itself:
+// the test kills and starts again what it means to (RestartScheduler, e.g.
+// with --recover; sup().Restart for a server or worker), and reads the
+// parts of the outcome it asserts on (WaitScheduler, SchedulerResult,
+// WaitWorkers, WaitServersChecksum).
+//
 // Not thread-safe (the Supervisor inside is). Start-up failures come back
 // from Start(); Finish() reports missing results as test failures.
 #ifndef SHARDPS_TESTS_TESTING_SUPERVISED_JOB_H_
@@ -28,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,9 +73,10 @@ class SupervisedJob {
     int servers = 2;
     int workers = 2;
     std::vector<std::string> scheduler_flags;
-    std::vector<std::string> server_flags;  // Every server.
-    std::vector<std::string> worker_flags;  // Every worker.
-    std::map<int, int> worker_host;         // Rank -> box host (box only).
+    std::vector<std::string> server_flags;               // Every server.
+    std::vector<std::string> worker_flags;               // Every worker.
+    std::map<int, std::vector<std::string>> per_worker;  // Rank -> more flags.
+    std::map<int, int> worker_host;                      // Rank -> box host (box only).
     Supervisor::Options supervisor;
     NetBox* box = nullptr;
     // Every process (and JobStatus's ps_status) gets --job_secret_file, a
@@ -96,8 +104,12 @@ class SupervisedJob {
   const std::string& server_address(int i) const { return server_addresses_[i]; }
   const std::string& dir() const { return dir_; }
   const std::string& ckpt() const { return ckpt_; }
+  std::string config_path() const { return dir_ + "/job.pbtxt"; }
   // Whether the scheduler is down for good (the job ended).
   bool Ended();
+  // Waits until the scheduler printed PS_SCHEDULER_LISTENING (it serves);
+  // FAILED_PRECONDITION if it ended first, DEADLINE_EXCEEDED after `timeout`.
+  absl::Status WaitListening(absl::Duration timeout);
 
   // The scheduler's JobStatus: over gRPC on loopback; on a box, from
   // `ps_status --json` run inside the scheduler's host (the test process
@@ -113,7 +125,29 @@ class SupervisedJob {
       const std::string& what, const std::function<bool(const JobStatusResponse&)>& condition,
       absl::Duration timeout) const;
 
-  // The last `lines` lines of every process's log, for failure messages.
+  // Starts the scheduler again, once it is down for good, on its address
+  // with `flags` instead of Options::scheduler_flags (e.g. --recover).
+  absl::Status RestartScheduler(const std::vector<std::string>& flags);
+  // Waits until the scheduler is down for good; its last exit status.
+  absl::StatusOr<int> WaitScheduler(absl::Duration timeout);
+  // The scheduler's last PS_JOB_RESULT line ("" if none so far).
+  std::string SchedulerResult() const;
+  // Waits for every worker to end (its last incarnation's exit); returns
+  // their last PS_WORKER_RESULT lines parsed, by rank. NOT_FOUND naming the
+  // ranks (and their log tails) that printed no result within `timeout` or
+  // did not exit 0; every worker is waited for (each up to 30 s more to
+  // exit once it printed its result).
+  absl::StatusOr<std::map<int, std::map<std::string, std::string>>> WaitWorkers(
+      absl::Duration timeout);
+  // Waits for every server to end; returns the XOR of their last weights
+  // checksums (the job's weights fingerprint). NOT_FOUND if one printed none.
+  absl::StatusOr<uint64_t> WaitServersChecksum(absl::Duration timeout);
+  // SIGKILLs every process; nothing is started again after.
+  void KillAll() { sup_->StopAll(); }
+
+  // The last `lines` lines of <dir>/<name>.log (e.g. "worker-1"), and of
+  // every process's log, for failure messages.
+  std::string LogTail(const std::string& name, int lines = 30) const;
   std::string Logs(int lines = 25) const;
   std::string SchedulerLog() const;
 
@@ -127,17 +161,27 @@ class SupervisedJob {
   std::string Host(int host) const;  // The box host's IP, or 127.0.0.1.
   std::string Netns(int host) const;
   int Add(Supervisor::Spec spec, absl::Status* status);
+  // Server i's last weights_checksum (each incarnation that ends cleanly
+  // prints one at exit; a SIGKILLed one prints none).
+  std::optional<uint64_t> LastChecksum(int i) const;
 
   const Options o_;
   const std::string dir_, ckpt_;
   std::unique_ptr<Supervisor> sup_;
   std::string address_;
-  std::vector<std::string> member_flags_;  // --job_secret_file, if Options::job_secret.
+  std::vector<std::string> scheduler_argv_;  // Without Options::scheduler_flags.
+  std::vector<std::string> member_flags_;    // --job_secret_file, if Options::job_secret.
   std::vector<std::string> server_addresses_;
   int scheduler_ = -1;
   std::vector<int> servers_;
   std::vector<int> workers_;
 };
+
+// Options of a job on loopback that the test runs by hand, as one started
+// without a supervisor: nothing restarts by itself (max_restarts 0) and no
+// job secret; `worker_flags` go to every worker.
+SupervisedJob::Options ManualJob(std::string name, std::string config, int servers, int workers,
+                                 std::vector<std::string> worker_flags = {});
 
 }  // namespace shardps::testing
 

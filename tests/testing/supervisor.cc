@@ -56,6 +56,26 @@ void Supervisor::KeepDown(int id) {
   }
 }
 
+absl::Status Supervisor::Restart(int id, std::vector<std::string> argv) {
+  MutexLock lock(&mu_);
+  Entry& e = *entries_[id];
+  if (stopped_ || !e.final) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(e.spec.name, stopped_ ? ": the supervisor stopped" : " is not down for good"));
+  }
+  if (!argv.empty()) e.spec.argv = std::move(argv);
+  e.final = false;
+  e.last_code = -1;
+  e.next_delay.reset();
+  absl::Status st = StartLocked(&e);
+  if (!st.ok()) {
+    e.process.reset();
+    e.final = true;
+  }
+  changed_.SignalAll();
+  return st;
+}
+
 pid_t Supervisor::Pid(int id) const {
   MutexLock lock(&mu_);
   const Entry& e = *entries_[id];

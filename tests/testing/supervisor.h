@@ -64,6 +64,13 @@ class Supervisor {
   // `id` is not started again: its next death (or a restart it waits for)
   // is final, whatever its exit status (a worker that never comes back).
   void KeepDown(int id);
+  // Starts `id` again now, once it is down for good (WaitFinal answered):
+  // with `argv` instead of its spec's if not empty (kept for its later
+  // restarts), its log, output and restart count carried on. A test's own
+  // restart, e.g. with max_restarts = 0 (nothing restarts by itself) or a
+  // scheduler started again with other flags. FAILED_PRECONDITION if it
+  // still runs or waits for a restart, or after StopAll.
+  absl::Status Restart(int id, std::vector<std::string> argv = {});
   pid_t Pid(int id) const;
   int Restarts(int id) const;
   // Waits until the process is down for good (a final exit status, or it
