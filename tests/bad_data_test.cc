@@ -8,15 +8,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
-using testing::LocalCluster;
 using testing::RunfilePath;
 using testing::Subprocess;
+using testing::SupervisedJob;
 constexpr auto Dir = testing::TestDir;
 
 constexpr char kJob[] = R"pb(
@@ -29,16 +30,15 @@ cluster { num_servers: 1 num_workers: 1 num_partitions: 16 mode: BSP worker_dead
 TEST(BadDataTest, AMissingEvalFileFailsTheJobBeforeTraining) {
   const std::string dir = Dir("bad_eval");
   ASSERT_TRUE(testing::MakeSyntheticData(dir + "/data", 20000, 1000).ok());
-  const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << kJob << testing::kSmallDlrmTables
-                        << "data { format: CRITEO synthetic_dir: \"" << dir
-                        << "/data\" eval_files: \"" << dir << "/data/no-such-eval.tsv\" }\n";
-  LocalCluster cluster({config, dir, 1, 1});
-  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
-  auto code = cluster.WaitScheduler(absl::Minutes(3));
-  ASSERT_TRUE(code.ok()) << code.status() << cluster.AllLogTails();
-  EXPECT_EQ(*code, 1) << cluster.SchedulerResult();
-  const std::string log = cluster.LogTail("scheduler", 200);
+  const std::string config =
+      absl::StrCat(kJob, testing::kSmallDlrmTables, "data { format: CRITEO synthetic_dir: \"", dir,
+                   "/data\" eval_files: \"", dir, "/data/no-such-eval.tsv\" }\n");
+  SupervisedJob job(testing::ManualJob("bad_eval", config, 1, 1));
+  ASSERT_TRUE(job.Start().ok()) << job.Logs();
+  auto code = job.WaitScheduler(absl::Minutes(3));
+  ASSERT_TRUE(code.ok()) << code.status() << job.Logs();
+  EXPECT_EQ(*code, 1) << job.SchedulerResult();
+  const std::string log = job.LogTail("scheduler", 200);
   EXPECT_NE(log.find("eval file " + dir + "/data/no-such-eval.tsv cannot be read"),
             std::string::npos)
       << log;
