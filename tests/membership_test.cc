@@ -23,15 +23,16 @@
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
-using testing::LocalCluster;
 using testing::RunfilePath;
 using testing::Subprocess;
+using testing::SupervisedJob;
 using testing::TestDir;
 
 constexpr char kCluster[] = R"pb(
@@ -63,8 +64,9 @@ class MembershipTest : public ::testing::Test {
     dir_ = TestDir("membership");
     ASSERT_TRUE(testing::MakeSyntheticData(dir_ + "/data", 6000, 1000, 2).ok());
     config_ = dir_ + "/job.pbtxt";
-    std::ofstream(config_) << testing::kSmallDlrmTables
-                           << absl::StrReplaceAll(kCluster, {{"@DATA@", dir_ + "/data"}});
+    config_text_ =
+        testing::kSmallDlrmTables + absl::StrReplaceAll(kCluster, {{"@DATA@", dir_ + "/data"}});
+    std::ofstream(config_) << config_text_;
     secret_file_ = dir_ + "/job.secret";
     ASSERT_TRUE(WriteJobSecretFile(secret_file_).ok());
     auto secret = ReadJobSecretFile(secret_file_);
@@ -72,23 +74,20 @@ class MembershipTest : public ::testing::Test {
     secret_ = *secret;
   }
 
-  std::string dir_, config_, secret_file_, secret_;
+  std::string dir_, config_, config_text_, secret_file_, secret_;
 };
 
 TEST_F(MembershipTest, NonMembersAreRefusedAndLearnNothingMembersTrain) {
-  LocalCluster::Options o;
-  o.config_path = config_;
-  o.dir = dir_;
-  o.servers = 1;
-  o.workers = 0;  // The job waits for its workers: a state that lasts.
-  o.all_flags = {"--job_secret_file=" + secret_file_};
-  LocalCluster cluster(o);
-  ASSERT_TRUE(cluster.Start().ok());
+  // The job waits for its workers (none yet): a state that lasts.
+  SupervisedJob::Options o = testing::ManualJob("membership", config_text_, 1, 0);
+  o.scheduler_flags = o.server_flags = {"--job_secret_file=" + secret_file_};
+  SupervisedJob job(std::move(o));
+  ASSERT_TRUE(job.Start().ok());
   // This process is a member too (an operator with the file).
   absl::SetFlag(&FLAGS_job_secret_file, secret_file_);
   ASSERT_TRUE(InitJobSecretFromFlags().ok());
   auto registered = testing::WaitForJob(
-      cluster.scheduler_address(), "server 0 registered",
+      job.address(), "server 0 registered",
       [](const JobStatusResponse& s) {
         for (const MemberStatus& m : s.members()) {
           if (m.role() == SERVER && m.state() == ALIVE && !m.address().empty()) return true;
@@ -96,15 +95,15 @@ TEST_F(MembershipTest, NonMembersAreRefusedAndLearnNothingMembersTrain) {
         return false;
       },
       absl::Minutes(2));
-  ASSERT_TRUE(registered.ok()) << registered.status() << "\n" << cluster.AllLogTails();
+  ASSERT_TRUE(registered.ok()) << registered.status() << "\n" << job.Logs();
   std::string server_address;
   for (const MemberStatus& m : registered->members()) {
     if (m.role() == SERVER) server_address = m.address();
   }
 
   // Plain channels: no interceptor adds the secret.
-  auto scheduler = Scheduler::NewStub(
-      grpc::CreateChannel(cluster.scheduler_address(), grpc::InsecureChannelCredentials()));
+  auto scheduler =
+      Scheduler::NewStub(grpc::CreateChannel(job.address(), grpc::InsecureChannelCredentials()));
   auto server = ParameterServer::NewStub(
       grpc::CreateChannel(server_address, grpc::InsecureChannelCredentials()));
   for (const std::string& presented : {std::string(), std::string("not-this-jobs-secret-0123")}) {
@@ -191,16 +190,15 @@ TEST_F(MembershipTest, NonMembersAreRefusedAndLearnNothingMembersTrain) {
     workers.push_back(std::make_unique<Subprocess>());
     ASSERT_TRUE(workers.back()
                     ->Start({RunfilePath("worker/ps_worker"), "--config=" + config_,
-                             "--scheduler=" + cluster.scheduler_address(),
-                             absl::StrCat("--rank=", rank), "--job_secret_file=" + secret_file_},
+                             "--scheduler=" + job.address(), absl::StrCat("--rank=", rank),
+                             "--job_secret_file=" + secret_file_},
                             absl::StrCat(dir_, "/worker-", rank, ".log"))
                     .ok());
   }
-  auto code = cluster.WaitScheduler(absl::Minutes(5));
-  ASSERT_TRUE(code.ok()) << code.status() << "\n" << cluster.AllLogTails();
-  EXPECT_EQ(*code, 0) << cluster.AllLogTails();
-  EXPECT_TRUE(absl::StrContains(cluster.SchedulerResult(), "state=done"))
-      << cluster.SchedulerResult();
+  auto code = job.WaitScheduler(absl::Minutes(5));
+  ASSERT_TRUE(code.ok()) << code.status() << "\n" << job.Logs();
+  EXPECT_EQ(*code, 0) << job.Logs();
+  EXPECT_TRUE(absl::StrContains(job.SchedulerResult(), "state=done")) << job.SchedulerResult();
   for (auto& w : workers) {
     auto exited = w->Wait(absl::Minutes(1));
     ASSERT_TRUE(exited.ok()) << exited.status();
