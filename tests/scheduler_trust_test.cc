@@ -34,16 +34,17 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/scheduler.grpc.pb.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::LocalCluster;
 using testing::RunfilePath;
 using testing::Subprocess;
+using testing::SupervisedJob;
 
 // The job's tables and model: testing::kSmallDlrmTables with its own dense
 // optimizer.
@@ -66,12 +67,16 @@ cluster {
 
 std::string DataDir() { return ::testing::TempDir() + "/trust_data"; }
 
+std::string Config(int servers, const std::string& checkpoint) {
+  return Tables() + absl::StrReplaceAll(kConfig, {{"@DATA@", DataDir()},
+                                                  {"@SERVERS@", std::to_string(servers)},
+                                                  {"@CHECKPOINT@", checkpoint}});
+}
+
+// Config(...) written to TestDir(name)/job.pbtxt; its path.
 std::string WriteConfig(const std::string& name, int servers, const std::string& checkpoint) {
   const std::string path = testing::TestDir(name) + "/job.pbtxt";
-  std::ofstream(path) << Tables()
-                      << absl::StrReplaceAll(kConfig, {{"@DATA@", DataDir()},
-                                                       {"@SERVERS@", std::to_string(servers)},
-                                                       {"@CHECKPOINT@", checkpoint}});
+  std::ofstream(path) << Config(servers, checkpoint);
   return path;
 }
 
@@ -84,23 +89,14 @@ void ExpectRefused(const grpc::Status& st, grpc::StatusCode code, const std::str
 // legitimate ones through SchedulerClient, the forger through a raw stub).
 class HandDriven {
  public:
-  HandDriven(const std::string& name, int servers) : path_(WriteConfig(name, servers, "")) {
-    auto config = LoadJobConfig(path_);
+  HandDriven(const std::string& name, int servers)
+      : processes_(testing::ManualJob(name, Config(servers, ""), servers, 0)) {
+    EXPECT_TRUE(processes_.Start().ok()) << processes_.Logs();
+    EXPECT_TRUE(processes_.WaitListening(absl::Seconds(60)).ok()) << processes_.Logs();
+    auto config = LoadJobConfig(processes_.config_path());
     EXPECT_TRUE(config.ok()) << config.status();
     job_id_ = ConfigFingerprint(*config);  // What anyone with the config computes.
-    EXPECT_TRUE(scheduler_
-                    .Start({RunfilePath("scheduler/ps_scheduler"), "--config=" + path_},
-                           testing::TestDir(name) + "/scheduler.log")
-                    .ok());
-    address_ = scheduler_.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60)).value_or("");
-    for (int i = 0; i < servers; ++i) {
-      servers_.push_back(std::make_unique<Subprocess>());
-      EXPECT_TRUE(servers_.back()
-                      ->Start({RunfilePath("server/ps_server"), "--config=" + path_,
-                               "--scheduler=" + address_, absl::StrCat("--index=", i)},
-                              absl::StrCat(testing::TestDir(name), "/server-", i, ".log"))
-                      .ok());
-    }
+    address_ = processes_.address();
     forger_ = Scheduler::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
   }
 
@@ -131,14 +127,13 @@ class HandDriven {
   }
 
   uint64_t job_id() const { return job_id_; }
-  Subprocess& scheduler() { return scheduler_; }
-  Subprocess& server(int i) { return *servers_[i]; }
+  // The scheduler and the servers (no workers: the test drives them).
+  SupervisedJob& processes() { return processes_; }
 
  private:
-  std::string path_, address_;
+  SupervisedJob processes_;
+  std::string address_;
   uint64_t job_id_ = 0;
-  Subprocess scheduler_;
-  std::vector<std::unique_ptr<Subprocess>> servers_;
   std::unique_ptr<Scheduler::Stub> forger_;
 };
 
@@ -233,12 +228,11 @@ TEST(SchedulerTrustTest, ForgedWorkerRequestsAreRefusedAndTheResultStaysTrue) {
     done.set_generation(generation);
     ASSERT_TRUE((rank == 0 ? w0 : w1)->ReportMetrics(done).ok());
   }
-  auto code = job.scheduler().Wait(absl::Seconds(60));
+  auto code = job.processes().WaitScheduler(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 0);
-  EXPECT_NE(job.scheduler().output().find("PS_JOB_RESULT state=done samples=512 "),
-            std::string::npos)
-      << job.scheduler().output();
+  const std::string output = job.processes().sup().Output(job.processes().scheduler());
+  EXPECT_NE(output.find("PS_JOB_RESULT state=done samples=512 "), std::string::npos) << output;
 }
 
 TEST(SchedulerTrustTest, ForgedHeartbeatsDoNotKeepAKilledServerAlive) {
@@ -247,8 +241,9 @@ TEST(SchedulerTrustTest, ForgedHeartbeatsDoNotKeepAKilledServerAlive) {
   auto w1 = job.Worker(1);
   ASSERT_TRUE(w0->WaitStart(0, std::nullopt, absl::Seconds(30)).ok());
   ASSERT_EQ(job.Status().state(), "running");
-  job.server(1).Signal(SIGKILL);
-  (void)job.server(1).Wait(absl::Seconds(10));
+  SupervisedJob& processes = job.processes();
+  processes.sup().Signal(processes.server(1), SIGKILL);
+  (void)processes.sup().WaitFinal(processes.server(1), absl::Seconds(10));
   // The forger guesses the job id (the config's fingerprint) and sends
   // heartbeats for server 1 with no incarnation, and with made-up ones.
   std::atomic<bool> stop{false};
@@ -299,8 +294,7 @@ TEST(SchedulerTrustTest, ForgedHeartbeatsDoNotKeepAKilledServerAlive) {
   hb.set_incarnation(7);
   ExpectRefused(job.Forge(&Scheduler::Stub::Heartbeat, hb, &response),
                 grpc::StatusCode::FAILED_PRECONDITION, "heartbeat: server 1 names job");
-  job.scheduler().Signal(SIGKILL);
-  job.server(0).Signal(SIGKILL);
+  processes.KillAll();
 }
 
 class CheckpointFaultTest : public ::testing::Test {
@@ -311,29 +305,24 @@ class CheckpointFaultTest : public ::testing::Test {
 
   // Runs a whole job (1 server, 2 workers) on `config`; returns the
   // scheduler's exit status and fills its PS_JOB_RESULT line.
+  // `config`: the path of the job's config file.
   static int RunJob(const std::string& name, const std::string& config,
                     const std::vector<std::string>& worker_flags, std::string* result,
                     std::string* log, const std::function<void()>& during = nullptr) {
-    LocalCluster::Options o;
-    o.config_path = config;
-    o.dir = testing::TestDir(name);
-    o.servers = 1;
-    o.workers = 2;
-    o.worker_flags = worker_flags;
-    LocalCluster cluster(o);
-    EXPECT_TRUE(cluster.Start().ok());
+    SupervisedJob job(testing::ManualJob(name, testing::ReadFile(config), 1, 2, worker_flags));
+    EXPECT_TRUE(job.Start().ok());
     if (during) during();
-    auto code = cluster.WaitScheduler(absl::Minutes(5));
-    EXPECT_TRUE(code.ok()) << code.status() << cluster.AllLogTails();
-    *result = cluster.SchedulerResult();
-    *log = testing::ReadFile(o.dir + "/scheduler.log");
+    auto code = job.WaitScheduler(absl::Minutes(5));
+    EXPECT_TRUE(code.ok()) << code.status() << job.Logs();
+    *result = job.SchedulerResult();
+    *log = job.SchedulerLog();
     if (code.value_or(-1) == 0) {
-      (void)cluster.WaitWorkers(absl::Seconds(60));
-      (void)cluster.WaitServersChecksum(absl::Seconds(60));
+      (void)job.WaitWorkers(absl::Seconds(60));
+      (void)job.WaitServersChecksum(absl::Seconds(60));
     }
     // A job that failed at once: workers still starting never registered,
     // and retry until start_deadline_ms; stop them.
-    cluster.KillAll();
+    job.KillAll();
     return code.value_or(-1);
   }
 };
