@@ -37,15 +37,16 @@
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
-using testing::LocalCluster;
 using testing::RunfilePath;
 using testing::Subprocess;
+using testing::SupervisedJob;
 constexpr auto Dir = testing::TestDir;
 
 constexpr char kJob[] = R"pb(
@@ -84,14 +85,14 @@ TableInfoResponse Info(ParameterServer::Stub& stub) {
 TEST(ServerTrustTest, ControlRpcsWithoutTheSchedulersTokenChangeNothing) {
   const std::string dir = Dir("trust_job");
   ASSERT_TRUE(testing::MakeSyntheticData(dir + "/data", 40000, 4000).ok());
-  const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << kJob << testing::kSmallDlrmTables
-                        << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n"
-                        << "checkpoint { dir: \"" << dir << "/ckpt\" every_steps: 50 }\n";
-  LocalCluster cluster({config, dir, 2, 2, {"--step_delay_ms=20"}});
-  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
-  const PartitionMapProto map = Map(cluster.scheduler_address());
-  ASSERT_EQ(map.server_addresses_size(), 2) << cluster.AllLogTails();
+  const std::string config =
+      absl::StrCat(kJob, testing::kSmallDlrmTables, "data { format: CRITEO synthetic_dir: \"", dir,
+                   "/data\" }\n", "checkpoint { dir: \"", dir, "/ckpt\" every_steps: 50 }\n");
+  SupervisedJob job(testing::ManualJob("trust_job", config, 2, 2, {"--step_delay_ms=20"}));
+  ASSERT_TRUE(job.Start().ok()) << job.Logs();
+  ASSERT_TRUE(job.WaitListening(absl::Seconds(60)).ok()) << job.Logs();
+  const PartitionMapProto map = Map(job.address());
+  ASSERT_EQ(map.server_addresses_size(), 2) << job.Logs();
   auto stub = ServerStub(map.server_addresses(1));
   const TableInfoResponse before = Info(*stub);
 
@@ -180,18 +181,17 @@ TEST(ServerTrustTest, ControlRpcsWithoutTheSchedulersTokenChangeNothing) {
   EXPECT_EQ(after.map_version(), map.version());
   // An operator on this host (loopback, no TLS) may still take a checkpoint:
   // the scheduler's own control RPCs work.
-  SchedulerClient operator_client(cluster.scheduler_address());
+  SchedulerClient operator_client(job.address());
   auto clock = operator_client.CheckpointNow(absl::Seconds(60));
-  EXPECT_TRUE(clock.ok()) << clock.status() << cluster.AllLogTails();
+  EXPECT_TRUE(clock.ok()) << clock.status() << job.Logs();
 
-  auto code = cluster.WaitScheduler(absl::Minutes(5));
-  ASSERT_TRUE(code.ok()) << code.status() << cluster.AllLogTails();
-  EXPECT_EQ(*code, 0) << cluster.SchedulerResult() << cluster.AllLogTails();
-  EXPECT_NE(cluster.SchedulerResult().find("state=done"), std::string::npos)
-      << cluster.SchedulerResult();
+  auto code = job.WaitScheduler(absl::Minutes(5));
+  ASSERT_TRUE(code.ok()) << code.status() << job.Logs();
+  EXPECT_EQ(*code, 0) << job.SchedulerResult() << job.Logs();
+  EXPECT_NE(job.SchedulerResult().find("state=done"), std::string::npos) << job.SchedulerResult();
   // The refusals are in the server's log, with the caller.
-  EXPECT_NE(cluster.LogTail("server-1", 400).find("refused Control from"), std::string::npos)
-      << cluster.LogTail("server-1", 400);
+  EXPECT_NE(job.LogTail("server-1", 400).find("refused Control from"), std::string::npos)
+      << job.LogTail("server-1", 400);
 }
 
 constexpr char kServerConfig[] = R"pb(
@@ -446,8 +446,7 @@ TEST(ServerTrustTest, PlaintextOnANonLoopbackAddressWarnsLoudly) {
 TEST(ServerTrustTest, AMemberMayCostOnlyWhatAMemberShould) {
   const std::string dir = Dir("trust_limits");
   ASSERT_TRUE(testing::MakeSyntheticData(dir + "/data", 2000, 200).ok());
-  const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << R"pb(
+  const std::string config = R"pb(
 name: "trust-limits"
 tables { id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
          init { kind: UNIFORM scale: 0.05 } optimizer { adagrad { learning_rate: 0.05 } }
@@ -460,11 +459,13 @@ model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
 training { batch_size: 16 epochs: 1 intra_op_threads: 1 }
 cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
 )pb"
-                        << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n";
-  LocalCluster cluster({config, dir, 1, 0});
-  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
-  auto scheduler = Scheduler::NewStub(
-      grpc::CreateChannel(cluster.scheduler_address(), grpc::InsecureChannelCredentials()));
+                             "data { format: CRITEO synthetic_dir: \"" +
+                             dir + "/data\" }\n";
+  SupervisedJob job(testing::ManualJob("trust_limits", config, 1, 0));
+  ASSERT_TRUE(job.Start().ok()) << job.Logs();
+  ASSERT_TRUE(job.WaitListening(absl::Seconds(60)).ok()) << job.Logs();
+  auto scheduler =
+      Scheduler::NewStub(grpc::CreateChannel(job.address(), grpc::InsecureChannelCredentials()));
   PartitionMapProto map;
   for (int attempt = 0; attempt < 100 && map.server_addresses_size() < 1; ++attempt) {
     grpc::ClientContext ctx;
@@ -474,7 +475,7 @@ cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
     request.set_timeout_ms(2000);
     (void)scheduler->GetPartitionMap(&ctx, request, &map);
   }
-  ASSERT_EQ(map.server_addresses_size(), 1) << cluster.AllLogTails();
+  ASSERT_EQ(map.server_addresses_size(), 1) << job.Logs();
   auto stub = ServerStub(map.server_addresses(0));
   // The job's start restores the server (generation 0 -> 1) once it has
   // registered: wait for that, or it would empty the tables mid-test.
@@ -484,7 +485,7 @@ cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
     generation = Info(*stub).generation();
   }
   ASSERT_GT(generation, 0u) << "the server was not restored into the job's generation"
-                            << cluster.AllLogTails();
+                            << job.Logs();
   auto push = [&](uint64_t clock, uint32_t table, const std::vector<uint64_t>& keys, uint32_t dim,
                   float grad, bool sparse = false) {
     PushRequest request;
@@ -560,7 +561,7 @@ cluster { num_servers: 1 num_workers: 1 num_partitions: 8 mode: ASP }
   EXPECT_EQ(info.tables(0).evicted_rows(), 0u);
   EXPECT_EQ(info.tables(0).live_rows(), 51u) << "rows created or lost by refused requests";
   EXPECT_EQ(info.tables(1).live_rows(), 0u);
-  cluster.KillAll();
+  job.KillAll();
 }
 
 }  // namespace
