@@ -24,18 +24,19 @@
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
 #include "tests/testing/slow_link.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::LocalCluster;
 using testing::Subprocess;
+using testing::SupervisedJob;
 
-// The job's tables and model (tests/testing/cluster.h).
+// The job's tables and model (tests/testing/job_util.h).
 std::string Tables() { return testing::WideSmallDlrmTables(); }
 
 constexpr char kJobConfig[] = R"pb(
@@ -145,36 +146,32 @@ std::string TlsTest::dir_;
 TEST_F(TlsTest, WholeJobRunsWithMutualTls) {
   const std::string data = ::testing::TempDir() + "/tls_data";
   ASSERT_TRUE(testing::MakeSyntheticData(data, 20000, 5000).ok());
-  const std::string config = P("job.pbtxt");
-  std::ofstream(config) << Tables() << absl::StrReplaceAll(kJobConfig, {{"@DATA@", data}});
-  LocalCluster::Options o;
-  o.config_path = config;
-  o.dir = testing::TestDir("tls_job");
-  o.servers = 2;
-  o.workers = 2;
-  o.all_flags = Flags(Files("node_a", "ca_a"));
-  LocalCluster cluster(o);
-  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
+  SupervisedJob::Options o = testing::ManualJob(
+      "tls_job", Tables() + absl::StrReplaceAll(kJobConfig, {{"@DATA@", data}}), 2, 2);
+  o.scheduler_flags = o.server_flags = o.worker_flags = Flags(Files("node_a", "ca_a"));
+  SupervisedJob job(std::move(o));
+  ASSERT_TRUE(job.Start().ok()) << job.Logs();
+  ASSERT_TRUE(job.WaitListening(absl::Seconds(60)).ok()) << job.Logs();
 
   // While the job runs, the scheduler too refuses a plaintext client.
-  auto stub = Scheduler::NewStub(
-      grpc::CreateChannel(cluster.scheduler_address(), grpc::InsecureChannelCredentials()));
+  auto stub =
+      Scheduler::NewStub(grpc::CreateChannel(job.address(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   JobStatusRequest request;
   JobStatusResponse response;
   EXPECT_EQ(stub->JobStatus(&ctx, request, &response).error_code(), grpc::StatusCode::UNAVAILABLE);
 
-  auto code = cluster.WaitScheduler(absl::Minutes(15));
-  ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
-  (void)cluster.WaitWorkers(absl::Seconds(60));
-  std::printf("%s\n", cluster.SchedulerResult().c_str());
-  auto result = testing::ParseResult(cluster.SchedulerResult());
-  EXPECT_EQ(result["state"], "done") << cluster.AllLogTails();
-  ASSERT_FALSE(result["samples"].empty()) << cluster.SchedulerResult();
+  auto code = job.WaitScheduler(absl::Minutes(15));
+  ASSERT_TRUE(code.ok() && *code == 0) << job.Logs();
+  (void)job.WaitWorkers(absl::Seconds(60));
+  std::printf("%s\n", job.SchedulerResult().c_str());
+  auto result = testing::ParseResult(job.SchedulerResult());
+  EXPECT_EQ(result["state"], "done") << job.Logs();
+  ASSERT_FALSE(result["samples"].empty()) << job.SchedulerResult();
   // It trained: about one epoch of samples, and better than chance.
-  EXPECT_GE(std::stoull(result["samples"]), 19000u) << cluster.SchedulerResult();
-  EXPECT_GT(std::stod(result["eval_auc"]), 0.6) << cluster.SchedulerResult();
+  EXPECT_GE(std::stoull(result["samples"]), 19000u) << job.SchedulerResult();
+  EXPECT_GT(std::stod(result["eval_auc"]), 0.6) << job.SchedulerResult();
 }
 
 // With --operator_names, only a certificate with one of those common names
