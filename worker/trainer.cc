@@ -42,6 +42,7 @@ class Trainer::Impl {
   absl::StatusOr<EvalResult> Evaluate(const std::vector<std::string>& files,
                                       const EvalBatchCallback& on_batch);
   absl::StatusOr<uint64_t> WeightsChecksum();
+  absl::Status Predict(data::Batch* batch, std::vector<float>* probs);
   uint64_t NumDenseParams() const { return model_->NumDenseParams(); }
 
  private:
@@ -56,6 +57,10 @@ class Trainer::Impl {
   trainer_internal::StepParams params_;
   std::vector<absl::flat_hash_set<uint64_t>> seen_;  // Keys trained on (track_keys).
   uint64_t final_step_ = 0;  // Clock after Train(): reads wait for it (BSP).
+  // Predict's scratch, kept so that a warm Predict does not allocate.
+  std::unique_ptr<Preparer> predict_preparer_;
+  Prepared predict_;
+  StepResult predict_result_;
 };
 
 absl::Status Trainer::Impl::InitDenseWeights() {
@@ -201,6 +206,19 @@ absl::StatusOr<EvalResult> Trainer::Impl::Evaluate(const std::vector<std::string
   return r;
 }
 
+absl::Status Trainer::Impl::Predict(data::Batch* batch, std::vector<float>* probs) {
+  if (predict_preparer_ == nullptr) predict_preparer_ = std::make_unique<Preparer>(model_->spec());
+  Prepared& p = predict_;
+  std::swap(p.batch, *batch);
+  predict_preparer_->Prepare(&p);
+  absl::Status st = params_.StartPull(&p, EVAL, final_step_)->Wait();
+  if (st.ok()) st = model_->ForwardBackward(params_.Inputs(&p), false, &predict_result_);
+  std::swap(p.batch, *batch);
+  RETURN_IF_ERROR(st);
+  probs->assign(predict_result_.probs.begin(), predict_result_.probs.end());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> Trainer::Impl::WeightsChecksum() {
   uint64_t h = 0x6a09e667f3bcc908ULL;
   auto mix_rows = [&h](const std::vector<uint64_t>& keys, const std::vector<float>& rows) {
@@ -262,6 +280,9 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(const std::vector<std::string>& fil
   return impl_->Evaluate(files, on_batch);
 }
 uint64_t Trainer::NumDenseParams() const { return impl_->NumDenseParams(); }
+absl::Status Trainer::Predict(data::Batch* batch, std::vector<float>* probs) {
+  return impl_->Predict(batch, probs);
+}
 absl::StatusOr<uint64_t> Trainer::WeightsChecksum() { return impl_->WeightsChecksum(); }
 
 }  // namespace shardps

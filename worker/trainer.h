@@ -141,6 +141,12 @@ class Trainer {
   absl::StatusOr<EvalResult> Evaluate(const std::vector<std::string>& files,
                                       const EvalBatchCallback& on_batch);
 
+  // Scores one parsed batch exactly as Evaluate scores each of its batches
+  // (evaluation pulls, no row inserted, the same model code): probs[i] is
+  // example i's probability. `batch` is used as scratch and left as given.
+  // Serving replicas call it (replica/replica.h). Blocks.
+  absl::Status Predict(data::Batch* batch, std::vector<float>* probs);
+
   uint64_t NumDenseParams() const;
 
   // A fingerprint of the current weights of every row this worker trained

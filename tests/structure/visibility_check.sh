@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Proves that Bazel visibility keeps the roles apart: a target inside one
 # role that depends on another role's internals fails to build with "is not
-# visible", while the allowed exception (the worker's local mode and export
-# use the server's tables) builds. Run from .ci/run; takes seconds (analysis
-# only). Writes a throwaway package inside each role and removes it.
+# visible", while the allowed exceptions (the worker's local mode and export
+# use the server's tables; the serving replica predicts with the worker's
+# model code through worker/export:served_model) build. Run from .ci/run;
+# takes seconds (analysis only). Writes a throwaway package inside each role
+# and removes it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -49,5 +51,13 @@ probe server //worker/model:model refused
 probe scheduler //server:parameter_server_core refused
 probe scheduler //worker/data:criteo_reader refused
 probe worker //server:table_store allowed
+# The serving replica (replica/) predicts with the worker's model code
+# through one target, worker/export:served_model; nothing else of the worker,
+# the server or the scheduler, and no role depends on the replica.
+probe replica //worker/export:served_model allowed
+probe replica //worker:trainer refused
+probe replica //server:table_store refused
+probe replica //scheduler:job refused
+probe worker //replica:replica refused
 probe scheduler //common/client:ps_client allowed
 exit $fail

@@ -1,0 +1,85 @@
+#include "replica/replica_service.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/grpc_status.h"
+
+namespace shardps {
+namespace replica {
+namespace {
+
+absl::Status Unavailable() {
+  return absl::UnavailableError("replica: no version loaded yet (no complete checkpoint read)");
+}
+
+absl::Status ValidatePredict(const PredictRequest& request) {
+  if (static_cast<size_t>(request.lines_size()) > kMaxPredictLines) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(request.lines_size(), " lines; at most ", kMaxPredictLines, " per Predict"));
+  }
+  for (int i = 0; i < request.lines_size(); ++i) {
+    if (request.lines(i).size() > kMaxLineBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("line ", i, ": ", request.lines(i).size(),
+                                                     " bytes; at most ", kMaxLineBytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status ReplicaService::Predict(grpc::ServerContext*, const PredictRequest* request,
+                                     PredictResponse* response) {
+  if (absl::Status st = ValidatePredict(*request); !st.ok()) return ToGrpcStatus(st);
+  const std::shared_ptr<exporter::ServedModel> model = replica_->Current();
+  if (model == nullptr) return ToGrpcStatus(Unavailable());
+  std::vector<absl::string_view> lines(request->lines().begin(), request->lines().end());
+  std::vector<float> probs;
+  if (absl::Status st = model->Predict(lines, &probs); !st.ok()) return ToGrpcStatus(st);
+  response->set_version(model->clock());
+  response->mutable_probabilities()->Assign(probs.begin(), probs.end());
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplicaService::Lookup(grpc::ServerContext*, const LookupRequest* request,
+                                    LookupResponse* response) {
+  if (static_cast<size_t>(request->keys_size()) > kMaxLookupKeys) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat(request->keys_size(), " keys; at most ", kMaxLookupKeys, " per Lookup")));
+  }
+  const std::shared_ptr<exporter::ServedModel> model = replica_->Current();
+  if (model == nullptr) return ToGrpcStatus(Unavailable());
+  uint32_t dim = 0;
+  std::vector<bool> found;
+  std::vector<float> values;
+  absl::Status st = model->Lookup(request->table_id(),
+                                  absl::MakeConstSpan(request->keys().data(), request->keys_size()),
+                                  &dim, &found, &values);
+  if (!st.ok()) return ToGrpcStatus(st);
+  response->set_version(model->clock());
+  response->set_dim(dim);
+  response->mutable_found()->Reserve(static_cast<int>(found.size()));
+  for (bool f : found) response->add_found(f);
+  response->mutable_values()->Assign(values.begin(), values.end());
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplicaService::Status(grpc::ServerContext*, const ReplicaStatusRequest*,
+                                    ReplicaStatusResponse* response) {
+  const ReplicaStatus s = replica_->Status();
+  response->set_version(s.version);
+  response->set_loaded(s.loaded);
+  response->set_generation(0);  // Not in the checkpoint files (replica.h).
+  response->set_table_hash(s.table_hash);
+  response->set_rows(s.rows);
+  response->set_checkpoint_dir(s.checkpoint_dir);
+  response->set_versions_applied(s.versions_applied);
+  response->set_last_error(s.last_error);
+  return grpc::Status::OK;
+}
+
+}  // namespace replica
+}  // namespace shardps
