@@ -12,13 +12,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
-using testing::LocalCluster;
+using testing::ManualJob;
 using testing::ReadFile;
+using testing::SupervisedJob;
 constexpr auto Dir = testing::TestDir;
 
 // The job's tables and model: testing::kSmallDlrmTables with its own sparse
@@ -44,17 +46,13 @@ cluster {
 )pb";
 
 // `mode`: the cluster's mode field and what follows it (e.g. a staleness).
-std::string WriteConfig(const std::string& name, int servers, int workers,
-                        const std::string& mode = "BSP", bool prefetch = true) {
-  const std::string path = Dir(name) + "/job.pbtxt";
-  std::ofstream(path) << Tables()
-                      << absl::StrReplaceAll(kConfig,
-                                             {{"@DATA@", ::testing::TempDir() + "/exact_data"},
-                                              {"@SERVERS@", absl::StrCat(servers)},
-                                              {"@WORKERS@", absl::StrCat(workers)},
-                                              {"@MODE@", mode},
-                                              {"@PREFETCH@", prefetch ? "true" : "false"}});
-  return path;
+std::string Config(int servers, int workers, const std::string& mode = "BSP",
+                   bool prefetch = true) {
+  return Tables() + absl::StrReplaceAll(kConfig, {{"@DATA@", ::testing::TempDir() + "/exact_data"},
+                                                  {"@SERVERS@", absl::StrCat(servers)},
+                                                  {"@WORKERS@", absl::StrCat(workers)},
+                                                  {"@MODE@", mode},
+                                                  {"@PREFETCH@", prefetch ? "true" : "false"}});
 }
 
 class DeterminismTest : public ::testing::Test {
@@ -65,7 +63,8 @@ class DeterminismTest : public ::testing::Test {
 };
 
 TEST_F(DeterminismTest, PsBspWithOneWorkerIsBitIdenticalToLocalMode) {
-  const std::string config = WriteConfig("parity", 1, 1);
+  const std::string config = Dir("parity") + "/local.pbtxt";
+  std::ofstream(config) << Config(1, 1);
   const std::string local_losses = Dir("parity") + "/local_losses.txt";
   auto local =
       testing::RunLocal(config, {"--max_steps=220", "--checksum", "--loss_log=" + local_losses},
@@ -73,16 +72,12 @@ TEST_F(DeterminismTest, PsBspWithOneWorkerIsBitIdenticalToLocalMode) {
   ASSERT_TRUE(local.ok()) << local.status();
 
   const std::string ps_losses = Dir("parity") + "/ps_losses.txt";
-  LocalCluster cluster({config,
-                        Dir("parity"),
-                        1,
-                        1,
-                        {"--max_steps=220", "--checksum", "--loss_log=" + ps_losses},
-                        {}});
-  ASSERT_TRUE(cluster.Start().ok());
-  auto code = cluster.WaitScheduler(absl::Minutes(10));
-  ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
-  auto workers = cluster.WaitWorkers(absl::Seconds(60));
+  SupervisedJob job(ManualJob("parity", Config(1, 1), 1, 1,
+                              {"--max_steps=220", "--checksum", "--loss_log=" + ps_losses}));
+  ASSERT_TRUE(job.Start().ok());
+  auto code = job.WaitScheduler(absl::Minutes(10));
+  ASSERT_TRUE(code.ok() && *code == 0) << job.Logs();
+  auto workers = job.WaitWorkers(absl::Seconds(60));
   ASSERT_TRUE(workers.ok()) << workers.status();
   auto& ps = workers->at(0);
 
@@ -101,14 +96,13 @@ TEST_F(DeterminismTest, TwoBspJobsEndWithBitIdenticalWeights) {
   std::string first_auc;
   for (int run = 0; run < 2; ++run) {
     const std::string name = absl::StrCat("bsp_run", run);
-    LocalCluster cluster(
-        {WriteConfig(name, 2, 2), Dir(name), 2, 2, {"--max_steps=120", "--checksum"}, {}});
-    ASSERT_TRUE(cluster.Start().ok());
-    auto code = cluster.WaitScheduler(absl::Minutes(10));
-    ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
-    auto workers = cluster.WaitWorkers(absl::Seconds(60));
+    SupervisedJob job(ManualJob(name, Config(2, 2), 2, 2, {"--max_steps=120", "--checksum"}));
+    ASSERT_TRUE(job.Start().ok());
+    auto code = job.WaitScheduler(absl::Minutes(10));
+    ASSERT_TRUE(code.ok() && *code == 0) << job.Logs();
+    auto workers = job.WaitWorkers(absl::Seconds(60));
     ASSERT_TRUE(workers.ok()) << workers.status();
-    ASSERT_EQ(workers->size(), 2u) << cluster.AllLogTails();
+    ASSERT_EQ(workers->size(), 2u) << job.Logs();
     for (auto& [rank, result] : *workers) {
       ASSERT_NE(result["checksum"], "") << rank;
       if (run == 0) {
@@ -117,7 +111,7 @@ TEST_F(DeterminismTest, TwoBspJobsEndWithBitIdenticalWeights) {
         EXPECT_EQ(result["checksum"], first[rank]) << "worker " << rank << "'s rows differ";
       }
     }
-    const std::string auc = testing::ParseResult(cluster.SchedulerResult())["eval_auc"];
+    const std::string auc = testing::ParseResult(job.SchedulerResult())["eval_auc"];
     if (run == 0)
       first_auc = auc;
     else
@@ -135,18 +129,14 @@ TEST_F(DeterminismTest, SspPrefetchWithOneWorkerIsBitIdenticalToNoPrefetch) {
   for (const bool prefetch : {false, true}) {
     const std::string name = prefetch ? "ssp_prefetch" : "ssp_sync";
     const std::string loss_log = Dir(name) + "/losses.txt";
-    LocalCluster cluster({WriteConfig(name, 2, 1, "SSP staleness: 2", prefetch),
-                          Dir(name),
-                          2,
-                          1,
-                          {"--max_steps=220", "--checksum", "--loss_log=" + loss_log},
-                          {}});
-    ASSERT_TRUE(cluster.Start().ok());
-    auto code = cluster.WaitScheduler(absl::Minutes(10));
-    ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
-    auto workers = cluster.WaitWorkers(absl::Seconds(60));
+    SupervisedJob job(ManualJob(name, Config(2, 1, "SSP staleness: 2", prefetch), 2, 1,
+                                {"--max_steps=220", "--checksum", "--loss_log=" + loss_log}));
+    ASSERT_TRUE(job.Start().ok());
+    auto code = job.WaitScheduler(absl::Minutes(10));
+    ASSERT_TRUE(code.ok() && *code == 0) << job.Logs();
+    auto workers = job.WaitWorkers(absl::Seconds(60));
     ASSERT_TRUE(workers.ok()) << workers.status();
-    ASSERT_EQ(workers->size(), 1u) << cluster.AllLogTails();
+    ASSERT_EQ(workers->size(), 1u) << job.Logs();
     results[prefetch] = (*workers)[0];
     losses[prefetch] = ReadFile(loss_log);
   }
