@@ -10,18 +10,19 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
-using testing::LocalCluster;
+using testing::SupervisedJob;
 
 // Small enough for 2 cores, big enough that AUC means something.
 constexpr uint64_t kTrainLines = 40000;
 constexpr uint64_t kEvalLines = 10000;
 
-// The job's tables and model (tests/testing/cluster.h).
+// The job's tables and model (tests/testing/job_util.h).
 std::string Tables() { return testing::WideSmallDlrmTables(); }
 
 constexpr char kConfig[] = R"pb(
@@ -37,17 +38,12 @@ cluster {
 
 std::string DataDir() { return ::testing::TempDir() + "/e2e_data"; }
 
-std::string WriteConfig(const std::string& name, const std::string& mode, int servers, int workers,
-                        bool prefetch = true) {
-  const std::string path = ::testing::TempDir() + "/" + name + ".pbtxt";
-  std::ofstream(path) << Tables()
-                      << absl::StrReplaceAll(kConfig,
-                                             {{"@DATA@", DataDir()},
-                                              {"@MODE@", mode},
-                                              {"@SERVERS@", absl::StrCat(servers)},
-                                              {"@WORKERS@", absl::StrCat(workers)},
-                                              {"@PREFETCH@", prefetch ? "true" : "false"}});
-  return path;
+std::string Config(const std::string& mode, int servers, int workers, bool prefetch = true) {
+  return Tables() + absl::StrReplaceAll(kConfig, {{"@DATA@", DataDir()},
+                                                  {"@MODE@", mode},
+                                                  {"@SERVERS@", absl::StrCat(servers)},
+                                                  {"@WORKERS@", absl::StrCat(workers)},
+                                                  {"@PREFETCH@", prefetch ? "true" : "false"}});
 }
 
 class E2eTest : public ::testing::Test {
@@ -55,8 +51,9 @@ class E2eTest : public ::testing::Test {
   static void SetUpTestSuite() {
     ASSERT_TRUE(testing::MakeSyntheticData(DataDir(), kTrainLines, kEvalLines).ok());
     // The single-machine baseline on the same data.
-    auto local = testing::RunLocal(WriteConfig("local", "mode: BSP", 1, 1), {},
-                                   ::testing::TempDir() + "/local.log");
+    const std::string config = ::testing::TempDir() + "/local.pbtxt";
+    std::ofstream(config) << Config("mode: BSP", 1, 1);
+    auto local = testing::RunLocal(config, {}, ::testing::TempDir() + "/local.log");
     ASSERT_TRUE(local.ok()) << local.status();
     local_auc_ = std::stod((*local)["eval_auc"]);
     ASSERT_GT(local_auc_, 0.70) << "local mode did not learn";
@@ -65,17 +62,18 @@ class E2eTest : public ::testing::Test {
   // Runs a 2x2 job; returns the scheduler's PS_JOB_RESULT fields.
   std::map<std::string, std::string> RunJob(const std::string& name, const std::string& mode,
                                             std::map<int, std::vector<std::string>> per_worker = {},
-                                            std::function<void(LocalCluster&)> during = nullptr,
+                                            std::function<void(SupervisedJob&)> during = nullptr,
                                             bool prefetch = true) {
-    const std::string dir = testing::TestDir(name);
-    LocalCluster cluster({WriteConfig(name, mode, 2, 2, prefetch), dir, 2, 2, {}, per_worker});
-    EXPECT_TRUE(cluster.Start().ok());
-    if (during) during(cluster);
-    auto code = cluster.WaitScheduler(absl::Minutes(10));
-    EXPECT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
-    (void)cluster.WaitWorkers(absl::Seconds(30));
-    auto result = testing::ParseResult(cluster.SchedulerResult());
-    if (result["state"] != "done") ADD_FAILURE() << cluster.AllLogTails();
+    SupervisedJob::Options o = testing::ManualJob(name, Config(mode, 2, 2, prefetch), 2, 2);
+    o.per_worker = std::move(per_worker);
+    SupervisedJob job(std::move(o));
+    EXPECT_TRUE(job.Start().ok());
+    if (during) during(job);
+    auto code = job.WaitScheduler(absl::Minutes(10));
+    EXPECT_TRUE(code.ok() && *code == 0) << job.Logs();
+    (void)job.WaitWorkers(absl::Seconds(30));
+    auto result = testing::ParseResult(job.SchedulerResult());
+    if (result["state"] != "done") ADD_FAILURE() << job.Logs();
     return result;
   }
 
@@ -123,31 +121,30 @@ TEST_F(E2eTest, AspJobMatchesLocalAucAndNeverWaits) {
 TEST_F(E2eTest, KilledWorkerLeavesTheMinimumAndTheJobFinishes) {
   constexpr uint64_t kKillAt = 20;
   uint64_t killed_at = 0;
-  auto r =
-      RunJob("kill", "mode: SSP staleness: 1 on_worker_loss: DROP", {{1, {"--step_delay_ms=40"}}},
-             [&killed_at](LocalCluster& c) {
-               auto status = c.WaitForJob(
-                   absl::StrCat("worker 1 to complete ", kKillAt, " steps"),
-                   [](const JobStatusResponse& s) { return testing::WorkerClock(s, 1) >= kKillAt; },
-                   absl::Minutes(3));
-               ASSERT_TRUE(status.ok()) << status.status() << "\n" << c.AllLogTails();
-               c.worker(1).Signal(SIGKILL);
-               auto code = c.worker(1).Wait(absl::Seconds(30));
-               ASSERT_TRUE(code.ok()) << code.status();
-               ASSERT_EQ(*code, 128 + SIGKILL) << "worker 1 was not running at the kill\n"
-                                               << c.AllLogTails();
-               auto dead = c.WaitForJob(
-                   "worker 1 declared dead",
-                   [](const JobStatusResponse& s) {
-                     for (const MemberStatus& m : s.members()) {
-                       if (m.role() == WORKER && m.index() == 1) return m.state() == DEAD;
-                     }
-                     return false;
-                   },
-                   absl::Minutes(1));
-               ASSERT_TRUE(dead.ok()) << dead.status() << "\n" << c.AllLogTails();
-               killed_at = testing::WorkerClock(*dead, 1);
-             });
+  auto r = RunJob(
+      "kill", "mode: SSP staleness: 1 on_worker_loss: DROP", {{1, {"--step_delay_ms=40"}}},
+      [&killed_at](SupervisedJob& c) {
+        auto status = c.WaitFor(
+            absl::StrCat("worker 1 to complete ", kKillAt, " steps"),
+            [](const JobStatusResponse& s) { return testing::WorkerClock(s, 1) >= kKillAt; },
+            absl::Minutes(3));
+        ASSERT_TRUE(status.ok()) << status.status() << "\n" << c.Logs();
+        c.sup().Signal(c.worker(1), SIGKILL);
+        auto code = c.sup().WaitFinal(c.worker(1), absl::Seconds(30));
+        ASSERT_TRUE(code.ok()) << code.status();
+        ASSERT_EQ(*code, 128 + SIGKILL) << "worker 1 was not running at the kill\n" << c.Logs();
+        auto dead = c.WaitFor(
+            "worker 1 declared dead",
+            [](const JobStatusResponse& s) {
+              for (const MemberStatus& m : s.members()) {
+                if (m.role() == WORKER && m.index() == 1) return m.state() == DEAD;
+              }
+              return false;
+            },
+            absl::Minutes(1));
+        ASSERT_TRUE(dead.ok()) << dead.status() << "\n" << c.Logs();
+        killed_at = testing::WorkerClock(*dead, 1);
+      });
   EXPECT_EQ(r["state"], "done");
   ASSERT_GE(killed_at, kKillAt);
   ASSERT_FALSE(r["max_clock"].empty());
