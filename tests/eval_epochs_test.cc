@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,7 +18,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
@@ -53,24 +53,19 @@ TEST(EvalEpochsTest, AQuarterEpochIsEvaluatedEveryQuarterOfTheEpochsClocks) {
   const std::string data = ::testing::TempDir() + "/eval_epochs_data";
   ASSERT_TRUE(testing::MakeSyntheticData(data, 20000, 2000).ok());
   const std::string ckpt = testing::TestDir("eval_epochs_ckpt");
-  const std::string config = ::testing::TempDir() + "/eval_epochs.pbtxt";
-  std::ofstream(config) << testing::kSmallDlrmTables
-                        << absl::StrReplaceAll(kJob, {{"@DATA@", data}, {"@CKPT@", ckpt}});
-  testing::LocalCluster::Options o;
-  o.config_path = config;
-  o.dir = testing::TestDir("eval_epochs_job");
-  o.servers = 1;
-  o.workers = 2;
-  testing::LocalCluster cluster(o);
-  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
+  testing::SupervisedJob cluster(testing::ManualJob(
+      "eval_epochs_job",
+      testing::kSmallDlrmTables + absl::StrReplaceAll(kJob, {{"@DATA@", data}, {"@CKPT@", ckpt}}),
+      1, 2));
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.Logs();
   auto code = cluster.WaitScheduler(absl::Minutes(10));
-  ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+  ASSERT_TRUE(code.ok() && *code == 0) << cluster.Logs();
   auto workers = cluster.WaitWorkers(absl::Seconds(60));
   ASSERT_TRUE(workers.ok()) << workers.status();
   std::map<std::string, std::string> job = testing::ParseResult(cluster.SchedulerResult());
   std::printf("%s\n", cluster.SchedulerResult().c_str());
 
-  EXPECT_TRUE(absl::StrContains(testing::ReadFile(o.dir + "/scheduler.log"),
+  EXPECT_TRUE(absl::StrContains(cluster.SchedulerLog(),
                                 "an epoch is 79 clocks, so a checkpoint is evaluated every 20"))
       << cluster.LogTail("scheduler");
   // Each worker reads about half the lines: about 79 steps.
