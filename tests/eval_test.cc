@@ -29,16 +29,17 @@
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_io.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
-using testing::LocalCluster;
 using testing::ParseResult;
 using testing::RunfilePath;
 using testing::Subprocess;
+using testing::SupervisedJob;
 
 constexpr uint64_t kEvery = 10;
 constexpr uint32_t kPatience = 2;
@@ -136,19 +137,15 @@ TEST(EvalTest, PeriodicEvaluationStopsEarlyAndKeepsTheBest) {
   ASSERT_TRUE(testing::MakeSyntheticData(DataDir(), 20000, 5000).ok());
   const std::string eval = FlippedEvalFile();
   const std::string ckpt = testing::TestDir("eval_ckpt");
-  const std::string config = ::testing::TempDir() + "/eval.pbtxt";
-  std::ofstream(config) << testing::kSmallDlrmTables
-                        << absl::StrReplaceAll(
-                               kJob, {{"@DATA@", DataDir()}, {"@EVAL@", eval}, {"@CKPT@", ckpt}});
-  LocalCluster::Options o;
-  o.config_path = config;
-  o.dir = testing::TestDir("eval_job");
-  o.servers = 2;
-  o.workers = 2;
-  LocalCluster cluster(o);
-  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
+  SupervisedJob cluster(testing::ManualJob(
+      "eval_job",
+      testing::kSmallDlrmTables +
+          absl::StrReplaceAll(kJob, {{"@DATA@", DataDir()}, {"@EVAL@", eval}, {"@CKPT@", ckpt}}),
+      2, 2));
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.Logs();
+  const std::string config = cluster.config_path();
   auto code = cluster.WaitScheduler(absl::Minutes(10));
-  ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+  ASSERT_TRUE(code.ok() && *code == 0) << cluster.Logs();
   auto workers = cluster.WaitWorkers(absl::Seconds(60));
   ASSERT_TRUE(workers.ok()) << workers.status();
   ASSERT_EQ(workers->size(), 2u);
@@ -229,43 +226,37 @@ TEST(EvalTest, PeriodicEvaluationStopsEarlyAndKeepsTheBest) {
 TEST(EvalTest, ARestartedSchedulerKeepsTheEvaluationsAndTheBest) {
   ASSERT_TRUE(testing::MakeSyntheticData(DataDir(), 20000, 5000).ok());
   const std::string ckpt = testing::TestDir("eval_restart_ckpt");
-  const std::string config = ::testing::TempDir() + "/eval_restart.pbtxt";
-  std::ofstream(config) << testing::kSmallDlrmTables
-                        << absl::StrReplaceAll(kJob, {{"@DATA@", DataDir()},
-                                                      {"@EVAL@", DataDir() + "/eval.tsv"},
-                                                      {"@CKPT@", ckpt},
-                                                      {"early_stopping { patience: 2 }", ""},
-                                                      {"keep: 1", "keep: 2"}});
   constexpr uint64_t kSteps = 200;
-  LocalCluster::Options o;
-  o.config_path = config;
-  o.dir = testing::TestDir("eval_restart_job");
-  o.servers = 2;
-  o.workers = 2;
   // 20 ms a step: at least 4 s of training, so that the kill after the
   // first evaluation finds the job running.
-  o.worker_flags = {absl::StrCat("--max_steps=", kSteps), "--step_delay_ms=20"};
-  LocalCluster cluster(o);
-  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
+  SupervisedJob cluster(testing::ManualJob(
+      "eval_restart_job",
+      testing::kSmallDlrmTables + absl::StrReplaceAll(kJob, {{"@DATA@", DataDir()},
+                                                             {"@EVAL@", DataDir() + "/eval.tsv"},
+                                                             {"@CKPT@", ckpt},
+                                                             {"early_stopping { patience: 2 }", ""},
+                                                             {"keep: 1", "keep: 2"}}),
+      2, 2, {absl::StrCat("--max_steps=", kSteps), "--step_delay_ms=20"}));
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.Logs();
   const absl::Time deadline = absl::Now() + absl::Minutes(2);
   std::map<uint64_t, Eval> before;
   while (before.empty() && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));  // Polls the file; bounded by `deadline`.
     before = ReadEvaluations(ckpt);
   }
-  ASSERT_FALSE(before.empty()) << "no evaluation within 2 minutes\n" << cluster.AllLogTails();
+  ASSERT_FALSE(before.empty()) << "no evaluation within 2 minutes\n" << cluster.Logs();
   // Still training: the kill interrupts the job, not a job that has ended.
-  auto running = cluster.WaitForJob(
+  auto running = cluster.WaitFor(
       "a running job", [](const JobStatusResponse& s) { return s.state() == "running"; },
       absl::Minutes(1));
   ASSERT_TRUE(running.ok()) << running.status();
   ASSERT_LT(running->max_clock(), kSteps) << "the job ended before the kill";
-  cluster.scheduler().Signal(SIGKILL);
-  auto killed = cluster.scheduler().Wait(absl::Seconds(10));
+  cluster.sup().Signal(cluster.scheduler(), SIGKILL);
+  auto killed = cluster.sup().WaitFinal(cluster.scheduler(), absl::Seconds(10));
   ASSERT_TRUE(killed.ok() && *killed == 128 + SIGKILL) << "the scheduler was not running";
-  ASSERT_TRUE(cluster.RestartScheduler({}).ok()) << cluster.AllLogTails();
+  ASSERT_TRUE(cluster.RestartScheduler({}).ok()) << cluster.Logs();
   auto code = cluster.WaitScheduler(absl::Minutes(10));
-  ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+  ASSERT_TRUE(code.ok() && *code == 0) << cluster.Logs();
   auto workers = cluster.WaitWorkers(absl::Seconds(60));
   EXPECT_TRUE(workers.ok()) << workers.status();
   std::map<std::string, std::string> job = ParseResult(cluster.SchedulerResult());
@@ -276,14 +267,15 @@ TEST(EvalTest, ARestartedSchedulerKeepsTheEvaluationsAndTheBest) {
   for (const auto& [clock, e] : evals) {
     EXPECT_TRUE(clock % kEvery == 0 && clock <= kSteps) << clock;
     // An evaluation in flight at the kill may be done again; none twice more.
-    EXPECT_GE(TimesEvaluated(o.dir, 2, clock), 1) << "clock " << clock;
+    EXPECT_GE(TimesEvaluated(cluster.dir(), 2, clock), 1) << "clock " << clock;
   }
-  EXPECT_GE(evals.size(), kSteps / kEvery - 1) << cluster.AllLogTails();
+  EXPECT_GE(evals.size(), kSteps / kEvery - 1) << cluster.Logs();
   EXPECT_EQ(evals.count(kSteps), 1u);
   for (const auto& [clock, e] : before) {  // Kept as they were, not evaluated again.
     ASSERT_EQ(evals.count(clock), 1u) << "the evaluation at clock " << clock << " was lost";
     EXPECT_EQ(evals.at(clock).line, e.line) << "clock " << clock << " was evaluated again";
-    EXPECT_EQ(TimesEvaluated(o.dir, 2, clock), 1) << "clock " << clock << " was evaluated again";
+    EXPECT_EQ(TimesEvaluated(cluster.dir(), 2, clock), 1)
+        << "clock " << clock << " was evaluated again";
   }
   uint64_t best = evals.begin()->first;
   for (const auto& [clock, e] : evals) {
