@@ -29,8 +29,9 @@
 #include "common/checkpoint/file_io.h"
 #include "common/partition.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/supervised_job.h"
 #include "torch/torch.h"
 #include "worker/data/eval_metrics.h"
 #include "worker/export/embedding_file.h"
@@ -38,10 +39,10 @@
 namespace shardps {
 namespace {
 
-using testing::LocalCluster;
 using testing::ParseResult;
 using testing::RunfilePath;
 using testing::Subprocess;
+using testing::SupervisedJob;
 
 constexpr uint64_t kCut = 30;
 constexpr uint32_t kPartitions = 256;  // cluster.num_partitions below.
@@ -78,30 +79,22 @@ cluster {
 std::string DataDir() { return ::testing::TempDir() + "/export_data"; }
 std::string EvalFile() { return DataDir() + "/eval.tsv"; }
 
-std::string WriteConfig(const std::string& name, const std::string& checkpoint) {
-  const std::string path = ::testing::TempDir() + "/" + name + ".pbtxt";
-  std::ofstream(path) << Tables()
-                      << absl::StrReplaceAll(kConfig,
-                                             {{"@DATA@", DataDir()}, {"@CHECKPOINT@", checkpoint}});
-  return path;
+std::string Config(const std::string& checkpoint) {
+  return Tables() +
+         absl::StrReplaceAll(kConfig, {{"@DATA@", DataDir()}, {"@CHECKPOINT@", checkpoint}});
 }
 
-// Runs a 2x2 job to its end; returns the scheduler's PS_JOB_RESULT fields.
+// Runs a 2x2 job to its end (its config in TestDir(name)/job.pbtxt);
+// returns the scheduler's PS_JOB_RESULT fields.
 std::map<std::string, std::string> RunJob(const std::string& name, const std::string& config,
                                           uint64_t max_steps) {
-  const std::string dir = testing::TestDir(name);
-  LocalCluster::Options o;
-  o.config_path = config;
-  o.dir = dir;
-  o.servers = 2;
-  o.workers = 2;
-  o.worker_flags = {absl::StrCat("--max_steps=", max_steps)};
-  LocalCluster cluster(o);
-  EXPECT_TRUE(cluster.Start().ok());
-  auto code = cluster.WaitScheduler(absl::Minutes(10));
-  EXPECT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
-  (void)cluster.WaitWorkers(absl::Seconds(60));
-  return ParseResult(cluster.SchedulerResult());
+  SupervisedJob job(
+      testing::ManualJob(name, config, 2, 2, {absl::StrCat("--max_steps=", max_steps)}));
+  EXPECT_TRUE(job.Start().ok());
+  auto code = job.WaitScheduler(absl::Minutes(10));
+  EXPECT_TRUE(code.ok() && *code == 0) << job.Logs();
+  (void)job.WaitWorkers(absl::Seconds(60));
+  return ParseResult(job.SchedulerResult());
 }
 
 // Runs a tool to its end; its exit code and the fields of its `prefix` line.
@@ -137,12 +130,14 @@ class ExportTest : public ::testing::Test {
     ASSERT_TRUE(testing::MakeSyntheticData(DataDir(), 20000, 5000).ok());
     ckpt_ = testing::TestDir("export_ckpt");
     // The reference: the trainer's own evaluation after kCut steps.
-    reference_ = RunJob("reference", WriteConfig("reference", ""), kCut);
+    reference_ = RunJob("reference", Config(""), kCut);
     ASSERT_FALSE(reference_["eval_auc"].empty()) << "the reference job printed no eval_auc";
     // The job with a checkpoint at clock kCut, running on past it.
-    config_ = WriteConfig("checkpointed", absl::StrCat("checkpoint { dir: \"", ckpt_,
-                                                       "\" every_steps: ", kCut, " keep: 5 }"));
-    checkpointed_ = RunJob("checkpointed", config_, 2 * kCut);
+    checkpointed_ = RunJob(
+        "checkpointed",
+        Config(absl::StrCat("checkpoint { dir: \"", ckpt_, "\" every_steps: ", kCut, " keep: 5 }")),
+        2 * kCut);
+    config_ = testing::TestDir("checkpointed") + "/job.pbtxt";  // The config it ran with.
     ASSERT_TRUE(checkpoint::LoadCheckpoint(ckpt_, kCut).ok()) << "no checkpoint at the cut";
   }
 
