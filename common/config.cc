@@ -298,6 +298,13 @@ void ValidateRest(const JobConfig& c, Validator* v) {
       v->Error({{"model"}, {"dense_table"}}, "must name a DENSE table");
     }
   }
+  if (!m.wide_table().empty()) {
+    const TableConfig* t = FindTable(c, m.wide_table());
+    if (t == nullptr || t->kind() != TableConfig::SPARSE || t->dim() != 1) {
+      v->Error({{"model"}, {"wide_table"}},
+               "must name a SPARSE table of dim 1 (one first-order weight per id)");
+    }
+  }
 }
 
 void ValidateCluster(const JobConfig& c, Validator* v) {

@@ -180,6 +180,17 @@ TEST(ConfigTest, EvalEveryEpochsIsCheckedLikeEvalEveryStepsAndNotWithIt) {
   EXPECT_FALSE(PeriodicEvaluation(TrainingConfig()));
 }
 
+TEST(ConfigTest, AWideTableIsASparseTableOfDimOne) {
+  ExpectRefused(std::string(kValid) + "model { wide_table: \"emb\" }\n",
+                {"model.wide_table", "SPARSE table of dim 1"});
+  ExpectRefused(std::string(kValid) + "model { wide_table: \"nope\" }\n", {"model.wide_table"});
+  EXPECT_TRUE(ParseJobConfig(std::string(kValid) +
+                                 "tables { id: 2 name: \"w\" dim: 1 optimizer { sgd { "
+                                 "learning_rate: 0.1 } } }\nmodel { wide_table: \"w\" }\n",
+                             "job.pbtxt")
+                  .ok());
+}
+
 TEST(ConfigTest, LearningRateScheduleIsCheckedByName) {
   ExpectRefused(std::string(kValid) + "training { lr_schedule { decay: COSINE min_scale: 1.5 } }\n",
                 {"training.lr_schedule.min_scale", "must be in [0, 1]", "1.5"});

@@ -10,7 +10,8 @@ namespace shardps {
 namespace {
 
 // As worker/data/fields.h: with no `fields`, 26 Criteo columns feed the
-// first SPARSE table; num_dense 0 means 13.
+// first SPARSE table other than model.wide_table, and the wide table too;
+// num_dense 0 means 13.
 constexpr uint64_t kCriteoNumCategorical = 26;
 constexpr uint64_t kCriteoNumDense = 13;
 
@@ -20,7 +21,7 @@ bool IsSparse(const TableConfig& t) {
 
 const TableConfig* FirstSparseTable(const JobConfig& config) {
   for (const TableConfig& t : config.tables()) {
-    if (IsSparse(t)) return &t;
+    if (IsSparse(t) && t.name() != config.model().wide_table()) return &t;
   }
   return nullptr;
 }
@@ -29,7 +30,9 @@ const TableConfig* FirstSparseTable(const JobConfig& config) {
 uint64_t FieldsFeeding(const JobConfig& config, const TableConfig& table) {
   if (config.fields_size() == 0) {
     const TableConfig* first = FirstSparseTable(config);
-    return first != nullptr && first->id() == table.id() ? kCriteoNumCategorical : 0;
+    const bool fed = (first != nullptr && first->id() == table.id()) ||
+                     table.name() == config.model().wide_table();
+    return fed ? kCriteoNumCategorical : 0;
   }
   uint64_t n = 0;
   for (const FieldConfig& f : config.fields()) n += f.table() == table.name();
@@ -52,8 +55,10 @@ uint64_t ModelDenseParams(const JobConfig& config) {
   const ModelConfig& m = config.model();
   if (m.kind() != ModelConfig::KIND_UNSPECIFIED && m.kind() != ModelConfig::DLRM) return 0;
   if (m.bottom_mlp_size() == 0) return 0;
-  uint64_t fields = config.fields_size();
-  if (fields == 0) {
+  // Fields of the wide table (model.wide_table) are not interaction vectors.
+  uint64_t fields = 0;
+  for (const FieldConfig& f : config.fields()) fields += f.table() != m.wide_table();
+  if (config.fields_size() == 0) {
     if (FirstSparseTable(config) == nullptr) return 0;
     fields = kCriteoNumCategorical;
   }

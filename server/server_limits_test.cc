@@ -286,6 +286,20 @@ TEST(RequestLimitsTest, DerivedKeyBounds) {
   }
 }
 
+TEST(RequestLimitsTest, AWideTableIsFedByTheCriteoFieldsAndLeavesTheMlpAlone) {
+  JobConfig c = Config();
+  const uint64_t dense = ModelDenseParams(c);
+  c.mutable_tables(1)->set_dim(1);
+  c.mutable_model()->set_wide_table(c.tables(1).name());
+  auto wide = ResolveLimits(c, c.tables(1));
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ(wide->max_keys_per_request(), kBatch * 26u);
+  auto emb = ResolveLimits(c, c.tables(0));
+  ASSERT_TRUE(emb.ok()) << emb.status();
+  EXPECT_EQ(emb->max_keys_per_request(), kBatch * 26u);
+  EXPECT_EQ(ModelDenseParams(c), dense);  // Its fields are not interaction vectors.
+}
+
 TEST(RequestLimitsTest, FirstBeyond) {
   const uint32_t bound = MagnitudeBits(10.0f);
   std::vector<float> v(200, 1.0f);

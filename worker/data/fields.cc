@@ -22,9 +22,11 @@ const TableConfig* FindSparseTable(const JobConfig& config, const std::string& n
 }
 
 absl::StatusOr<std::vector<FieldSpec>> DefaultFields(const JobConfig& config) {
+  const std::string& wide = config.model().wide_table();
   const TableConfig* table = nullptr;
   for (const TableConfig& t : config.tables()) {
-    if (t.kind() == TableConfig::SPARSE || t.kind() == TableConfig::KIND_UNSPECIFIED) {
+    if ((t.kind() == TableConfig::SPARSE || t.kind() == TableConfig::KIND_UNSPECIFIED) &&
+        t.name() != wide) {
       table = &t;
       break;
     }
@@ -41,6 +43,17 @@ absl::StatusOr<std::vector<FieldSpec>> DefaultFields(const JobConfig& config) {
     fields[i].column = first + i;
     fields[i].table = table->name();
     fields[i].table_id = table->id();
+  }
+  // The first-order term (model.wide_table): the same columns again.
+  if (const TableConfig* w = wide.empty() ? nullptr : FindSparseTable(config, wide)) {
+    for (int i = 0; i < kCriteoNumCategorical; ++i) {
+      FieldSpec f;
+      f.name = absl::StrCat("W", i + 1);
+      f.column = first + i;
+      f.table = w->name();
+      f.table_id = w->id();
+      fields.push_back(std::move(f));
+    }
   }
   return fields;
 }

@@ -77,10 +77,11 @@ int NumColumns(const DataConfig& data, const std::vector<FieldSpec>& fields,
 // Resolves `config.fields` into the field list the reader delivers, in order
 // (the index in this list is the field index of CategoricalKey). With no
 // fields, the 26 categorical columns map to the first SPARSE table, named
-// C1..C26. INVALID_ARGUMENT (naming fields[i]) if a field names no SPARSE
-// table, has an empty or duplicate name, or a column outside the categorical
-// columns (CRITEO: 1 + num_dense .. num_dense + 26); FAILED_PRECONDITION if
-// there are no fields and no SPARSE table.
+// C1..C26 (with model.wide_table: the first other one, and the columns map
+// to the wide table as well, as W1..W26). INVALID_ARGUMENT (naming fields[i]) if a field names no
+// SPARSE table, has an empty or duplicate name, or a column outside the categorical columns
+// (CRITEO: 1 + num_dense .. num_dense + 26); FAILED_PRECONDITION if there are no fields and no
+// SPARSE table.
 absl::StatusOr<std::vector<FieldSpec>> ResolveFields(const JobConfig& config);
 
 }  // namespace data

@@ -34,6 +34,26 @@ TEST(FieldsTest, DefaultMapsTheCategoricalColumnsToTheFirstSparseTable) {
   EXPECT_EQ(NumColumns(config.data(), *fields, false), 40);
 }
 
+TEST(FieldsTest, AWideTableReadsTheCategoricalColumnsAgainAfterTheEmbeddings) {
+  const JobConfig config = Parse(R"pb(
+    tables { id: 5 name: "wide" kind: SPARSE dim: 1 }
+    tables { id: 3 name: "emb" kind: SPARSE dim: 8 }
+    model { wide_table: "wide" }
+  )pb");
+  auto fields = ResolveFields(config);
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  ASSERT_EQ(fields->size(), 52u);
+  for (int i = 0; i < 26; ++i) {
+    EXPECT_EQ((*fields)[i].name, "C" + std::to_string(i + 1));
+    EXPECT_EQ((*fields)[i].table, "emb");  // The first SPARSE table but the wide one.
+    EXPECT_EQ((*fields)[26 + i].name, "W" + std::to_string(i + 1));
+    EXPECT_EQ((*fields)[26 + i].column, 14 + i);
+    EXPECT_EQ((*fields)[26 + i].table, "wide");
+    EXPECT_EQ((*fields)[26 + i].table_id, 5u);
+  }
+  EXPECT_EQ(NumColumns(config.data(), *fields, false), 40);
+}
+
 TEST(FieldsTest, ConfiguredFieldsKeepTheirOrderAndTables) {
   const JobConfig config = Parse(R"pb(
     tables { id: 1 name: "users" dim: 8 }

@@ -9,6 +9,11 @@
 //                                              (PairwiseDots, interaction.h)
 //   logit = TopMLP([x, z])                     ReLU on hidden layers, then a
 //                                              1-wide linear layer
+//         + sum_f w_f                          with a wide table (ModelSpec::
+//                                              wide_table, dim 1): the sum of
+//                                              its fields' rows, which are
+//                                              not in T (the "wide" part of
+//                                              Wide & Deep / DeepFM)
 //   loss  = mean BCE-with-logits
 //
 // The embedding vectors enter T grouped by table (tables in spec order, the

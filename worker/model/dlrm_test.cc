@@ -231,6 +231,51 @@ TEST(DlrmTest, ForwardMatchesPlainReference) {
 // A key used by several fields and samples gets the sum of its
 // contributions: compare with the same batch where every occurrence has its
 // own (identical) row.
+// TinySpec with a first-order table W (dim 1) read by two more fields.
+ModelSpec WideSpec() {
+  ModelSpec s = TinySpec();
+  s.tables.push_back({"W", 3, 1});
+  s.fields.push_back({"w0", 4, 2, false});
+  s.fields.push_back({"w1", 6, 2, false});
+  s.wide_table = 2;
+  return s;
+}
+
+TEST(DlrmTest, AWideTableAddsItsRowsToTheLogitAndLearnsByTheirGradients) {
+  std::unique_ptr<Dlrm> wide = MakeModel(WideSpec(), /*double_precision=*/true);
+  std::unique_ptr<Dlrm> deep = MakeModel(TinySpec(), /*double_precision=*/true);
+  ASSERT_NE(wide, nullptr);
+  ASSERT_NE(deep, nullptr);
+  // The wide fields are not interaction vectors: the MLPs are the same.
+  ASSERT_EQ(wide->NumDenseParams(), deep->NumDenseParams());
+  Batch batch = RandomBatch(*wide, 8, 4, 2, 11);
+  Batch without = batch;
+  without.rows.resize(2);
+  without.indices.resize(3);
+  without.offsets.resize(3);
+  StepResult w, d;
+  ASSERT_TRUE(wide->ForwardBackward(batch.Inputs(), true, &w).ok());
+  ASSERT_TRUE(deep->ForwardBackward(without.Inputs(), true, &d).ok());
+  auto logit = [](double p) { return std::log(p / (1 - p)); };
+  for (int64_t s = 0; s < batch.batch_size; ++s) {
+    double first_order = 0;
+    for (int f = 3; f < 5; ++f) {
+      for (int64_t k = batch.offsets[f][s]; k < batch.offsets[f][s + 1]; ++k) {
+        first_order += batch.rows[2][batch.indices[f][k]];
+      }
+    }
+    EXPECT_NEAR(logit(w.probs[s]), logit(d.probs[s]) + first_order, 1e-4) << "sample " << s;
+  }
+  ExpectMatchesFiniteDifferences(wide.get(), &batch, &batch.rows[2], w.table_grads[2], "wide rows");
+  ExpectMatchesFiniteDifferences(wide.get(), &batch, &batch.rows[0], w.table_grads[0],
+                                 "table A beside the wide rows");
+  EXPECT_NE(wide->DebugString().find("first-order term"), std::string::npos);
+  // A wide table must have dim 1.
+  ModelSpec bad = WideSpec();
+  bad.tables[2].dim = 4;
+  EXPECT_FALSE(Dlrm::Create(bad, ModelOptions()).ok());
+}
+
 TEST(DlrmTest, RepeatedKeyGradientIsSumOfContributions) {
   std::unique_ptr<Dlrm> model = MakeModel(TinySpec(), /*double_precision=*/true);
   ASSERT_NE(model, nullptr);

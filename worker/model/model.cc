@@ -120,11 +120,13 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const JobConfig& config) {
   for (uint32_t h : config.model().bottom_mlp()) spec.bottom_mlp.push_back(h);
   for (uint32_t h : config.model().top_mlp()) spec.top_mlp.push_back(h);
 
+  const std::string& wide = config.model().wide_table();
   std::vector<FieldConfig> fields(config.fields().begin(), config.fields().end());
   if (fields.empty()) {
     const TableConfig* first = nullptr;
     for (const TableConfig& t : config.tables()) {
-      if (t.kind() == TableConfig::SPARSE || t.kind() == TableConfig::KIND_UNSPECIFIED) {
+      if ((t.kind() == TableConfig::SPARSE || t.kind() == TableConfig::KIND_UNSPECIFIED) &&
+          t.name() != wide) {
         first = &t;
         break;
       }
@@ -139,6 +141,13 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const JobConfig& config) {
       f.set_name(absl::StrCat("C", i + 1));
       f.set_column(static_cast<uint32_t>(spec.num_dense + 1 + i));
       f.set_table(first->name());
+      fields.push_back(std::move(f));
+    }
+    for (int i = 0; !wide.empty() && i < kCriteoCategoricals; ++i) {  // As data::ResolveFields.
+      FieldConfig f;
+      f.set_name(absl::StrCat("W", i + 1));
+      f.set_column(static_cast<uint32_t>(spec.num_dense + 1 + i));
+      f.set_table(wide);
       fields.push_back(std::move(f));
     }
   }
@@ -164,6 +173,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const JobConfig& config) {
       return absl::InvalidArgumentError(
           absl::StrCat("tables[", t, "] (\"", tc.name(), "\").dim: must be > 0"));
     }
+    if (tc.name() == wide) spec.wide_table = table_index[t];
     spec.tables.push_back({tc.name(), tc.id(), static_cast<int64_t>(tc.dim())});
   }
   for (const FieldConfig& f : fields) {

@@ -61,6 +61,9 @@ struct ModelSpec {
   std::vector<FieldSpec> fields;    // Categorical fields, in config order.
   std::vector<int64_t> bottom_mlp;  // Hidden sizes (ModelConfig.bottom_mlp).
   std::vector<int64_t> top_mlp;     // Hidden sizes; a 1-wide layer follows.
+  // Index into `tables` of the first-order table (ModelConfig.wide_table:
+  // dim 1, its fields' rows summed into the logit), or -1.
+  int wide_table = -1;
 };
 
 // Resolves the model's view of a finalized JobConfig (common/config.h). With
