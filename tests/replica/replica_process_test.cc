@@ -9,9 +9,12 @@
 // weights; Predict equals ps_score on the same checkpoint and lines to 6
 // digits; bad requests get INVALID_ARGUMENT naming the line.
 //
-// The worker sleeps 30 ms a step (--step_delay_ms) so that the job lasts a
-// few seconds and the replica, which polls every 50 ms, serves several
-// versions; the test fails by name if it saw fewer than three.
+// The worker sleeps 150 ms a step (--step_delay_ms): the job's 157 steps
+// then last over 20 s, long enough for the replica (polling every 50 ms) to
+// serve several versions and for the server's eviction sweep, which runs
+// every 10 s (server/ps_server.h), to evict idle rows during the job. A
+// slower machine only makes the job longer. The test fails by name if it
+// saw fewer than three versions or no eviction.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -126,7 +129,7 @@ class ReplicaProcessTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(testing::MakeSyntheticData(DataDir(), 20000, 2000).ok());
     job_ = std::make_unique<SupervisedJob>(
-        testing::ManualJob("replica", Config(), 1, 1, {"--step_delay_ms=30"}));
+        testing::ManualJob("replica", Config(), 1, 1, {"--step_delay_ms=150"}));
     ASSERT_TRUE(job_->Start().ok()) << job_->Logs();
     ASSERT_TRUE(replica_
                     .Start({RunfilePath("replica/ps_replica"), "--config=" + job_->config_path(),
@@ -245,7 +248,8 @@ TEST_F(ReplicaProcessTest, FollowsTheCheckpointsExactly) {
     if (!present && evicted.size() < 1000) evicted.push_back(key);
   }
   ASSERT_FALSE(evicted.empty()) << "no row evicted (and not written again) in the "
-                                << hash_at.size() << " versions served";
+                                << hash_at.size()
+                                << " versions served (the server sweeps every 10 s)";
   LookupRequest gone;
   gone.set_table_id(kSparse);
   for (uint64_t key : evicted) gone.add_keys(key);
