@@ -21,9 +21,13 @@ TEST(ModelFactoryTest, DefaultConfigBuildsTheDlrm) {
       CreateModel(DefaultConfig(), c10::Device(c10::DeviceType::CPU));
   ASSERT_TRUE(m.ok()) << m.status();
   const Model& model = **m;
-  EXPECT_EQ(model.spec().fields.size(), 26u);
-  EXPECT_EQ(model.spec().tables.size(), 1u);
-  // bottom 13->64->16; top (16 + 27*26/2)->64->32->1.
+  // 26 fields on the embeddings, 26 more on the first-order table (dim 1).
+  EXPECT_EQ(model.spec().fields.size(), 52u);
+  ASSERT_EQ(model.spec().tables.size(), 2u);
+  EXPECT_EQ(model.spec().wide_table, 1);
+  EXPECT_EQ(model.spec().tables[1].dim, 1);
+  // bottom 13->64->16; top (16 + 27*26/2)->64->32->1: the wide fields are
+  // not interaction vectors.
   EXPECT_EQ(model.NumDenseParams(),
             (13 * 64 + 64) + (64 * 16 + 16) + (367 * 64 + 64) + (64 * 32 + 32) + 33);
   EXPECT_TRUE(model.options().device.is_cpu());
