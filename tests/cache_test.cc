@@ -5,7 +5,6 @@
 // prefetch is bit-identical to the same job without the cache and pulls
 // fewer embedding bytes; with two workers the hits stay within the bound.
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <string>
 
@@ -13,13 +12,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
-using testing::LocalCluster;
 using testing::ReadFile;
+using testing::SupervisedJob;
 constexpr auto Dir = testing::TestDir;
 using Result = std::map<std::string, std::string>;
 
@@ -47,15 +47,12 @@ cluster {
 }
 )pb";
 
-std::string WriteConfig(const std::string& name, int workers, const std::string& mode, bool cache) {
-  const std::string path = Dir(name) + "/job.pbtxt";
-  std::ofstream(path) << Tables()
-                      << absl::StrReplaceAll(
-                             kConfig, {{"@DATA@", ::testing::TempDir() + "/cache_data"},
+std::string Config(int workers, const std::string& mode, bool cache) {
+  return Tables() +
+         absl::StrReplaceAll(kConfig, {{"@DATA@", ::testing::TempDir() + "/cache_data"},
                                        {"@WORKERS@", absl::StrCat(workers)},
                                        {"@MODE@", mode},
                                        {"@CACHE@", cache ? "cache { max_rows: 200000 }" : ""}});
-  return path;
 }
 
 uint64_t Number(const Result& r, const std::string& key) {
@@ -93,20 +90,20 @@ struct Job {
 
 Job RunJob(const std::string& name, int workers, const std::string& mode, bool cache,
            const std::vector<std::string>& flags) {
-  Job job;
-  LocalCluster cluster({WriteConfig(name, workers, mode, cache), Dir(name), 2, workers, flags, {}});
-  EXPECT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
-  auto code = cluster.WaitScheduler(absl::Minutes(10));
-  EXPECT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
-  auto results = cluster.WaitWorkers(absl::Seconds(60));
+  Job out;
+  SupervisedJob job(testing::ManualJob(name, Config(workers, mode, cache), 2, workers, flags));
+  EXPECT_TRUE(job.Start().ok()) << job.Logs();
+  auto code = job.WaitScheduler(absl::Minutes(10));
+  EXPECT_TRUE(code.ok() && *code == 0) << job.Logs();
+  auto results = job.WaitWorkers(absl::Seconds(60));
   EXPECT_TRUE(results.ok()) << results.status();
-  if (results.ok()) job.workers = *results;
-  EXPECT_EQ(job.workers.size(), static_cast<size_t>(workers)) << cluster.AllLogTails();
-  auto checksum = cluster.WaitServersChecksum(absl::Seconds(60));
+  if (results.ok()) out.workers = *results;
+  EXPECT_EQ(out.workers.size(), static_cast<size_t>(workers)) << job.Logs();
+  auto checksum = job.WaitServersChecksum(absl::Seconds(60));
   EXPECT_TRUE(checksum.ok()) << checksum.status();
-  if (checksum.ok()) job.servers_checksum = *checksum;
-  job.eval_auc = testing::ParseResult(cluster.SchedulerResult())["eval_auc"];
-  return job;
+  if (checksum.ok()) out.servers_checksum = *checksum;
+  out.eval_auc = testing::ParseResult(job.SchedulerResult())["eval_auc"];
+  return out;
 }
 
 class CacheTest : public ::testing::Test {
