@@ -135,10 +135,18 @@ absl::StatusOr<JobStatusResponse> WaitForJob(
     const std::string& address, const std::string& what,
     const std::function<bool(const JobStatusResponse&)>& condition, absl::Duration timeout) {
   SchedulerClient client(address);
+  return WaitForJobStatus([&client] { return client.JobStatus(); }, what, condition, timeout,
+                          absl::Milliseconds(20));
+}
+
+absl::StatusOr<JobStatusResponse> WaitForJobStatus(
+    const std::function<absl::StatusOr<JobStatusResponse>()>& read, const std::string& what,
+    const std::function<bool(const JobStatusResponse&)>& condition, absl::Duration timeout,
+    absl::Duration poll) {
   const absl::Time deadline = absl::Now() + timeout;
   std::string last = "no answer from the scheduler";
   while (true) {
-    auto status = client.JobStatus();
+    auto status = read();
     if (status.ok()) {
       if (condition(*status)) return *status;
       last = Describe(*status);
@@ -154,7 +162,7 @@ absl::StatusOr<JobStatusResponse> WaitForJob(
       return absl::DeadlineExceededError(absl::StrCat("waited ", absl::FormatDuration(timeout),
                                                       " for ", what, "; last status: ", last));
     }
-    absl::SleepFor(absl::Milliseconds(20));  // Polls; bounded by `deadline`.
+    absl::SleepFor(poll);  // Polls; bounded by `deadline`.
   }
 }
 

@@ -83,6 +83,12 @@ absl::StatusOr<std::map<std::string, std::string>> RunLocal(
 absl::StatusOr<JobStatusResponse> WaitForJob(
     const std::string& address, const std::string& what,
     const std::function<bool(const JobStatusResponse&)>& condition, absl::Duration timeout);
+// The same with the JobStatus read by `read` (e.g. ps_status inside a
+// NetBox host), every `poll`.
+absl::StatusOr<JobStatusResponse> WaitForJobStatus(
+    const std::function<absl::StatusOr<JobStatusResponse>()>& read, const std::string& what,
+    const std::function<bool(const JobStatusResponse&)>& condition, absl::Duration timeout,
+    absl::Duration poll);
 
 // Worker `rank`'s completed clock in `status` (0 if it is not listed).
 uint64_t WorkerClock(const JobStatusResponse& status, uint32_t rank);

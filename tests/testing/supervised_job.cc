@@ -58,6 +58,9 @@ int SupervisedJob::Add(Supervisor::Spec spec, absl::Status* status) {
 }
 
 absl::Status SupervisedJob::Start() {
+  if (!o_.scheduler && o_.workers > 0) {
+    return absl::InvalidArgumentError("workers need a scheduler");
+  }
   if (o_.box && o_.box->hosts() < 1 + o_.servers + o_.workers) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the box has ", o_.box->hosts(), " hosts; the job needs ", 1 + o_.servers + o_.workers));
@@ -79,13 +82,15 @@ absl::Status SupervisedJob::Start() {
   scheduler_argv_.insert(scheduler_argv_.end(), member.begin(), member.end());
   std::vector<std::string> argv = scheduler_argv_;
   argv.insert(argv.end(), o_.scheduler_flags.begin(), o_.scheduler_flags.end());
-  scheduler_ = Add({"scheduler", argv, dir_ + "/scheduler.log", {0, 1, 2}, Netns(scheduler_host())},
-                   &status);
+  if (o_.scheduler) {
+    scheduler_ = Add(
+        {"scheduler", argv, dir_ + "/scheduler.log", {0, 1, 2}, Netns(scheduler_host())}, &status);
+  }
   for (int i = 0; i < o_.servers; ++i) {
     server_addresses_.push_back(absl::StrCat(Host(server_host(i)), ":", port(7001)));
-    argv = {RunfilePath("server/ps_server"),    "--config=" + config,
-            "--scheduler=" + address_,          absl::StrCat("--index=", i),
+    argv = {RunfilePath("server/ps_server"), "--config=" + config, absl::StrCat("--index=", i),
             "--listen=" + server_addresses_[i], "--advertise=" + server_addresses_[i]};
+    if (o_.scheduler) argv.push_back("--scheduler=" + address_);
     argv.insert(argv.end(), member.begin(), member.end());
     argv.insert(argv.end(), o_.server_flags.begin(), o_.server_flags.end());
     servers_.push_back(Add({absl::StrCat("server-", i),
@@ -113,17 +118,32 @@ absl::Status SupervisedJob::Start() {
   return status;
 }
 
-bool SupervisedJob::Ended() { return sup_->WaitFinal(scheduler_, absl::ZeroDuration()).ok(); }
+bool SupervisedJob::Ended() {
+  return scheduler_ >= 0 && sup_->WaitFinal(scheduler_, absl::ZeroDuration()).ok();
+}
 
 absl::Status SupervisedJob::WaitListening(absl::Duration timeout) {
+  struct Wait {
+    int id;
+    std::string name, line;
+  };
+  std::vector<Wait> waits;
+  if (scheduler_ >= 0) waits.push_back({scheduler_, "the scheduler", "PS_SCHEDULER_LISTENING "});
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    waits.push_back({servers_[i], absl::StrCat("server ", i), "PS_SERVER_LISTENING "});
+  }
   const absl::Time deadline = absl::Now() + timeout;
-  while (!absl::StrContains(sup_->Output(scheduler_), "PS_SCHEDULER_LISTENING ")) {
-    if (Ended()) return absl::FailedPreconditionError("the scheduler ended before it listened");
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("waited ", absl::FormatDuration(timeout), " for the scheduler to listen"));
+  for (const Wait& w : waits) {
+    while (!absl::StrContains(sup_->Output(w.id), w.line)) {
+      if (sup_->WaitFinal(w.id, absl::ZeroDuration()).ok()) {
+        return absl::FailedPreconditionError(w.name + " ended before it listened");
+      }
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("waited ", absl::FormatDuration(timeout), " for ", w.name, " to listen"));
+      }
+      absl::SleepFor(absl::Milliseconds(20));  // Polls; bounded by `deadline`.
     }
-    absl::SleepFor(absl::Milliseconds(20));  // Polls; bounded by `deadline`.
   }
   return absl::OkStatus();
 }
@@ -168,35 +188,21 @@ absl::StatusOr<JobStatusResponse> SupervisedJob::JobStatus() const {
 absl::StatusOr<JobStatusResponse> SupervisedJob::WaitFor(
     const std::string& what, const std::function<bool(const JobStatusResponse&)>& condition,
     absl::Duration timeout) const {
-  const absl::Time deadline = absl::Now() + timeout;
-  std::string last = "no answer from the scheduler";
-  while (true) {
-    auto status = JobStatus();
-    if (status.ok()) {
-      if (condition(*status)) return *status;
-      last = Describe(*status);
-      if (status->state() == "done" || absl::StartsWith(status->state(), "failed")) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("the job ended before ", what, ": ", last));
-      }
-    }
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("waited ", absl::FormatDuration(timeout),
-                                                      " for ", what, "; last status: ", last));
-    }
-    absl::SleepFor(o_.box ? absl::Milliseconds(250) : absl::Milliseconds(50));  // Polls.
-  }
+  return WaitForJobStatus([this] { return JobStatus(); }, what, condition, timeout,
+                          o_.box ? absl::Milliseconds(250) : absl::Milliseconds(50));
 }
 
 std::string SupervisedJob::SchedulerLog() const { return ReadFile(dir_ + "/scheduler.log"); }
 
 absl::Status SupervisedJob::RestartScheduler(const std::vector<std::string>& flags) {
+  if (scheduler_ < 0) return absl::FailedPreconditionError("the job has no scheduler");
   std::vector<std::string> argv = scheduler_argv_;
   argv.insert(argv.end(), flags.begin(), flags.end());
   return sup_->Restart(scheduler_, argv);
 }
 
 absl::StatusOr<int> SupervisedJob::WaitScheduler(absl::Duration timeout) {
+  if (scheduler_ < 0) return absl::FailedPreconditionError("the job has no scheduler");
   return sup_->WaitFinal(scheduler_, timeout);
 }
 
@@ -212,7 +218,7 @@ std::string LastLine(const std::string& output, const std::string& prefix) {
 }  // namespace
 
 std::string SupervisedJob::SchedulerResult() const {
-  return LastLine(sup_->Output(scheduler_), "PS_JOB_RESULT ");
+  return scheduler_ < 0 ? "" : LastLine(sup_->Output(scheduler_), "PS_JOB_RESULT ");
 }
 
 absl::StatusOr<std::map<int, std::map<std::string, std::string>>> SupervisedJob::WaitWorkers(
@@ -265,7 +271,7 @@ absl::StatusOr<uint64_t> SupervisedJob::WaitServersChecksum(absl::Duration timeo
 
 JobOutcome SupervisedJob::Finish(absl::Duration timeout, bool trained) {
   JobOutcome out;
-  auto code = sup_->WaitFinal(scheduler_, timeout);
+  auto code = WaitScheduler(timeout);
   EXPECT_TRUE(code.ok()) << "the job did not end: " << code.status() << "\n" << Logs();
   out.code = code.value_or(-1);
   out.result = SchedulerResult();

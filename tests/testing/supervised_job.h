@@ -82,6 +82,11 @@ class SupervisedJob {
     // Every process (and JobStatus's ps_status) gets --job_secret_file, a
     // new secret in the job's directory, as a deployed job's processes do.
     bool job_secret = true;
+    // false: no scheduler; the servers run alone (no --scheduler) for a
+    // test that plays the scheduler itself, and there are no workers. The
+    // scheduler's methods (WaitScheduler, SchedulerResult, ...) then answer
+    // FAILED_PRECONDITION or nothing.
+    bool scheduler = true;
   };
 
   explicit SupervisedJob(Options options);
@@ -107,8 +112,9 @@ class SupervisedJob {
   std::string config_path() const { return dir_ + "/job.pbtxt"; }
   // Whether the scheduler is down for good (the job ended).
   bool Ended();
-  // Waits until the scheduler printed PS_SCHEDULER_LISTENING (it serves);
-  // FAILED_PRECONDITION if it ended first, DEADLINE_EXCEEDED after `timeout`.
+  // Waits until the scheduler and every server printed its LISTENING line
+  // (they serve); FAILED_PRECONDITION naming the first that ended before,
+  // DEADLINE_EXCEEDED after `timeout`.
   absl::Status WaitListening(absl::Duration timeout);
 
   // The scheduler's JobStatus: over gRPC on loopback; on a box, from
