@@ -8,19 +8,19 @@
 //   0.005 test AUC of the same job without them.
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
-using testing::LocalCluster;
+using testing::SupervisedJob;
 constexpr auto Dir = testing::TestDir;
 
 // The job's tables and model: testing::kSmallDlrmTables with its own sparse
@@ -58,19 +58,17 @@ const JobResult& RunJob(const std::string& name, const std::string& levers) {
   static auto* done = new std::map<std::string, JobResult>();
   if (auto it = done->find(name); it != done->end()) return it->second;
   JobResult& r = (*done)[name];
-  const std::string config = Dir(name) + "/job.pbtxt";
-  std::ofstream(config) << Tables()
-                        << absl::StrReplaceAll(kConfig,
-                                               {{"@DATA@", ::testing::TempDir() + "/tuning_data"},
-                                                {"@LEVERS@", levers}});
-  LocalCluster cluster({config, Dir(name), 2, 2, {"--checksum"}, {}});
-  EXPECT_TRUE(cluster.Start().ok());
-  auto code = cluster.WaitScheduler(absl::Minutes(10));
-  EXPECT_TRUE(code.ok() && *code == 0) << name << "\n" << cluster.AllLogTails();
-  auto workers = cluster.WaitWorkers(absl::Seconds(60));
-  EXPECT_TRUE(workers.ok() && workers->size() == 2u) << name << "\n" << cluster.AllLogTails();
+  const std::string config =
+      Tables() + absl::StrReplaceAll(kConfig, {{"@DATA@", ::testing::TempDir() + "/tuning_data"},
+                                               {"@LEVERS@", levers}});
+  SupervisedJob job(testing::ManualJob(name, config, 2, 2, {"--checksum"}));
+  EXPECT_TRUE(job.Start().ok());
+  auto code = job.WaitScheduler(absl::Minutes(10));
+  EXPECT_TRUE(code.ok() && *code == 0) << name << "\n" << job.Logs();
+  auto workers = job.WaitWorkers(absl::Seconds(60));
+  EXPECT_TRUE(workers.ok() && workers->size() == 2u) << name << "\n" << job.Logs();
   if (workers.ok()) r.workers = *workers;
-  const std::string auc = testing::ParseResult(cluster.SchedulerResult())["eval_auc"];
+  const std::string auc = testing::ParseResult(job.SchedulerResult())["eval_auc"];
   r.auc = auc.empty() ? 0.0 : std::stod(auc);
   return r;
 }
