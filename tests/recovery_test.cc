@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <string>
 
@@ -26,12 +25,14 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster.h"
+#include "tests/testing/job_util.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
-using testing::LocalCluster;
+using testing::ManualJob;
+using testing::SupervisedJob;
 constexpr auto Dir = testing::TestDir;
 
 // Jobs of kSteps steps a worker, each step >= kStepDelay long (>= 10 s of
@@ -44,14 +45,14 @@ const std::string kMaxSteps = absl::StrCat("--max_steps=", kSteps);
 
 // Waits until every live worker has completed `clock` steps; fails the test
 // naming what it saw if the job ended (or stalled) first.
-bool WaitForClock(const LocalCluster& cluster, uint64_t clock) {
-  auto status = cluster.WaitForJob(
+bool WaitForClock(const SupervisedJob& cluster, uint64_t clock) {
+  auto status = cluster.WaitFor(
       absl::StrCat("every worker at clock ", clock),
       [clock](const JobStatusResponse& s) {
         return s.state() == "running" && s.min_clock() >= clock;
       },
       absl::Minutes(3));
-  EXPECT_TRUE(status.ok()) << status.status() << "\n" << cluster.AllLogTails();
+  EXPECT_TRUE(status.ok()) << status.status() << "\n" << cluster.Logs();
   return status.ok();
 }
 
@@ -79,17 +80,12 @@ uint64_t NewestCheckpoint(const std::string& root) {
   return newest;
 }
 
-std::string WriteConfig(const std::string& name, const std::string& mode,
-                        const std::string& checkpoint_extra = "") {
-  const std::string dir = Dir(name);
-  const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << testing::kSmallDlrmTables
-                        << absl::StrReplaceAll(kConfig,
-                                               {{"@DATA@", ::testing::TempDir() + "/chaos_data"},
-                                                {"@MODE@", mode},
-                                                {"@CKPT@", Dir(name + "/ckpt")},
-                                                {"keep: 2", "keep: 2 " + checkpoint_extra}});
-  return config;
+// The job's config; its checkpoints go to TestDir(<job>/ckpt) ("@CKPT@").
+std::string Config(const std::string& mode, const std::string& checkpoint_extra = "") {
+  return testing::kSmallDlrmTables +
+         absl::StrReplaceAll(kConfig, {{"@DATA@", ::testing::TempDir() + "/chaos_data"},
+                                       {"@MODE@", mode},
+                                       {"keep: 2", "keep: 2 " + checkpoint_extra}});
 }
 
 struct Outcome {
@@ -104,15 +100,13 @@ struct Outcome {
 // the whole job with the same flags each time (every process killed and
 // started again).
 Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
-  const std::string dir = Dir(name);
-  const std::string ckpt = Dir(name + "/ckpt");
-  const std::string config = WriteConfig(name, mode);
+  const std::string config = Config(mode);
   std::mt19937 rng(std::hash<std::string>()(name));
   Outcome out;
   for (int attempt = 0; attempt < 10; ++attempt) {
     // The same flags every time: a scheduler started over a checkpoint
     // directory resumes from its latest complete checkpoint by itself.
-    LocalCluster cluster({config, dir, 2, 2, {kMaxSteps, kStepDelay}, {}, {}});
+    SupervisedJob cluster(ManualJob(name, config, 2, 2, {kMaxSteps, kStepDelay}));
     EXPECT_TRUE(cluster.Start().ok());
     if (out.kills < kills) {
       const uint64_t at = 80 + 130 * out.kills + rng() % 40;
@@ -122,15 +116,15 @@ Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
         ADD_FAILURE() << "no kill " << out.kills + 1 << " at clock " << at;
         return out;
       }
-      cluster.server(out.kills % 2).Signal(SIGKILL);
+      cluster.sup().Signal(cluster.server(out.kills % 2), SIGKILL);
       ++out.kills;
       cluster.KillAll();  // The whole job goes down, then starts again.
       continue;
     }
     auto code = cluster.WaitScheduler(absl::Minutes(10));
-    EXPECT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+    EXPECT_TRUE(code.ok() && *code == 0) << cluster.Logs();
     auto checksum = cluster.WaitServersChecksum(absl::Seconds(60));
-    EXPECT_TRUE(checksum.ok()) << checksum.status() << cluster.AllLogTails();
+    EXPECT_TRUE(checksum.ok()) << checksum.status() << cluster.Logs();
     out.checksum = checksum.value_or(0);
     auto result = testing::ParseResult(cluster.SchedulerResult());
     EXPECT_EQ(result["state"], "done") << cluster.SchedulerResult();
@@ -145,12 +139,12 @@ Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
 
 // Waits until the job has written a checkpoint (so it is well under way),
 // then until it is 20 to 59 clocks past it. False if the job ended first.
-bool WaitMidJob(LocalCluster& cluster, const std::string& ckpt, std::mt19937& rng) {
+bool WaitMidJob(SupervisedJob& cluster, const std::string& ckpt, std::mt19937& rng) {
   const absl::Time deadline = absl::Now() + absl::Minutes(2);
   while (NewestCheckpoint(ckpt) == 0) {
-    if (absl::Now() > deadline || cluster.scheduler().Poll().has_value()) {
+    if (absl::Now() > deadline || cluster.Ended()) {
       ADD_FAILURE() << "no complete checkpoint (the job ended, or 2 minutes passed)\n"
-                    << cluster.AllLogTails();
+                    << cluster.Logs();
       return false;
     }
     absl::SleepFor(absl::Milliseconds(20));  // Polls the directory; bounded by `deadline`.
@@ -185,23 +179,22 @@ TEST_F(RecoveryTest, BspJobWithThreeServerKillsEndsBitIdentical) {
 TEST_F(RecoveryTest, SchedulerRestartedWithRecoverEndsBitIdentical) {
   const Outcome clean = RunJob("bsp_clean_s", "mode: BSP", 0);
   const std::string name = "bsp_sched";
-  const std::string config = WriteConfig(name, "mode: BSP");
-  LocalCluster cluster({config, Dir(name), 2, 2, {kMaxSteps, kStepDelay}, {}, {}});
-  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
+  SupervisedJob cluster(ManualJob(name, Config("mode: BSP"), 2, 2, {kMaxSteps, kStepDelay}));
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.Logs();
   std::mt19937 rng(42);
-  ASSERT_TRUE(WaitMidJob(cluster, Dir(name + "/ckpt"), rng)) << "the job ended before the kill\n"
-                                                             << cluster.AllLogTails();
-  cluster.scheduler().Signal(SIGKILL);
-  auto killed = cluster.scheduler().Wait(absl::Seconds(10));
+  ASSERT_TRUE(WaitMidJob(cluster, cluster.ckpt(), rng)) << "the job ended before the kill\n"
+                                                        << cluster.Logs();
+  cluster.sup().Signal(cluster.scheduler(), SIGKILL);
+  auto killed = cluster.sup().WaitFinal(cluster.scheduler(), absl::Seconds(10));
   ASSERT_TRUE(killed.ok() && *killed == 128 + SIGKILL) << "the scheduler was not running";
   absl::SleepFor(absl::Milliseconds(500));  // The others notice it is gone.
-  ASSERT_TRUE(cluster.RestartScheduler({}).ok()) << cluster.AllLogTails();
+  ASSERT_TRUE(cluster.RestartScheduler({}).ok()) << cluster.Logs();
   auto code = cluster.WaitScheduler(absl::Minutes(10));
-  ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+  ASSERT_TRUE(code.ok() && *code == 0) << cluster.Logs();
   auto checksum = cluster.WaitServersChecksum(absl::Seconds(60));
-  ASSERT_TRUE(checksum.ok()) << checksum.status() << cluster.AllLogTails();
+  ASSERT_TRUE(checksum.ok()) << checksum.status() << cluster.Logs();
   EXPECT_EQ(*checksum, clean.checksum) << "weights differ after the scheduler restart\n"
-                                       << cluster.AllLogTails();
+                                       << cluster.Logs();
   const std::string log = testing::ReadFile(Dir(name) + "/scheduler.log");
   EXPECT_NE(log.find("rejoined (generation"), std::string::npos) << log;
   std::printf("BSP with a scheduler restart: weights %016llx (without: %016llx)\n",
@@ -218,29 +211,28 @@ TEST_F(RecoveryTest, RestartedWorkerResumesFromItsDataPosition) {
   const std::string mode = "mode: SSP staleness: 2";
   const std::string clean_name = "ssp_clean_w";
   // 5 ms a step: >= 4 s for the ~937 steps of a worker's shard.
-  LocalCluster clean(
-      {WriteConfig(clean_name, mode), Dir(clean_name), 2, 2, {"--step_delay_ms=5"}, {}, {}});
-  ASSERT_TRUE(clean.Start().ok()) << clean.AllLogTails();
-  ASSERT_TRUE(clean.WaitScheduler(absl::Minutes(10)).ok()) << clean.AllLogTails();
+  SupervisedJob clean(ManualJob(clean_name, Config(mode), 2, 2, {"--step_delay_ms=5"}));
+  ASSERT_TRUE(clean.Start().ok()) << clean.Logs();
+  ASSERT_TRUE(clean.WaitScheduler(absl::Minutes(10)).ok()) << clean.Logs();
   auto clean_results = clean.WaitWorkers(absl::Seconds(60));
-  ASSERT_TRUE(clean_results.ok() && clean_results->count(1)) << clean.AllLogTails();
+  ASSERT_TRUE(clean_results.ok() && clean_results->count(1)) << clean.Logs();
   const uint64_t shard_steps = std::stoull((*clean_results)[1]["steps"]);
   const double clean_auc = std::stod(testing::ParseResult(clean.SchedulerResult())["eval_auc"]);
 
   const std::string name = "ssp_worker";
-  LocalCluster cluster({WriteConfig(name, mode), Dir(name), 2, 2, {"--step_delay_ms=5"}, {}, {}});
-  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
+  SupervisedJob cluster(ManualJob(name, Config(mode), 2, 2, {"--step_delay_ms=5"}));
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.Logs();
   std::mt19937 rng(7);
-  ASSERT_TRUE(WaitMidJob(cluster, Dir(name + "/ckpt"), rng)) << "the job ended before the kill\n"
-                                                             << cluster.AllLogTails();
-  cluster.worker(1).Signal(SIGKILL);
-  auto killed = cluster.worker(1).Wait(absl::Seconds(10));
+  ASSERT_TRUE(WaitMidJob(cluster, cluster.ckpt(), rng)) << "the job ended before the kill\n"
+                                                        << cluster.Logs();
+  cluster.sup().Signal(cluster.worker(1), SIGKILL);
+  auto killed = cluster.sup().WaitFinal(cluster.worker(1), absl::Seconds(10));
   ASSERT_TRUE(killed.ok() && *killed == 128 + SIGKILL) << "worker 1 was not running";
-  ASSERT_TRUE(cluster.RestartWorker(1).ok()) << cluster.AllLogTails();
+  ASSERT_TRUE(cluster.sup().Restart(cluster.worker(1)).ok()) << cluster.Logs();
   auto code = cluster.WaitScheduler(absl::Minutes(10));
-  ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+  ASSERT_TRUE(code.ok() && *code == 0) << cluster.Logs();
   auto results = cluster.WaitWorkers(absl::Seconds(60));
-  ASSERT_TRUE(results.ok() && results->count(1)) << cluster.AllLogTails();
+  ASSERT_TRUE(results.ok() && results->count(1)) << cluster.Logs();
 
   // "worker 1 resumes at step C from data position P" in its log.
   const std::string log = testing::ReadFile(Dir(name) + "/worker-1.log");
@@ -270,23 +262,18 @@ TEST_F(RecoveryTest, PartialRecoveryRestoresOnlyTheFailedServer) {
   const std::string mode = "mode: SSP staleness: 2";
   const Outcome clean = RunJob("ssp_clean_p", mode, 0);
   const std::string name = "ssp_partial";
-  LocalCluster cluster({WriteConfig(name, mode, "recovery: PARTIAL"),
-                        Dir(name),
-                        2,
-                        2,
-                        {kMaxSteps, kStepDelay},
-                        {},
-                        {}});  // As RunJob's.
-  ASSERT_TRUE(cluster.Start().ok()) << cluster.AllLogTails();
+  SupervisedJob cluster(ManualJob(name, Config(mode, "recovery: PARTIAL"), 2, 2,
+                                  {kMaxSteps, kStepDelay}));  // As RunJob's.
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.Logs();
   std::mt19937 rng(11);
-  ASSERT_TRUE(WaitMidJob(cluster, Dir(name + "/ckpt"), rng)) << "the job ended before the kill\n"
-                                                             << cluster.AllLogTails();
-  cluster.server(1).Signal(SIGKILL);
-  auto killed = cluster.server(1).Wait(absl::Seconds(10));
+  ASSERT_TRUE(WaitMidJob(cluster, cluster.ckpt(), rng)) << "the job ended before the kill\n"
+                                                        << cluster.Logs();
+  cluster.sup().Signal(cluster.server(1), SIGKILL);
+  auto killed = cluster.sup().WaitFinal(cluster.server(1), absl::Seconds(10));
   ASSERT_TRUE(killed.ok() && *killed == 128 + SIGKILL) << "server 1 was not running";
-  ASSERT_TRUE(cluster.RestartServer(1).ok()) << cluster.AllLogTails();
+  ASSERT_TRUE(cluster.sup().Restart(cluster.server(1)).ok()) << cluster.Logs();
   auto code = cluster.WaitScheduler(absl::Minutes(10));
-  ASSERT_TRUE(code.ok() && *code == 0) << cluster.AllLogTails();
+  ASSERT_TRUE(code.ok() && *code == 0) << cluster.Logs();
   const std::string log = testing::ReadFile(Dir(name) + "/scheduler.log");
   EXPECT_NE(log.find("partial recovery: servers [1] restored"), std::string::npos) << log;
   EXPECT_EQ(log.find("partial recovery: server 0"), std::string::npos) << log;
