@@ -5,7 +5,6 @@
 // ends bit-identical to the job that never stopped. A delta checkpoint on a
 // full one is smaller and restores (as a chain) the same rows and tables;
 // the scheduler's checkpointer writes delta chains with checkpoint.delta.
-#include <signal.h>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -26,13 +25,12 @@
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "scheduler/checkpoint_client.h"
-#include "tests/testing/subprocess.h"
+#include "tests/testing/supervised_job.h"
 
 namespace shardps {
 namespace {
 
-using testing::RunfilePath;
-using testing::Subprocess;
+using testing::SupervisedJob;
 
 constexpr uint32_t kParts = 64;
 // The control token the test's servers are started with
@@ -76,14 +74,26 @@ std::vector<uint64_t> Keys(uint32_t table) {
 
 uint32_t Dim(uint32_t table) { return table == 1 ? 4 : 3; }
 
+// SupervisedJob's options for `num_servers` servers alone (no scheduler:
+// the test plays it), whose config's checkpoint.dir is `root`.
+SupervisedJob::Options Servers(uint32_t num_servers, const std::string& name,
+                               const std::string& root) {
+  SupervisedJob::Options o = testing::ManualJob(
+      name, absl::StrCat(Config(num_servers), "checkpoint { dir: \"", root, "\" }\n"), num_servers,
+      0);
+  o.scheduler = false;
+  o.server_flags = {"--control_token_file=" + ControlTokenFile()};
+  return o;
+}
+
 // Servers started from one config, with the map and a client over them.
 class Cluster {
  public:
   // Servers whose config's checkpoint.dir is `root`.
-  Cluster(uint32_t num_servers, const std::string& name, const std::string& root) {
-    const std::string path = ::testing::TempDir() + "/" + name + ".pbtxt";
-    std::ofstream(path) << Config(num_servers) << "checkpoint { dir: \"" << root << "\" }\n";
-    servers_.resize(num_servers);
+  Cluster(uint32_t num_servers, const std::string& name, const std::string& root)
+      : servers_(Servers(num_servers, name, root)) {
+    EXPECT_TRUE(servers_.Start().ok()) << servers_.Logs();
+    EXPECT_TRUE(servers_.WaitListening(absl::Seconds(60)).ok()) << servers_.Logs();
     map_.set_version(1);
     map_.set_num_partitions(kParts);
     const absl::StatusOr<PartitionMap> contiguous =
@@ -91,17 +101,10 @@ class Cluster {
     EXPECT_TRUE(contiguous.ok()) << contiguous.status();
     for (uint32_t o : contiguous->owners()) map_.add_owner(o);
     for (uint32_t i = 0; i < num_servers; ++i) {
-      servers_[i] = std::make_unique<Subprocess>();
-      EXPECT_TRUE(
-          servers_[i]
-              ->Start({RunfilePath("server/ps_server"), "--config=" + path,
-                       absl::StrCat("--index=", i), "--control_token_file=" + ControlTokenFile()})
-              .ok());
-      auto address = servers_[i]->WaitForLine("PS_SERVER_LISTENING ", absl::Seconds(60));
-      EXPECT_TRUE(address.ok()) << address.status();
-      map_.add_server_addresses(*address);
+      const std::string& address = servers_.server_address(i);
+      map_.add_server_addresses(address);
       stubs_.push_back(ParameterServer::NewStub(
-          grpc::CreateChannel(*address, grpc::InsecureChannelCredentials())));
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials())));
     }
     auto client = PsClient::Create(PsClient::Options(), map_, [this](uint64_t) { return map_; });
     EXPECT_TRUE(client.ok()) << client.status();
@@ -110,9 +113,9 @@ class Cluster {
 
   void KillAll() {
     client_.reset();
-    for (auto& s : servers_) {
-      s->Signal(SIGKILL);
-      EXPECT_TRUE(s->Wait(absl::Seconds(60)).ok());
+    servers_.KillAll();
+    for (uint32_t i = 0; i < size(); ++i) {
+      EXPECT_TRUE(servers_.sup().WaitFinal(servers_.server(i), absl::Seconds(60)).ok());
     }
   }
 
@@ -161,10 +164,10 @@ class Cluster {
   ParameterServer::Stub& stub(uint32_t i) { return *stubs_[i]; }
   void set_generation(uint64_t g) { client_->set_generation(g); }
   const PartitionMapProto& map() const { return map_; }
-  uint32_t size() const { return servers_.size(); }
+  uint32_t size() const { return map_.server_addresses_size(); }
 
  private:
-  std::vector<std::unique_ptr<Subprocess>> servers_;
+  SupervisedJob servers_;
   std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;
   PartitionMapProto map_;
   std::unique_ptr<PsClient> client_;
