@@ -4,8 +4,9 @@
 // on the same held-out lines). Local mode is the baseline every PS mode is
 // compared against in e2e_test. Measured: 0.8558 against 0.8668 (gap
 // 0.0110 with the first-order term; 0.0127 without it, 0.0145 before the
-// embeddings' initial accumulator, which this bound refuses). Local mode with one intra-op thread
-// is deterministic, so the gap is the same on every run of a machine.
+// embeddings' initial accumulator, which this bound refuses). Local mode
+// with one intra-op thread is deterministic, so the gap is the same on every
+// run of a machine.
 //
 // Other data: on two more ps_datagen families (worker/data/
 // synthetic_family.h), 200k training lines, one epoch in local mode, the
