@@ -177,13 +177,16 @@ job=""
 # --- a server killed mid-job: restarted by its task, the job rolled back -------
 # Longer and slower than the first job (120 steps of >= 100 ms, a checkpoint
 # every 10 steps) so that it is still training when the test kills its
-# server. Checkpoints on local disk: every process runs on this node.
+# server. Checkpoints on local disk: every process runs on this node. It
+# evaluates only at its end (--eval_every_epochs=20: past its 120 steps), so
+# early stopping cannot end it before the steps the test checks.
 {
   cat "$T/small.pbtxt"
   printf 'checkpoint {\n  dir: "%s"\n  every_steps: 10\n}\n' "$T/ckpt"
 } >"$T/fault.pbtxt"
 common/ps_config_check "$T/fault.pbtxt" --servers=1 --workers=1 \
-  --synthetic_dir="$T/data/synthetic" --epochs=20 --max_steps=120 --write="$T/job_fault.pbtxt"
+  --synthetic_dir="$T/data/synthetic" --epochs=20 --max_steps=120 --eval_every_epochs=20 \
+  --write="$T/job_fault.pbtxt"
 job=$(SHARDPS_WORKER_FLAGS="--step_delay_ms=100" submit "$T/job_fault.out" "$(free_port)" \
   "$T/job_fault.pbtxt")
 echo "submitted job $job (its server will be killed)"
