@@ -114,13 +114,17 @@ namespace {
 // One checkpoint + kill + recovery cycle's figures.
 
 std::string ConfigText(const std::string& name, const std::string& ckpt) {
-  return absl::StrCat(R"pb(
+  return absl::StrCat(
+      R"pb(
 name: ")pb",
-                      name, R"pb("
+      name, R"pb("
 tables {
   id: 1 name: "emb" kind: SPARSE dim: 16 seed: 7
   init { kind: UNIFORM scale: 0.01 }
   optimizer { adagrad { learning_rate: 0.05 initial_accumulator: 0.1 } }
+  max_keys_per_request: )pb",
+      std::max<uint64_t>(absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_idle_keys)),
+      R"pb(
 }
 data { train_files: "unused" }
 cluster {
@@ -128,8 +132,8 @@ cluster {
   heartbeat_ms: 200 dead_after_ms: 2000 server_deadline_ms: 60000
 }
 checkpoint { dir: ")pb",
-                      ckpt, R"pb(" recovery: )pb",
-                      absl::GetFlag(FLAGS_recovery) == "partial" ? "PARTIAL" : "EXACT", R"pb( }
+      ckpt, R"pb(" recovery: )pb", absl::GetFlag(FLAGS_recovery) == "partial" ? "PARTIAL" : "EXACT",
+      R"pb( }
 )pb");
 }
 
