@@ -15,29 +15,22 @@
 #include "common/config.h"
 #include "gtest/gtest.h"
 #include "replica/replica_service.h"
+#include "tests/testing/job_util.h"
 
 namespace shardps {
 namespace replica {
 namespace {
 
-constexpr char kConfig[] = R"pb(
-name: "replica_unit"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { adagrad { learning_rate: 0.05 } }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adam { learning_rate: 0.002 } }
-}
-model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
+// The small DLRM job of the process tests (tests/testing/job_util.h).
+std::string Config() {
+  return absl::StrCat(R"pb(name: "replica_unit")pb", testing::kSmallDlrmTables, R"pb(
 data { format: CRITEO synthetic_dir: "/nonexistent" }
 training { batch_size: 16 intra_op_threads: 1 }
-)pb";
+)pb");
+}
 
 std::unique_ptr<Replica> MakeReplica(const std::string& dir) {
-  auto config = ParseJobConfig(kConfig, "replica_test");
+  auto config = ParseJobConfig(Config(), "replica_test");
   EXPECT_TRUE(config.ok()) << config.status();
   ReplicaOptions options;
   options.config = *config;
