@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace shardps {
 
 std::vector<std::string> InitProcess(int argc, char** argv, const char* usage);
@@ -29,6 +31,12 @@ std::string EnvOr(const char* name, const std::string& fallback);
 // (ps_server, ps_worker). Memory the process frees stays in its heap, up to
 // the trim threshold (512 MiB).
 void TuneMallocForLargeMessages();
+
+// --port_file of the serving binaries: writes "<port>\n" to `path` + ".tmp",
+// then renames it to `path`, so a reader (launcher, test) never sees half of
+// it. An empty `path` writes nothing. INTERNAL naming the file when it cannot
+// be written or renamed.
+absl::Status WritePortFile(const std::string& path, int port);
 
 }  // namespace shardps
 

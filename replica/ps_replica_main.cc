@@ -22,7 +22,6 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 
@@ -59,16 +58,6 @@ std::string ListenAddress() {
   return listen;
 }
 
-// The port, to a temporary file renamed into place (a reader never sees a
-// half-written one).
-void WritePortFile(int port) {
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (port_file.empty()) return;
-  const std::string tmp = port_file + ".tmp";
-  std::ofstream(tmp) << port << "\n";
-  std::rename(tmp.c_str(), port_file.c_str());
-}
-
 int Run() {
   auto config = shardps::LoadJobConfig(absl::GetFlag(FLAGS_config));
   if (!config.ok()) {
@@ -102,7 +91,10 @@ int Run() {
                << " (in use by another process, or not an address of this host)";
     return 2;
   }
-  WritePortFile(port);
+  if (absl::Status st = shardps::WritePortFile(absl::GetFlag(FLAGS_port_file), port); !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
+  }
   std::printf("PS_REPLICA_LISTENING %s:%d\n", listen.substr(0, listen.rfind(':')).c_str(), port);
   std::fflush(stdout);
   std::signal(SIGINT, OnSignal);

@@ -22,7 +22,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -251,16 +250,6 @@ PsServerOptions OptionsFromFlags(const JobConfig& config) {
   return options;
 }
 
-// --port_file: the port, written to a temporary file renamed into place (a
-// reader never sees half of it).
-void WritePortFile(int port) {
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (port_file.empty()) return;
-  const std::string tmp = port_file + ".tmp";
-  std::ofstream(tmp) << port << "\n";
-  std::rename(tmp.c_str(), port_file.c_str());
-}
-
 // With eviction by clocks: polls the scheduler's clock every heartbeat_ms and
 // grants it to the core (nullptr without eviction by clocks).
 std::unique_ptr<metrics::Poller> FollowClockGrants(const JobConfig& config,
@@ -312,7 +301,11 @@ int Run() {
   metrics::Poller table_poller(absl::Seconds(2), [&] { table_metrics.Refresh(); });
   std::printf("PS_SERVER_LISTENING %s\n", (*server)->address().c_str());
   std::fflush(stdout);
-  WritePortFile((*server)->port());
+  if (absl::Status st = WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
+      !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
+  }
   std::unique_ptr<SchedulerClient> scheduler;
   // Eviction by clocks follows the scheduler's word on the job's clock, not
   // the clocks pushes claim (parameter_server_core.h): none until it speaks.
