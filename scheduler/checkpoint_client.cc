@@ -68,6 +68,7 @@ class GrpcServerOps final : public ServerOps {
   void PinCheckpoints(const std::vector<uint64_t>& clocks) override { pinned_ = clocks; }
 
   absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation, uint64_t clock) override {
+    cut_time_ = absl::Now();
     // A delta on the previous complete checkpoint, unless this is the first
     // one or the chain already has kMaxDeltasPerFull deltas.
     cut_delta_ = config_.checkpoint().delta() && !chain_.empty() &&
@@ -112,6 +113,7 @@ class GrpcServerOps final : public ServerOps {
     }
     manifest.add_chain(checkpoint::CheckpointId(clock));
     manifest.set_created_unix_micros(absl::ToUnixMicros(absl::Now()));
+    manifest.set_cut_unix_micros(absl::ToUnixMicros(cut_time_));
     for (const CheckpointResponse& r : responses) {
       for (const auto& file : r.written()) *manifest.add_files() = file;
     }
@@ -238,6 +240,7 @@ class GrpcServerOps final : public ServerOps {
   // the next one is FULL).
   std::vector<std::string> chain_;
   bool cut_delta_ = false;        // The cut being written is a delta.
+  absl::Time cut_time_;           // When CopyCut of the cut being written began.
   std::vector<uint64_t> pinned_;  // Kept by GC whatever checkpoint.keep says.
 };
 
