@@ -179,6 +179,7 @@ absl::Status ParameterServerCore::CollectCheckpointWrite(const CheckpointRequest
 
 absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
                                           RestoreResponse* response) {
+  if (request.partitions_size() > 0) return RestorePartitions(request, response);
   if (request.initial()) {
     if (request.has_clock()) {
       return absl::InvalidArgumentError(
@@ -240,6 +241,58 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
             << " checkpoints, job generation " << request.generation() << ")";
   response->set_rows(rows);
   response->set_clock(clock);
+  response->set_checkpoint_dir(dir);
+  response->set_files_read(files_read);
+  response->set_bytes_read(bytes_read);
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::RestorePartitions(const RestoreRequest& request,
+                                                    RestoreResponse* response) {
+  if (request.initial()) {
+    return absl::InvalidArgumentError(
+        "Restore: an initial restore names no partitions (it resets the whole server)");
+  }
+  ASSIGN_OR_RETURN(const std::vector<bool> adding,
+                   UnownedPartitionMask(request.partitions(), "Restore", *CurrentMap()));
+  MutexLock checkpoint_lock(&checkpoint_mu_);
+  ASSIGN_OR_RETURN(const std::string root, CheckpointRoot("Restore"));
+  RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
+  ASSIGN_OR_RETURN(const RestoreSource source, ResolveRestore(root, request));
+  const checkpoint::CheckpointManifest& manifest = source.checkpoint.manifest;
+  const std::string& dir = source.checkpoint.dir;
+  if (manifest.job_name() != config_.name()) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": checkpoint of job \"",
+                                                      manifest.job_name(), "\", this job is \"",
+                                                      config_.name(), "\""));
+  }
+  ASSIGN_OR_RETURN(const std::vector<LoadedFiles> chain,
+                   LoadOwnedChain(source.checkpoint, adding, TableSchemas(*store_)));
+  size_t files_read = 0;
+  uint64_t bytes_read = 0;
+  for (const LoadedFiles& link : chain) {
+    files_read += link.files.size();
+    bytes_read += link.bytes;
+  }
+  uint64_t rows = 0;
+  {
+    // Shared: requests go on (none may reach these partitions: the server
+    // does not own them); a full Restore or a generation change waits.
+    ReaderMutexLock state(&state_mu_);
+    RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
+    auto add = [&] { rows = AddPartitionsFromChain(chain, adding, store_.get()); };
+    if (bsp_) {
+      // The rows must be of the clock this server is at: exactly the
+      // checkpoint's clocks applied, and none applied during the copy.
+      RETURN_IF_ERROR(bsp_clocks_.AtClock(manifest.clock(), add));
+    } else {
+      add();
+    }
+  }
+  LOG(INFO) << "server " << server_index_ << " added " << request.partitions_size()
+            << " partitions (" << rows << " rows) from " << files_read << " files of " << dir;
+  response->set_rows(rows);
+  response->set_clock(manifest.clock());
   response->set_checkpoint_dir(dir);
   response->set_files_read(files_read);
   response->set_bytes_read(bytes_read);

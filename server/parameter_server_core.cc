@@ -421,6 +421,7 @@ absl::Status ParameterServerCore::TableInfo(const TableInfoRequest& request,
 
 absl::Status ParameterServerCore::Control(const ControlRequest& request,
                                           ControlResponse* response) {
+  std::shared_ptr<const PartitionMap> map;
   if (request.partition_owner_size() > 0) {
     const uint32_t parts = config_.cluster().num_partitions();
     if (static_cast<uint32_t>(request.partition_owner_size()) != parts) {
@@ -431,20 +432,70 @@ absl::Status ParameterServerCore::Control(const ControlRequest& request,
                                  request.partition_owner().end());
     const uint32_t servers = std::max(config_.cluster().num_servers(),
                                       *std::max_element(owners.begin(), owners.end()) + 1);
-    ASSIGN_OR_RETURN(PartitionMap map,
+    ASSIGN_OR_RETURN(PartitionMap next,
                      PartitionMap::FromOwners(request.map_version(), std::move(owners), servers));
+    map = std::make_shared<const PartitionMap>(std::move(next));
+  }
+  // Drops are checked against the map this request leaves, before anything
+  // changes.
+  std::vector<bool> drop;
+  if (request.drop_partitions_size() > 0) {
+    ASSIGN_OR_RETURN(drop, UnownedPartitionMask(request.drop_partitions(),
+                                                "Control drop_partitions",
+                                                map != nullptr ? *map : *CurrentMap()));
+  }
+  if (map != nullptr) {
     MutexLock lock(&map_mu_);
-    if (map.version() < map_->version()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Control: map version ", map.version(), " is older than map version ", map_->version()));
+    if (map->version() < map_->version()) {
+      return absl::FailedPreconditionError(absl::StrCat("Control: map version ", map->version(),
+                                                        " is older than map version ",
+                                                        map_->version()));
     }
-    map_ = std::make_shared<const PartitionMap>(std::move(map));
+    map_ = std::move(map);
   }
   if (request.active_workers_size() > 0) {
     bsp_clocks_.SetActive(
         std::set<uint32_t>(request.active_workers().begin(), request.active_workers().end()));
   }
+  if (!drop.empty()) DropPartitions(drop, response);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<bool>> ParameterServerCore::UnownedPartitionMask(
+    const google::protobuf::RepeatedField<uint32_t>& partitions, const char* what,
+    const PartitionMap& map) const {
+  const uint32_t parts = config_.cluster().num_partitions();
+  std::vector<bool> mask(parts, false);
+  for (uint32_t p : partitions) {
+    if (p >= parts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": partition ", p, " is out of range (the job has ", parts, ")"));
+    }
+    if (mask[p]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": partition ", p, " is named twice"));
+    }
+    mask[p] = true;
+  }
+  for (uint32_t p : partitions) {
+    if (map.OwnerOfPartition(p) == server_index_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": server ", server_index_, " owns partition ", p, " under map version ",
+          map.version(), " (a server gets a partition before the map switch that gives it, "
+          "and drops it after the one that takes it)"));
+    }
+  }
+  return mask;
+}
+
+void ParameterServerCore::DropPartitions(const std::vector<bool>& drop,
+                                         ControlResponse* response) {
+  uint64_t rows = 0;
+  for (Table* table : store_->tables()) rows += table->DropPartitions(drop);
+  LOG(INFO) << "server " << server_index_ << " dropped "
+            << std::count(drop.begin(), drop.end(), true)
+            << " partitions it no longer owns (" << rows << " rows)";
+  response->set_rows_dropped(rows);
 }
 
 void ParameterServerCore::GrantClock(uint64_t clock) {

@@ -16,7 +16,9 @@
 //                      (push, training pull, InitRows of a SPARSE table);
 //                      a dense chunk index out of range; a pull
 //                      with_state that is not a TRAIN pull in FP32, or of
-//                      a table with admission.
+//                      a table with admission; a partition list
+//                      (Restore partitions, Control drop_partitions) with
+//                      a partition out of range or named twice.
 //   ABORTED            the request's map version is not the server's, or a
 //                      key's partition belongs to another server. The message
 //                      contains "map version N" (N = the server's version):
@@ -26,7 +28,10 @@
 //                      with an older map version or a wrong partition count;
 //                      a pull, push or checkpoint of an older job generation
 //                      (message starting "stale generation: ",
-//                      common/generation.h: the sender must rewind).
+//                      common/generation.h: the sender must rewind); a
+//                      partial Restore or a drop of a partition this server
+//                      owns, a BSP partial Restore of another clock than
+//                      the applied one.
 //   ALREADY_EXISTS     BSP: this rank already pushed this clock (a retry of a
 //                      push that was received; safe to treat as success).
 //   DEADLINE_EXCEEDED  BSP pull whose clock did not close before the deadline.
@@ -63,6 +68,17 @@
 // a BSP pull waiting for its clock is woken by the restore and refused.
 // InitRows is not checked: it only writes absent rows, with values every
 // generation agrees on.
+//
+// Resharding (docs/design.md, "Resharding"): a Restore naming `partitions`
+// adds those partitions' rows, optimizer state and shared rows from a
+// checkpoint to a running server that does not own them yet, keeping
+// everything else (rows, clocks, generation, buffered pushes); a Control
+// naming drop_partitions frees the rows and pending admission counts of
+// partitions it no longer owns. Neither holds pulls or pushes out beyond
+// the table stripes' locks: they touch only partitions no request of the
+// current map may reach. Delta checkpoints need no care: a delta base
+// records the partitions owned then, so the first checkpoint after the map
+// switch is a full one.
 //
 // Delta checkpoints (request.delta, base_clock B): the copy holds only the
 // rows changed since this server's copy for checkpoint B (or
@@ -262,6 +278,16 @@ class ParameterServerCore {
                              const std::vector<DecodedTable>& tables, PushResponse* response);
   // OK if `generation` is this server's (see the top).
   absl::Status CheckJobGeneration(uint64_t generation) const;
+  // Resharding. A request's partition list as a mask of the job's P:
+  // INVALID_ARGUMENT naming `what` if one is out of range or named twice;
+  // FAILED_PRECONDITION if this server owns one under `map`.
+  absl::StatusOr<std::vector<bool>> UnownedPartitionMask(
+      const google::protobuf::RepeatedField<uint32_t>& partitions, const char* what,
+      const PartitionMap& map) const;
+  // Restore with request.partitions (see proto/ps.proto RestoreRequest).
+  absl::Status RestorePartitions(const RestoreRequest& request, RestoreResponse* response);
+  // Control's drop_partitions, checked (UnownedPartitionMask).
+  void DropPartitions(const std::vector<bool>& drop, ControlResponse* response);
   // owned[p]: whether this server owns partition p under `map`.
   std::vector<bool> OwnedPartitions(const PartitionMap& map) const;
 

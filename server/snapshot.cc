@@ -292,6 +292,14 @@ uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned, Ta
   return ApplyLink(files, owned, store);
 }
 
+uint64_t AddPartitionsFromChain(const std::vector<LoadedFiles>& chain,
+                                const std::vector<bool>& partitions, TableStore* store) {
+  for (Table* table : store->tables()) table->DropPartitions(partitions);
+  uint64_t rows = 0;
+  for (const LoadedFiles& link : chain) rows += ApplyLink(link, partitions, store);
+  return rows;
+}
+
 uint64_t ApplyChain(const std::vector<LoadedFiles>& chain, const std::vector<bool>& owned,
                     TableStore* store) {
   for (Table* table : store->tables()) table->Clear();

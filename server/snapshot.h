@@ -183,6 +183,14 @@ uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned, Ta
 uint64_t ApplyChain(const std::vector<LoadedFiles>& chain, const std::vector<bool>& owned,
                     TableStore* store);
 
+// Resharding: drops the rows of the partitions p with partitions[p] from
+// every table of `store` (Table::DropPartitions), then applies the links of
+// `chain` (from LoadOwnedChain with `partitions` as its owned set and the
+// same store's schemas) for those partitions only. Rows of every other
+// partition stay as they are. Returns the rows written.
+uint64_t AddPartitionsFromChain(const std::vector<LoadedFiles>& chain,
+                                const std::vector<bool>& partitions, TableStore* store);
+
 }  // namespace shardps
 
 #endif  // SHARDPS_SERVER_SNAPSHOT_H_

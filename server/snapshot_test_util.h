@@ -125,7 +125,7 @@ class Job {
   void Push(uint64_t clock, const std::function<std::vector<uint64_t>(uint32_t)>& keys) {
     std::vector<PushRequest> pushes(size());
     for (PushRequest& p : pushes) {
-      p.set_map_version(1);
+      p.set_map_version(map_.version());
       p.set_clock(clock);
       p.set_worker_rank(0);
     }
@@ -176,7 +176,7 @@ class Job {
     for (uint32_t table : {1u, 2u}) {
       for (uint64_t key : Keys(table)) {
         PullRequest request;
-        request.set_map_version(1);
+        request.set_map_version(map_.version());
         request.set_purpose(EVAL);
         request.set_clock(clock);
         TableKeys* tk = request.add_tables();
@@ -244,6 +244,12 @@ class Job {
     return Restore(request);
   }
   std::vector<std::unique_ptr<ParameterServerCore>>& cores() { return cores_; }
+  // Resharding tests: the map pushes and pulls are routed (and stamped) by
+  // from now on (the cores get it by Control themselves), and a core that
+  // joins the job (it gets a push of every clock from then on).
+  const PartitionMap& map() const { return map_; }
+  void SetMap(PartitionMap map) { map_ = std::move(map); }
+  void AddCore(std::unique_ptr<ParameterServerCore> core) { cores_.push_back(std::move(core)); }
   // Where every core's checkpoints go from now on.
   void SetRoot(const std::string& root) {
     for (auto& core : cores_) core->SetCheckpointRoot(root);

@@ -221,6 +221,13 @@ class Table {
   void RestoreRow(uint64_t key, const float* payload);
   // Drops every row, pending count and logged deletion (before a restore).
   void Clear();
+  // Drops the rows and pending admission counts of the keys whose partition
+  // p (PartitionOf(id, key, num_partitions)) has drop[p] (drop.size() = the
+  // table's num_partitions), without logging deletions: the partitions left
+  // this server (resharding), or are about to be restored onto it. Shared
+  // rows stay (a partition the server does not own reads none; a restore
+  // of the partition replaces its shared row). Returns the rows dropped.
+  uint64_t DropPartitions(const std::vector<bool>& drop);
 
   // ---- Change tracking for delta checkpoints (see the top) ----
   // Ends the current generation and returns it: every change that happened

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "common/partition.h"
 #include "server/table.h"
 #include "server/table_internal.h"
 
@@ -91,6 +92,35 @@ void Table::Clear() {
     stripe.deleted.shrink_to_fit();
   }
   if (shared_rows_) shared_.Reset();
+}
+
+uint64_t Table::DropPartitions(const std::vector<bool>& drop) {
+  CHECK_EQ(drop.size(), num_partitions_) << "table " << id();
+  const uint32_t table_id = id();
+  auto dropped = [&](uint64_t key) { return drop[PartitionOf(table_id, key, num_partitions_)]; };
+  uint64_t rows = 0;
+  std::vector<uint64_t> keys;
+  for (int s = 0; s < kNumStripes; ++s) {
+    Stripe& stripe = stripes_[s];
+    MutexLock lock(&stripe.mu);
+    keys.clear();
+    stripe.index.ForEach([&](const RowIndex::Bucket& entry) {
+      if (dropped(entry.key)) keys.push_back(entry.key);
+    });
+    for (uint64_t key : keys) {
+      stripe.free_slots.push_back(stripe.index.Find(key)->slot);
+      stripe.index.Erase(key);
+    }
+    rows += keys.size();
+    for (auto it = stripe.pending.begin(); it != stripe.pending.end();) {
+      if (dropped(it->first)) {
+        stripe.pending.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return rows;
 }
 
 uint32_t Table::AdvanceGeneration() { return generation_.fetch_add(1, std::memory_order_relaxed); }

@@ -1,0 +1,230 @@
+// Moving partitions between running servers (parameter_server_core.h,
+// "Resharding"): a BSP job moved 2 -> 3 -> 2 servers at clock boundaries
+// (cut, restore the moving partitions on their destinations, switch the map,
+// drop them at their sources) ends with every row bit-identical to the same
+// job without moves; bad partition lists are refused and change nothing;
+// a drop frees rows and pending admission counts. Core-level, no network.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/partition.h"
+#include "gtest/gtest.h"
+#include "server/parameter_server_core.h"
+#include "server/snapshot_test_util.h"
+
+namespace shardps {
+namespace {
+
+using testing::Dump;
+using testing::kParts;
+
+// The scheduler's part of a move at a clock boundary, played by the test,
+// after the cut at `clock` (every core has applied exactly the clocks <
+// clock): each moving partition restored on its destination from the cut,
+// the map switched to version + 1, each moved partition dropped at its
+// source.
+void Move(testing::Job& job, uint64_t clock, const std::vector<uint32_t>& new_owner) {
+  const PartitionMap& old = job.map();
+  const uint32_t servers = job.size();
+  std::vector<RestoreRequest> adds(servers);
+  std::vector<ControlRequest> switches(servers);
+  for (uint32_t s = 0; s < servers; ++s) {
+    adds[s].set_clock(clock);
+    switches[s].set_map_version(old.version() + 1);
+    for (uint32_t owner : new_owner) switches[s].add_partition_owner(owner);
+  }
+  for (uint32_t p = 0; p < kParts; ++p) {
+    if (old.OwnerOfPartition(p) == new_owner[p]) continue;
+    adds[new_owner[p]].add_partitions(p);
+    switches[old.OwnerOfPartition(p)].add_drop_partitions(p);
+  }
+  for (uint32_t s = 0; s < servers; ++s) {
+    if (adds[s].partitions_size() == 0) continue;
+    RestoreResponse response;
+    const absl::Status st = job.core(s).Restore(adds[s], &response);
+    ASSERT_TRUE(st.ok()) << "server " << s << ": " << st;
+    EXPECT_EQ(response.clock(), clock);
+  }
+  for (uint32_t s = 0; s < servers; ++s) {
+    ControlResponse response;
+    const absl::Status st = job.core(s).Control(switches[s], &response);
+    ASSERT_TRUE(st.ok()) << "server " << s << ": " << st;
+  }
+  uint32_t max_owner = 0;
+  for (uint32_t owner : new_owner) max_owner = std::max(max_owner, owner);
+  job.SetMap(*PartitionMap::FromOwners(old.version() + 1, new_owner,
+                                       std::max(job.core(0).config().cluster().num_servers(),
+                                                max_owner + 1)));
+}
+
+// A core joining `job` as server `index`: it owns nothing under the job's
+// map, and a full restore of the cut at `clock` puts it at the job's clock.
+std::unique_ptr<ParameterServerCore> Join(testing::Job& job, const std::string& root,
+                                          uint64_t clock, uint32_t index) {
+  CoreOptions options;
+  options.config = job.core(0).config();
+  options.server_index = index;
+  options.map = *PartitionMap::FromOwners(job.map().version(), job.map().owners(), index + 1);
+  auto core = ParameterServerCore::Create(options);
+  EXPECT_TRUE(core.ok()) << core.status();
+  (*core)->SetCheckpointRoot(root);
+  RestoreRequest restore;
+  restore.set_clock(clock);
+  RestoreResponse response;
+  const absl::Status st = (*core)->Restore(restore, &response);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(response.rows(), 0u);
+  EXPECT_EQ((*core)->applied_clock(), clock);
+  return std::move(*core);
+}
+
+std::vector<uint32_t> ContiguousOwners(uint32_t servers) {
+  return PartitionMap::Contiguous(1, kParts, servers)->owners();
+}
+
+TEST(PartitionMoveTest, TwoToThreeToTwoIsBitIdenticalToNoMove) {
+  testing::Job still(2);
+  for (uint64_t clock = 0; clock < 15; ++clock) still.Step(clock);
+  const Dump expected = still.DumpAll();
+  ASSERT_FALSE(expected.empty());
+
+  const std::string root = testing::NewRoot("partition_move");
+  testing::Job moved(2);
+  moved.SetRoot(root);
+  for (uint64_t clock = 0; clock < 5; ++clock) moved.Step(clock);
+  // 2 -> 3: [43, 64) moves 0 -> 1, [86, 128) moves 1 -> 2 (a new server).
+  moved.Checkpoint(root, 5);
+  moved.AddCore(Join(moved, root, 5, 2));
+  Move(moved, 5, ContiguousOwners(3));
+  EXPECT_EQ(moved.map().version(), 2u);
+  for (uint64_t clock = 5; clock < 10; ++clock) moved.Step(clock);
+  // 3 -> 2: server 2 is drained.
+  moved.Checkpoint(root, 10);
+  Move(moved, 10, ContiguousOwners(2));
+  for (Table* table : moved.core(2).store()->tables()) {
+    EXPECT_EQ(table->Counters().live_rows, 0u) << "drained server, table " << table->id();
+  }
+  for (uint64_t clock = 10; clock < 15; ++clock) moved.Step(clock);
+  EXPECT_EQ(moved.DumpAll(), expected);  // DumpAll also fails on a row held twice.
+  EXPECT_EQ(moved.PullAll(15), still.PullAll(15));
+}
+
+// A core of a 2-server BSP job after two steps, and its rows.
+class RefusalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = testing::NewRoot("partition_move_refusals");
+    job_.SetRoot(root_);
+    job_.Step(0);
+    job_.Step(1);
+    job_.Checkpoint(root_, 2);
+    before_ = job_.DumpAll();
+  }
+  absl::StatusCode RestoreCode(const std::vector<uint32_t>& partitions, uint64_t clock = 2,
+                               bool initial = false) {
+    RestoreRequest request;
+    if (!initial) request.set_clock(clock);
+    request.set_initial(initial);
+    for (uint32_t p : partitions) request.add_partitions(p);
+    RestoreResponse response;
+    return job_.core(0).Restore(request, &response).code();
+  }
+  absl::StatusCode DropCode(const std::vector<uint32_t>& partitions, bool with_map = false) {
+    ControlRequest request;
+    for (uint32_t p : partitions) request.add_drop_partitions(p);
+    if (with_map) {
+      request.set_map_version(2);
+      for (uint32_t p = 0; p < kParts; ++p) request.add_partition_owner(p < 10 ? 1 : 0);
+    }
+    ControlResponse response;
+    return job_.core(0).Control(request, &response).code();
+  }
+
+  std::string root_;
+  testing::Job job_{2};
+  Dump before_;
+};
+
+TEST_F(RefusalTest, BadRestorePartitionListsChangeNothing) {
+  // Server 0 owns [0, 64); 64 and up are server 1's.
+  EXPECT_EQ(RestoreCode({kParts}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RestoreCode({70, 71, 70}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RestoreCode({70}, 0, /*initial=*/true), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RestoreCode({70, 3}), absl::StatusCode::kFailedPrecondition);  // 3 is owned.
+  job_.Step(2);  // Applied clock 3: the cut at 2 is of another clock.
+  EXPECT_EQ(RestoreCode({70}), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job_.core(0).map_version(), 1u);
+  testing::Job reference(2);
+  for (uint64_t clock = 0; clock < 3; ++clock) reference.Step(clock);
+  EXPECT_EQ(job_.DumpAll(), reference.DumpAll());
+}
+
+TEST_F(RefusalTest, BadDropListsChangeNothingNotEvenTheMap) {
+  EXPECT_EQ(DropCode({kParts + 5}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DropCode({70, 70}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DropCode({3}), absl::StatusCode::kFailedPrecondition);  // Owned under v1.
+  // Owned under the map of the same request (10 and up stay server 0's).
+  EXPECT_EQ(DropCode({5, 20}, /*with_map=*/true), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job_.core(0).map_version(), 1u);
+  EXPECT_EQ(job_.DumpAll(), before_);
+  // The same request's map gives [0, 10) away: they may go.
+  EXPECT_EQ(DropCode({5, 6}, /*with_map=*/true), absl::StatusCode::kOk);
+  EXPECT_EQ(job_.core(0).map_version(), 2u);
+}
+
+TEST_F(RefusalTest, ARestoredPartitionKeepsTheServersOwnRows) {
+  // Server 0 takes partition 70 (server 1's) from the cut at clock 2.
+  RestoreRequest request;
+  request.set_clock(2);
+  request.add_partitions(70);
+  RestoreResponse response;
+  ASSERT_TRUE(job_.core(0).Restore(request, &response).ok());
+  uint64_t rows_of_70 = 0;
+  for (const auto& [id, payload] : before_) {
+    rows_of_70 += PartitionOf(id.first, id.second, kParts) == 70;
+  }
+  ASSERT_GT(rows_of_70, 0u) << "pick a partition that holds rows";
+  EXPECT_EQ(response.rows(), rows_of_70);
+  uint64_t rows0 = 0;
+  for (const auto& [id, payload] : before_) {
+    const uint32_t p = PartitionOf(id.first, id.second, kParts);
+    rows0 += p < 64 || p == 70;
+  }
+  uint64_t live = 0;
+  for (Table* table : job_.core(0).store()->tables()) live += table->Counters().live_rows;
+  EXPECT_EQ(live, rows0);
+  EXPECT_EQ(job_.core(0).applied_clock(), 2u);
+}
+
+TEST(PartitionDropTest, DropFreesRowsAndPendingAdmissionCounts) {
+  JobConfig config = testing::Config(1);
+  config.mutable_tables(0)->mutable_admission()->set_min_count(3);
+  config.mutable_cluster()->set_mode(ASP);
+  auto table = Table::Create(config.tables(0), 8, nullptr, kParts);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 400; ++k) keys.push_back(k * 7919 + 3);
+  std::vector<float> grads(keys.size() * (*table)->dim(), 0.5f);
+  for (int i = 0; i < 3; ++i) (*table)->Push(keys.data(), 200, grads.data(), 1.0f);  // Admitted.
+  (*table)->Push(keys.data() + 200, 200, grads.data(), 1.0f);  // Pending, one count.
+  ASSERT_EQ((*table)->Counters().live_rows, 200u);
+  ASSERT_EQ((*table)->Counters().pending_rows, 200u);
+  std::vector<bool> drop(kParts, false);
+  for (uint32_t p = 0; p < kParts / 2; ++p) drop[p] = true;
+  uint64_t live_kept = 0, pending_kept = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (drop[PartitionOf(1, keys[i], kParts)]) continue;
+    (i < 200 ? live_kept : pending_kept) += 1;
+  }
+  EXPECT_EQ((*table)->DropPartitions(drop), 200u - live_kept);
+  EXPECT_EQ((*table)->Counters().live_rows, live_kept);
+  EXPECT_EQ((*table)->Counters().pending_rows, pending_kept);
+  for (size_t i = 0; i < 200; ++i) {
+    EXPECT_EQ((*table)->Contains(keys[i]), !drop[PartitionOf(1, keys[i], kParts)]) << keys[i];
+  }
+}
+
+}  // namespace
+}  // namespace shardps
