@@ -153,6 +153,7 @@ void FillDefaults(JobConfig* c) {
   }
   ClusterConfig* k = c->mutable_cluster();
   if (k->num_servers() == 0) k->set_num_servers(1);
+  if (k->max_servers() == 0) k->set_max_servers(k->num_servers());
   if (k->num_workers() == 0) k->set_num_workers(1);
   if (k->num_partitions() == 0) k->set_num_partitions(4096);
   if (k->mode() == CONSISTENCY_UNSPECIFIED) k->set_mode(SSP);
@@ -311,6 +312,9 @@ void ValidateCluster(const JobConfig& c, Validator* v) {
   const ClusterConfig& k = c.cluster();
   if (k.num_partitions() < k.num_servers() || k.num_partitions() > (1u << 20)) {
     v->Error({{"cluster"}, {"num_partitions"}}, "must be >= num_servers and <= 1048576");
+  }
+  if (k.max_servers() < k.num_servers() || k.max_servers() > k.num_partitions()) {
+    v->Error({{"cluster"}, {"max_servers"}}, "must be >= num_servers and <= num_partitions");
   }
   if (k.staleness() < 0) v->Error({{"cluster"}, {"staleness"}}, "must be >= 0");
   if (k.mode() == SSP && k.staleness() < 1) {
@@ -493,6 +497,10 @@ uint64_t ConfigFingerprint(const JobConfig& config) {
   *shared.mutable_model() = config.model();
   shared.mutable_cluster()->set_num_partitions(config.cluster().num_partitions());
   shared.mutable_cluster()->set_num_servers(config.cluster().num_servers());
+  // Only when the job may grow: the fingerprints of other jobs stay as they were.
+  if (config.cluster().max_servers() > config.cluster().num_servers()) {
+    shared.mutable_cluster()->set_max_servers(config.cluster().max_servers());
+  }
   shared.mutable_cluster()->set_num_workers(config.cluster().num_workers());
   shared.mutable_cluster()->set_mode(config.cluster().mode());
   shared.mutable_cluster()->set_staleness(config.cluster().staleness());

@@ -289,6 +289,32 @@ TEST(ConfigTest, FingerprintCoversSharedPartsOnly) {
   EXPECT_NE(ConfigFingerprint(*a), ConfigFingerprint(b));
 }
 
+TEST(ConfigTest, MaxServersDefaultsToNumServersAndIsBoundByIt) {
+  auto config = ParseJobConfig(
+      Replace(kValid, "cluster { mode: SSP", "cluster { num_servers: 3 mode: SSP"), "job.pbtxt");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->cluster().max_servers(), 3u);
+  auto grows = ParseJobConfig(
+      Replace(kValid, "cluster { mode: SSP", "cluster { num_servers: 2 max_servers: 4 mode: SSP"),
+      "job.pbtxt");
+  ASSERT_TRUE(grows.ok()) << grows.status();
+  EXPECT_EQ(grows->cluster().max_servers(), 4u);
+  // A job that may grow is another job to its processes; one that may not
+  // keeps its fingerprint.
+  JobConfig same = *config;
+  same.mutable_cluster()->set_max_servers(0);
+  EXPECT_EQ(ConfigFingerprint(*config), ConfigFingerprint(same));
+  JobConfig more = *config;
+  more.mutable_cluster()->set_max_servers(5);
+  EXPECT_NE(ConfigFingerprint(*config), ConfigFingerprint(more));
+  ExpectRefused(
+      Replace(kValid, "cluster { mode: SSP", "cluster { num_servers: 3 max_servers: 2 mode: SSP"),
+      {"cluster.max_servers", "must be >= num_servers and <= num_partitions"});
+  ExpectRefused(Replace(kValid, "cluster { mode: SSP",
+                        "cluster { num_partitions: 8 max_servers: 9 mode: SSP"),
+                {"cluster.max_servers", "<= num_partitions"});
+}
+
 // What a peer may hold (docs/security.md): defaults, and bounds that leave
 // room for one message of the job.
 TEST(ConfigTest, PeerLimitsGetDefaultsAndRoomForOneMessage) {
