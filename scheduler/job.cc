@@ -294,6 +294,11 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request, RegisterRe
     response->mutable_shard()->set_num_workers(config_.cluster().num_workers());
   }
   if (reg->repeat) return absl::OkStatus();
+  if (reg->spare) {  // Outside the map: nothing waits for it, nothing recovers it.
+    LOG(INFO) << "server " << m.index << " registered at " << m.address
+              << " as a spare (cluster.max_servers): it owns no partitions until a move";
+    return absl::OkStatus();
+  }
   bool notify;
   {
     MutexLock lock(&state_.mu);

@@ -19,8 +19,12 @@ Membership::Membership(const JobConfig& config, uint64_t fingerprint)
     : fingerprint_(fingerprint),
       num_partitions_(config.cluster().num_partitions()),
       silent_after_(absl::Milliseconds(2 * std::max<uint32_t>(config.cluster().heartbeat_ms(), 1))),
-      servers_(config.cluster().num_servers()),
+      servers_(std::max(config.cluster().num_servers(), config.cluster().max_servers())),
+      map_servers_(config.cluster().num_servers()),
       workers_(config.cluster().num_workers()) {
+  if (num_partitions_ > 0 && map_servers_ > 0 && map_servers_ <= num_partitions_) {
+    owner_ = PartitionMap::Contiguous(1, num_partitions_, map_servers_)->owners();
+  }
   for (uint32_t i = 0; i < servers_.size(); ++i) {
     servers_[i].role = SERVER;
     servers_[i].index = i;
@@ -93,7 +97,7 @@ absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request
           absl::FormatDuration(silent_after_)));
     }
   } else {
-    for (Member& m : slots) {
+    for (Member& m : slots) {  // The map's slots first, then the spares.
       if (m.state == STATE_UNSPECIFIED) {
         slot = &m;
         break;
@@ -117,7 +121,8 @@ absl::StatusOr<Registration> Membership::Register(const RegisterRequest& request
   slot->incarnation = request.incarnation();
   slot->reason.clear();
   if (r.new_process) slot->registrations++;
-  if (request.role() == SERVER && (address_changed || !map_)) RebuildMapLocked();
+  r.spare = request.role() == SERVER && slot->index >= map_servers_;
+  if (request.role() == SERVER && !r.spare && (address_changed || !map_)) RebuildMapLocked();
   r.member = *slot;
   return r;
 }
@@ -151,6 +156,7 @@ std::vector<uint32_t> Membership::ExpireUnregistered(Role role, absl::Time now) 
   std::vector<uint32_t> expired;
   for (Member& m : *SlotsLocked(role)) {
     if (m.state != STATE_UNSPECIFIED) continue;
+    if (role == SERVER && m.index >= map_servers_) continue;  // Spares are optional.
     m.state = DEAD;
     m.state_since = now;
     m.reason = "never registered with this scheduler";
@@ -174,17 +180,49 @@ std::optional<Member> Membership::Get(Role role, uint32_t index) const {
 }
 
 void Membership::RebuildMapLocked() {
-  for (const Member& s : servers_) {
-    if (s.state == STATE_UNSPECIFIED) return;  // Not complete yet.
+  for (uint32_t i = 0; i < map_servers_; ++i) {
+    if (servers_[i].state == STATE_UNSPECIFIED) return;  // Not complete yet.
   }
   const uint64_t version = std::max<uint64_t>(map_ ? map_->version() + 1 : 1, min_version_);
-  auto contiguous = PartitionMap::Contiguous(version, num_partitions_, servers_.size());
   PartitionMapProto map;
   map.set_version(version);
   map.set_num_partitions(num_partitions_);
-  for (uint32_t owner : contiguous->owners()) map.add_owner(owner);
-  for (const Member& s : servers_) map.add_server_addresses(s.address);
+  for (uint32_t owner : owner_) map.add_owner(owner);
+  for (uint32_t i = 0; i < map_servers_; ++i) map.add_server_addresses(servers_[i].address);
   map_ = std::move(map);
+}
+
+uint32_t Membership::MapServers() const {
+  MutexLock lock(&mu_);
+  return map_servers_;
+}
+
+absl::StatusOr<PartitionMapProto> Membership::SetOwners(const std::vector<uint32_t>& owner) {
+  MutexLock lock(&mu_);
+  if (owner.size() != num_partitions_) {
+    return absl::InvalidArgumentError(absl::StrCat("set owners: ", owner.size(),
+                                                   " owners, the job has ", num_partitions_,
+                                                   " partitions"));
+  }
+  const uint32_t servers = *std::max_element(owner.begin(), owner.end()) + 1;
+  if (servers > servers_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("set owners: server ", servers - 1,
+                                                   " is beyond the job's ", servers_.size(),
+                                                   " server slots (cluster.max_servers)"));
+  }
+  if (!map_) {
+    return absl::FailedPreconditionError("set owners: the partition map is not complete yet");
+  }
+  for (uint32_t i = 0; i < servers; ++i) {
+    if (servers_[i].state == STATE_UNSPECIFIED) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("set owners: server ", i, " has not registered"));
+    }
+  }
+  owner_ = owner;
+  map_servers_ = servers;
+  RebuildMapLocked();
+  return *map_;
 }
 
 absl::StatusOr<HeartbeatVerdict> Membership::Heartbeat(Role role, uint32_t index,
@@ -218,13 +256,14 @@ std::vector<Member> Membership::Sweep(absl::Time now, absl::Duration dead_after)
   std::vector<Member> died;
   for (std::vector<Member>* slots : {&servers_, &workers_}) {
     for (Member& m : *slots) {
+      const bool spare = m.role == SERVER && m.index >= map_servers_;
       if ((m.state == ALIVE || m.state == FINISHED) && now - m.last_heartbeat > dead_after) {
         m.state = DEAD;
         m.state_since = now;
         m.reason =
             absl::StrCat("missed heartbeats for ", absl::FormatDuration(now - m.last_heartbeat),
                          " (killed, crashed or stalled)");
-        died.push_back(m);
+        if (!spare) died.push_back(m);
       }
     }
   }
@@ -250,9 +289,18 @@ uint64_t Membership::MapVersion() const {
 
 std::vector<Member> Membership::Members() const {
   MutexLock lock(&mu_);
-  std::vector<Member> all = servers_;
+  std::vector<Member> all(servers_.begin(), servers_.begin() + map_servers_);
   all.insert(all.end(), workers_.begin(), workers_.end());
   return all;
+}
+
+std::vector<Member> Membership::Spares() const {
+  MutexLock lock(&mu_);
+  std::vector<Member> spares;
+  for (uint32_t i = map_servers_; i < servers_.size(); ++i) {
+    if (servers_[i].state != STATE_UNSPECIFIED) spares.push_back(servers_[i]);
+  }
+  return spares;
 }
 
 bool Membership::AllWorkersDoneOrDead() const {
@@ -274,8 +322,8 @@ bool Membership::AnyWorkerFinished() const {
 std::vector<Member> Membership::DeadServers() const {
   MutexLock lock(&mu_);
   std::vector<Member> dead;
-  for (const Member& s : servers_) {
-    if (s.state == DEAD) dead.push_back(s);
+  for (uint32_t i = 0; i < map_servers_; ++i) {
+    if (servers_[i].state == DEAD) dead.push_back(servers_[i]);
   }
   return dead;
 }

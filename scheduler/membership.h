@@ -12,6 +12,16 @@
 //    holder was declared dead, or its holder has been silent for more than
 //    two heartbeat periods (a killed process restarted at once by its
 //    supervisor). A server's new address bumps the map version.
+//
+// Servers in the map and spare servers (resharding, docs/design.md
+// "Resharding"). There are cluster.max_servers server slots; the first
+// `MapServers()` (initially num_servers) are the job's servers: the map
+// names their addresses and gives them every partition. A server that
+// registers with an index beyond them is a spare: it owns no partitions,
+// its address is not in the map, and nothing waits for it; it joins the map
+// when SetOwners gives it partitions. Members(), DeadServers() and Sweep()'s
+// result name the map's servers only (so a spare that dies starts no
+// recovery); Spares() names the spares that registered.
 // Refusals:
 //   FAILED_PRECONDITION  the process loaded another job config (fingerprint)
 //   ALREADY_EXISTS       the requested index is held by a live, heartbeating
@@ -59,6 +69,8 @@ struct Registration {
   bool repeat = false;
   // A process other than the previous holder (another incarnation).
   bool new_process = false;
+  // A spare server (see the top): outside the map.
+  bool spare = false;
 };
 
 // A heartbeat's verdict.
@@ -107,11 +119,23 @@ class Membership {
   // A finished worker trains again (the job rolled back): ALIVE.
   void Reopen(uint32_t rank, absl::Time now);
 
-  // The partition map once every server has registered; nullopt before.
+  // The partition map once every server of the map has registered; nullopt
+  // before.
   std::optional<PartitionMapProto> Map() const;
   uint64_t MapVersion() const;
+  // The servers of the map: [0, MapServers()).
+  uint32_t MapServers() const;
+  // Resharding: the map's owners become `owner` (one per partition) and its
+  // servers [0, max(owner) + 1); the version grows by one. Servers beyond
+  // them become spares. INVALID_ARGUMENT if `owner` has not one entry per
+  // partition or names a server beyond the slots; FAILED_PRECONDITION if a
+  // server it names has not registered or the map is not complete yet.
+  absl::StatusOr<PartitionMapProto> SetOwners(const std::vector<uint32_t>& owner);
 
+  // The map's servers and every worker.
   std::vector<Member> Members() const;
+  // Spare servers that registered (see the top).
+  std::vector<Member> Spares() const;
   bool AllWorkersDoneOrDead() const;
   bool AnyWorkerFinished() const;
   // Servers currently DEAD, with the time they died.
@@ -131,7 +155,9 @@ class Membership {
   const absl::Duration silent_after_;  // Two heartbeat periods.
 
   mutable Mutex mu_;
-  std::vector<Member> servers_ ABSL_GUARDED_BY(mu_);
+  std::vector<Member> servers_ ABSL_GUARDED_BY(mu_);  // max_servers slots.
+  uint32_t map_servers_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> owner_ ABSL_GUARDED_BY(mu_);  // Partition -> server.
   std::vector<Member> workers_ ABSL_GUARDED_BY(mu_);
   std::optional<PartitionMapProto> map_ ABSL_GUARDED_BY(mu_);
   uint64_t min_version_ ABSL_GUARDED_BY(mu_) = 1;  // RaiseMapVersionAbove.

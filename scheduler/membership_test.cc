@@ -152,3 +152,101 @@ TEST(MembershipTest, JobEndsWhenEveryWorkerFinishedOrDied) {
 
 }  // namespace
 }  // namespace shardps
+
+namespace shardps {
+namespace {
+
+// Two servers in the map, room for four (cluster.max_servers).
+JobConfig GrowableConfig() {
+  JobConfig c = Config();
+  c.mutable_cluster()->set_max_servers(4);
+  return c;
+}
+
+TEST(MembershipSpareTest, AServerBeyondTheMapJoinsAsASpareOwningNothing) {
+  Membership m(GrowableConfig(), 42);
+  const absl::Time now = absl::Now();
+  auto spare = m.Register(Req(SERVER, "s:9", 3), now);  // Before the map is complete.
+  ASSERT_TRUE(spare.ok()) << spare.status();
+  EXPECT_TRUE(spare->spare);
+  EXPECT_FALSE(m.Map().has_value());  // It is not what the map waits for.
+  ASSERT_TRUE(m.Register(Req(SERVER, "a:1", 0), now).ok());
+  ASSERT_TRUE(m.Register(Req(SERVER, "b:2", 1), now).ok());
+  auto map = m.Map();
+  ASSERT_TRUE(map.has_value());
+  EXPECT_EQ(map->version(), 1u);
+  EXPECT_EQ(map->server_addresses_size(), 2);
+  for (uint32_t owner : map->owner()) EXPECT_LT(owner, 2u);
+  EXPECT_EQ(m.MapServers(), 2u);
+  // Members() is the map's servers and the workers; the spare is apart.
+  uint32_t servers = 0;
+  for (const Member& member : m.Members()) servers += member.role == SERVER;
+  EXPECT_EQ(servers, 2u);
+  ASSERT_EQ(m.Spares().size(), 1u);
+  EXPECT_EQ(m.Spares()[0].index, 3u);
+  // A server without an index takes the free spare slot once the map's are held.
+  auto unindexed = m.Register(Req(SERVER, "c:3"), now);
+  ASSERT_TRUE(unindexed.ok());
+  EXPECT_EQ(unindexed->member.index, 2u);
+  EXPECT_TRUE(unindexed->spare);
+  EXPECT_EQ(m.Register(Req(SERVER, "d:4", 4), now).status().code(),
+            absl::StatusCode::kInvalidArgument);  // Beyond max_servers.
+  EXPECT_EQ(m.MapVersion(), 1u);  // Spares never moved the map.
+}
+
+TEST(MembershipSpareTest, ASilentSpareDiesWithoutStartingARecovery) {
+  Membership m(GrowableConfig(), 42);
+  const absl::Time now = absl::Now();
+  ASSERT_TRUE(m.Register(Req(SERVER, "a:1", 0), now).ok());
+  ASSERT_TRUE(m.Register(Req(SERVER, "b:2", 1), now).ok());
+  ASSERT_TRUE(m.Register(Req(SERVER, "s:9", 2), now).ok());
+  ASSERT_TRUE(m.Register(Req(WORKER, "", 0), now + absl::Seconds(20)).ok());
+  ASSERT_TRUE(m.Register(Req(WORKER, "", 1), now + absl::Seconds(20)).ok());
+  for (uint32_t i : {0u, 1u}) {
+    ASSERT_TRUE(m.Heartbeat(SERVER, i, m.Get(SERVER, i)->incarnation, now + absl::Seconds(20)).ok());
+  }
+  const std::vector<Member> died = m.Sweep(now + absl::Seconds(25), absl::Seconds(10));
+  EXPECT_TRUE(died.empty()) << died[0].index;
+  EXPECT_EQ(m.Get(SERVER, 2)->state, DEAD);
+  EXPECT_TRUE(m.DeadServers().empty());
+  EXPECT_TRUE(m.ExpireUnregistered(SERVER, now).empty());  // Slot 3 is optional.
+}
+
+TEST(MembershipSpareTest, SetOwnersMovesServersIntoAndOutOfTheMap) {
+  Membership m(GrowableConfig(), 42);
+  const absl::Time now = absl::Now();
+  ASSERT_TRUE(m.Register(Req(SERVER, "a:1", 0), now).ok());
+  ASSERT_TRUE(m.Register(Req(SERVER, "b:2", 1), now).ok());
+  std::vector<uint32_t> three(16);
+  for (uint32_t p = 0; p < 16; ++p) three[p] = p % 3;
+  EXPECT_EQ(m.SetOwners(three).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // Server 2 has not registered.
+  EXPECT_EQ(m.SetOwners(std::vector<uint32_t>(15, 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.SetOwners(std::vector<uint32_t>(16, 4)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(m.Register(Req(SERVER, "s:9", 2), now).ok());
+  auto grown = m.SetOwners(three);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_EQ(grown->version(), 2u);
+  EXPECT_EQ(grown->server_addresses_size(), 3);
+  EXPECT_EQ(grown->server_addresses(2), "s:9");
+  EXPECT_EQ(grown->owner(2), 2u);
+  EXPECT_EQ(m.MapServers(), 3u);
+  EXPECT_TRUE(m.Spares().empty());
+  // Back to two: server 2 is a spare again (it may exit).
+  std::vector<uint32_t> two(16);
+  for (uint32_t p = 0; p < 16; ++p) two[p] = p % 2;
+  auto shrunk = m.SetOwners(two);
+  ASSERT_TRUE(shrunk.ok());
+  EXPECT_EQ(shrunk->version(), 3u);
+  EXPECT_EQ(shrunk->server_addresses_size(), 2);
+  ASSERT_EQ(m.Spares().size(), 1u);
+  // A restart of a map server bumps the version, keeping the owners.
+  ASSERT_TRUE(m.Register(Req(SERVER, "a:5", 0), now + absl::Seconds(30)).ok());
+  EXPECT_EQ(m.Map()->version(), 4u);
+  EXPECT_EQ(m.Map()->owner(1), 1u);
+}
+
+}  // namespace
+}  // namespace shardps

@@ -77,10 +77,14 @@ absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create
                                                    " partitions, the config ",
                                                    cluster.num_partitions()));
   }
-  if (options.server_index >= map.num_servers()) {
+  // A server in [num_servers, max_servers) is a spare (resharding): it
+  // starts owning nothing.
+  const uint32_t slots = std::max(map.num_servers(), cluster.max_servers());
+  if (options.server_index >= slots) {
     return absl::InvalidArgumentError(absl::StrCat("server index ", options.server_index,
                                                    " is not below the number of servers ",
-                                                   map.num_servers()));
+                                                   map.num_servers(), " (max_servers ",
+                                                   cluster.max_servers(), ")"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<TableStore> store, TableStore::Create(options.config));
   return std::unique_ptr<ParameterServerCore>(

@@ -191,7 +191,8 @@ class PullSink {
 class ParameterServerCore {
  public:
   // INVALID_ARGUMENT if a table cannot be built, the index is not below the
-  // number of servers, or the map does not have the config's partitions.
+  // number of servers (or cluster.max_servers: a spare server starts owning
+  // no partition), or the map does not have the config's partitions.
   static absl::StatusOr<std::unique_ptr<ParameterServerCore>> Create(const CoreOptions& options);
 
   ParameterServerCore(const ParameterServerCore&) = delete;

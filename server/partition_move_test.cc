@@ -198,6 +198,27 @@ TEST_F(RefusalTest, ARestoredPartitionKeepsTheServersOwnRows) {
   EXPECT_EQ(job_.core(0).applied_clock(), 2u);
 }
 
+TEST(SpareServerTest, AServerBeyondNumServersStartsOwningNothing) {
+  CoreOptions options;
+  options.config = testing::Config(2);
+  options.config.mutable_cluster()->set_max_servers(3);
+  options.server_index = 2;
+  auto spare = ParameterServerCore::Create(options);
+  ASSERT_TRUE(spare.ok()) << spare.status();
+  PushRequest push;
+  push.set_map_version(1);
+  push.set_clock(0);
+  TableGradients* t = push.add_tables();
+  t->set_table_id(1);
+  t->add_keys(12345);
+  t->set_gradients(std::string(4 * sizeof(float), '\0'));
+  PushResponse response;
+  EXPECT_EQ((*spare)->Push(push, &response).code(), absl::StatusCode::kAborted);
+  options.server_index = 3;  // Beyond max_servers.
+  EXPECT_EQ(ParameterServerCore::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PartitionDropTest, DropFreesRowsAndPendingAdmissionCounts) {
   JobConfig config = testing::Config(1);
   config.mutable_tables(0)->mutable_admission()->set_min_count(3);
