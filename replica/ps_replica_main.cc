@@ -3,17 +3,21 @@
 // replicas").
 //
 //   ps_replica --config job.pbtxt [--checkpoint_dir DIR] [--listen 127.0.0.1:0]
-//              [--port N] [--port_file F] [--poll_ms 200] [TLS flags]
+//              [--port N] [--port_file F] [--poll_ms 200] [--metrics_listen H:P]
+//              [TLS flags]
 //
 // Serves shardps.Replica (Predict, Lookup, Status; proto/replica.proto), the
-// gRPC health service and reflection. It bootstraps from the newest complete
+// gRPC health service (NOT_SERVING until the first version is loaded) and
+// reflection. It bootstraps from the newest complete
 // checkpoint of --checkpoint_dir (default: the config's checkpoint.dir),
 // waiting for one if there is none yet, and moves to each newer complete
 // checkpoint (FULL or DELTA) as a new version. Prints
 //
 //   PS_REPLICA_LISTENING <host:port>
 //
-// once serving, and a line per version in its log. Exit status: 0 after
+// once serving, and a line per version in its log. With --metrics_listen
+// (env SHARDPS_METRICS_LISTEN) it serves Prometheus metrics on /metrics
+// (replica/replica.h lists them) and prints PS_METRICS_LISTENING first. Exit status: 0 after
 // SIGINT/SIGTERM, 2 bad flags or config or cannot listen.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -30,6 +34,7 @@
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/init.h"
+#include "common/metrics.h"
 #include "common/tls.h"
 #include "glog/logging.h"
 #include "replica/replica.h"
@@ -73,6 +78,10 @@ int Run() {
     LOG(ERROR) << replica.status();
     return 2;
   }
+  if (absl::Status st = shardps::metrics::StartExposerFromFlags(); !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
+  }
   (*replica)->Start();
   shardps::replica::ReplicaService service(replica->get());
   grpc::EnableDefaultHealthCheckService(true);
@@ -99,7 +108,19 @@ int Run() {
   std::fflush(stdout);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  while (!g_interrupted) absl::SleepFor(absl::Milliseconds(200));
+  // The health service says SERVING once a version is loaded (a readiness
+  // probe, deploy/k8s/base/replica.yaml), NOT_SERVING before.
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  bool serving = false;
+  if (health != nullptr) health->SetServingStatus(false);
+  while (!g_interrupted) {
+    const bool loaded = (*replica)->Status().loaded;
+    if (health != nullptr && loaded != serving) {
+      health->SetServingStatus(loaded);
+      serving = loaded;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

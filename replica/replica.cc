@@ -1,12 +1,16 @@
 #include "replica/replica.h"
 
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/manifest.h"
+#include "common/metrics.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -53,45 +57,192 @@ void Replica::Follow() {
   }
 }
 
+namespace {
+
+namespace ckpt = ::shardps::checkpoint;
+
+struct Metrics {
+  prometheus::Gauge& version = metrics::GetGauge(
+      "shardps_replica_version", "Clock of the checkpoint the replica serves (0: none yet).");
+  prometheus::Gauge& newest = metrics::GetGauge(
+      "shardps_replica_newest_checkpoint",
+      "Newest checkpoint clock with a MANIFEST in the directory at the last poll.");
+  prometheus::Gauge& lag = metrics::GetGauge(
+      "shardps_replica_version_lag",
+      "Newest checkpoint clock on disk minus the version served (clocks; 0 when current).");
+  prometheus::Counter& applied = metrics::GetCounter("shardps_replica_versions_applied_total",
+                                                     "Versions made current since the start.");
+  prometheus::Counter& rollbacks = metrics::GetCounter(
+      "shardps_replica_rollbacks_total",
+      "Moves to an older or rewritten checkpoint after the served one left the disk (a "
+      "rollback).");
+  prometheus::Gauge& rows = metrics::GetGauge("shardps_replica_version_rows",
+                                              "Rows (every table) of the version served.");
+  prometheus::Gauge& bytes = metrics::GetGauge(
+      "shardps_replica_version_bytes",
+      "Bytes of the served checkpoint's own files (a delta's increment, or a full one).");
+  prometheus::Counter& bytes_read = metrics::GetCounter(
+      "shardps_replica_bytes_read_total",
+      "Checkpoint file bytes read to build versions (each version's whole chain).");
+  prometheus::Histogram& build = metrics::GetHistogram(
+      "shardps_replica_build_seconds", "Time to build one version (restore of its chain).",
+      metrics::LatencyBuckets());
+  prometheus::Histogram& train_to_serve = metrics::GetHistogram(
+      "shardps_replica_train_to_serve_seconds",
+      "From the cut's time in the manifest (cut_unix_micros, else created_unix_micros) to "
+      "the version being served.",
+      metrics::LatencyBuckets());
+};
+
+Metrics& M() {
+  static Metrics* m = new Metrics();
+  return *m;
+}
+
+// The checkpoint's manifest as on disk now (no file checks), or an error.
+absl::StatusOr<ckpt::CheckpointManifest> ReadManifest(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", ckpt::kManifestFileName);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ckpt::ParseManifest(text.str(), path);
+}
+
+// The manifest's created_unix_micros, -1 if it does not parse, nullopt if
+// there is no MANIFEST.
+std::optional<int64_t> CreatedMicros(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(absl::StrCat(dir, "/", ckpt::kManifestFileName), ec)) {
+    return std::nullopt;
+  }
+  absl::StatusOr<ckpt::CheckpointManifest> m = ReadManifest(dir);
+  if (!m.ok()) return absl::IsNotFound(m.status()) ? std::nullopt : std::optional<int64_t>(-1);
+  return m->created_unix_micros();
+}
+
+int64_t CutMicros(const ckpt::CheckpointManifest& m) {
+  return m.cut_unix_micros() > 0 ? m.cut_unix_micros() : m.created_unix_micros();
+}
+
+uint64_t FileBytes(const ckpt::CheckpointManifest& m) {
+  uint64_t bytes = 0;
+  for (const ckpt::CheckpointFile& f : m.files()) bytes += f.size();
+  return bytes;
+}
+
+}  // namespace
+
 bool Replica::PollOnce() {
   MutexLock poll(&poll_mu_);
   absl::StatusOr<std::vector<checkpoint::CheckpointEntry>> entries =
       checkpoint::ListCheckpoints(root_);
   if (!entries.ok()) return false;  // NOT_FOUND: the job has not written one yet.
-  uint64_t served = 0;
-  if (std::shared_ptr<exporter::ServedModel> current = Current()) served = current->clock();
+  std::shared_ptr<exporter::ServedModel> current;
+  Identity served;
+  {
+    MutexLock lock(&mu_);
+    current = current_;
+    served = current_id_;
+  }
+  // Is the checkpoint served still on disk as it was loaded? If not (set
+  // aside, or written again after a rollback), any complete checkpoint,
+  // older ones included, replaces it.
+  const bool served_on_disk =
+      current != nullptr &&
+      CreatedMicros(checkpoint::CheckpointPath(root_, served.first)) == served.second;
+  uint64_t newest = 0;
+  for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
+    const std::optional<int64_t> created = CreatedMicros(it->dir);
+    if (!created.has_value()) continue;  // Being written.
+    if (newest == 0) newest = it->clock;
+    if (served_on_disk && it->clock <= served.first) break;
+  }
+  {
+    MutexLock lock(&mu_);
+    newest_on_disk_ = newest;
+  }
+  M().newest.Set(static_cast<double>(newest));
+  M().lag.Set(current == nullptr || newest <= served.first
+                  ? 0.0
+                  : static_cast<double>(newest - served.first));
   // Newest first: the first one that loads becomes the version.
   for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
-    if (it->clock <= served) break;
-    if (refused_.contains(it->clock)) continue;
-    std::error_code ec;
-    if (!std::filesystem::exists(absl::StrCat(it->dir, "/", checkpoint::kManifestFileName), ec)) {
-      continue;  // Being written.
-    }
+    if (served_on_disk && it->clock <= served.first) break;
+    const std::optional<int64_t> created = CreatedMicros(it->dir);
+    if (!created.has_value()) continue;  // Being written.
+    const Identity id(it->clock, *created);
+    if (refused_.contains(id)) continue;
     const absl::Time start = absl::Now();
     absl::StatusOr<std::unique_ptr<exporter::ServedModel>> model =
         exporter::ServedModel::Load(options_.config, root_, it->clock);
-    if (!model.ok()) {
-      LOG(WARNING) << "replica: skipping " << it->dir << ": " << model.status();
-      refused_.insert(it->clock);
+    // The chain's manifests as loaded (sizes only: the load checked CRCs),
+    // and the checkpoint still the one loaded (not rewritten meanwhile).
+    absl::StatusOr<checkpoint::ResolvedCheckpoint> resolved;
+    if (model.ok()) {
+      checkpoint::LoadManifestOptions sizes;
+      sizes.verify_file_crcs = false;
+      resolved = checkpoint::LoadCheckpoint(root_, it->clock, sizes);
+      if (resolved.ok() && resolved->manifest.created_unix_micros() != *created) {
+        LOG(INFO) << "replica: " << it->dir << " was written again while loading; next poll";
+        return false;
+      }
+    }
+    if (!model.ok() || !resolved.ok()) {
+      const absl::Status why = model.ok() ? resolved.status() : model.status();
+      LOG(WARNING) << "replica: skipping " << it->dir << ": " << why;
+      refused_.insert(id);
       MutexLock lock(&mu_);
-      last_error_ = absl::StrCat(it->dir, ": ", model.status().ToString());
+      last_error_ = absl::StrCat(it->dir, ": ", why.ToString());
       continue;
     }
     std::shared_ptr<exporter::ServedModel> next(std::move(*model));
-    LOG(INFO) << "replica: serving version " << next->clock() << " (" << next->rows()
-              << " rows, table hash "
-              << absl::StrCat(absl::Hex(next->table_hash(), absl::kZeroPad16)) << ") from "
-              << next->dir() << ", built in " << (absl::Now() - start);
+    const absl::Time built = absl::Now();
+    uint64_t chain_bytes = 0;
+    for (const checkpoint::CheckpointManifest& link : resolved->chain) {
+      chain_bytes += FileBytes(link);
+    }
+    const uint64_t own_bytes = FileBytes(resolved->manifest);
+    const bool rollback = current != nullptr && !served_on_disk && it->clock <= served.first;
+    const uint64_t rows = next->rows();
+    const uint64_t hash = next->table_hash();
     {
       MutexLock lock(&mu_);
       current_.swap(next);
+      current_id_ = id;
+      current_bytes_ = own_bytes;
       ++versions_applied_;
+      if (rollback) ++rollbacks_;
     }
     changed_.SignalAll();
+    const absl::Time visible = absl::Now();
+    const absl::Duration cut_to_serve =
+        visible - absl::FromUnixMicros(CutMicros(resolved->manifest));
+    LOG(INFO) << "replica: serving version " << it->clock << " (" << rows << " rows, table hash "
+              << absl::StrCat(absl::Hex(hash, absl::kZeroPad16)) << ") from "
+              << it->dir << ", built in " << (built - start) << " from " << chain_bytes
+              << " bytes (own files " << own_bytes << "); cut to serve " << cut_to_serve
+              << (rollback ? absl::StrCat("; ROLLBACK: version ", served.first,
+                                          " is no longer on disk as it was served")
+                           : std::string());
+    M().version.Set(static_cast<double>(it->clock));
+    M().lag.Set(newest > it->clock ? static_cast<double>(newest - it->clock) : 0.0);
+    M().applied.Increment();
+    if (rollback) M().rollbacks.Increment();
+    M().rows.Set(static_cast<double>(rows));
+    M().bytes.Set(static_cast<double>(own_bytes));
+    M().bytes_read.Increment(static_cast<double>(chain_bytes));
+    M().build.Observe(absl::ToDoubleSeconds(built - start));
+    M().train_to_serve.Observe(absl::ToDoubleSeconds(cut_to_serve));
     // `next` (the old version) is released here, outside the lock; readers
     // still holding it keep it alive.
     return true;
+  }
+  if (current != nullptr && !served_on_disk) {
+    MutexLock lock(&mu_);
+    last_error_ = absl::StrCat("version ", served.first,
+                               " is no longer on disk as it was loaded and no other complete "
+                               "checkpoint loads; still serving it");
   }
   return false;
 }
@@ -108,6 +259,10 @@ ReplicaStatus Replica::Status() const {
     MutexLock lock(&mu_);
     current = current_;
     s.versions_applied = versions_applied_;
+    s.rollbacks = rollbacks_;
+    s.newest_on_disk = newest_on_disk_;
+    s.version_bytes = current_bytes_;
+    s.created_unix_micros = current_id_.second;
     s.last_error = last_error_;
   }
   if (current != nullptr) {

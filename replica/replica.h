@@ -1,5 +1,5 @@
 // Replica: a serving copy of a job's model that follows the job's checkpoint
-// directory (issue 34, first slice; docs/design.md "Serving replicas").
+// directory (issue 34; docs/design.md "Serving replicas").
 //
 // ## What it serves
 //
@@ -11,7 +11,9 @@
 // checkpoint; a follower thread then polls the directory every
 // `poll_interval` and moves to the newest complete checkpoint newer than the
 // one served, FULL or DELTA. Rows a delta deletes (evicted on the servers
-// before the cut) are gone from the next version.
+// before the cut) are gone from the next version. Every version is built
+// from the files of its own chain alone (nothing carried over from the
+// version before), so it is exactly its checkpoint whatever came before.
 //
 // ## Atomic versions
 //
@@ -22,20 +24,51 @@
 // an answer never mixes two versions and a version stays alive while a
 // reader holds it. Memory: up to two versions (plus the ones readers hold).
 //
+// ## Rollbacks (generation fencing by checkpoint identity)
+//
+// After a rollback the job restores a complete checkpoint (the newest usable
+// one) and writes the clocks after it again, in a new generation. The files
+// show it in two ways, and the replica follows both:
+//  - the checkpoint served is no longer on disk as it was loaded: set aside
+//    (corrupt, checkpoint.on_corrupt FALL_BACK: renamed, never listed again)
+//    or written again at the same clock after the rollback. A checkpoint is
+//    identified by its clock AND its manifest's created_unix_micros; each
+//    poll re-reads the served one's MANIFEST. When it is gone or changed,
+//    the replica moves to the newest complete checkpoint on disk, even an
+//    older clock (counted in `rollbacks`), and follows the new chain from
+//    there;
+//  - the new chain's deltas have the restore point as base: a version is
+//    always built from its own chain, so a pre-rollback delta (a checkpoint
+//    the rollback discarded never got a MANIFEST, or was set aside) is never
+//    part of a post-rollback version.
+// A checkpoint refused once (does not load) is remembered by identity, so
+// a good one written later at the same clock is still taken.
+// The job generation itself is not in the files: Status reports rollbacks
+// seen, not the generation.
+//
 // ## What this slice does not do
 //
 // It follows checkpoint FILES: a version appears once the scheduler has
 // written its MANIFEST, so serving lags training by the checkpoint cadence
-// plus the restore. The server-side delta stream of issue 34 (versions
-// pushed by the servers with tombstones, fenced by the job generation,
-// resumable) is the next slice; so is following a rollback (this replica
-// never moves to an older clock: after a rollback the job writes newer
-// clocks again, which it then follows). The job generation is not in the
-// files, so Status reports generation 0.
+// plus the restore. The server-side delta stream of issue 34 is not built.
 //
 // A checkpoint that fails to load (corrupt, removed by GC mid-read) is
 // skipped, logged, and reported as last_error; the replica keeps serving the
 // version it has and tries newer checkpoints as they appear.
+//
+// ## Metrics (common/metrics.h; the process's /metrics)
+//
+//   shardps_replica_version                   gauge: clock of the version served
+//   shardps_replica_newest_checkpoint         gauge: newest clock with a MANIFEST on disk
+//   shardps_replica_version_lag               gauge: newest - served (clocks, >= 0)
+//   shardps_replica_versions_applied_total    counter
+//   shardps_replica_rollbacks_total           counter: moves to an older or rewritten checkpoint
+//   shardps_replica_version_rows              gauge: rows of the version served
+//   shardps_replica_version_bytes             gauge: bytes of its own checkpoint's files
+//   shardps_replica_bytes_read_total          counter: file bytes read to build versions (chains)
+//   shardps_replica_build_seconds             histogram: restore of one version
+//   shardps_replica_train_to_serve_seconds    histogram: the cut's time in the manifest
+//                                             (cut_unix_micros, else created_unix_micros) to the swap
 //
 // Thread-safety: every method is thread-safe. Start and the destructor are
 // called once each, by the owner.
@@ -46,6 +79,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -71,6 +105,10 @@ struct ReplicaStatus {
   uint64_t rows = 0;
   std::string checkpoint_dir;  // Of the version served.
   uint64_t versions_applied = 0;
+  uint64_t rollbacks = 0;        // Moves to an older or rewritten checkpoint.
+  uint64_t newest_on_disk = 0;   // Newest clock with a MANIFEST at the last poll.
+  uint64_t version_bytes = 0;    // Bytes of the served checkpoint's own files.
+  int64_t created_unix_micros = 0;  // The served checkpoint's manifest.
   std::string last_error;
 };
 
@@ -95,8 +133,10 @@ class Replica {
   ReplicaStatus Status() const;
 
   // Moves to the newest complete checkpoint newer than the version served,
-  // if there is one; returns whether it did. The follower calls it; tests
-  // may too. Never returns an error: a checkpoint that fails is recorded.
+  // if there is one, or to the newest complete one at all when the served
+  // checkpoint is gone or rewritten (a rollback; see the top); returns
+  // whether it changed version. The follower calls it; tests may too. Never
+  // returns an error: a checkpoint that fails is recorded.
   bool PollOnce();
 
   // Blocks until the version served is >= `version`. DEADLINE_EXCEEDED
@@ -111,15 +151,23 @@ class Replica {
   const ReplicaOptions options_;
   const std::string root_;
 
+  // A checkpoint's identity: its clock and its manifest's
+  // created_unix_micros (-1: a MANIFEST that does not parse).
+  using Identity = std::pair<uint64_t, int64_t>;
+
   // Only PollOnce (the follower, or a test) writes these; poll_mu_ makes two
   // polls build one version, not two.
   Mutex poll_mu_;
-  absl::flat_hash_set<uint64_t> refused_ ABSL_GUARDED_BY(poll_mu_);
+  absl::flat_hash_set<Identity> refused_ ABSL_GUARDED_BY(poll_mu_);
 
   mutable Mutex mu_;
   mutable CondVar changed_;  // Signalled on a new version and on stop.
   std::shared_ptr<exporter::ServedModel> current_ ABSL_GUARDED_BY(mu_);
+  Identity current_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t current_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t versions_applied_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rollbacks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t newest_on_disk_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 

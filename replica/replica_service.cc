@@ -5,11 +5,27 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/metrics.h"
 
 namespace shardps {
 namespace replica {
 namespace {
+
+// Predict's latency (validation to answer) and lines scored.
+struct PredictMetrics {
+  prometheus::Histogram& seconds = metrics::GetHistogram(
+      "shardps_replica_predict_seconds", "Predict calls answered: time from request to answer.",
+      metrics::LatencyBuckets());
+  prometheus::Counter& lines = metrics::GetCounter("shardps_replica_predict_lines_total",
+                                                   "Lines scored by Predict calls answered.");
+};
+
+PredictMetrics& Pm() {
+  static PredictMetrics* m = new PredictMetrics();
+  return *m;
+}
 
 absl::Status Unavailable() {
   return absl::UnavailableError("replica: no version loaded yet (no complete checkpoint read)");
@@ -33,6 +49,7 @@ absl::Status ValidatePredict(const PredictRequest& request) {
 
 grpc::Status ReplicaService::Predict(grpc::ServerContext*, const PredictRequest* request,
                                      PredictResponse* response) {
+  const absl::Time start = absl::Now();
   if (absl::Status st = ValidatePredict(*request); !st.ok()) return ToGrpcStatus(st);
   const std::shared_ptr<exporter::ServedModel> model = replica_->Current();
   if (model == nullptr) return ToGrpcStatus(Unavailable());
@@ -41,6 +58,8 @@ grpc::Status ReplicaService::Predict(grpc::ServerContext*, const PredictRequest*
   if (absl::Status st = model->Predict(lines, &probs); !st.ok()) return ToGrpcStatus(st);
   response->set_version(model->clock());
   response->mutable_probabilities()->Assign(probs.begin(), probs.end());
+  Pm().seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  Pm().lines.Increment(static_cast<double>(probs.size()));
   return grpc::Status::OK;
 }
 
@@ -78,6 +97,8 @@ grpc::Status ReplicaService::Status(grpc::ServerContext*, const ReplicaStatusReq
   response->set_checkpoint_dir(s.checkpoint_dir);
   response->set_versions_applied(s.versions_applied);
   response->set_last_error(s.last_error);
+  response->set_rollbacks(s.rollbacks);
+  response->set_newest_checkpoint(s.newest_on_disk);
   return grpc::Status::OK;
 }
 

@@ -8,6 +8,9 @@
 // Lookup with more than kMaxLookupKeys keys or an unknown table id. Before
 // the replica has a version, Predict and Lookup answer UNAVAILABLE.
 //
+// Metrics: shardps_replica_predict_seconds (histogram, answered Predict
+// calls) and shardps_replica_predict_lines_total.
+//
 // Thread-safety: as the Replica (every handler may run concurrently).
 #ifndef SHARDPS_REPLICA_REPLICA_SERVICE_H_
 #define SHARDPS_REPLICA_REPLICA_SERVICE_H_

@@ -1,13 +1,27 @@
-// A serving replica following a real job (issue 34, first slice): a
-// 1-server/1-worker BSP job checkpoints every 10 steps with delta checkpoints
-// and eviction on; ps_replica follows its checkpoint directory from the
-// start. The test records every version the replica serves (Status) and
-// checks, for each, that the replica's table hash equals ps_table_hash's,
-// computed from that checkpoint's files alone. At the last version: rows
-// evicted in the chain's deltas (and not written again) are absent from
-// Lookup while rows the last link wrote are present with the files'
-// weights; Predict equals ps_score on the same checkpoint and lines to 6
-// digits; bad requests get INVALID_ARGUMENT naming the line.
+// A serving replica following a real job (issue 34): a 1-server/1-worker
+// BSP job checkpoints every 10 steps with delta checkpoints and eviction on;
+// ps_replica follows its checkpoint directory from the start. Each test
+// records every version the replica serves (Status) and checks, for each,
+// that the replica's table hash equals ps_table_hash's, computed from that
+// checkpoint's files alone.
+//
+// FollowsTheCheckpointsExactly: at the last version, rows evicted in the
+// chain's deltas (and not written again) are absent from Lookup while rows
+// the last link wrote are present with the files' weights; Predict equals
+// ps_score on the same checkpoint and lines to 6 digits; bad requests get
+// INVALID_ARGUMENT naming the line.
+//
+// FollowsARestartAndARollback: the replica is SIGKILLed after two versions
+// and started again with the same flags once a newer checkpoint exists: it
+// bootstraps at the newest one (catches up). Then the server is SIGKILLed 5
+// clocks past a checkpoint and started again: the job rolls back to that
+// checkpoint in a new generation and trains on; the replica ends on the
+// post-rollback versions, hash-equal at every version. Last, the newest
+// checkpoint is set aside as the scheduler sets a corrupt one aside on a
+// rollback (renamed "<dir>.corrupt-<t>"): the replica moves back to the
+// checkpoint before it (Status.rollbacks 1). Its /metrics moves along:
+// version, versions applied, bytes read, rows, train-to-serve and Predict
+// latency observations, rollbacks, newest checkpoint and lag.
 //
 // The worker sleeps 150 ms a step (--step_delay_ms): the job's 157 steps
 // then last over 20 s, long enough for the replica (polling every 50 ms) to
@@ -15,14 +29,20 @@
 // every 10 s (server/ps_server.h), to evict idle rows during the job. A
 // slower machine only makes the job longer. The test fails by name if it
 // saw fewer than three versions or no eviction.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -35,6 +55,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/checkpoint_file.h"
@@ -77,6 +98,40 @@ std::vector<std::string> Lines(const std::string& path, size_t max) {
   if (!lines.empty() && lines.back().empty()) lines.pop_back();
   if (lines.size() > max) lines.resize(max);
   return lines;
+}
+
+// GET http://<address><path> (HTTP/1.0, loopback); the body, "" on failure.
+std::string HttpGet(const std::string& address, const std::string& path) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) return "";
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buf[8192];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+// The value of metric `name` (a series without labels; for a histogram,
+// name "<h>_count" or "<h>_sum") in a text exposition; -1 if absent.
+double Metric(const std::string& text, const std::string& name) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::ConsumePrefix(&line, name + " ")) continue;
+    double v = 0;
+    if (absl::SimpleAtod(line, &v)) return v;
+  }
+  return -1;
 }
 
 // Runs a tool to its end; the fields of its `prefix` line (empty if none).
@@ -129,24 +184,101 @@ class ReplicaProcessTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(testing::MakeSyntheticData(DataDir(), 20000, 2000).ok());
     job_ = std::make_unique<SupervisedJob>(
-        testing::ManualJob("replica", Config(), 1, 1, {"--step_delay_ms=150"}));
+        testing::ManualJob(
+            // A directory of its own per test: a job resumes from checkpoints it finds.
+            absl::StrCat("replica_",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name()),
+            Config(), 1, 1, {"--step_delay_ms=150"}));
     ASSERT_TRUE(job_->Start().ok()) << job_->Logs();
+    StartReplica();
+  }
+
+  // Starts ps_replica on the job's directory (again: the same flags), with
+  // metrics; sets stub_ and metrics_.
+  void StartReplica() {
+    replica_ = std::make_unique<Subprocess>();
     ASSERT_TRUE(replica_
-                    .Start({RunfilePath("replica/ps_replica"), "--config=" + job_->config_path(),
-                            "--checkpoint_dir=" + job_->ckpt(), "--poll_ms=50"},
-                           job_->dir() + "/replica.log")
+                    ->Start({RunfilePath("replica/ps_replica"), "--config=" + job_->config_path(),
+                             "--checkpoint_dir=" + job_->ckpt(), "--poll_ms=50",
+                             "--metrics_listen=127.0.0.1:0"},
+                            job_->dir() + "/replica.log")
                     .ok());
-    auto listening = replica_.WaitForLine("PS_REPLICA_LISTENING ", absl::Minutes(2));
+    auto metrics = replica_->WaitForLine("PS_METRICS_LISTENING ", absl::Minutes(2));
+    ASSERT_TRUE(metrics.ok()) << metrics.status() << testing::ReadFile(job_->dir() + "/replica.log");
+    metrics_ = std::string(absl::StripAsciiWhitespace(*metrics));
+    auto listening = replica_->WaitForLine("PS_REPLICA_LISTENING ", absl::Minutes(2));
     ASSERT_TRUE(listening.ok()) << listening.status()
                                 << testing::ReadFile(job_->dir() + "/replica.log");
     stub_ = Replica::NewStub(grpc::CreateChannel(
         std::string(absl::StripAsciiWhitespace(*listening)), grpc::InsecureChannelCredentials()));
   }
 
+  std::string Metrics() const { return HttpGet(metrics_, "/metrics"); }
+
+  // Reads the replica's Status into `hash_at` (version -> table hash; a
+  // version whose hash changes fails); returns the version served (0: none).
+  uint64_t Record(std::map<uint64_t, uint64_t>* hash_at, ReplicaStatusResponse* out = nullptr) {
+    ReplicaStatusResponse status;
+    grpc::Status st = Call(&status);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    if (out != nullptr) *out = status;
+    if (!st.ok() || !status.loaded()) return 0;
+    auto [it, inserted] = hash_at->emplace(status.version(), status.table_hash());
+    EXPECT_EQ(it->second, status.table_hash()) << "version " << status.version()
+                                                << " changed its hash";
+    EXPECT_TRUE(status.last_error().empty()) << status.last_error();
+    return status.version();
+  }
+
+  // Polls Record until `done(served)` holds; fails naming `what` after 10
+  // minutes.
+  uint64_t RecordUntil(const std::string& what, std::map<uint64_t, uint64_t>* hash_at,
+                       const std::function<bool(uint64_t)>& done) {
+    const absl::Time deadline = absl::Now() + absl::Minutes(10);
+    while (true) {
+      const uint64_t served = Record(hash_at);
+      if (done(served)) return served;
+      if (absl::Now() >= deadline) {
+        ADD_FAILURE() << "waited for " << what << "; serving " << served << ", newest complete "
+                      << testing::Checkpoints(job_->ckpt()).complete << "\n"
+                      << testing::ReadFile(job_->dir() + "/replica.log") << job_->Logs();
+        return served;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+
+  // The replica's hash at each version equals ps_table_hash of that
+  // checkpoint's files; returns how many of them are deltas.
+  int CheckHashes(const std::map<uint64_t, uint64_t>& hash_at) {
+    int deltas = 0;
+    for (const auto& [version, hash] : hash_at) {
+      auto resolved = checkpoint::LoadCheckpoint(job_->ckpt(), version);
+      EXPECT_TRUE(resolved.ok()) << resolved.status();
+      if (!resolved.ok()) continue;
+      if (resolved->manifest.kind() == checkpoint::CheckpointManifest::DELTA) ++deltas;
+      auto files = RunTool("replica/ps_table_hash",
+                           {"--checkpoint_dir=" + job_->ckpt(), absl::StrCat("--clock=", version)},
+                           "PS_TABLE_HASH ", job_->dir() + "/table_hash.log");
+      EXPECT_EQ(files.count("hash"), 1u) << testing::ReadFile(job_->dir() + "/table_hash.log");
+      uint64_t from_files = 0;
+      EXPECT_TRUE(absl::SimpleHexAtoi(files["hash"], &from_files)) << files["hash"];
+      EXPECT_EQ(hash, from_files) << "version " << version << " (" << files["rows"] << " rows)";
+      std::printf("version %llu (%s, chain %s): %s rows, hash %s\n",
+                  static_cast<unsigned long long>(version),
+                  resolved->manifest.kind() == checkpoint::CheckpointManifest::DELTA ? "delta"
+                                                                                     : "full",
+                  files["chain"].c_str(), files["rows"].c_str(), files["hash"].c_str());
+    }
+    return deltas;
+  }
+
   void TearDown() override {
-    replica_.Signal(SIGTERM);
-    auto code = replica_.Wait(absl::Seconds(30));
-    EXPECT_TRUE(code.ok() && *code == 0) << "ps_replica did not exit cleanly";
+    if (replica_ != nullptr) {
+      replica_->Signal(SIGTERM);
+      auto code = replica_->Wait(absl::Seconds(30));
+      EXPECT_TRUE(code.ok() && *code == 0) << "ps_replica did not exit cleanly";
+    }
     if (job_ != nullptr) job_->KillAll();
   }
 
@@ -167,7 +299,8 @@ class ReplicaProcessTest : public ::testing::Test {
   }
 
   std::unique_ptr<SupervisedJob> job_;
-  Subprocess replica_;
+  std::unique_ptr<Subprocess> replica_;
+  std::string metrics_;  // The replica's metrics address.
   std::unique_ptr<Replica::Stub> stub_;
 };
 
@@ -175,50 +308,17 @@ TEST_F(ReplicaProcessTest, FollowsTheCheckpointsExactly) {
   // Every version the replica serves while the job runs, until it serves
   // the job's last complete checkpoint after the job ended.
   std::map<uint64_t, uint64_t> hash_at;  // Version -> table hash.
-  const absl::Time deadline = absl::Now() + absl::Minutes(10);
-  uint64_t served = 0;
-  while (true) {
-    ReplicaStatusResponse status;
-    grpc::Status st = Call(&status);
-    ASSERT_TRUE(st.ok()) << st.error_message();
-    if (status.loaded()) {
-      served = status.version();
-      auto [it, inserted] = hash_at.emplace(served, status.table_hash());
-      EXPECT_EQ(it->second, status.table_hash()) << "version " << served << " changed its hash";
-      EXPECT_TRUE(status.last_error().empty()) << status.last_error();
-    }
-    const bool ended = job_->Ended();
-    if (ended && served > 0 && served == testing::Checkpoints(job_->ckpt()).complete) break;
-    ASSERT_LT(absl::Now(), deadline)
-        << "waited for the replica to serve the job's last checkpoint ("
-        << testing::Checkpoints(job_->ckpt()).complete << "); serving " << served
-        << (ended ? "" : "; the job has not ended") << "\n"
-        << testing::ReadFile(job_->dir() + "/replica.log") << job_->Logs();
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  const uint64_t served =
+      RecordUntil("the replica to serve the job's last checkpoint", &hash_at, [&](uint64_t v) {
+        return job_->Ended() && v > 0 && v == testing::Checkpoints(job_->ckpt()).complete;
+      });
   auto code = job_->WaitScheduler(absl::Minutes(1));
   ASSERT_TRUE(code.ok() && *code == 0) << job_->Logs();
   ASSERT_GE(hash_at.size(), 3u) << "the replica served fewer than 3 versions";
 
   // The replica's hash at each version it served equals the hash of that
   // checkpoint's files; some of those versions are deltas.
-  int deltas = 0;
-  for (const auto& [version, hash] : hash_at) {
-    auto resolved = checkpoint::LoadCheckpoint(job_->ckpt(), version);
-    ASSERT_TRUE(resolved.ok()) << resolved.status();
-    if (resolved->manifest.kind() == checkpoint::CheckpointManifest::DELTA) ++deltas;
-    auto files = RunTool("replica/ps_table_hash",
-                         {"--checkpoint_dir=" + job_->ckpt(), absl::StrCat("--clock=", version)},
-                         "PS_TABLE_HASH ", job_->dir() + "/table_hash.log");
-    ASSERT_EQ(files.count("hash"), 1u) << testing::ReadFile(job_->dir() + "/table_hash.log");
-    uint64_t from_files = 0;
-    ASSERT_TRUE(absl::SimpleHexAtoi(files["hash"], &from_files)) << files["hash"];
-    EXPECT_EQ(hash, from_files) << "version " << version << " (" << files["rows"] << " rows)";
-    std::printf(
-        "version %llu (%s, chain %s): %s rows, hash %s\n", static_cast<unsigned long long>(version),
-        resolved->manifest.kind() == checkpoint::CheckpointManifest::DELTA ? "delta" : "full",
-        files["chain"].c_str(), files["rows"].c_str(), files["hash"].c_str());
-  }
+  const int deltas = CheckHashes(hash_at);
   EXPECT_GE(deltas, 1) << "no delta checkpoint among the versions served";
 
   // Rows evicted at any version served (a delta's deletions) and not
@@ -332,6 +432,138 @@ TEST_F(ReplicaProcessTest, FollowsTheCheckpointsExactly) {
   LookupResponse unused;
   st = Call(no_table, &unused);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+}
+
+TEST_F(ReplicaProcessTest, FollowsARestartAndARollback) {
+  std::map<uint64_t, uint64_t> hash_at;  // Version -> table hash, every replica.
+  // Two versions, then the metrics say so.
+  RecordUntil("two versions", &hash_at, [&](uint64_t) { return hash_at.size() >= 2; });
+  const std::string early = Metrics();
+  EXPECT_GE(Metric(early, "shardps_replica_versions_applied_total"), 2) << early;
+  EXPECT_GT(Metric(early, "shardps_replica_version"), 0) << early;
+  EXPECT_GT(Metric(early, "shardps_replica_version_rows"), 0) << early;
+  EXPECT_GT(Metric(early, "shardps_replica_version_bytes"), 0) << early;
+  EXPECT_GT(Metric(early, "shardps_replica_bytes_read_total"), 0) << early;
+  EXPECT_GE(Metric(early, "shardps_replica_train_to_serve_seconds_count"), 2) << early;
+  EXPECT_GT(Metric(early, "shardps_replica_train_to_serve_seconds_sum"), 0) << early;
+  EXPECT_EQ(Metric(early, "shardps_replica_rollbacks_total"), 0) << early;
+
+  // The replica SIGKILLed; started again with the same flags once a newer
+  // checkpoint exists, it serves that one or a newer one at once.
+  replica_->Signal(SIGKILL);
+  auto killed = replica_->Wait(absl::Seconds(30));
+  ASSERT_TRUE(killed.ok() && *killed == 128 + SIGKILL) << "ps_replica was not running";
+  replica_.reset();
+  const uint64_t before_kill = hash_at.rbegin()->first;
+  const absl::Time deadline = absl::Now() + absl::Minutes(5);
+  while (testing::Checkpoints(job_->ckpt()).complete <= before_kill) {
+    ASSERT_FALSE(job_->Ended()) << "the job ended before a checkpoint after " << before_kill;
+    ASSERT_LT(absl::Now(), deadline) << "no checkpoint after " << before_kill << job_->Logs();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const uint64_t newest_at_restart = testing::Checkpoints(job_->ckpt()).complete;
+  StartReplica();
+  // It loads its first version before it listens: the first answer is it.
+  const uint64_t caught_up = Record(&hash_at);
+  EXPECT_GE(caught_up, newest_at_restart) << "the restarted replica did not catch up at once";
+  std::printf("replica killed at version %llu, restarted: serves %llu (newest at restart %llu)\n",
+              static_cast<unsigned long long>(before_kill),
+              static_cast<unsigned long long>(caught_up),
+              static_cast<unsigned long long>(newest_at_restart));
+
+  // The server SIGKILLed 5 clocks past a checkpoint and started again: the
+  // job rolls back to that checkpoint, in a new generation.
+  auto mid = job_->WaitFor(
+      "5 clocks past the newest complete checkpoint",
+      [&](const JobStatusResponse& s) {
+        const testing::CheckpointState c = testing::Checkpoints(job_->ckpt());
+        return !c.writing && c.complete > 0 && s.min_clock() >= c.complete + 5;
+      },
+      absl::Minutes(5));
+  ASSERT_TRUE(mid.ok()) << mid.status() << job_->Logs();
+  job_->sup().Signal(job_->server(0), SIGKILL);
+  auto server_killed = job_->sup().WaitFinal(job_->server(0), absl::Seconds(30));
+  ASSERT_TRUE(server_killed.ok() && *server_killed == 128 + SIGKILL) << "the server was not running";
+  // No cut completes without the server: this is the point restored.
+  const uint64_t restore_point = testing::Checkpoints(job_->ckpt()).complete;
+  ASSERT_TRUE(job_->sup().Restart(job_->server(0)).ok()) << job_->Logs();
+  auto rolled = job_->WaitFor(
+      "the rollback",
+      [&](const JobStatusResponse& s) {
+        bool complete = !s.recoveries().empty();
+        for (const auto& r : s.recoveries()) complete &= r.complete();
+        return s.generation() > mid->generation() && complete;
+      },
+      absl::Minutes(5));
+  ASSERT_TRUE(rolled.ok()) << rolled.status() << job_->Logs();
+
+  // The replica follows the job to its end.
+  const uint64_t last =
+      RecordUntil("the replica to serve the job's last checkpoint", &hash_at, [&](uint64_t v) {
+        return job_->Ended() && v > 0 && v == testing::Checkpoints(job_->ckpt()).complete;
+      });
+  auto code = job_->WaitScheduler(absl::Minutes(1));
+  ASSERT_TRUE(code.ok() && *code == 0) << job_->Logs();
+  const std::string log = job_->SchedulerLog();
+  const size_t restored = log.find("every server restored the checkpoint ");
+  ASSERT_NE(restored, std::string::npos) << "no rollback\n" << log;
+  const std::string restored_line = log.substr(restored, log.find('\n', restored) - restored);
+  EXPECT_NE(restored_line.find(checkpoint::CheckpointId(restore_point) + " "), std::string::npos)
+      << "not a rollback to " << restore_point << ": " << restored_line;
+  EXPECT_GT(last, restore_point);
+  EXPECT_GT(hash_at.rbegin()->first, restore_point) << "no post-rollback version served";
+  ReplicaStatusResponse status;
+  Record(&hash_at, &status);
+  EXPECT_EQ(status.rollbacks(), 0u) << "the restore point was complete: nothing to move back to";
+  EXPECT_EQ(status.newest_checkpoint(), last);
+  CheckHashes(hash_at);
+  std::printf("rollback to %llu; the replica served %zu versions, the last %llu\n",
+              static_cast<unsigned long long>(restore_point), hash_at.size(),
+              static_cast<unsigned long long>(last));
+
+  // The newest checkpoint set aside as the scheduler does with a corrupt one
+  // on a rollback: the replica moves back to the one before it.
+  auto entries = checkpoint::ListCheckpoints(job_->ckpt());
+  ASSERT_TRUE(entries.ok());
+  uint64_t previous = 0;
+  for (const auto& e : *entries) {
+    if (e.clock < last && std::filesystem::exists(e.dir + "/MANIFEST")) previous = e.clock;
+  }
+  ASSERT_GT(previous, 0u);
+  std::filesystem::rename(checkpoint::CheckpointPath(job_->ckpt(), last),
+                          checkpoint::CheckpointPath(job_->ckpt(), last) + ".corrupt-1");
+  const uint64_t back = RecordUntil("the replica to move back to " + std::to_string(previous),
+                                    &hash_at, [&](uint64_t v) { return v == previous; });
+  Record(&hash_at, &status);
+  EXPECT_EQ(back, previous);
+  EXPECT_EQ(status.rollbacks(), 1u);
+  EXPECT_EQ(status.newest_checkpoint(), previous);
+  CheckHashes(std::map<uint64_t, uint64_t>{{previous, status.table_hash()}});
+
+  PredictRequest request;
+  for (const std::string& line : Lines(EvalFile(), 16)) request.add_lines(line);
+  PredictResponse response;
+  grpc::Status st = Call(request, &response);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(response.version(), previous);
+  const std::string late = Metrics();
+  EXPECT_EQ(Metric(late, "shardps_replica_version"), static_cast<double>(previous)) << late;
+  EXPECT_EQ(Metric(late, "shardps_replica_newest_checkpoint"), static_cast<double>(previous))
+      << late;
+  EXPECT_EQ(Metric(late, "shardps_replica_version_lag"), 0) << late;
+  EXPECT_EQ(Metric(late, "shardps_replica_rollbacks_total"), 1) << late;
+  EXPECT_EQ(Metric(late, "shardps_replica_versions_applied_total"),
+            static_cast<double>(status.versions_applied()))
+      << late;
+  EXPECT_EQ(Metric(late, "shardps_replica_train_to_serve_seconds_count"),
+            static_cast<double>(status.versions_applied()))
+      << late;
+  EXPECT_EQ(Metric(late, "shardps_replica_predict_seconds_count"), 1) << late;
+  EXPECT_EQ(Metric(late, "shardps_replica_predict_lines_total"), 16) << late;
+  std::printf("train-to-serve over %g versions: mean %.3f s\n",
+              Metric(late, "shardps_replica_train_to_serve_seconds_count"),
+              Metric(late, "shardps_replica_train_to_serve_seconds_sum") /
+                  Metric(late, "shardps_replica_train_to_serve_seconds_count"));
 }
 
 }  // namespace
