@@ -20,6 +20,16 @@ checkpoint and stopping early. Every setting can be overridden by flags.
 Checkpoints: --checkpoint_dir is used as given (a job found there is
 resumed). Without it, a config whose checkpoint.dir is relative (the default
 config's) gets <run_dir>/checkpoints, emptied first: each run is a new job.
+
+Serving replicas: --replicas N starts N ps_replica processes (supervised like
+the others) that follow the job's checkpoint directory and serve its model
+on 127.0.0.1 (each prints its address: "[replica-0 ] PS_REPLICA_LISTENING
+..."). At the job's end the launcher waits (up to --replica_wait_sec) for each
+to serve the job's last complete checkpoint, then prints for each one its
+last version and whether its table hash equals ps_table_hash's of that
+checkpoint's files:
+
+  [ps_launch ] replica-0: last version 157 (the job's last checkpoint), table hash 6eea4c693b997df8 = ps_table_hash's: yes
 """
 
 import argparse
@@ -65,6 +75,8 @@ def find_binary(name, bin_dir):
         "ps_worker": "worker/ps_worker",
         "ps_datagen": "worker/data/ps_datagen",
         "ps_config_check": "common/ps_config_check",
+        "ps_replica": "replica/ps_replica",
+        "ps_table_hash": "replica/ps_table_hash",
     }[name]
     for base in [bin_dir, bin_dir or bazel_bin(), os.path.join(ROOT, "bazel-bin")]:
         if base:
@@ -87,6 +99,7 @@ class Proc:
         self.restarts = 0
         self.listening = None
         self.result_lines = []
+        self.version = None  # A replica's last version served: (clock, table hash).
         self.start()
 
     @property
@@ -104,10 +117,14 @@ class Proc:
     def _pump(self):
         for line in self.popen.stdout:
             line = line.rstrip("\n")
-            m = re.match(r"PS_(SCHEDULER|SERVER)_LISTENING (\S+)", line)
+            m = re.match(r"PS_(SCHEDULER|SERVER|REPLICA)_LISTENING (\S+)", line)
             if m:
                 self.listening = m.group(2)
                 self.ready.set()
+            m = re.search(r"replica: serving version (\d+) \(\d+ rows, table hash ([0-9a-f]+)\)",
+                          line)
+            if m:
+                self.version = (int(m.group(1)), m.group(2))
             if line.startswith("PS_"):
                 self.result_lines.append(line)
             if self.on_line:
@@ -165,6 +182,13 @@ def parse_args():
     p.add_argument("--worker_flag", action="append", default=[],
                    help="extra flag for every worker (repeatable)")
     p.add_argument("--server_flag", action="append", default=[])
+    p.add_argument("--replicas", type=int, default=0,
+                   help="serving replicas (ps_replica) following the job's checkpoints")
+    p.add_argument("--replica_flag", action="append", default=[],
+                   help="extra flag for every replica (repeatable), e.g. --replica_flag=--poll_ms=50")
+    p.add_argument("--replica_wait_sec", type=float, default=60,
+                   help="at the job's end, how long to wait for each replica to serve the last "
+                        "checkpoint before reporting")
     # Mutual TLS on every gRPC channel (see docs/operations.md, TLS); all three or none.
     p.add_argument("--tls_cert", default="", help="PEM certificate for every process")
     p.add_argument("--tls_key", default="", help="PEM private key of --tls_cert")
@@ -172,6 +196,8 @@ def parse_args():
     p.add_argument("--job_secret_file", default="",
                    help="the job's secret (mode 0600); default: a new one in <run_dir>/job.secret")
     args = p.parse_args()
+    if args.replicas < 0:
+        p.error("--replicas must be >= 0")
     tls = [args.tls_cert, args.tls_key, args.tls_ca]
     if any(tls) and not all(tls):
         p.error("TLS needs all of --tls_cert, --tls_key and --tls_ca or none")
@@ -189,6 +215,58 @@ def tls_flags(args):
         flags += ["--tls_cert=" + os.path.abspath(args.tls_cert),
                   "--tls_key=" + os.path.abspath(args.tls_key), "--tls_ca=" + os.path.abspath(args.tls_ca)]
     return flags
+
+
+def replica_flags(args):
+    """A replica's TLS flags: it only reads checkpoint files and serves, so it
+    takes no job secret."""
+    if not args.tls_cert:
+        return []
+    return ["--tls_cert=" + os.path.abspath(args.tls_cert),
+            "--tls_key=" + os.path.abspath(args.tls_key), "--tls_ca=" + os.path.abspath(args.tls_ca)]
+
+
+def table_hash(args, ckpt_dir, clock=None):
+    """ps_table_hash of the checkpoint at `clock` (the latest complete one if
+    None): (clock, hash) or None if it cannot be read."""
+    argv = [find_binary("ps_table_hash", args.bin_dir), "--checkpoint_dir=" + ckpt_dir]
+    if clock is not None:
+        argv.append("--clock=%d" % clock)
+    out = subprocess.run(argv, capture_output=True, text=True)
+    m = re.search(r"PS_TABLE_HASH clock=(\d+) hash=([0-9a-f]+)", out.stdout)
+    return (int(m.group(1)), m.group(2)) if out.returncode == 0 and m else None
+
+
+def report_replicas(args, replicas, ckpt_dir, say):
+    """At the job's end: waits for every replica to serve the job's last
+    complete checkpoint (up to --replica_wait_sec), then says for each its
+    last version and whether its table hash equals ps_table_hash's of that
+    checkpoint. Returns how many replicas were not equal (or served nothing)."""
+    if not replicas:
+        return 0
+    last = table_hash(args, ckpt_dir)
+    deadline = time.time() + args.replica_wait_sec
+    while last and time.time() < deadline:
+        if all(r.version and r.version[0] >= last[0] for r in replicas):
+            break
+        time.sleep(0.2)
+    bad = 0
+    for r in replicas:
+        if not r.version:
+            say("%s: served no version (no complete checkpoint in %s?)" % (r.name, ckpt_dir))
+            bad += 1
+            continue
+        clock, served_hash = r.version
+        files = last if last and last[0] == clock else table_hash(args, ckpt_dir, clock)
+        equal = files is not None and files[1] == served_hash
+        bad += 0 if equal else 1
+        say("%s: last version %d (%s), table hash %s %s ps_table_hash's: %s" % (
+            r.name, clock,
+            "the job's last checkpoint" if last and clock == last[0]
+            else "the job's last checkpoint is %s" % (last[0] if last else "unknown"),
+            served_hash, "=" if equal else "!=",
+            "yes" if equal else "NO (files: %s)" % (files[1] if files else "unreadable")))
+    return bad
 
 
 def write_job_secret(path):
@@ -222,7 +300,7 @@ def free_port():
 
 
 def supervise(args, job_config, num_servers, num_workers, procs, stop_all, stopping, say,
-              log_lock, status_bin, start, max_steps_m):
+              log_lock, status_bin, start, max_steps_m, replicas, ckpt_dir):
     """Starts every process of the job and restarts what dies, with the same
     flags, until the scheduler ends the job.
 
@@ -244,7 +322,12 @@ def supervise(args, job_config, num_servers, num_workers, procs, stop_all, stopp
         procs.append(Proc("worker", i, [find_binary("ps_worker", args.bin_dir), "--config=" + job_config,
                                         "--scheduler=" + address, "--rank=%d" % i, "--wire=" + args.wire]
                           + tls_flags(args) + args.worker_flag, log_lock, args.quiet))
-    for p in procs:
+    for i in range(args.replicas):
+        replicas.append(Proc("replica", i, [find_binary("ps_replica", args.bin_dir),
+                                            "--config=" + job_config, "--checkpoint_dir=" + ckpt_dir,
+                                            "--listen=127.0.0.1:0"]
+                             + replica_flags(args) + args.replica_flag, log_lock, args.quiet))
+    for p in procs + replicas:
         say("started %s (pid %d)" % (p.name, p.popen.pid))
     last_progress = 0
     while True:
@@ -258,9 +341,9 @@ def supervise(args, job_config, num_servers, num_workers, procs, stop_all, stopp
         # scheduler started again takes the job over.
         if rc is not None and rc in (0, 1, 2):
             break
-        for p in procs:
+        for p in procs + replicas:
             rc = p.poll()
-            if rc is None or (rc == 0 and p.role != "scheduler"):
+            if rc is None or (rc == 0 and p.role not in ("scheduler", "replica")):
                 continue
             p.failed_with = rc  # Named in the final message if the job fails.
             if p.restarts >= args.max_restarts:
@@ -308,10 +391,12 @@ def supervise(args, job_config, num_servers, num_workers, procs, stop_all, stopp
     for p in procs[1:]:
         while p.poll() is None and time.time() < deadline:
             time.sleep(0.1)
+    if stopping["why"] != "interrupted":
+        report_replicas(args, replicas, ckpt_dir, say)
     stop_all(signal.SIGTERM)
     time.sleep(0.5)
     stop_all(signal.SIGKILL)
-    for p in procs:
+    for p in procs + replicas:
         p.thread.join(timeout=2)
     sched = procs[0]
     failed = None
@@ -394,11 +479,20 @@ def main():
             subprocess.run(gen, check=True)
         best = read_best(args.data_dir)
 
+    ckpt_dir = None
+    if args.replicas:
+        m = re.search(r'^checkpoint \{\n  dir: "(.*)"$', text, re.M)
+        if not m:
+            sys.exit("ps_launch: --replicas needs checkpoints (checkpoint.dir in the config, or "
+                     "--checkpoint_dir)")
+        ckpt_dir = os.path.abspath(m.group(1))
+
     stopping = {"why": None}
     procs = []
+    replicas = []
 
     def stop_all(sig=signal.SIGTERM):
-        for p in procs:
+        for p in procs + replicas:
             p.signal(sig)
 
     def on_sigint(signum, frame):
@@ -411,7 +505,8 @@ def main():
     status_bin = find_binary("ps_status", args.bin_dir)
     start = time.time()
     sched, failed = supervise(args, job_config, num_servers, num_workers, procs, stop_all,
-                              stopping, say, log_lock, status_bin, start, max_steps_m)
+                              stopping, say, log_lock, status_bin, start, max_steps_m, replicas,
+                              ckpt_dir)
     result = next((l for l in sched.result_lines if l.startswith("PS_JOB_RESULT")), "")
     print()
     say("job finished in %.0fs: %s" % (time.time() - start, result or "no result"))

@@ -33,6 +33,8 @@ BINARIES = {  # name -> runfiles path of the binary the test data holds
     "ps_datagen": "worker/data/ps_datagen",
     "ps_config_check": "common/ps_config_check",
     "ps_health": "deploy/k8s/ps_health",
+    "ps_replica": "replica/ps_replica",
+    "ps_table_hash": "replica/ps_table_hash",
 }
 
 
@@ -155,7 +157,7 @@ class DockerfileTest(unittest.TestCase):
                     if arg0.startswith("ps_"):
                         used.add(arg0)
                     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
-                        if probe in c:
+                        if "exec" in c.get(probe, {}):  # Not tcpSocket (a replica's liveness).
                             used.add(c[probe]["exec"]["command"][0])
         for path in ("deploy/slurm/shardps.sbatch", "deploy/slurm/shardps-task"):
             with open(path) as f:
@@ -250,6 +252,11 @@ class EntrypointTest(unittest.TestCase):
         rc, out, _ = self.run_entry(["worker"], SHARDPS_SCHEDULER="s:1", SHARDPS_INDEX="1",
                                     JOB_COMPLETION_INDEX="3")
         self.assertIn("--rank=1", out)
+
+    def test_replica(self):
+        self.assertEqual(self.run_entry(["replica", "--poll_ms=100"]),
+                         (0, "ps_replica --config=/etc/shardps/job.pbtxt --listen=0.0.0.0:7100 "
+                             "--poll_ms=100", ""))
 
     def test_other_commands_run_as_given(self):
         self.assertEqual(self.run_entry(["ps_datagen", "--out_dir=/data"])[:2],

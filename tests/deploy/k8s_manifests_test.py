@@ -159,9 +159,9 @@ class ManifestsTest(unittest.TestCase):
     def test_every_object_fits_the_api_schema(self):
         for overlay, objects in self.rendered.items():
             kinds = sorted(o["kind"] for o in objects)
-            self.assertEqual(kinds, ["ConfigMap", "Deployment", "Job", "Namespace",
+            self.assertEqual(kinds, ["ConfigMap", "Deployment", "Deployment", "Job", "Namespace",
                                      "PersistentVolumeClaim", "PodDisruptionBudget",
-                                     "Service", "Service", "StatefulSet"], overlay)
+                                     "Service", "Service", "Service", "StatefulSet"], overlay)
             for obj in objects:
                 self.assertEqual(validate_object(obj), [], overlay)
 
@@ -256,6 +256,10 @@ class ManifestsTest(unittest.TestCase):
                 if obj["kind"] == "Job":  # Workers read checkpoints to evaluate them.
                     self.assertEqual(self.checkpoint_mounts(obj, read_only=True),
                                      {"worker": ckpt_dir}, overlay)
+            # Serving replicas follow the checkpoints; they only read them.
+            replica = self.find(overlay, "Deployment", "ps-replica")
+            self.assertEqual(self.checkpoint_mounts(replica, read_only=True),
+                             {"replica": ckpt_dir}, overlay)
 
     def test_every_member_holds_the_job_secret(self):
         # docs/security.md, "Membership": the scheduler, every server and
@@ -315,6 +319,19 @@ class ManifestsTest(unittest.TestCase):
                     for part in ("requests", "limits"):
                         self.assertIn("cpu", c["resources"][part], c["name"])
                         self.assertIn("memory", c["resources"][part], c["name"])
+                if main["name"] == "replica":
+                    self.assertEqual(main["args"][0], "replica")
+                    self.assertEqual(env_of(main)["SHARDPS_LISTEN"]["value"], "0.0.0.0:7100")
+                    cmd = main["readinessProbe"]["exec"]["command"]
+                    self.assertEqual(cmd, ["ps_health", "--addr=127.0.0.1:7100"])
+                    self.assertEqual(main["livenessProbe"]["tcpSocket"]["port"], "grpc")
+                    svc = self.find(overlay, "Service", "ps-replica")
+                    self.assertEqual(svc["spec"]["selector"],
+                                     obj["spec"]["selector"]["matchLabels"])
+                    self.assertIn(7100, [p["port"] for p in svc["spec"]["ports"]])
+                    # Not a member of the job: no secret, no scheduler.
+                    self.assertNotIn("SHARDPS_JOB_SECRET_FILE", env_of(main))
+                    self.assertNotIn("SHARDPS_SCHEDULER", env_of(main))
                 if main["name"] in ("scheduler", "server"):
                     port = [p["containerPort"] for p in main["ports"] if p["name"] == "grpc"][0]
                     for probe in ("readinessProbe", "livenessProbe"):
