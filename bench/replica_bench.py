@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""A serving replica beside a real job (issue 34): how fast training reaches
+serving, what a version costs, what Predict does, and what the replica costs
+training.
+
+The job: the default config (2 servers, 2 workers, SSP(2), DLRM on the
+generated data in data/synthetic), training only, with delta checkpoints
+every --every clocks (a FULL one every 9), --max_steps steps a worker,
+through the real launcher (deploy/local/ps_launch.py). Rounds alternate the
+order of the two settings on the same machine and load:
+  without   the job alone (its checkpoints are cut all the same)
+  replica   the job with one ps_replica following its checkpoint directory
+            (ps_launch.py --replicas 1, polling every --poll_ms)
+
+Prints, over the replica runs:
+  - train-to-serve: from the cut (the manifest's cut_unix_micros, when the
+    scheduler began the copy) to the version being served, p50/p99 over
+    every version ("cut to serve" of the replica's log lines);
+  - per version: the bytes of the checkpoint's own files against the rows
+    they hold (a delta: the rows the cut touched), from the files
+    (replica_bench_client --rows);
+  - Predict latency p50/p99 and QPS: after the last round, a replica alone on
+    the last job's checkpoints under --predict_seconds of back-to-back calls
+    of --batch lines (replica_bench_client --predict), idle machine;
+  - training samples/s (the workers', PS_WORKER_RESULT) with the replica
+    against without: medians and their ratio.
+
+  bazel build -c opt //scheduler:all //server:ps_server //worker:ps_worker \\
+      //worker/data:ps_datagen //common:ps_config_check //replica:all \\
+      //bench:replica_bench_client
+  python3 bench/replica_bench.py [--rounds 2] [--every 20] [--max_steps 400] [--config opt]
+      [--bin_dir DIR]
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench_util import ROOT, bazel_bin, fields, training_only_default  # noqa: E402
+
+
+def seconds(duration):
+    """absl::FormatDuration text (e.g. 12.5ms, 1.2s, 800us) in seconds."""
+    total = 0.0
+    for value, unit in re.findall(r"([\d.]+)(ms|us|ns|s|m|h)", duration):
+        total += float(value) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[unit]
+    return total
+
+
+def quantile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def run_job(args, bin_dir, data, run_dir, replica):
+    if os.path.exists(run_dir):
+        shutil.rmtree(run_dir)
+    ckpt = os.path.join(run_dir, "ckpt")
+    os.makedirs(ckpt)
+    config = os.path.join(run_dir, "setting.pbtxt")
+    subprocess.run([os.path.join(bin_dir, "common/ps_config_check"),
+                    training_only_default(run_dir), "--write=" + config,
+                    "--synthetic_dir=" + data, "--checkpoint_dir=" + ckpt,
+                    "--max_steps=%d" % args.max_steps],
+                   check=True, capture_output=True)
+    text = re.sub(r"\n  keep: \d+", "", open(config).read())
+    text = text.replace(
+        "checkpoint {", "checkpoint {\n  every_steps: %d\n  delta: true\n  keep: 100000" %
+        args.every, 1)
+    open(config, "w").write(text)
+    argv = [sys.executable, os.path.join(ROOT, "deploy/local/ps_launch.py"), "--config=" + config,
+            "--data_dir=" + data, "--bin_dir=" + bin_dir, "--run_dir=" + run_dir]
+    if replica:
+        argv += ["--replicas=1", "--replica_flag=--poll_ms=%d" % args.poll_ms]
+    out = subprocess.run(argv, capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    job = re.search(r"PS_JOB_RESULT (.*)", text)
+    workers = [fields(m) for m in re.findall(r"PS_WORKER_RESULT (.*)", text)]
+    if out.returncode != 0 or not job or not workers:
+        sys.exit("job failed (replica %s):\n%s" % (replica, text[-4000:]))
+    res = {"train_sps": sum(float(w["samples_per_sec"]) for w in workers),
+           "job_sps": float(fields(job.group(1))["samples_per_sec"]), "ckpt": ckpt,
+           "config": config}
+    if replica:
+        # replica: serving version 40 (... rows, table hash ...) from DIR, built in X from B
+        # bytes (own files O); cut to serve D
+        res["versions"] = [(int(v), int(own), seconds(d)) for v, own, d in re.findall(
+            r"replica: serving version (\d+) .*?\(own files (\d+)\); cut to serve (\S+)", text)]
+        res["report"] = re.findall(r"replica-0: last version .*", text)
+    return res
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--every", type=int, default=20, help="checkpoint.every_steps (clocks)")
+    p.add_argument("--max_steps", type=int, default=400, help="steps a worker")
+    p.add_argument("--poll_ms", type=int, default=100, help="the replica's --poll_ms")
+    p.add_argument("--batch", type=int, default=64, help="lines per Predict call")
+    p.add_argument("--predict_seconds", type=float, default=10)
+    p.add_argument("--config", default="opt", choices=["fastbuild", "opt"])
+    p.add_argument("--bin_dir", default="",
+                   help="binaries laid out like bazel-bin (default: bazel info of --config)")
+    args = p.parse_args()
+    bin_dir = args.bin_dir or bazel_bin(args.config)
+    client = os.path.join(bin_dir, "bench/replica_bench_client")
+    data = os.path.join(ROOT, "data", "synthetic")
+    if not os.path.exists(os.path.join(data, "best.txt")):
+        sys.exit("no generated data in %s: run ./shardps run once" % data)
+    tmp = tempfile.mkdtemp(prefix="replica_bench_")
+    results = {"without": [], "replica": []}
+    for r in range(args.rounds):
+        order = ["without", "replica"] if r % 2 == 0 else ["replica", "without"]
+        for name in order:
+            res = run_job(args, bin_dir, data, os.path.join(tmp, name), name == "replica")
+            results[name].append(res)
+            extra = ""
+            if name == "replica":
+                lat = [d for _, _, d in res["versions"]]
+                extra = "; %d versions served, cut to serve p50 %.3f s p99 %.3f s; %s" % (
+                    len(lat), quantile(lat, 0.5) if lat else float("nan"),
+                    quantile(lat, 0.99) if lat else float("nan"),
+                    res["report"][0] if res["report"] else "no replica report")
+            print("round %d %-8s train %8.0f samples/s, job %7.0f samples/s%s" % (
+                r + 1, name, res["train_sps"], res["job_sps"], extra), flush=True)
+
+    print("\n%d rounds, %s binaries, delta checkpoints every %d clocks, replica polling every "
+          "%d ms" % (args.rounds, args.config, args.every, args.poll_ms))
+    lat = [d for res in results["replica"] for _, _, d in res["versions"]]
+    if lat:
+        print("train-to-serve (cut to served) over %d versions: p50 %.3f s, p99 %.3f s, max "
+              "%.3f s" % (len(lat), quantile(lat, 0.5), quantile(lat, 0.99), max(lat)))
+    # Bytes against rows, from the last replica run's files.
+    last = results["replica"][-1]
+    rows = subprocess.run([client, "--rows=" + last["ckpt"]], capture_output=True, text=True)
+    per = [fields(m) for m in re.findall(r"PS_CHECKPOINT_ROWS (.*)", rows.stdout)]
+    for kind in ("full", "delta"):
+        k = [x for x in per if x["kind"] == kind]
+        if not k:
+            continue
+        b = [int(x["bytes"]) for x in k]
+        n = [int(x["rows"]) + int(x["deleted"]) for x in k]
+        print("%s checkpoints (%d): median %.0f KiB for %d rows touched (%d deleted in all), "
+              "%.1f bytes a row" % (kind, len(k), statistics.median(b) / 1024,
+                                    statistics.median(n), sum(int(x["deleted"]) for x in k),
+                                    sum(b) / max(1, sum(n))))
+    # Predict: a replica alone on the last job's checkpoints.
+    lines = os.path.join(tmp, "predict.tsv")
+    with open(os.path.join(data, "eval.tsv")) as f, open(lines, "w") as out:
+        for i, line in enumerate(f):
+            if i >= 4096:
+                break
+            out.write(line)
+    rep = subprocess.Popen([os.path.join(bin_dir, "replica/ps_replica"),
+                            "--config=" + last["config"], "--checkpoint_dir=" + last["ckpt"],
+                            "--listen=127.0.0.1:0"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+    address = None
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        line = rep.stdout.readline()
+        m = re.match(r"PS_REPLICA_LISTENING (\S+)", line)
+        if m:
+            address = m.group(1)
+            break
+        if not line and rep.poll() is not None:
+            break
+    if address:
+        for threads in (1, 2):
+            pr = subprocess.run([client, "--predict=" + address, "--lines=" + lines,
+                                 "--batch=%d" % args.batch, "--threads=%d" % threads,
+                                 "--seconds=%g" % args.predict_seconds],
+                                capture_output=True, text=True)
+            m = re.search(r"PS_REPLICA_PREDICT (.*)", pr.stdout)
+            if m:
+                f = fields(m.group(1))
+                print("Predict, %d caller(s), %d lines a call: %s calls/s (%s lines/s), latency "
+                      "p50 %s ms, p99 %s ms" % (threads, args.batch, f["qps"], f["lines_per_sec"],
+                                                f["p50_ms"], f["p99_ms"]))
+            else:
+                print("Predict failed: " + pr.stderr[-2000:])
+    else:
+        print("the Predict replica did not start")
+    rep.terminate()
+    rep.wait(timeout=30)
+    w = statistics.median(x["train_sps"] for x in results["without"])
+    s = statistics.median(x["train_sps"] for x in results["replica"])
+    print("training samples/s (workers, medians): without %.0f, with the replica %.0f: x%.3f" % (
+        w, s, s / w))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
