@@ -211,6 +211,48 @@ class GrpcServerOps final : public ServerOps {
     return stats;
   }
 
+  absl::StatusOr<RestoreStats> AddPartitions(const PartitionMapProto& map, uint32_t index,
+                                             const RestorePoint& point,
+                                             const std::vector<uint32_t>& partitions,
+                                             uint64_t generation) override {
+    RestoreRequest request;
+    request.set_generation(generation);
+    request.set_control_token(control_token_);
+    request.set_clock(point.clock);
+    for (uint32_t p : partitions) request.add_partitions(p);
+    RestoreResponse response;
+    const absl::Status st = ForEachServer(map, index, [&](uint32_t i, const std::string& address) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
+      return NameServer(FromGrpcStatus(Stub(address)->Restore(&ctx, request, &response)), i,
+                        address);
+    });
+    if (!st.ok()) return st;
+    RestoreStats stats;
+    stats.rows = response.rows();
+    stats.bytes = response.bytes_read();
+    stats.files = response.files_read();
+    return stats;
+  }
+
+  absl::Status SwitchMap(const PartitionMapProto& map, uint32_t index,
+                         const std::vector<uint32_t>& drop,
+                         const std::vector<uint32_t>& active) override {
+    ControlRequest request;
+    request.set_control_token(control_token_);
+    request.set_map_version(map.version());
+    for (uint32_t owner : map.owner()) request.add_partition_owner(owner);
+    for (uint32_t p : drop) request.add_drop_partitions(p);
+    for (uint32_t r : active) request.add_active_workers(r);
+    return ForEachServer(map, index, [&](uint32_t i, const std::string& address) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(10)));
+      ControlResponse response;
+      return NameServer(FromGrpcStatus(Stub(address)->Control(&ctx, request, &response)), i,
+                        address);
+    });
+  }
+
  private:
   CheckpointRequest Request(uint64_t generation, uint64_t clock, bool delta) const {
     CheckpointRequest request;

@@ -95,6 +95,42 @@ absl::StatusOr<uint64_t> JobCoordinator::CheckpointNow(absl::Time deadline) {
   return state_.cuts.LastCut();
 }
 
+absl::StatusOr<ReshardResponse> JobCoordinator::Reshard(uint32_t servers, absl::Time deadline) {
+  const ClusterConfig& k = config_.cluster();
+  if (servers == 0 || servers > k.max_servers()) {
+    return absl::InvalidArgumentError(absl::StrCat("reshard: ", servers,
+                                                   " servers; the job may run on 1 to ",
+                                                   k.max_servers(), " (cluster.max_servers)"));
+  }
+  MutexLock lock(&state_.mu);
+  if (!checkpoints_on_) {
+    return absl::FailedPreconditionError(
+        "reshard: a move restores partitions from a cut, and checkpoints are off for this job "
+        "(set checkpoint.dir in the job config)");
+  }
+  state_.reshard.target = servers;
+  const uint64_t mine = ++state_.reshard.requested;
+  state_.changed.SignalAll();
+  while (state_.reshard.served < mine) {
+    if (state_.Ended() || state_.control_over) {
+      return absl::FailedPreconditionError("reshard: the job ended before the move");
+    }
+    if (!state_.changed.WaitUntil(&state_.mu, deadline) && state_.reshard.served < mine) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "reshard to ", servers, " servers: not done before the deadline (workers may be slow "
+          "to reach the clock boundary, or a recovery runs); it may still happen"));
+    }
+  }
+  if (!state_.reshard.error.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("reshard: ", state_.reshard.error));
+  }
+  ReshardResponse response;
+  response.set_clock(state_.reshard.clock);
+  response.set_map_version(members_.MapVersion());
+  response.set_partitions_moved(state_.reshard.last_moved);
+  return response;
+}
+
 std::vector<uint64_t> JobCoordinator::Checkpoints() const {
   MutexLock lock(&state_.mu);
   return state_.cuts.written();
@@ -220,6 +256,10 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
       break;
   }
   response->set_generation(state_.generation);
+  response->set_map_version(members_.MapVersion());
+  response->set_map_servers(members_.MapServers());
+  response->set_reshards(state_.reshard.moves);
+  response->set_partitions_moved(state_.reshard.partitions_moved);
   for (const RecoveryReport& r : state_.recovery.reports()) *response->add_recoveries() = r;
   response->set_last_checkpoint_hold_sec(state_.cuts.last_hold_sec());
   response->set_last_checkpoint_write_sec(state_.cuts.last_write_sec());

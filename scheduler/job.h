@@ -144,6 +144,14 @@ class JobCoordinator {
   // FAILED_PRECONDITION if checkpoints are off or the job ended first, or
   // DEADLINE_EXCEEDED (the checkpoint still happens later).
   absl::StatusOr<uint64_t> CheckpointNow(absl::Time deadline);
+  // Resharding (scheduler.proto ReshardRequest): asks the control thread
+  // to move partitions so that the job runs on `servers` servers, and
+  // blocks until it answered (the move done, or nothing to move) or
+  // `deadline`. INVALID_ARGUMENT for 0 or more than cluster.max_servers;
+  // FAILED_PRECONDITION if checkpoints are off, the job ended, or the move
+  // was refused (a server not registered: the message says which);
+  // DEADLINE_EXCEEDED if it did not end in time (it may still run).
+  absl::StatusOr<ReshardResponse> Reshard(uint32_t servers, absl::Time deadline);
   // Clocks of the checkpoints written by this coordinator.
   std::vector<uint64_t> Checkpoints() const;
   // The partition map once every server has registered.

@@ -57,7 +57,7 @@ void JobControl::Run() {
   if (Form()) {
     uint64_t serving = 0;  // state_.cuts.requested() when the current cut was placed.
     while (!stop_) {
-      bool recover;
+      bool recover, reshard = false;
       {
         MutexLock lock(&state_.mu);
         state_.changed.WaitUntil(&state_.mu, absl::Now() + absl::Milliseconds(10));
@@ -65,7 +65,10 @@ void JobControl::Run() {
         recover = state_.recovery.pending() != nullptr;
         if (!recover && checkpoints_on_) {
           const absl::Time now = absl::Now();
-          if (state_.cuts.requested() > serving) {  // On demand: the first unstarted clock.
+          reshard = state_.reshard.requested > state_.reshard.served;
+          if (reshard) {  // A move: at the first unstarted clock (or a hold already set).
+            clock_.HoldFirstUnstarted(1);
+          } else if (state_.cuts.requested() > serving) {  // On demand: the first unstarted clock.
             clock_.HoldFirstUnstarted(1);
             serving = state_.cuts.requested();
           } else if ((state_.cuts.TimeDue(now) && !clock_.HeldClock()) ||
@@ -82,11 +85,21 @@ void JobControl::Run() {
       }
       if (!checkpoints_on_) continue;
       if (!clock_.MinClock()) {
+        if (reshard) {  // Nobody trains any more: nothing to move for.
+          MutexLock lock(&state_.mu);
+          state_.reshard.error = "every worker has finished: the job is ending";
+          state_.reshard.served = state_.reshard.requested;
+          state_.changed.SignalAll();
+        }
         TakeFinalCut(serving);
         continue;
       }
       const std::optional<uint64_t> held = clock_.HeldClock();
       if (!held || !clock_.AllReachedHold()) continue;
+      if (reshard) {
+        Reshard(*held, serving);
+        continue;
+      }
       uint64_t next;
       {
         MutexLock lock(&state_.mu);

@@ -80,6 +80,19 @@ class JobControl {
   // evaluated go, the best one stays.
   void FinalCollect();
 
+  // ---- job_reshard.cc ----
+  // With every worker held at `clock`: a cut there, then the move to
+  // state_.reshard.target servers (Move); answers the reshard requests made
+  // so far, then holds at the next cut or releases the clocks.
+  void Reshard(uint64_t clock, uint64_t serving);
+  // The move after the cut at `clock` (docs/design.md, "Resharding"): plan,
+  // joining spares restored to the cut, the moving partitions added on
+  // their destinations, the map switched everywhere with the sources'
+  // drops. `moved`: the partitions moved (0: nothing to move). An error
+  // before the switch leaves the old map in force; a server failing during
+  // the switch is a server failure (a recovery follows).
+  absl::Status Move(uint64_t clock, uint32_t target, uint32_t* moved);
+
   // ---- job_cuts.cc ----
   // Once every worker is finished or dead (and, with dead ones left, the
   // policy lets the job end without them), takes the job's final cut (the

@@ -11,6 +11,9 @@
 //    them when the job rolls back);
 //  - the request side alone: takeover (before forming), and the workers'
 //    ticks, reports, barriers and positions between rollbacks;
+//  - resharding: the request side sets reshard.target and counts
+//    reshard.requested; the control thread runs the move and writes the
+//    rest of `reshard`;
 //  - both: phase and failure (Fail, Update), the recovery book (failures
 //    pend a recovery, the control thread runs it), the cut book (requests
 //    ask for cuts, the control thread takes them), the evaluation book
@@ -150,6 +153,20 @@ class JobState {
   // Where checkpoint cuts go, on-demand requests, what the cuts did.
   CutBook cuts ABSL_GUARDED_BY(mu);
   bool control_over ABSL_GUARDED_BY(mu) = false;  // The control thread ended.
+  // Resharding (ReshardRequest): the server count asked for (0: none), the
+  // requests so far and those the control thread has answered (a move done,
+  // nothing to move, or `error`), and what the moves did.
+  struct Reshard {
+    uint32_t target = 0;
+    uint64_t requested = 0;
+    uint64_t served = 0;
+    std::string error;  // Of the last request served; empty: it succeeded.
+    uint64_t clock = 0;  // Of the last move.
+    uint32_t moves = 0;  // Reshards that moved partitions.
+    uint64_t partitions_moved = 0;
+    uint32_t last_moved = 0;  // Partitions of the last request served.
+  };
+  Reshard reshard ABSL_GUARDED_BY(mu);
   EvalBook evals ABSL_GUARDED_BY(mu);
 
  private:

@@ -75,6 +75,46 @@ class FakeServerOps final : public ServerOps {
     return stats;
   }
 
+  // Resharding: what each server was asked, and the furthest step any
+  // worker had been granted then (the clocks are held during a move).
+  struct Added {
+    uint32_t index = 0;
+    uint64_t clock = 0;
+    std::vector<uint32_t> partitions;
+  };
+  struct Switched {
+    uint32_t index = 0;
+    uint64_t version = 0, max_granted = 0;
+    std::vector<uint32_t> owner, drop;
+  };
+  absl::StatusOr<RestoreStats> AddPartitions(const PartitionMapProto&, uint32_t index,
+                                             const RestorePoint& point,
+                                             const std::vector<uint32_t>& partitions,
+                                             uint64_t) override {
+    MutexLock lock(&mu_);
+    added_.push_back({index, point.clock, partitions});
+    RestoreStats stats;
+    stats.rows = partitions.size();
+    return stats;
+  }
+  absl::Status SwitchMap(const PartitionMapProto& map, uint32_t index,
+                         const std::vector<uint32_t>& drop, const std::vector<uint32_t>&) override {
+    MutexLock lock(&mu_);
+    switched_.push_back(
+        {index, map.version(),
+         job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0,
+         std::vector<uint32_t>(map.owner().begin(), map.owner().end()), drop});
+    return absl::OkStatus();
+  }
+  std::vector<Added> added() const {
+    MutexLock lock(&mu_);
+    return added_;
+  }
+  std::vector<Switched> switched() const {
+    MutexLock lock(&mu_);
+    return switched_;
+  }
+
   void AddPoint(RestorePoint p) {
     MutexLock lock(&mu_);
     points_.insert(points_.begin(), std::move(p));
@@ -101,6 +141,8 @@ class FakeServerOps final : public ServerOps {
   std::vector<RestorePoint> points_ ABSL_GUARDED_BY(mu_);
   absl::Status write_error_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> pinned_ ABSL_GUARDED_BY(mu_);
+  std::vector<Added> added_ ABSL_GUARDED_BY(mu_);
+  std::vector<Switched> switched_ ABSL_GUARDED_BY(mu_);
 };
 
 inline JobConfig Config(uint64_t every_steps, ConsistencyMode mode = ASP,

@@ -2,9 +2,13 @@
 //
 //   ps_status --scheduler host:port [--json]
 //   ps_status --scheduler host:port --checkpoint [--timeout_sec 600]
+//   ps_status --scheduler host:port --servers N [--timeout_sec 600]
 //
 // --checkpoint asks the scheduler for a checkpoint now (the consistent cut at
 // the first clock no worker has started) and waits until it is written.
+// --servers moves partitions so that the job runs on N servers, at the first
+// clock no worker has started (docs/design.md, "Resharding"), and waits for
+// the move.
 // Exit status: 0 done, 1 the scheduler refused or could not be reached, 2 bad
 // flags (no --scheduler: a one-line usage error).
 #include <cstdio>
@@ -22,7 +26,11 @@ ABSL_FLAG(std::string, scheduler, shardps::EnvOr("SHARDPS_SCHEDULER", ""),
 ABSL_FLAG(bool, json, false, "Print the raw status as JSON.");
 ABSL_FLAG(bool, checkpoint, false,
           "Take a checkpoint now and wait until it is written; prints its clock.");
-ABSL_FLAG(int32_t, timeout_sec, 600, "With --checkpoint: how long to wait.");
+ABSL_FLAG(int32_t, timeout_sec, 600, "With --checkpoint or --servers: how long to wait.");
+ABSL_FLAG(int32_t, servers, 0,
+          "Move partitions so that the job runs on this many servers (at the next clock "
+          "boundary; servers beyond the current ones must have registered, cluster.max_servers); "
+          "waits for the move and prints it.");
 
 namespace {
 
@@ -66,6 +74,22 @@ int main(int argc, char** argv) {
     std::printf("checkpoint at clock %llu written\n", (unsigned long long)*clock);
     return 0;
   }
+  if (const int32_t servers = absl::GetFlag(FLAGS_servers); servers != 0) {
+    if (servers < 0) {
+      std::fprintf(stderr, "ps_status: --servers must be positive\n");
+      return 2;
+    }
+    auto moved = client.Reshard(static_cast<uint32_t>(servers),
+                                absl::Seconds(absl::GetFlag(FLAGS_timeout_sec)));
+    if (!moved.ok()) {
+      std::fprintf(stderr, "ps_status: reshard: %s\n", moved.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("%u servers: %u partitions moved at clock %llu, map version %llu\n", servers,
+                moved->partitions_moved(), (unsigned long long)moved->clock(),
+                (unsigned long long)moved->map_version());
+    return 0;
+  }
   auto status = client.JobStatus();
   if (!status.ok()) {
     std::fprintf(stderr, "ps_status: %s\n", std::string(status.status().message()).c_str());
@@ -89,6 +113,11 @@ int main(int argc, char** argv) {
                 m.address().c_str(), (unsigned long long)m.clock(), m.last_heartbeat_age_sec(),
                 m.restarts() ? (", restarted " + std::to_string(m.restarts()) + "x").c_str() : "",
                 m.reason().empty() ? "" : (" (" + m.reason() + ")").c_str());
+  }
+  if (status->reshards() > 0) {
+    std::printf("partition map version %llu on %u servers: %u reshards moved %llu partitions\n",
+                (unsigned long long)status->map_version(), status->map_servers(),
+                status->reshards(), (unsigned long long)status->partitions_moved());
   }
   if (status->last_checkpoint_hold_sec() > 0) {
     std::printf(

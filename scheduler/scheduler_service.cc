@@ -112,6 +112,21 @@ grpc::Status SchedulerService::CheckpointNow(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::Reshard(grpc::ServerContext* context,
+                                       const ReshardRequest* request, ReshardResponse* response) {
+  if (absl::Status st = CheckJobSecret("Reshard", *context); !st.ok()) return ToGrpcStatus(st);
+  if (absl::Status st = CheckOperator("Reshard", *context, operator_names_); !st.ok()) {
+    LOG(WARNING) << st.message();
+    return ToGrpcStatus(st);
+  }
+  const uint32_t ms = request->timeout_ms() == 0 ? 600000 : request->timeout_ms();
+  LOG(INFO) << "reshard to " << request->servers() << " servers requested (ps_status --servers)";
+  auto moved = job_->Reshard(request->servers(), absl::Now() + absl::Milliseconds(ms));
+  if (!moved.ok()) return ToGrpcStatus(moved.status());
+  *response = *moved;
+  return grpc::Status::OK;
+}
+
 grpc::Status SchedulerService::RollBack(grpc::ServerContext* context,
                                         const RollBackRequest* request, RollBackResponse*) {
   if (absl::Status st = CheckJobSecret("RollBack", *context); !st.ok()) return ToGrpcStatus(st);

@@ -57,6 +57,9 @@ class SchedulerService final : public Scheduler::Service {
                          JobStatusResponse* response) override;
   grpc::Status CheckpointNow(grpc::ServerContext*, const CheckpointNowRequest* request,
                              CheckpointNowResponse* response) override;
+  // Authorised as CheckpointNow.
+  grpc::Status Reshard(grpc::ServerContext*, const ReshardRequest* request,
+                       ReshardResponse* response) override;
   grpc::Status Evaluation(grpc::ServerContext*, const EvaluationRequest* request,
                           EvaluationResponse* response) override;
   grpc::Status RollBack(grpc::ServerContext*, const RollBackRequest* request,

@@ -80,6 +80,27 @@ class ServerOps {
   virtual absl::StatusOr<RestoreStats> Restore(const PartitionMapProto& map,
                                                std::optional<uint32_t> index,
                                                const RestorePoint& point, uint64_t generation) = 0;
+
+  // Resharding (docs/design.md, "Resharding"). `map` addresses every server
+  // of the move (map.server_addresses(index)).
+  // Restores `partitions` of the complete checkpoint `point` on server
+  // `index` next to the rows it has (RestoreRequest.partitions); the server
+  // stays in `generation`.
+  virtual absl::StatusOr<RestoreStats> AddPartitions(const PartitionMapProto& map, uint32_t index,
+                                                     const RestorePoint& point,
+                                                     const std::vector<uint32_t>& partitions,
+                                                     uint64_t generation) {
+    (void)map, (void)index, (void)point, (void)partitions, (void)generation;
+    return absl::UnimplementedError("AddPartitions");
+  }
+  // Gives server `index` the partition map `map` (its owners and version),
+  // the active workers `active`, and drops `drop` there (ControlRequest).
+  virtual absl::Status SwitchMap(const PartitionMapProto& map, uint32_t index,
+                                 const std::vector<uint32_t>& drop,
+                                 const std::vector<uint32_t>& active) {
+    (void)map, (void)index, (void)drop, (void)active;
+    return absl::UnimplementedError("SwitchMap");
+  }
 };
 
 }  // namespace shardps

@@ -396,4 +396,18 @@ absl::StatusOr<uint64_t> SchedulerClient::CheckpointNow(absl::Duration timeout) 
   return response.clock();
 }
 
+absl::StatusOr<ReshardResponse> SchedulerClient::Reshard(uint32_t servers,
+                                                         absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout + absl::Seconds(10));
+  ReshardRequest request;
+  request.set_servers(servers);
+  request.set_timeout_ms(
+      static_cast<uint32_t>(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));
+  ReshardResponse response;
+  const absl::Status st = FromGrpcStatus(stub_->Reshard(&ctx, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
 }  // namespace shardps

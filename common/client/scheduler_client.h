@@ -86,6 +86,9 @@ class SchedulerClient {
   absl::StatusOr<JobStatusResponse> JobStatus();
   // Asks for a checkpoint now; returns its clock once written.
   absl::StatusOr<uint64_t> CheckpointNow(absl::Duration timeout);
+  // ps_status --servers: moves partitions so that the job runs on `servers`
+  // servers (scheduler.proto ReshardRequest); waits up to `timeout`.
+  absl::StatusOr<ReshardResponse> Reshard(uint32_t servers, absl::Duration timeout);
   // Periodic evaluation (JobCoordinator::Evaluation): reports `request`'s
   // result, if any, and waits up to `timeout` for a checkpoint to evaluate.
   // Fills rank-independent fields (incarnation, timeout); retries

@@ -1,0 +1,156 @@
+// Resharding through the coordinator (JobCoordinator::Reshard, the control
+// thread's move, docs/design.md "Resharding") against fake servers: a
+// 2 -> 3 -> 2 move happens at a clock no worker has started, with the
+// clocks held through it; the joining spare is restored to the cut; each
+// moved partition is added on its destination and dropped by its source in
+// the switch to the next map version; a move that needs a server that has
+// not registered is refused and changes nothing.
+#include <optional>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "scheduler/job.h"
+#include "scheduler/job_test_util.h"
+
+namespace shardps {
+namespace {
+
+using testing::FakeServerOps;
+using testing::Req;
+
+constexpr uint32_t kParts = 64;
+
+JobConfig GrowableConfig() {
+  JobConfig c = testing::Config(1000, BSP);
+  c.mutable_cluster()->set_num_servers(2);
+  c.mutable_cluster()->set_max_servers(3);
+  c.mutable_cluster()->set_num_partitions(kParts);
+  return c;
+}
+
+std::vector<uint32_t> Owners(const JobCoordinator& job) {
+  const std::optional<PartitionMapProto> map = job.Map();
+  if (!map) return {};
+  return std::vector<uint32_t>(map->owner().begin(), map->owner().end());
+}
+
+void RegisterJob(JobCoordinator* job, const JobConfig& c, bool spare) {
+  RegisterResponse resp;
+  ASSERT_TRUE(job->Register(Req(c, SERVER, 0, 1), &resp).ok());
+  ASSERT_TRUE(job->Register(Req(c, SERVER, 1, 2), &resp).ok());
+  if (spare) {
+    ASSERT_TRUE(job->Register(Req(c, SERVER, 2, 3), &resp).ok());
+  }
+  ASSERT_TRUE(job->Register(Req(c, WORKER, 0, 4), &resp).ok());
+  ASSERT_TRUE(job->Register(Req(c, WORKER, 1, 5), &resp).ok());
+}
+
+// The switches of map `version`: one per server, each dropping exactly the
+// partitions it owned before and not after; every partition has one owner.
+void CheckSwitch(const std::vector<FakeServerOps::Switched>& switched, uint64_t version,
+                 const std::vector<uint32_t>& before, uint64_t clock, uint32_t servers) {
+  std::set<uint32_t> seen;
+  for (const FakeServerOps::Switched& s : switched) {
+    if (s.version != version) continue;
+    EXPECT_TRUE(seen.insert(s.index).second) << "server " << s.index << " switched twice";
+    EXPECT_LT(s.max_granted, clock) << "a worker started a step past the move";
+    std::vector<uint32_t> expected_drop;
+    for (uint32_t p = 0; p < kParts; ++p) {
+      if (before[p] == s.index && s.owner[p] != s.index) expected_drop.push_back(p);
+    }
+    EXPECT_EQ(s.drop, expected_drop) << "server " << s.index;
+    for (uint32_t owner : s.owner) EXPECT_LT(owner, servers);
+  }
+  EXPECT_EQ(seen.size(), 3u) << "every server of the move gets the map";
+}
+
+TEST(JobReshardTest, TwoToThreeToTwoMovesAtHeldClocks) {
+  const JobConfig c = GrowableConfig();
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
+  RegisterJob(&job, c, /*spare=*/true);
+  job.Start();
+  std::vector<std::thread> workers = testing::RunWorkers(&job, 2000, absl::Milliseconds(1));
+  absl::SleepFor(absl::Milliseconds(50));
+  const std::vector<uint32_t> two = Owners(job);
+
+  auto up = job.Reshard(3, absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(up.ok()) << up.status();
+  EXPECT_EQ(up->map_version(), 2u);
+  EXPECT_GT(up->partitions_moved(), 0u);
+  const std::vector<uint32_t> three = Owners(job);
+  EXPECT_EQ(job.Map()->server_addresses_size(), 3);
+  // The spare was restored to the cut (a full restore: it owned nothing).
+  bool joined = false;
+  for (const FakeServerOps::Restored& r : ops.restores()) {
+    joined |= r.index == 2u && !r.point.initial && r.point.clock == up->clock();
+  }
+  EXPECT_TRUE(joined);
+  // Each destination got exactly the partitions the map gave it, from the cut.
+  uint32_t added = 0;
+  for (const FakeServerOps::Added& a : ops.added()) {
+    EXPECT_EQ(a.clock, up->clock());
+    for (uint32_t p : a.partitions) {
+      EXPECT_EQ(three[p], a.index) << "partition " << p;
+      EXPECT_NE(two[p], a.index) << "partition " << p;
+      ++added;
+    }
+  }
+  EXPECT_EQ(added, up->partitions_moved());
+  CheckSwitch(ops.switched(), 2, two, up->clock(), 3);
+
+  auto down = job.Reshard(2, absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(down.ok()) << down.status();
+  EXPECT_EQ(down->map_version(), 3u);
+  EXPECT_GT(down->clock(), up->clock());
+  CheckSwitch(ops.switched(), 3, three, down->clock(), 2);
+  EXPECT_EQ(job.Map()->server_addresses_size(), 2);
+
+  // The cuts of the moves are checkpoints like any other.
+  std::set<uint64_t> cut_clocks;
+  for (const FakeServerOps::Cut& cut : ops.cuts()) cut_clocks.insert(cut.clock);
+  EXPECT_TRUE(cut_clocks.count(up->clock()) && cut_clocks.count(down->clock()));
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  EXPECT_EQ(status.map_version(), 3u);
+  EXPECT_EQ(status.map_servers(), 2u);
+  EXPECT_EQ(status.reshards(), 2u);
+  EXPECT_EQ(status.partitions_moved(), up->partitions_moved() + down->partitions_moved());
+  // Already on two: nothing moves.
+  auto same = job.Reshard(2, absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->partitions_moved(), 0u);
+  EXPECT_EQ(same->map_version(), 3u);
+  for (auto& w : workers) w.join();
+  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
+}
+
+TEST(JobReshardTest, AMoveToAServerThatIsNotThereIsRefusedAndChangesNothing) {
+  const JobConfig c = GrowableConfig();
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
+  RegisterJob(&job, c, /*spare=*/false);
+  job.Start();
+  std::vector<std::thread> workers = testing::RunWorkers(&job, 1000, absl::Milliseconds(1));
+  absl::SleepFor(absl::Milliseconds(50));
+  auto up = job.Reshard(3, absl::Now() + absl::Seconds(20));
+  EXPECT_EQ(up.status().code(), absl::StatusCode::kFailedPrecondition) << up.status();
+  EXPECT_NE(up.status().message().find("server 2"), std::string::npos) << up.status();
+  EXPECT_EQ(job.Map()->version(), 1u);
+  EXPECT_TRUE(ops.added().empty());
+  EXPECT_TRUE(ops.switched().empty());
+  EXPECT_EQ(job.Reshard(4, absl::Now() + absl::Seconds(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // Beyond max_servers.
+  EXPECT_EQ(job.Reshard(0, absl::Now() + absl::Seconds(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  for (auto& w : workers) w.join();  // The clocks went on after the refusal.
+  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
+}
+
+}  // namespace
+}  // namespace shardps
