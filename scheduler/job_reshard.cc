@@ -79,15 +79,19 @@ absl::Status JobControl::Move(uint64_t clock, uint32_t target, uint32_t* moved) 
   for (uint32_t r = 0; r < states.size(); ++r) {
     if (states[r] == ClockService::WorkerState::kLive) active.push_back(r);
   }
+  // Every server is switched even if one fails: the recovery restores the
+  // cut on each server under the map it holds, so every live one must hold
+  // the new map (a failed one takes it when it registers again).
+  absl::Status switch_status;
   for (uint32_t i = 0; i < involved; ++i) {
     const absl::Status st = ops_->SwitchMap(switching, i, dropped[i], active);
-    if (!st.ok()) {
-      MutexLock lock(&state_.mu);
-      state_.ServerFailed(i, absl::StrCat("server ", i, " failed during a move: ", st.message()),
-                          absl::Now(), absl::Now(), /*lost=*/true);
-      return st;
-    }
+    if (st.ok()) continue;
+    if (switch_status.ok()) switch_status = st;
+    MutexLock lock(&state_.mu);
+    state_.ServerFailed(i, absl::StrCat("server ", i, " failed during a move: ", st.message()),
+                        absl::Now(), absl::Now(), /*lost=*/true);
   }
+  RETURN_IF_ERROR(switch_status);
   *moved = static_cast<uint32_t>(plan.moves.size());
   LOG(INFO) << "moved " << plan.moves.size() << " partitions (" << total.rows << " rows, "
             << total.bytes << " bytes read) at clock " << clock << ": " << servers << " -> "
