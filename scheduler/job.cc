@@ -116,9 +116,10 @@ absl::StatusOr<ReshardResponse> JobCoordinator::Reshard(uint32_t servers, absl::
       return absl::FailedPreconditionError("reshard: the job ended before the move");
     }
     if (!state_.changed.WaitUntil(&state_.mu, deadline) && state_.reshard.served < mine) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "reshard to ", servers, " servers: not done before the deadline (workers may be slow "
-          "to reach the clock boundary, or a recovery runs); it may still happen"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("reshard to ", servers,
+                       " servers: not done before the deadline (workers may be slow "
+                       "to reach the clock boundary, or a recovery runs); it may still happen"));
     }
   }
   if (!state_.reshard.error.empty()) {

@@ -128,7 +128,8 @@ void JobControl::Reshard(uint64_t clock, uint64_t serving) {
     }
     state_.changed.SignalAll();
   }
-  if (!st.ok()) LOG(ERROR) << "reshard to " << target << " servers at clock " << clock << ": " << st;
+  if (!st.ok())
+    LOG(ERROR) << "reshard to " << target << " servers at clock " << clock << ": " << st;
   if (next > 0) {
     clock_.Hold(next);
   } else {

@@ -160,7 +160,7 @@ class JobState {
     uint32_t target = 0;
     uint64_t requested = 0;
     uint64_t served = 0;
-    std::string error;  // Of the last request served; empty: it succeeded.
+    std::string error;   // Of the last request served; empty: it succeeded.
     uint64_t clock = 0;  // Of the last move.
     uint32_t moves = 0;  // Reshards that moved partitions.
     uint64_t partitions_moved = 0;

@@ -100,10 +100,9 @@ class FakeServerOps final : public ServerOps {
   absl::Status SwitchMap(const PartitionMapProto& map, uint32_t index,
                          const std::vector<uint32_t>& drop, const std::vector<uint32_t>&) override {
     MutexLock lock(&mu_);
-    switched_.push_back(
-        {index, map.version(),
-         job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0,
-         std::vector<uint32_t>(map.owner().begin(), map.owner().end()), drop});
+    switched_.push_back({index, map.version(),
+                         job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0,
+                         std::vector<uint32_t>(map.owner().begin(), map.owner().end()), drop});
     return absl::OkStatus();
   }
   std::vector<Added> added() const {

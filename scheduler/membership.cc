@@ -200,9 +200,8 @@ uint32_t Membership::MapServers() const {
 absl::StatusOr<PartitionMapProto> Membership::SetOwners(const std::vector<uint32_t>& owner) {
   MutexLock lock(&mu_);
   if (owner.size() != num_partitions_) {
-    return absl::InvalidArgumentError(absl::StrCat("set owners: ", owner.size(),
-                                                   " owners, the job has ", num_partitions_,
-                                                   " partitions"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "set owners: ", owner.size(), " owners, the job has ", num_partitions_, " partitions"));
   }
   const uint32_t servers = *std::max_element(owner.begin(), owner.end()) + 1;
   if (servers > servers_.size()) {

@@ -191,7 +191,8 @@ TEST(MembershipSpareTest, AServerBeyondTheMapJoinsAsASpareOwningNothing) {
   EXPECT_TRUE(unindexed->spare);
   EXPECT_EQ(m.Register(Req(SERVER, "d:4", 4), now).status().code(),
             absl::StatusCode::kInvalidArgument);  // Beyond max_servers.
-  EXPECT_EQ(m.MapVersion(), 1u);  // Spares never moved the map.
+  // Spares never moved the map.
+  EXPECT_EQ(m.MapVersion(), 1u);
 }
 
 TEST(MembershipSpareTest, ASilentSpareDiesWithoutStartingARecovery) {
@@ -203,7 +204,8 @@ TEST(MembershipSpareTest, ASilentSpareDiesWithoutStartingARecovery) {
   ASSERT_TRUE(m.Register(Req(WORKER, "", 0), now + absl::Seconds(20)).ok());
   ASSERT_TRUE(m.Register(Req(WORKER, "", 1), now + absl::Seconds(20)).ok());
   for (uint32_t i : {0u, 1u}) {
-    ASSERT_TRUE(m.Heartbeat(SERVER, i, m.Get(SERVER, i)->incarnation, now + absl::Seconds(20)).ok());
+    ASSERT_TRUE(
+        m.Heartbeat(SERVER, i, m.Get(SERVER, i)->incarnation, now + absl::Seconds(20)).ok());
   }
   const std::vector<Member> died = m.Sweep(now + absl::Seconds(25), absl::Seconds(10));
   EXPECT_TRUE(died.empty()) << died[0].index;

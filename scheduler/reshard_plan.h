@@ -63,7 +63,7 @@ struct PartitionMove {
 };
 
 struct ReshardPlan {
-  std::vector<uint32_t> owner;      // The new owner of every partition.
+  std::vector<uint32_t> owner;       // The new owner of every partition.
   std::vector<PartitionMove> moves;  // In partition order.
   uint64_t rows_moved = 0;
   uint64_t bytes_moved = 0;

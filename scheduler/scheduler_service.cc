@@ -112,8 +112,8 @@ grpc::Status SchedulerService::CheckpointNow(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::Reshard(grpc::ServerContext* context,
-                                       const ReshardRequest* request, ReshardResponse* response) {
+grpc::Status SchedulerService::Reshard(grpc::ServerContext* context, const ReshardRequest* request,
+                                       ReshardResponse* response) {
   if (absl::Status st = CheckJobSecret("Reshard", *context); !st.ok()) return ToGrpcStatus(st);
   if (absl::Status st = CheckOperator("Reshard", *context, operator_names_); !st.ok()) {
     LOG(WARNING) << st.message();

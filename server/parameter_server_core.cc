@@ -81,10 +81,9 @@ absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create
   // starts owning nothing.
   const uint32_t slots = std::max(map.num_servers(), cluster.max_servers());
   if (options.server_index >= slots) {
-    return absl::InvalidArgumentError(absl::StrCat("server index ", options.server_index,
-                                                   " is not below the number of servers ",
-                                                   map.num_servers(), " (max_servers ",
-                                                   cluster.max_servers(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("server index ", options.server_index, " is not below the number of servers ",
+                     map.num_servers(), " (max_servers ", cluster.max_servers(), ")"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<TableStore> store, TableStore::Create(options.config));
   return std::unique_ptr<ParameterServerCore>(
@@ -444,16 +443,15 @@ absl::Status ParameterServerCore::Control(const ControlRequest& request,
   // changes.
   std::vector<bool> drop;
   if (request.drop_partitions_size() > 0) {
-    ASSIGN_OR_RETURN(drop, UnownedPartitionMask(request.drop_partitions(),
-                                                "Control drop_partitions",
-                                                map != nullptr ? *map : *CurrentMap()));
+    ASSIGN_OR_RETURN(drop,
+                     UnownedPartitionMask(request.drop_partitions(), "Control drop_partitions",
+                                          map != nullptr ? *map : *CurrentMap()));
   }
   if (map != nullptr) {
     MutexLock lock(&map_mu_);
     if (map->version() < map_->version()) {
-      return absl::FailedPreconditionError(absl::StrCat("Control: map version ", map->version(),
-                                                        " is older than map version ",
-                                                        map_->version()));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Control: map version ", map->version(), " is older than map version ", map_->version()));
     }
     map_ = std::move(map);
   }
@@ -476,29 +474,28 @@ absl::StatusOr<std::vector<bool>> ParameterServerCore::UnownedPartitionMask(
           absl::StrCat(what, ": partition ", p, " is out of range (the job has ", parts, ")"));
     }
     if (mask[p]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": partition ", p, " is named twice"));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": partition ", p, " is named twice"));
     }
     mask[p] = true;
   }
   for (uint32_t p : partitions) {
     if (map.OwnerOfPartition(p) == server_index_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          what, ": server ", server_index_, " owns partition ", p, " under map version ",
-          map.version(), " (a server gets a partition before the map switch that gives it, "
-          "and drops it after the one that takes it)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": server ", server_index_, " owns partition ", p,
+                       " under map version ", map.version(),
+                       " (a server gets a partition before the map switch that gives it, "
+                       "and drops it after the one that takes it)"));
     }
   }
   return mask;
 }
 
-void ParameterServerCore::DropPartitions(const std::vector<bool>& drop,
-                                         ControlResponse* response) {
+void ParameterServerCore::DropPartitions(const std::vector<bool>& drop, ControlResponse* response) {
   uint64_t rows = 0;
   for (Table* table : store_->tables()) rows += table->DropPartitions(drop);
   LOG(INFO) << "server " << server_index_ << " dropped "
-            << std::count(drop.begin(), drop.end(), true)
-            << " partitions it no longer owns (" << rows << " rows)";
+            << std::count(drop.begin(), drop.end(), true) << " partitions it no longer owns ("
+            << rows << " rows)";
   response->set_rows_dropped(rows);
 }
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
 #include "common/codec.h"
+#include "common/config.h"
 #include "common/partition.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"

@@ -54,9 +54,9 @@ void Move(testing::Job& job, uint64_t clock, const std::vector<uint32_t>& new_ow
   }
   uint32_t max_owner = 0;
   for (uint32_t owner : new_owner) max_owner = std::max(max_owner, owner);
-  job.SetMap(*PartitionMap::FromOwners(old.version() + 1, new_owner,
-                                       std::max(job.core(0).config().cluster().num_servers(),
-                                                max_owner + 1)));
+  job.SetMap(*PartitionMap::FromOwners(
+      old.version() + 1, new_owner,
+      std::max(job.core(0).config().cluster().num_servers(), max_owner + 1)));
 }
 
 // A core joining `job` as server `index`: it owns nothing under the job's

@@ -38,11 +38,11 @@ checkpoint { dir: "@CKPT@" every_steps: 1000 keep: 3 }
 SupervisedJob::Options JobOptions(const std::string& name, int servers) {
   SupervisedJob::Options o;
   o.name = name;
-  o.config = absl::StrCat(
-      testing::kSmallDlrmTables,
-      absl::StrReplaceAll(kCluster, {{"@DATA@", absl::StrCat("synthetic_dir: \"",
-                                                             ::testing::TempDir(),
-                                                             "/reshard_data\"")}}));
+  o.config =
+      absl::StrCat(testing::kSmallDlrmTables,
+                   absl::StrReplaceAll(
+                       kCluster, {{"@DATA@", absl::StrCat("synthetic_dir: \"", ::testing::TempDir(),
+                                                          "/reshard_data\"")}}));
   o.servers = servers;
   o.worker_flags = {absl::StrCat("--max_steps=", kSteps),
                     absl::StrCat("--step_delay_ms=", kStepDelayMs)};

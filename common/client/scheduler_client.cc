@@ -396,8 +396,7 @@ absl::StatusOr<uint64_t> SchedulerClient::CheckpointNow(absl::Duration timeout) 
   return response.clock();
 }
 
-absl::StatusOr<ReshardResponse> SchedulerClient::Reshard(uint32_t servers,
-                                                         absl::Duration timeout) {
+absl::StatusOr<ReshardResponse> SchedulerClient::Reshard(uint32_t servers, absl::Duration timeout) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, timeout + absl::Seconds(10));
   ReshardRequest request;
