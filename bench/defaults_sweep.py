@@ -76,6 +76,9 @@ def hashed_lr(args, data_dir, epochs):
 def run_job(bin_dir, config_text, data_dir, epochs, run_dir):
     job, _ = launch_job(bin_dir, config_text, data_dir, run_dir, ["--epochs=%d" % epochs])
     final = float(job["eval_auc"])
+    if final <= 0:
+        sys.exit("a job ended without an evaluated model (eval_auc %s) in %s" %
+                 (job.get("eval_auc"), run_dir))
     return {"kept": float(job["best_auc"]) if "best_auc" in job else final, "final": final,
             "evals": int(job.get("evaluations", "1")), "sec": float(job["elapsed_sec"])}
 
@@ -148,8 +151,10 @@ def main():
         for family in families:
             for epochs in epochs_list:
                 for name, text in configs:
+                    # A run directory of this process's own: two sweeps
+                    # sharing one would empty each other's checkpoints.
                     out = run_job(bin_dir, text, data[family], epochs,
-                                  os.path.join(args.cache, "run"))
+                                  os.path.join(args.cache, "run-%d" % os.getpid()))
                     kept.setdefault((family, epochs, name), []).append(out["kept"])
                     print("%-6d %-8s %2d %-14s %9.4f %9.4f %6d %6.0f" % (
                         r + 1, family, epochs, name, out["kept"], out["final"], out["evals"],
