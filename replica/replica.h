@@ -68,7 +68,8 @@
 //   shardps_replica_bytes_read_total          counter: file bytes read to build versions (chains)
 //   shardps_replica_build_seconds             histogram: restore of one version
 //   shardps_replica_train_to_serve_seconds    histogram: the cut's time in the manifest
-//                                             (cut_unix_micros, else created_unix_micros) to the swap
+//                                             (cut_unix_micros, else created_unix_micros) to the
+//                                             swap
 //
 // Thread-safety: every method is thread-safe. Start and the destructor are
 // called once each, by the owner.
@@ -105,9 +106,9 @@ struct ReplicaStatus {
   uint64_t rows = 0;
   std::string checkpoint_dir;  // Of the version served.
   uint64_t versions_applied = 0;
-  uint64_t rollbacks = 0;        // Moves to an older or rewritten checkpoint.
-  uint64_t newest_on_disk = 0;   // Newest clock with a MANIFEST at the last poll.
-  uint64_t version_bytes = 0;    // Bytes of the served checkpoint's own files.
+  uint64_t rollbacks = 0;           // Moves to an older or rewritten checkpoint.
+  uint64_t newest_on_disk = 0;      // Newest clock with a MANIFEST at the last poll.
+  uint64_t version_bytes = 0;       // Bytes of the served checkpoint's own files.
   int64_t created_unix_micros = 0;  // The served checkpoint's manifest.
   std::string last_error;
 };

@@ -183,12 +183,10 @@ class ReplicaProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(testing::MakeSyntheticData(DataDir(), 20000, 2000).ok());
-    job_ = std::make_unique<SupervisedJob>(
-        testing::ManualJob(
-            // A directory of its own per test: a job resumes from checkpoints it finds.
-            absl::StrCat("replica_",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name()),
-            Config(), 1, 1, {"--step_delay_ms=150"}));
+    job_ = std::make_unique<SupervisedJob>(testing::ManualJob(
+        // A directory of its own per test: a job resumes from checkpoints it finds.
+        absl::StrCat("replica_", ::testing::UnitTest::GetInstance()->current_test_info()->name()),
+        Config(), 1, 1, {"--step_delay_ms=150"}));
     ASSERT_TRUE(job_->Start().ok()) << job_->Logs();
     StartReplica();
   }
@@ -204,7 +202,8 @@ class ReplicaProcessTest : public ::testing::Test {
                             job_->dir() + "/replica.log")
                     .ok());
     auto metrics = replica_->WaitForLine("PS_METRICS_LISTENING ", absl::Minutes(2));
-    ASSERT_TRUE(metrics.ok()) << metrics.status() << testing::ReadFile(job_->dir() + "/replica.log");
+    ASSERT_TRUE(metrics.ok()) << metrics.status()
+                              << testing::ReadFile(job_->dir() + "/replica.log");
     metrics_ = std::string(absl::StripAsciiWhitespace(*metrics));
     auto listening = replica_->WaitForLine("PS_REPLICA_LISTENING ", absl::Minutes(2));
     ASSERT_TRUE(listening.ok()) << listening.status()
@@ -224,8 +223,8 @@ class ReplicaProcessTest : public ::testing::Test {
     if (out != nullptr) *out = status;
     if (!st.ok() || !status.loaded()) return 0;
     auto [it, inserted] = hash_at->emplace(status.version(), status.table_hash());
-    EXPECT_EQ(it->second, status.table_hash()) << "version " << status.version()
-                                                << " changed its hash";
+    EXPECT_EQ(it->second, status.table_hash())
+        << "version " << status.version() << " changed its hash";
     EXPECT_TRUE(status.last_error().empty()) << status.last_error();
     return status.version();
   }
@@ -264,11 +263,11 @@ class ReplicaProcessTest : public ::testing::Test {
       uint64_t from_files = 0;
       EXPECT_TRUE(absl::SimpleHexAtoi(files["hash"], &from_files)) << files["hash"];
       EXPECT_EQ(hash, from_files) << "version " << version << " (" << files["rows"] << " rows)";
-      std::printf("version %llu (%s, chain %s): %s rows, hash %s\n",
-                  static_cast<unsigned long long>(version),
-                  resolved->manifest.kind() == checkpoint::CheckpointManifest::DELTA ? "delta"
-                                                                                     : "full",
-                  files["chain"].c_str(), files["rows"].c_str(), files["hash"].c_str());
+      std::printf(
+          "version %llu (%s, chain %s): %s rows, hash %s\n",
+          static_cast<unsigned long long>(version),
+          resolved->manifest.kind() == checkpoint::CheckpointManifest::DELTA ? "delta" : "full",
+          files["chain"].c_str(), files["rows"].c_str(), files["hash"].c_str());
     }
     return deltas;
   }
@@ -483,7 +482,8 @@ TEST_F(ReplicaProcessTest, FollowsARestartAndARollback) {
   ASSERT_TRUE(mid.ok()) << mid.status() << job_->Logs();
   job_->sup().Signal(job_->server(0), SIGKILL);
   auto server_killed = job_->sup().WaitFinal(job_->server(0), absl::Seconds(30));
-  ASSERT_TRUE(server_killed.ok() && *server_killed == 128 + SIGKILL) << "the server was not running";
+  ASSERT_TRUE(server_killed.ok() && *server_killed == 128 + SIGKILL)
+      << "the server was not running";
   // No cut completes without the server: this is the point restored.
   const uint64_t restore_point = testing::Checkpoints(job_->ckpt()).complete;
   ASSERT_TRUE(job_->sup().Restart(job_->server(0)).ok()) << job_->Logs();
