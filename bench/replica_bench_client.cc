@@ -58,7 +58,8 @@ int Predict() {
     LOG(ERROR) << "no lines, or --batch <= 0";
     return 2;
   }
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_predict), grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(absl::GetFlag(FLAGS_predict), grpc::InsecureChannelCredentials());
   const absl::Time end = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_seconds));
   Mutex mu;
   std::vector<double> latencies_ms;
@@ -102,8 +103,9 @@ int Predict() {
   }
   std::sort(latencies_ms.begin(), latencies_ms.end());
   auto q = [&](double p) {
-    return latencies_ms[std::min(latencies_ms.size() - 1,
-                                 static_cast<size_t>(p * static_cast<double>(latencies_ms.size())))];
+    return latencies_ms[std::min(
+        latencies_ms.size() - 1,
+        static_cast<size_t>(p * static_cast<double>(latencies_ms.size())))];
   };
   std::printf("PS_REPLICA_PREDICT calls=%zu errors=%" PRIu64
               " qps=%.1f lines_per_sec=%.0f p50_ms=%.3f p99_ms=%.3f versions=%" PRIu64 "-%" PRIu64

@@ -148,9 +148,8 @@ bool Replica::PollOnce() {
   // Is the checkpoint served still on disk as it was loaded? If not (set
   // aside, or written again after a rollback), any complete checkpoint,
   // older ones included, replaces it.
-  const bool served_on_disk =
-      current != nullptr &&
-      CreatedMicros(checkpoint::CheckpointPath(root_, served.first)) == served.second;
+  const bool served_on_disk = current != nullptr && CreatedMicros(checkpoint::CheckpointPath(
+                                                        root_, served.first)) == served.second;
   uint64_t newest = 0;
   for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
     const std::optional<int64_t> created = CreatedMicros(it->dir);
@@ -219,9 +218,9 @@ bool Replica::PollOnce() {
     const absl::Duration cut_to_serve =
         visible - absl::FromUnixMicros(CutMicros(resolved->manifest));
     LOG(INFO) << "replica: serving version " << it->clock << " (" << rows << " rows, table hash "
-              << absl::StrCat(absl::Hex(hash, absl::kZeroPad16)) << ") from "
-              << it->dir << ", built in " << (built - start) << " from " << chain_bytes
-              << " bytes (own files " << own_bytes << "); cut to serve " << cut_to_serve
+              << absl::StrCat(absl::Hex(hash, absl::kZeroPad16)) << ") from " << it->dir
+              << ", built in " << (built - start) << " from " << chain_bytes << " bytes (own files "
+              << own_bytes << "); cut to serve " << cut_to_serve
               << (rollback ? absl::StrCat("; ROLLBACK: version ", served.first,
                                           " is no longer on disk as it was served")
                            : std::string());
