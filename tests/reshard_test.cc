@@ -21,7 +21,10 @@ namespace {
 using testing::JobOutcome;
 using testing::SupervisedJob;
 
-constexpr uint64_t kSteps = 400;
+// The moves are asked for at clocks 60 and about 130; each lands some tens of
+// clocks after it is asked for. 600 steps of at least kStepDelayMs each leave
+// the second move over 400 clocks (8 s or more) to land while the job trains.
+constexpr uint64_t kSteps = 600;
 constexpr int kStepDelayMs = 20;
 
 constexpr char kCluster[] = R"pb(
