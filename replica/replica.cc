@@ -160,11 +160,11 @@ bool Replica::PollOnce() {
   {
     MutexLock lock(&mu_);
     newest_on_disk_ = newest;
+    M().newest.Set(static_cast<double>(newest));
+    M().lag.Set(current == nullptr || newest <= served.first
+                    ? 0.0
+                    : static_cast<double>(newest - served.first));
   }
-  M().newest.Set(static_cast<double>(newest));
-  M().lag.Set(current == nullptr || newest <= served.first
-                  ? 0.0
-                  : static_cast<double>(newest - served.first));
   // Newest first: the first one that loads becomes the version.
   for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
     if (served_on_disk && it->clock <= served.first) break;
@@ -205,6 +205,9 @@ bool Replica::PollOnce() {
     const bool rollback = current != nullptr && !served_on_disk && it->clock <= served.first;
     const uint64_t rows = next->rows();
     const uint64_t hash = next->table_hash();
+    // The metrics change in the same critical section as the served version,
+    // so a scrape after a Status that shows a version also counts it.
+    absl::Duration cut_to_serve;
     {
       MutexLock lock(&mu_);
       current_.swap(next);
@@ -212,11 +215,18 @@ bool Replica::PollOnce() {
       current_bytes_ = own_bytes;
       ++versions_applied_;
       if (rollback) ++rollbacks_;
+      cut_to_serve = absl::Now() - absl::FromUnixMicros(CutMicros(resolved->manifest));
+      M().version.Set(static_cast<double>(it->clock));
+      M().lag.Set(newest > it->clock ? static_cast<double>(newest - it->clock) : 0.0);
+      M().applied.Increment();
+      if (rollback) M().rollbacks.Increment();
+      M().rows.Set(static_cast<double>(rows));
+      M().bytes.Set(static_cast<double>(own_bytes));
+      M().bytes_read.Increment(static_cast<double>(chain_bytes));
+      M().build.Observe(absl::ToDoubleSeconds(built - start));
+      M().train_to_serve.Observe(absl::ToDoubleSeconds(cut_to_serve));
     }
     changed_.SignalAll();
-    const absl::Time visible = absl::Now();
-    const absl::Duration cut_to_serve =
-        visible - absl::FromUnixMicros(CutMicros(resolved->manifest));
     LOG(INFO) << "replica: serving version " << it->clock << " (" << rows << " rows, table hash "
               << absl::StrCat(absl::Hex(hash, absl::kZeroPad16)) << ") from " << it->dir
               << ", built in " << (built - start) << " from " << chain_bytes << " bytes (own files "
@@ -224,15 +234,6 @@ bool Replica::PollOnce() {
               << (rollback ? absl::StrCat("; ROLLBACK: version ", served.first,
                                           " is no longer on disk as it was served")
                            : std::string());
-    M().version.Set(static_cast<double>(it->clock));
-    M().lag.Set(newest > it->clock ? static_cast<double>(newest - it->clock) : 0.0);
-    M().applied.Increment();
-    if (rollback) M().rollbacks.Increment();
-    M().rows.Set(static_cast<double>(rows));
-    M().bytes.Set(static_cast<double>(own_bytes));
-    M().bytes_read.Increment(static_cast<double>(chain_bytes));
-    M().build.Observe(absl::ToDoubleSeconds(built - start));
-    M().train_to_serve.Observe(absl::ToDoubleSeconds(cut_to_serve));
     // `next` (the old version) is released here, outside the lock; readers
     // still holding it keep it alive.
     return true;
