@@ -11,6 +11,7 @@
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/manifest.h"
 #include "common/metrics.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 
 namespace shardps {
@@ -72,6 +73,10 @@ struct Metrics {
       "Newest checkpoint clock on disk minus the version served (clocks; 0 when current).");
   prometheus::Counter& applied = metrics::GetCounter("shardps_replica_versions_applied_total",
                                                      "Versions made current since the start.");
+  prometheus::Counter& incremental = metrics::GetCounter(
+      "shardps_replica_versions_incremental_total",
+      "Versions built from the version served plus the deltas after it (the rest are "
+      "rebuilt from their whole chain).");
   prometheus::Counter& rollbacks = metrics::GetCounter(
       "shardps_replica_rollbacks_total",
       "Moves to an older or rewritten checkpoint after the served one left the disk (a "
@@ -83,9 +88,11 @@ struct Metrics {
       "Bytes of the served checkpoint's own files (a delta's increment, or a full one).");
   prometheus::Counter& bytes_read = metrics::GetCounter(
       "shardps_replica_bytes_read_total",
-      "Checkpoint file bytes read to build versions (each version's whole chain).");
+      "Checkpoint file bytes read to build versions (the deltas after the version served, or a "
+      "whole chain).");
   prometheus::Histogram& build = metrics::GetHistogram(
-      "shardps_replica_build_seconds", "Time to build one version (restore of its chain).",
+      "shardps_replica_build_seconds",
+      "Time to build one version (a copy of the served one plus deltas, or its whole chain).",
       metrics::LatencyBuckets());
   prometheus::Histogram& train_to_serve = metrics::GetHistogram(
       "shardps_replica_train_to_serve_seconds",
@@ -133,6 +140,60 @@ uint64_t FileBytes(const ckpt::CheckpointManifest& m) {
 
 }  // namespace
 
+bool Replica::Extends(const checkpoint::ResolvedCheckpoint& next) const {
+  if (next.manifest.kind() != checkpoint::CheckpointManifest::DELTA || current_chain_.empty() ||
+      next.chain.size() <= current_chain_.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < current_chain_.size(); ++i) {
+    if (current_chain_[i] != Identity(next.chain[i].clock(), next.chain[i].created_unix_micros())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<Replica::Built> Replica::Build(const checkpoint::CheckpointEntry& entry,
+                                              int64_t created,
+                                              const exporter::ServedModel* current) {
+  // The chain's manifests (sizes only: the files a build reads are checked
+  // in full), and the checkpoint still the one listed (not rewritten).
+  checkpoint::LoadManifestOptions sizes;
+  sizes.verify_file_crcs = false;
+  Built built;
+  if (current != nullptr) {
+    absl::StatusOr<checkpoint::ResolvedCheckpoint> resolved =
+        checkpoint::LoadCheckpoint(root_, entry.clock, sizes);
+    if (resolved.ok() && resolved->manifest.created_unix_micros() == created &&
+        Extends(*resolved)) {
+      absl::StatusOr<std::unique_ptr<exporter::ServedModel>> model =
+          current->WithDeltas(*resolved, current_chain_.size(), &built.bytes_read);
+      if (model.ok()) {
+        if (CreatedMicros(entry.dir) != created) {
+          return absl::AbortedError(absl::StrCat(entry.dir, " was written again while loading"));
+        }
+        built.model = *std::move(model);
+        built.resolved = *std::move(resolved);
+        built.incremental = true;
+        return built;
+      }
+      // The chain rebuild below refuses the checkpoint, or shows why the
+      // copy did not do.
+      LOG(WARNING) << "replica: " << entry.dir << ": incremental build failed (" << model.status()
+                   << "); rebuilding from its chain";
+    }
+  }
+  ASSIGN_OR_RETURN(built.model, exporter::ServedModel::Load(options_.config, root_, entry.clock));
+  ASSIGN_OR_RETURN(built.resolved, checkpoint::LoadCheckpoint(root_, entry.clock, sizes));
+  if (built.resolved.manifest.created_unix_micros() != created) {
+    return absl::AbortedError(absl::StrCat(entry.dir, " was written again while loading"));
+  }
+  for (const checkpoint::CheckpointManifest& link : built.resolved.chain) {
+    built.bytes_read += FileBytes(link);
+  }
+  return built;
+}
+
 bool Replica::PollOnce() {
   MutexLock poll(&poll_mu_);
   absl::StatusOr<std::vector<checkpoint::CheckpointEntry>> entries =
@@ -173,38 +234,31 @@ bool Replica::PollOnce() {
     const Identity id(it->clock, *created);
     if (refused_.contains(id)) continue;
     const absl::Time start = absl::Now();
-    absl::StatusOr<std::unique_ptr<exporter::ServedModel>> model =
-        exporter::ServedModel::Load(options_.config, root_, it->clock);
-    // The chain's manifests as loaded (sizes only: the load checked CRCs),
-    // and the checkpoint still the one loaded (not rewritten meanwhile).
-    absl::StatusOr<checkpoint::ResolvedCheckpoint> resolved;
-    if (model.ok()) {
-      checkpoint::LoadManifestOptions sizes;
-      sizes.verify_file_crcs = false;
-      resolved = checkpoint::LoadCheckpoint(root_, it->clock, sizes);
-      if (resolved.ok() && resolved->manifest.created_unix_micros() != *created) {
-        LOG(INFO) << "replica: " << it->dir << " was written again while loading; next poll";
-        return false;
-      }
+    absl::StatusOr<Built> built = Build(*it, *created, current.get());
+    if (absl::IsAborted(built.status())) {
+      LOG(INFO) << "replica: " << built.status().message() << "; next poll";
+      return false;
     }
-    if (!model.ok() || !resolved.ok()) {
-      const absl::Status why = model.ok() ? resolved.status() : model.status();
-      LOG(WARNING) << "replica: skipping " << it->dir << ": " << why;
+    if (!built.ok()) {
+      LOG(WARNING) << "replica: skipping " << it->dir << ": " << built.status();
       refused_.insert(id);
       MutexLock lock(&mu_);
-      last_error_ = absl::StrCat(it->dir, ": ", why.ToString());
+      last_error_ = absl::StrCat(it->dir, ": ", built.status().ToString());
       continue;
     }
-    std::shared_ptr<exporter::ServedModel> next(std::move(*model));
-    const absl::Time built = absl::Now();
-    uint64_t chain_bytes = 0;
-    for (const checkpoint::CheckpointManifest& link : resolved->chain) {
-      chain_bytes += FileBytes(link);
-    }
-    const uint64_t own_bytes = FileBytes(resolved->manifest);
+    std::shared_ptr<exporter::ServedModel> next(std::move(built->model));
+    const absl::Time done = absl::Now();
+    const checkpoint::CheckpointManifest& manifest = built->resolved.manifest;
+    const uint64_t own_bytes = FileBytes(manifest);
     const bool rollback = current != nullptr && !served_on_disk && it->clock <= served.first;
     const uint64_t rows = next->rows();
     const uint64_t hash = next->table_hash();
+    const size_t links_read =
+        built->resolved.chain.size() - (built->incremental ? current_chain_.size() : 0);
+    current_chain_.clear();
+    for (const checkpoint::CheckpointManifest& link : built->resolved.chain) {
+      current_chain_.emplace_back(link.clock(), link.created_unix_micros());
+    }
     // The metrics change in the same critical section as the served version,
     // so a scrape after a Status that shows a version also counts it.
     absl::Duration cut_to_serve;
@@ -215,22 +269,28 @@ bool Replica::PollOnce() {
       current_bytes_ = own_bytes;
       ++versions_applied_;
       if (rollback) ++rollbacks_;
-      cut_to_serve = absl::Now() - absl::FromUnixMicros(CutMicros(resolved->manifest));
+      cut_to_serve = absl::Now() - absl::FromUnixMicros(CutMicros(manifest));
       M().version.Set(static_cast<double>(it->clock));
       M().lag.Set(newest > it->clock ? static_cast<double>(newest - it->clock) : 0.0);
       M().applied.Increment();
+      if (built->incremental) M().incremental.Increment();
       if (rollback) M().rollbacks.Increment();
       M().rows.Set(static_cast<double>(rows));
       M().bytes.Set(static_cast<double>(own_bytes));
-      M().bytes_read.Increment(static_cast<double>(chain_bytes));
-      M().build.Observe(absl::ToDoubleSeconds(built - start));
+      M().bytes_read.Increment(static_cast<double>(built->bytes_read));
+      M().build.Observe(absl::ToDoubleSeconds(done - start));
       M().train_to_serve.Observe(absl::ToDoubleSeconds(cut_to_serve));
     }
     changed_.SignalAll();
     LOG(INFO) << "replica: serving version " << it->clock << " (" << rows << " rows, table hash "
               << absl::StrCat(absl::Hex(hash, absl::kZeroPad16)) << ") from " << it->dir
-              << ", built in " << (built - start) << " from " << chain_bytes << " bytes (own files "
-              << own_bytes << "); cut to serve " << cut_to_serve
+              << ", built in " << (done - start)
+              << (built->incremental
+                      ? absl::StrCat(" (incremental: version ", served.first, " plus ", links_read,
+                                     links_read == 1 ? " delta)" : " deltas)")
+                      : absl::StrCat(" (from its chain of ", links_read, ")"))
+              << " from " << built->bytes_read << " bytes (own files " << own_bytes
+              << "); cut to serve " << cut_to_serve
               << (rollback ? absl::StrCat("; ROLLBACK: version ", served.first,
                                           " is no longer on disk as it was served")
                            : std::string());

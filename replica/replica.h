@@ -11,9 +11,19 @@
 // checkpoint; a follower thread then polls the directory every
 // `poll_interval` and moves to the newest complete checkpoint newer than the
 // one served, FULL or DELTA. Rows a delta deletes (evicted on the servers
-// before the cut) are gone from the next version. Every version is built
-// from the files of its own chain alone (nothing carried over from the
-// version before), so it is exactly its checkpoint whatever came before.
+// before the cut) are gone from the next version.
+//
+// ## Building a version
+//
+// When the checkpoint is a DELTA whose chain is the served version's chain
+// plus one or more deltas (each link identified by its clock and its
+// manifest's created_unix_micros), the next version is a copy of the served
+// one plus those deltas' deletions and rows (ServedModel::WithDeltas: only
+// their files are read, each verified before a row is applied). Otherwise
+// (a FULL checkpoint, a rollback, a chain that does not extend the served
+// one, an incremental build that fails) it is built from the files of its
+// own chain alone, nothing carried over from the version before. Either way
+// version v holds exactly the rows of checkpoint v's chain.
 //
 // ## Atomic versions
 //
@@ -38,7 +48,8 @@
 //    older clock (counted in `rollbacks`), and follows the new chain from
 //    there;
 //  - the new chain's deltas have the restore point as base: a version is
-//    always built from its own chain, so a pre-rollback delta (a checkpoint
+//    always exactly its own chain (built incrementally only when that chain
+//    extends the served one link for link), so a pre-rollback delta (a checkpoint
 //    the rollback discarded never got a MANIFEST, or was set aside) is never
 //    part of a post-rollback version.
 // A checkpoint refused once (does not load) is remembered by identity, so
@@ -62,11 +73,12 @@
 //   shardps_replica_newest_checkpoint         gauge: newest clock with a MANIFEST on disk
 //   shardps_replica_version_lag               gauge: newest - served (clocks, >= 0)
 //   shardps_replica_versions_applied_total    counter
+//   shardps_replica_versions_incremental_total counter: of those, built from the version before
 //   shardps_replica_rollbacks_total           counter: moves to an older or rewritten checkpoint
 //   shardps_replica_version_rows              gauge: rows of the version served
 //   shardps_replica_version_bytes             gauge: bytes of its own checkpoint's files
-//   shardps_replica_bytes_read_total          counter: file bytes read to build versions (chains)
-//   shardps_replica_build_seconds             histogram: restore of one version
+//   shardps_replica_bytes_read_total          counter: file bytes read to build versions
+//   shardps_replica_build_seconds             histogram: build of one version
 //   shardps_replica_train_to_serve_seconds    histogram: the cut's time in the manifest
 //                                             (cut_unix_micros, else created_unix_micros) to the
 //                                             swap
@@ -81,11 +93,13 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/checkpoint/checkpoint_dir.h"
 #include "common/mutex.h"
 #include "proto/config.pb.h"
 #include "worker/export/served_model.h"
@@ -148,18 +162,40 @@ class Replica {
   explicit Replica(ReplicaOptions options);
   void Follow();
 
-  // Constant after construction.
-  const ReplicaOptions options_;
-  const std::string root_;
-
   // A checkpoint's identity: its clock and its manifest's
   // created_unix_micros (-1: a MANIFEST that does not parse).
   using Identity = std::pair<uint64_t, int64_t>;
+
+  // A version built aside, not yet served.
+  struct Built {
+    std::unique_ptr<exporter::ServedModel> model;
+    checkpoint::ResolvedCheckpoint resolved;  // Its chain, as built.
+    uint64_t bytes_read = 0;                  // Checkpoint file bytes read.
+    bool incremental = false;                 // From the served version.
+  };
+  // Builds the version of `entry` (whose MANIFEST had `created`): from
+  // `current` plus the deltas after it when Extends, else from its chain.
+  // ABORTED when the checkpoint was written again meanwhile (try at the next
+  // poll); other errors: the checkpoint does not load.
+  absl::StatusOr<Built> Build(const checkpoint::CheckpointEntry& entry, int64_t created,
+                              const exporter::ServedModel* current)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
+  // Whether `next` is a DELTA whose chain is the served version's chain
+  // (each link the same clock and created_unix_micros) plus one or more
+  // deltas.
+  bool Extends(const checkpoint::ResolvedCheckpoint& next) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
+
+  // Constant after construction.
+  const ReplicaOptions options_;
+  const std::string root_;
 
   // Only PollOnce (the follower, or a test) writes these; poll_mu_ makes two
   // polls build one version, not two.
   Mutex poll_mu_;
   absl::flat_hash_set<Identity> refused_ ABSL_GUARDED_BY(poll_mu_);
+  // The chain of the version served (FULL first), link by link.
+  std::vector<Identity> current_chain_ ABSL_GUARDED_BY(poll_mu_);
 
   mutable Mutex mu_;
   mutable CondVar changed_;  // Signalled on a new version and on stop.

@@ -5,11 +5,12 @@
 // that the replica's table hash equals ps_table_hash's, computed from that
 // checkpoint's files alone.
 //
-// FollowsTheCheckpointsExactly: at the last version, rows evicted in the
-// chain's deltas (and not written again) are absent from Lookup while rows
-// the last link wrote are present with the files' weights; Predict equals
-// ps_score on the same checkpoint and lines to 6 digits; bad requests get
-// INVALID_ARGUMENT naming the line.
+// FollowsTheCheckpointsExactly: some versions are built incrementally (the
+// version before plus a delta: replica.h), hash-equal all the same. At the
+// last version, rows evicted in the chain's deltas (and not written again)
+// are absent from Lookup while rows the last link wrote are present with the
+// files' weights; Predict equals ps_score on the same checkpoint and lines to
+// 6 digits; bad requests get INVALID_ARGUMENT naming the line.
 //
 // FollowsARestartAndARollback: the replica is SIGKILLed after two versions
 // and started again with the same flags once a newer checkpoint exists: it
@@ -319,6 +320,12 @@ TEST_F(ReplicaProcessTest, FollowsTheCheckpointsExactly) {
   // checkpoint's files; some of those versions are deltas.
   const int deltas = CheckHashes(hash_at);
   EXPECT_GE(deltas, 1) << "no delta checkpoint among the versions served";
+  // Some of them were built from the version before plus a delta (the
+  // hashes above hold for those too).
+  const std::string metrics = Metrics();
+  EXPECT_GE(Metric(metrics, "shardps_replica_versions_incremental_total"), 1)
+      << "no version built incrementally\n"
+      << metrics;
 
   // Rows evicted at any version served (a delta's deletions) and not
   // written again by the last version's chain are absent from the replica;

@@ -11,6 +11,16 @@
 // (table id, key, weights), shared unadmitted rows under their reserved
 // keys, as the checkpoint files hold them) and each table's key set.
 //
+// WithDeltas builds the next version from this one instead of from its
+// whole chain: a copy of this version's rows (weights, optimizer state,
+// shared rows, bit for bit) plus, in order, each later link's deletions and
+// rows. Every file of those links is read and verified (size and CRC32C
+// against its manifest, then the reader's checks) before a row is applied,
+// as Load does. The result equals Load of the same checkpoint when this
+// version is exactly the chain's prefix; the caller (the replica) checks
+// that by identity (clock and created_unix_micros of each link); WithDeltas
+// checks that the first link applied is a DELTA on this version's clock.
+//
 // Predict parses Criteo-format lines with the reader's own LineParser
 // (format, columns and fields of the job config) and scores them with
 // Trainer::Predict: the same model code and evaluation pulls as
@@ -19,6 +29,8 @@
 //
 // Errors: Load: those of RestoreCheckpoint (NOT_FOUND, DATA_LOSS,
 // FAILED_PRECONDITION, naming the file or directory) and of the trainer.
+// WithDeltas: those of the links' files, INVALID_ARGUMENT for links that do
+// not continue this version (naming both clocks).
 // Predict: INVALID_ARGUMENT "line <i>: <why>" (0-based index in the request)
 // for a line the parser refuses; nothing is scored then. Lookup:
 // INVALID_ARGUMENT for an unknown table id.
@@ -41,7 +53,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/checkpoint/checkpoint_dir.h"
 #include "common/mutex.h"
+#include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
 #include "worker/data/batch.h"
 #include "worker/data/line_parser.h"
@@ -57,6 +71,15 @@ class ServedModel {
   // checkpoint root; `clock` a complete checkpoint under it.
   static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const JobConfig& config,
                                                            const std::string& root, uint64_t clock);
+  // The version at `next` (a checkpoint resolved with its chain,
+  // checkpoint_dir.h LoadCheckpoint; sizes are enough, the files read are
+  // verified here) from this one plus next.chain[first..]: every link from
+  // `first` on must be a DELTA, the one at `first` on this version's clock.
+  // The bytes of the files read go to `bytes_read` (may be null). See the
+  // top.
+  absl::StatusOr<std::unique_ptr<ServedModel>> WithDeltas(
+      const checkpoint::ResolvedCheckpoint& next, size_t first, uint64_t* bytes_read) const;
+
   ~ServedModel();
   ServedModel(const ServedModel&) = delete;
   ServedModel& operator=(const ServedModel&) = delete;
@@ -77,6 +100,9 @@ class ServedModel {
 
  private:
   ServedModel() = default;
+  // A model with empty tables: the store, the trainer and the line parser.
+  static absl::StatusOr<std::unique_ptr<ServedModel>> Empty(const JobConfig& config);
+  uint64_t NumDenseChunks() const;
   absl::Status Index();  // Table hash, rows and key sets.
 
   // Constant after Load. Destroyed bottom-up: the trainer before its store.

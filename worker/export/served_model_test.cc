@@ -1,0 +1,313 @@
+// ServedModel::WithDeltas against ServedModel::Load on checkpoints written
+// with the servers' own code (StoreSnapshot, WriteSnapshot, WriteManifest):
+// a FULL checkpoint at clock 10 and deltas at 20, 30 and 40 of a table with
+// eviction (deletions) and shared unadmitted rows. A version built from the
+// one before plus its deltas has the same table hash, rows, Lookup answers
+// and predictions as the same checkpoint restored from its whole chain; an
+// evicted key is gone from both; links that do not continue the version are
+// refused.
+#include "worker/export/served_model.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/file_io.h"
+#include "common/checkpoint/manifest.h"
+#include "common/config.h"
+#include "gtest/gtest.h"
+#include "server/snapshot.h"
+#include "server/table_store.h"
+#include "worker/param_store.h"
+#include "worker/trainer.h"
+
+namespace shardps {
+namespace exporter {
+namespace {
+
+constexpr char kConfig[] = R"pb(
+name: "served"
+tables {
+  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
+  init { kind: UNIFORM scale: 0.05 }
+  optimizer { adagrad { learning_rate: 0.05 } }
+  eviction { ttl_clocks: 8 }
+  admission { min_count: 2 }
+}
+tables {
+  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
+  optimizer { adam { learning_rate: 0.002 } }
+}
+model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
+data { format: CRITEO synthetic_dir: "/nonexistent" }
+training { batch_size: 16 intra_op_threads: 1 }
+cluster { num_partitions: 16 }
+)pb";
+
+constexpr uint32_t kSparse = 1, kDense = 2, kDim = 8;
+
+JobConfig Config() {
+  auto config = ParseJobConfig(kConfig, "served_model_test.pbtxt");
+  EXPECT_TRUE(config.ok()) << config.status();
+  return *config;
+}
+
+// The trainer's side: a local store with the model's dense weights, trained
+// by hand (pushes, clocks, eviction sweeps) and checkpointed as the servers
+// and the scheduler do.
+class Job {
+ public:
+  explicit Job(const JobConfig& config) : config_(config) {
+    auto params = MakeLocalParamStore(config);
+    EXPECT_TRUE(params.ok()) << params.status();
+    params_ = *std::move(params);
+    TrainerOptions options;
+    options.config = config;
+    options.params = params_.get();
+    options.model_options.device = c10::Device(c10::DeviceType::CPU);
+    auto trainer = Trainer::Create(std::move(options));
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    trainer_ = *std::move(trainer);
+    EXPECT_TRUE(trainer_->InitDenseWeights().ok());
+  }
+
+  TableStore* store() { return params_->local_tables(); }
+
+  // Two pushes of keys [first, last) at `clock` (admission needs two; the
+  // first one trains the shared rows); the dense chunk 0 moves too.
+  void Train(uint64_t clock, uint64_t first, uint64_t last) {
+    store()->SetClock(clock);
+    std::vector<uint64_t> keys;
+    for (uint64_t k = first; k < last; ++k) keys.push_back(k * 7919 + 3);
+    std::vector<float> rows(keys.size() * kDim), grads(keys.size() * kDim);
+    for (size_t i = 0; i < grads.size(); ++i) {
+      grads[i] = 0.01f * static_cast<float>((i + clock) % 13) - 0.05f;
+    }
+    for (int push = 0; push < 2; ++push) {
+      ASSERT_TRUE(store()->Pull(kSparse, keys.data(), keys.size(), true, rows.data()).ok());
+      ASSERT_TRUE(store()->Push(kSparse, keys.data(), keys.size(), grads.data(), 1.0f).ok());
+    }
+    const Table* dense = store()->FindTable(kDense);
+    const uint64_t chunk = 0;
+    std::vector<float> dense_grad(dense->dim(), 0.001f * static_cast<float>(clock));
+    ASSERT_TRUE(store()->Push(kDense, &chunk, 1, dense_grad.data(), 1.0f).ok());
+  }
+
+  uint64_t Evict(uint64_t clock) { return store()->Evict(clock, 0); }
+
+  // The checkpoint at `clock`: FULL without a base, else a delta on `base`.
+  void Checkpoint(const std::string& root, uint64_t clock, std::optional<uint64_t> base) {
+    const uint32_t p = config_.cluster().num_partitions();
+    std::unique_ptr<StoreSnapshot> snapshot =
+        StoreSnapshot::Take(*store(), std::vector<bool>(p, true),
+                            base.has_value() ? std::optional<uint32_t>(generation_) : std::nullopt);
+    generation_ = store()->AdvanceGeneration();
+    auto dir = checkpoint::CreateCheckpointDir(root, clock);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    SnapshotWriteOptions options;
+    options.dir = *dir;
+    options.job_name = config_.name();
+    options.clock = clock;
+    options.base_clock = base.value_or(0);
+    options.tables = TableSchemas(*store());
+    auto files = WriteSnapshot(*snapshot, options);
+    ASSERT_TRUE(files.ok()) << files.status();
+    checkpoint::CheckpointManifest m;
+    m.set_format_version(checkpoint::kManifestFormatVersion);
+    m.set_checkpoint_id(checkpoint::CheckpointId(clock));
+    m.set_clock(clock);
+    m.set_job_name(config_.name());
+    m.set_config_fingerprint(ConfigFingerprint(config_));
+    m.set_num_partitions(p);
+    m.set_created_unix_micros(static_cast<int64_t>(clock));
+    for (const auto& f : *files) *m.add_files() = checkpoint::ToManifestEntry(f);
+    if (base.has_value()) {
+      m.set_kind(checkpoint::CheckpointManifest::DELTA);
+      m.set_base_id(checkpoint::CheckpointId(*base));
+      for (const std::string& id : chain_) m.add_chain(id);
+    } else {
+      m.set_kind(checkpoint::CheckpointManifest::FULL);
+      chain_.clear();
+    }
+    chain_.push_back(m.checkpoint_id());
+    m.add_chain(m.checkpoint_id());
+    ASSERT_TRUE(checkpoint::WriteManifest(*dir, m).ok());
+  }
+
+ private:
+  const JobConfig config_;
+  std::unique_ptr<ParamStore> params_;
+  std::unique_ptr<Trainer> trainer_;
+  uint32_t generation_ = 0;
+  std::vector<std::string> chain_;
+};
+
+std::string Root(const std::string& name) {
+  const std::string root = ::testing::TempDir() + "/" + name;
+  (void)checkpoint::RemoveAll(root);
+  return root;
+}
+
+std::unique_ptr<ServedModel> Load(const JobConfig& config, const std::string& root,
+                                  uint64_t clock) {
+  auto model = ServedModel::Load(config, root, clock);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+checkpoint::ResolvedCheckpoint Resolve(const std::string& root, uint64_t clock) {
+  auto resolved = checkpoint::LoadCheckpoint(root, clock);
+  EXPECT_TRUE(resolved.ok()) << resolved.status();
+  return resolved.ok() ? *std::move(resolved) : checkpoint::ResolvedCheckpoint();
+}
+
+std::vector<uint64_t> Keys(uint64_t first, uint64_t last) {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = first; k < last; ++k) keys.push_back(k * 7919 + 3);
+  return keys;
+}
+
+struct Answer {
+  std::vector<bool> found;
+  std::vector<float> values;
+};
+Answer Lookup(const ServedModel& model, uint32_t table, const std::vector<uint64_t>& keys) {
+  Answer a;
+  uint32_t dim = 0;
+  EXPECT_TRUE(model.Lookup(table, keys, &dim, &a.found, &a.values).ok());
+  return a;
+}
+
+// Criteo lines: label, 13 integers, 26 categorical ids (hex).
+std::vector<std::string> Lines() {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<std::string> cols = {absl::StrCat(i % 2)};
+    for (int d = 0; d < 13; ++d) cols.push_back(absl::StrCat((i * 13 + d) % 7));
+    for (int c = 0; c < 26; ++c) {
+      cols.push_back(absl::StrCat(absl::Hex((i * 26 + c) * 7919 + 3, absl::kZeroPad8)));
+    }
+    lines.push_back(absl::StrJoin(cols, "\t"));
+  }
+  return lines;
+}
+
+std::vector<float> Predict(ServedModel& model) {
+  const std::vector<std::string> lines = Lines();
+  std::vector<absl::string_view> views(lines.begin(), lines.end());
+  std::vector<float> probs;
+  absl::Status st = model.Predict(views, &probs);
+  EXPECT_TRUE(st.ok()) << st;
+  return probs;
+}
+
+// `incremental` and `full` serve the same version, answer for answer.
+void ExpectSameVersion(ServedModel& incremental, ServedModel& full) {
+  EXPECT_EQ(incremental.clock(), full.clock());
+  EXPECT_EQ(incremental.dir(), full.dir());
+  EXPECT_EQ(incremental.table_hash(), full.table_hash()) << "version " << full.clock();
+  EXPECT_EQ(incremental.rows(), full.rows()) << "version " << full.clock();
+  const std::vector<uint64_t> keys = Keys(0, 400);
+  const Answer a = Lookup(incremental, kSparse, keys), b = Lookup(full, kSparse, keys);
+  EXPECT_EQ(a.found, b.found) << "version " << full.clock();
+  EXPECT_EQ(a.values, b.values) << "version " << full.clock();
+  const std::vector<uint64_t> chunks = {0};
+  const Answer da = Lookup(incremental, kDense, chunks), db = Lookup(full, kDense, chunks);
+  EXPECT_EQ(da.found, db.found);
+  EXPECT_EQ(da.values, db.values);
+  EXPECT_EQ(Predict(incremental), Predict(full)) << "version " << full.clock();
+}
+
+TEST(ServedModelTest, ADeltaOnTheVersionServedGivesTheVersionOfItsChain) {
+  const JobConfig config = Config();
+  const std::string root = Root("incremental");
+  Job job(config);
+  job.Train(1, 0, 300);
+  job.Checkpoint(root, 10, std::nullopt);
+  job.Train(15, 100, 200);         // Changed rows.
+  job.Train(16, 300, 350);         // New rows.
+  ASSERT_EQ(job.Evict(20), 200u);  // Keys [0, 100) and [200, 300): last touched at clock 1.
+  job.Checkpoint(root, 20, 10);
+  job.Train(25, 100, 150);         // Rows only: no shared row changes, they come from the copy.
+  ASSERT_EQ(job.Evict(30), 100u);  // [150, 200) and [300, 350), last touched at 15 and 16.
+  job.Checkpoint(root, 30, 20);
+  job.Train(35, 0, 50);  // Evicted at 20, written again (admitted again: shared rows move).
+  ASSERT_EQ(job.Evict(40), 50u);  // [100, 150), last touched at 25.
+  job.Checkpoint(root, 40, 30);
+
+  std::unique_ptr<ServedModel> v10 = Load(config, root, 10);
+  std::unique_ptr<ServedModel> v20 = Load(config, root, 20);
+  std::unique_ptr<ServedModel> v30 = Load(config, root, 30);
+  ASSERT_TRUE(v10 && v20 && v30);
+  const checkpoint::ResolvedCheckpoint at20 = Resolve(root, 20), at30 = Resolve(root, 30);
+
+  uint64_t bytes = 0;
+  auto inc20 = v10->WithDeltas(at20, 1, &bytes);
+  ASSERT_TRUE(inc20.ok()) << inc20.status();
+  ExpectSameVersion(**inc20, *v20);
+  EXPECT_NE((*inc20)->table_hash(), v10->table_hash());
+  uint64_t own = 0;
+  for (const auto& f : at20.manifest.files()) own += f.size();
+  EXPECT_EQ(bytes, own) << "only the delta's files are read";
+
+  // Key 5 (index 5) was evicted before 20: served at 10, gone at 20 either
+  // way. Key 320 was created after 10.
+  const std::vector<uint64_t> probe = {Keys(5, 6)[0], Keys(320, 321)[0]};
+  EXPECT_EQ(Lookup(*v10, kSparse, probe).found, (std::vector<bool>{true, false}));
+  EXPECT_EQ(Lookup(**inc20, kSparse, probe).found, (std::vector<bool>{false, true}));
+  EXPECT_EQ(Lookup(*v20, kSparse, probe).found, (std::vector<bool>{false, true}));
+
+  // One delta at a time up to 40, and three at once from 10.
+  std::unique_ptr<ServedModel> v40 = Load(config, root, 40);
+  ASSERT_TRUE(v40);
+  const checkpoint::ResolvedCheckpoint at40 = Resolve(root, 40);
+  auto inc30 = (*inc20)->WithDeltas(at30, 2, nullptr);
+  ASSERT_TRUE(inc30.ok()) << inc30.status();
+  ExpectSameVersion(**inc30, *v30);
+  auto inc40 = (*inc30)->WithDeltas(at40, 3, nullptr);
+  ASSERT_TRUE(inc40.ok()) << inc40.status();
+  ExpectSameVersion(**inc40, *v40);
+  auto three = v10->WithDeltas(at40, 1, nullptr);
+  ASSERT_TRUE(three.ok()) << three.status();
+  ExpectSameVersion(**three, *v40);
+  // Key 5 written again at 35; key 320 evicted at 30.
+  EXPECT_EQ(Lookup(**inc30, kSparse, probe).found, (std::vector<bool>{false, false}));
+  EXPECT_EQ(Lookup(**inc40, kSparse, probe).found, (std::vector<bool>{true, false}));
+}
+
+TEST(ServedModelTest, LinksThatDoNotContinueTheVersionAreRefused) {
+  const JobConfig config = Config();
+  const std::string root = Root("refused");
+  Job job(config);
+  job.Train(1, 0, 100);
+  job.Checkpoint(root, 10, std::nullopt);
+  job.Train(12, 50, 150);
+  job.Checkpoint(root, 20, 10);
+  job.Train(22, 50, 150);
+  job.Checkpoint(root, 30, 20);
+  std::unique_ptr<ServedModel> v20 = Load(config, root, 20);
+  ASSERT_TRUE(v20);
+  const checkpoint::ResolvedCheckpoint at30 = Resolve(root, 30);
+  // Link 1 (ckpt 20) is a delta on 10, not on the version served (20).
+  auto wrong = v20->WithDeltas(at30, 1, nullptr);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("not a delta on ckpt-000000000020"), std::string::npos)
+      << wrong.status();
+  EXPECT_EQ(v20->WithDeltas(at30, 0, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(v20->WithDeltas(at30, 3, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  // A damaged delta file is refused before a row is applied.
+  const std::string file = checkpoint::JoinPath(at30.dir, at30.manifest.files(0).name());
+  auto contents = checkpoint::ReadFileToString(file);
+  ASSERT_TRUE(contents.ok());
+  (*contents)[contents->size() / 2] ^= 0x40;
+  ASSERT_TRUE(checkpoint::WriteFileAtomically(file, *contents).ok());
+  auto damaged = v20->WithDeltas(at30, 2, nullptr);
+  EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss) << damaged.status();
+}
+
+}  // namespace
+}  // namespace exporter
+}  // namespace shardps
