@@ -1,5 +1,9 @@
 #include "server/request_limits.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -104,18 +108,27 @@ absl::StatusOr<TableConfig> ResolveLimits(const JobConfig& config, const TableCo
 }
 
 size_t FirstBeyond(const float* v, size_t n, uint32_t bound_bits) {
-  constexpr size_t kBlock = 64;
-  for (size_t start = 0; start < n; start += kBlock) {
-    const size_t end = start + kBlock < n ? start + kBlock : n;
-    uint32_t bad = 0;
-    for (size_t i = start; i < end; ++i) {
-      bad |= (FloatBits(v[i]) & 0x7fffffffu) > bound_bits;
-    }
-    if (bad != 0) {
-      for (size_t i = start; i < end; ++i) {
-        if ((FloatBits(v[i]) & 0x7fffffffu) > bound_bits) return i;
-      }
-    }
+  // Masked magnitudes are at most 0x7fffffff: nothing is above that bound,
+  // and below it the compare may be signed (SSE2 has no unsigned one).
+  if (bound_bits >= 0x7fffffffu) return n;
+  size_t start = 0;
+#if defined(__SSE2__)
+  // 16 values a round, one branch a round; the first bad round is searched
+  // value by value below. (GCC's -O2 left the plain loop scalar: ~1 ns a
+  // value, 5% of a dim-16 server's cycles on W.)
+  const __m128i magnitude = _mm_set1_epi32(0x7fffffff);
+  const __m128i bound = _mm_set1_epi32(static_cast<int32_t>(bound_bits));
+  for (; start + 16 <= n; start += 16) {
+    const __m128i* p = reinterpret_cast<const __m128i*>(v + start);
+    const __m128i a = _mm_cmpgt_epi32(_mm_and_si128(_mm_loadu_si128(p), magnitude), bound);
+    const __m128i b = _mm_cmpgt_epi32(_mm_and_si128(_mm_loadu_si128(p + 1), magnitude), bound);
+    const __m128i c = _mm_cmpgt_epi32(_mm_and_si128(_mm_loadu_si128(p + 2), magnitude), bound);
+    const __m128i d = _mm_cmpgt_epi32(_mm_and_si128(_mm_loadu_si128(p + 3), magnitude), bound);
+    if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d))) != 0) break;
+  }
+#endif
+  for (size_t i = start; i < n; ++i) {
+    if ((FloatBits(v[i]) & 0x7fffffffu) > bound_bits) return i;
   }
   return n;
 }

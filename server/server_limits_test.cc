@@ -5,6 +5,7 @@
 // scheduler's grants. No network.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -311,6 +312,39 @@ TEST(RequestLimitsTest, FirstBeyond) {
     EXPECT_EQ(FirstBeyond(v.data(), v.size(), bound), 150u) << bad;
   }
   EXPECT_EQ(FirstBeyond(v.data(), 150, bound), 150u);
+}
+
+// Every position and length, so the vector rounds, the value-by-value tail
+// and the search inside a bad round are all crossed; the first bad value wins.
+TEST(RequestLimitsTest, FirstBeyondEveryPositionAndLength) {
+  const uint32_t bound = MagnitudeBits(10.0f);
+  for (size_t n = 0; n <= 70; ++n) {
+    std::vector<float> v(n, -9.5f);
+    ASSERT_EQ(FirstBeyond(v.data(), n, bound), n);
+    for (size_t at = 0; at < n; ++at) {
+      for (float bad : {10.001f, -11.0f, INFINITY, -INFINITY, NAN, -NAN}) {
+        v[at] = bad;
+        ASSERT_EQ(FirstBeyond(v.data(), n, bound), at) << "n " << n << " bad " << bad;
+        if (at + 1 < n) {
+          v[n - 1] = bad;  // A second bad value later changes nothing.
+          ASSERT_EQ(FirstBeyond(v.data(), n, bound), at) << "n " << n << " bad " << bad;
+          v[n - 1] = -9.5f;
+        }
+        v[at] = 10.0f;  // At the bound is within.
+        ASSERT_EQ(FirstBeyond(v.data(), n, bound), n);
+        v[at] = -9.5f;
+      }
+    }
+  }
+  // The largest bound: only NaN's bits are above it.
+  const uint32_t widest = MagnitudeBits(std::numeric_limits<float>::max());
+  std::vector<float> v(40, 3e38f);
+  EXPECT_EQ(FirstBeyond(v.data(), v.size(), widest), v.size());
+  v[33] = INFINITY;
+  EXPECT_EQ(FirstBeyond(v.data(), v.size(), widest), 33u);
+  // A bound no magnitude can pass.
+  v[20] = NAN;
+  EXPECT_EQ(FirstBeyond(v.data(), v.size(), 0x7fffffffu), v.size());
 }
 
 }  // namespace
