@@ -267,6 +267,7 @@ bool Replica::PollOnce() {
       current_.swap(next);
       current_id_ = id;
       current_bytes_ = own_bytes;
+      current_generation_ = manifest.generation();
       ++versions_applied_;
       if (rollback) ++rollbacks_;
       cut_to_serve = absl::Now() - absl::FromUnixMicros(CutMicros(manifest));
@@ -284,7 +285,7 @@ bool Replica::PollOnce() {
     changed_.SignalAll();
     LOG(INFO) << "replica: serving version " << it->clock << " (" << rows << " rows, table hash "
               << absl::StrCat(absl::Hex(hash, absl::kZeroPad16)) << ") from " << it->dir
-              << ", built in " << (done - start)
+              << ", generation " << manifest.generation() << ", built in " << (done - start)
               << (built->incremental
                       ? absl::StrCat(" (incremental: version ", served.first, " plus ", links_read,
                                      links_read == 1 ? " delta)" : " deltas)")
@@ -322,6 +323,7 @@ ReplicaStatus Replica::Status() const {
     s.rollbacks = rollbacks_;
     s.newest_on_disk = newest_on_disk_;
     s.version_bytes = current_bytes_;
+    s.generation = current_generation_;
     s.created_unix_micros = current_id_.second;
     s.last_error = last_error_;
   }

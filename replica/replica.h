@@ -54,8 +54,9 @@
 //    part of a post-rollback version.
 // A checkpoint refused once (does not load) is remembered by identity, so
 // a good one written later at the same clock is still taken.
-// The job generation itself is not in the files: Status reports rollbacks
-// seen, not the generation.
+// Status reports the served checkpoint's generation as its MANIFEST records
+// it (the job generation of the cut, rising at each rollback; 0 in manifests
+// written before it was recorded), beside the rollbacks seen.
 //
 // ## What this slice does not do
 //
@@ -116,6 +117,7 @@ struct ReplicaOptions {
 struct ReplicaStatus {
   bool loaded = false;
   uint64_t version = 0;
+  uint64_t generation = 0;  // Of the served checkpoint's cut (0: unknown).
   uint64_t table_hash = 0;
   uint64_t rows = 0;
   std::string checkpoint_dir;  // Of the version served.
@@ -202,6 +204,7 @@ class Replica {
   std::shared_ptr<exporter::ServedModel> current_ ABSL_GUARDED_BY(mu_);
   Identity current_id_ ABSL_GUARDED_BY(mu_);
   uint64_t current_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t current_generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t versions_applied_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t rollbacks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t newest_on_disk_ ABSL_GUARDED_BY(mu_) = 0;

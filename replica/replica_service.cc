@@ -91,7 +91,7 @@ grpc::Status ReplicaService::Status(grpc::ServerContext*, const ReplicaStatusReq
   const ReplicaStatus s = replica_->Status();
   response->set_version(s.version);
   response->set_loaded(s.loaded);
-  response->set_generation(0);  // Not in the checkpoint files (replica.h).
+  response->set_generation(s.generation);
   response->set_table_hash(s.table_hash);
   response->set_rows(s.rows);
   response->set_checkpoint_dir(s.checkpoint_dir);

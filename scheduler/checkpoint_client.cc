@@ -114,6 +114,7 @@ class GrpcServerOps final : public ServerOps {
     manifest.add_chain(checkpoint::CheckpointId(clock));
     manifest.set_created_unix_micros(absl::ToUnixMicros(absl::Now()));
     manifest.set_cut_unix_micros(absl::ToUnixMicros(cut_time_));
+    manifest.set_generation(generation);
     for (const CheckpointResponse& r : responses) {
       for (const auto& file : r.written()) *manifest.add_files() = file;
     }

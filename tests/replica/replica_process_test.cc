@@ -17,12 +17,14 @@
 // bootstraps at the newest one (catches up). Then the server is SIGKILLed 5
 // clocks past a checkpoint and started again: the job rolls back to that
 // checkpoint in a new generation and trains on; the replica ends on the
-// post-rollback versions, hash-equal at every version. Last, the newest
-// checkpoint is set aside as the scheduler sets a corrupt one aside on a
-// rollback (renamed "<dir>.corrupt-<t>"): the replica moves back to the
-// checkpoint before it (Status.rollbacks 1). Its /metrics moves along:
-// version, versions applied, bytes read, rows, train-to-serve and Predict
-// latency observations, rollbacks, newest checkpoint and lag.
+// post-rollback versions, hash-equal at every version, its Status.generation
+// (the served MANIFEST's) risen from the job's generation before the kill
+// to the one after. Last, the newest checkpoint is set aside as the
+// scheduler sets a corrupt one aside on a rollback (renamed
+// "<dir>.corrupt-<t>"): the replica moves back to the checkpoint before it
+// (Status.rollbacks 1). Its /metrics moves along: version, versions
+// applied, bytes read, rows, train-to-serve and Predict latency
+// observations, rollbacks, newest checkpoint and lag.
 //
 // The worker sleeps 150 ms a step (--step_delay_ms): the job's 157 steps
 // then last over 20 s, long enough for the replica (polling every 50 ms) to
@@ -470,7 +472,8 @@ TEST_F(ReplicaProcessTest, FollowsARestartAndARollback) {
   const uint64_t newest_at_restart = testing::Checkpoints(job_->ckpt()).complete;
   StartReplica();
   // It loads its first version before it listens: the first answer is it.
-  const uint64_t caught_up = Record(&hash_at);
+  ReplicaStatusResponse before_rollback;
+  const uint64_t caught_up = Record(&hash_at, &before_rollback);
   EXPECT_GE(caught_up, newest_at_restart) << "the restarted replica did not catch up at once";
   std::printf("replica killed at version %llu, restarted: serves %llu (newest at restart %llu)\n",
               static_cast<unsigned long long>(before_kill),
@@ -487,6 +490,10 @@ TEST_F(ReplicaProcessTest, FollowsARestartAndARollback) {
       },
       absl::Minutes(5));
   ASSERT_TRUE(mid.ok()) << mid.status() << job_->Logs();
+  // The versions so far were cut in the job's generation before the kill
+  // (their MANIFESTs say so).
+  EXPECT_GT(before_rollback.generation(), 0u);
+  EXPECT_EQ(before_rollback.generation(), mid->generation());
   job_->sup().Signal(job_->server(0), SIGKILL);
   auto server_killed = job_->sup().WaitFinal(job_->server(0), absl::Seconds(30));
   ASSERT_TRUE(server_killed.ok() && *server_killed == 128 + SIGKILL)
@@ -523,6 +530,9 @@ TEST_F(ReplicaProcessTest, FollowsARestartAndARollback) {
   Record(&hash_at, &status);
   EXPECT_EQ(status.rollbacks(), 0u) << "the restore point was complete: nothing to move back to";
   EXPECT_EQ(status.newest_checkpoint(), last);
+  // The post-rollback versions are of the new generation.
+  EXPECT_EQ(status.generation(), rolled->generation());
+  EXPECT_GT(status.generation(), before_rollback.generation());
   CheckHashes(hash_at);
   std::printf("rollback to %llu; the replica served %zu versions, the last %llu\n",
               static_cast<unsigned long long>(restore_point), hash_at.size(),
@@ -545,6 +555,7 @@ TEST_F(ReplicaProcessTest, FollowsARestartAndARollback) {
   EXPECT_EQ(back, previous);
   EXPECT_EQ(status.rollbacks(), 1u);
   EXPECT_EQ(status.newest_checkpoint(), previous);
+  EXPECT_EQ(status.generation(), rolled->generation()) << "checkpoint " << previous;
   CheckHashes(std::map<uint64_t, uint64_t>{{previous, status.table_hash()}});
 
   PredictRequest request;
