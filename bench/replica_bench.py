@@ -24,12 +24,21 @@ Prints, over the replica runs:
     of --batch lines (replica_bench_client --predict), idle machine;
   - training samples/s (the workers', PS_WORKER_RESULT) with the replica
     against without: medians and their ratio.
+  - per version: how it was built (incremental: the version before plus the
+    new delta; or from its whole chain), the build time and the checkpoint
+    bytes read.
+
+--compare_replica BIN runs a second replica, another build of ps_replica
+(e.g. the one before a change), beside the first in every replica run,
+following the same checkpoints with the same --poll_ms: the same cuts, the
+same load, figures printed for each. Two replicas then share the machine
+with the job (the training ratio is then that of two replicas).
 
   bazel build -c opt //scheduler:all //server:ps_server //worker:ps_worker \\
       //worker/data:ps_datagen //common:ps_config_check //replica:all \\
       //bench:replica_bench_client
   python3 bench/replica_bench.py [--rounds 2] [--every 20] [--max_steps 400] [--config opt]
-      [--bin_dir DIR]
+      [--bin_dir DIR] [--poll_ms 100] [--compare_replica BIN]
 """
 import argparse
 import os
@@ -57,6 +66,38 @@ def quantile(values, q):
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
+# replica: serving version 40 (... rows, table hash ...) from DIR, built in X [(how)] from B
+# bytes (own files O); cut to serve D
+VERSION_LINE = re.compile(r"replica: serving version (\d+) .*?, built in (\S+)(?: \((\S+))?.*? from "
+                          r"(\d+) bytes \(own files (\d+)\); cut to serve (\S+)")
+
+
+def versions(text):
+    """[{version, build_s, how, read, own, cut_to_serve_s}] of a replica's log."""
+    out = []
+    for v, built, how, read, own, d in VERSION_LINE.findall(text):
+        out.append({"version": int(v), "build_s": seconds(built),
+                    "how": "incremental" if how.startswith("incremental") else "chain",
+                    "read": int(read), "own": int(own), "cut_to_serve_s": seconds(d)})
+    return out
+
+
+def summary(vs):
+    """One line: cut to serve p50/p99, builds and bytes read, by how."""
+    if not vs:
+        return "no versions served"
+    lat = [v["cut_to_serve_s"] for v in vs]
+    parts = ["%d versions, cut to serve p50 %.3f s p99 %.3f s max %.3f s" % (
+        len(vs), quantile(lat, 0.5), quantile(lat, 0.99), max(lat))]
+    for how in ("incremental", "chain"):
+        k = [v for v in vs if v["how"] == how]
+        if k:
+            parts.append("%d %s: build p50 %.3f s, read p50 %.0f KiB" % (
+                len(k), how, quantile([v["build_s"] for v in k], 0.5),
+                statistics.median(v["read"] for v in k) / 1024))
+    return "; ".join(parts)
+
+
 def run_job(args, bin_dir, data, run_dir, replica):
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)
@@ -75,10 +116,22 @@ def run_job(args, bin_dir, data, run_dir, replica):
     open(config, "w").write(text)
     argv = [sys.executable, os.path.join(ROOT, "deploy/local/ps_launch.py"), "--config=" + config,
             "--data_dir=" + data, "--bin_dir=" + bin_dir, "--run_dir=" + run_dir]
+    other = None
     if replica:
         argv += ["--replicas=1", "--replica_flag=--poll_ms=%d" % args.poll_ms]
+        if args.compare_replica:
+            other_log = open(os.path.join(run_dir, "compare_replica.log"), "w")
+            other = subprocess.Popen([args.compare_replica, "--config=" + config,
+                                      "--checkpoint_dir=" + ckpt, "--poll_ms=%d" % args.poll_ms,
+                                      "--listen=127.0.0.1:0"], stdout=other_log,
+                                     stderr=subprocess.STDOUT)
     out = subprocess.run(argv, capture_output=True, text=True)
     text = out.stdout + out.stderr
+    if other is not None:
+        time.sleep(2 * args.poll_ms / 1000.0 + 5)  # Its last version (the bench, not a test).
+        other.terminate()
+        other.wait(timeout=60)
+        other_log.close()
     job = re.search(r"PS_JOB_RESULT (.*)", text)
     workers = [fields(m) for m in re.findall(r"PS_WORKER_RESULT (.*)", text)]
     if out.returncode != 0 or not job or not workers:
@@ -87,11 +140,10 @@ def run_job(args, bin_dir, data, run_dir, replica):
            "job_sps": float(fields(job.group(1))["samples_per_sec"]), "ckpt": ckpt,
            "config": config}
     if replica:
-        # replica: serving version 40 (... rows, table hash ...) from DIR, built in X from B
-        # bytes (own files O); cut to serve D
-        res["versions"] = [(int(v), int(own), seconds(d)) for v, own, d in re.findall(
-            r"replica: serving version (\d+) .*?\(own files (\d+)\); cut to serve (\S+)", text)]
+        res["versions"] = versions(text)
         res["report"] = re.findall(r"replica-0: last version .*", text)
+        if other is not None:
+            res["compare"] = versions(open(os.path.join(run_dir, "compare_replica.log")).read())
     return res
 
 
@@ -105,6 +157,8 @@ def main():
     p.add_argument("--batch", type=int, default=64, help="lines per Predict call")
     p.add_argument("--predict_seconds", type=float, default=10)
     p.add_argument("--config", default="opt", choices=["fastbuild", "opt"])
+    p.add_argument("--compare_replica", default="",
+                   help="another ps_replica binary to run beside the first (see the top)")
     p.add_argument("--bin_dir", default="",
                    help="binaries laid out like bazel-bin (default: bazel info of --config)")
     args = p.parse_args()
@@ -113,6 +167,7 @@ def main():
     data = os.path.join(ROOT, "data", "synthetic")
     if not os.path.exists(os.path.join(data, "best.txt")):
         sys.exit("no generated data in %s: run ./shardps run once" % data)
+    load_before = "%.2f %.2f %.2f" % os.getloadavg()
     tmp = tempfile.mkdtemp(prefix="replica_bench_")
     results = {"without": [], "replica": []}
     for r in range(args.rounds):
@@ -122,20 +177,23 @@ def main():
             results[name].append(res)
             extra = ""
             if name == "replica":
-                lat = [d for _, _, d in res["versions"]]
-                extra = "; %d versions served, cut to serve p50 %.3f s p99 %.3f s; %s" % (
-                    len(lat), quantile(lat, 0.5) if lat else float("nan"),
-                    quantile(lat, 0.99) if lat else float("nan"),
+                extra = "\n    replica: %s\n    %s" % (
+                    summary(res["versions"]),
                     res["report"][0] if res["report"] else "no replica report")
+                if "compare" in res:
+                    extra += "\n    compare_replica: %s" % summary(res["compare"])
             print("round %d %-8s train %8.0f samples/s, job %7.0f samples/s%s" % (
                 r + 1, name, res["train_sps"], res["job_sps"], extra), flush=True)
 
     print("\n%d rounds, %s binaries, delta checkpoints every %d clocks, replica polling every "
-          "%d ms" % (args.rounds, args.config, args.every, args.poll_ms))
-    lat = [d for res in results["replica"] for _, _, d in res["versions"]]
-    if lat:
-        print("train-to-serve (cut to served) over %d versions: p50 %.3f s, p99 %.3f s, max "
-              "%.3f s" % (len(lat), quantile(lat, 0.5), quantile(lat, 0.99), max(lat)))
+          "%d ms; load average before %s" % (args.rounds, args.config, args.every, args.poll_ms,
+                                              load_before))
+    print("train-to-serve (cut to served), replica: %s" % summary(
+        [v for res in results["replica"] for v in res["versions"]]))
+    if args.compare_replica:
+        print("train-to-serve (cut to served), compare_replica %s: %s" % (
+            args.compare_replica, summary([v for res in results["replica"]
+                                           for v in res.get("compare", [])])))
     # Bytes against rows, from the last replica run's files.
     last = results["replica"][-1]
     rows = subprocess.run([client, "--rows=" + last["ckpt"]], capture_output=True, text=True)
