@@ -92,21 +92,6 @@ class Job : public SupervisedJob {
   }
 };
 
-// Waits until every live worker has completed `clock` steps of the current
-// generation; fails the test, naming what it saw, if the job ended first.
-// Faults are placed by clock, not by time: each worker step takes at least
-// kStepDelayMs, so the job cannot outrun the test on a fast machine.
-bool WaitForClock(Job& job, uint64_t clock) {
-  auto status = testing::WaitForJob(
-      job.address(), absl::StrCat("every worker at clock ", clock),
-      [clock](const JobStatusResponse& s) {
-        return s.state() == "running" && s.min_clock() >= clock;
-      },
-      absl::Minutes(3));
-  EXPECT_TRUE(status.ok()) << status.status() << "\n" << job.Logs();
-  return status.ok();
-}
-
 std::string SyntheticData() {
   return absl::StrCat("synthetic_dir: \"", ::testing::TempDir(), "/cluster_chaos_data\"");
 }
@@ -172,7 +157,7 @@ JobOutcome RunChaos(const std::string& name, const std::string& mode, int kills,
   for (int k = 0; k < kills; ++k) {
     const uint64_t at = 80 + 130 * k + rng() % 40;
     static_assert(80 + 130 * 2 + 40 + 120 <= kSteps, "the last kill must come well before the end");
-    if (!WaitForClock(job, at)) break;
+    if (!job.ExpectClock(at)) break;
     const uint64_t before = Generation(job.address()).first;
     // The write lasts >= 600 ms (the servers' testing delay): polled every 2 ms.
     if (k == during_write && !WaitForCheckpointWrite(job)) {
@@ -266,7 +251,7 @@ TEST_F(ClusterRecoveryTest, SchedulerAndServerKilledTogetherEndBitIdentical) {
   Job job("c_bsp_both", "mode: BSP", SyntheticData());
   ASSERT_TRUE(WaitForCheckpointAfter(job, 0)) << job.Logs();
   // Mid-way to the next checkpoint.
-  ASSERT_TRUE(WaitForClock(job, Checkpoints(job.ckpt()).complete + 20));
+  ASSERT_TRUE(job.ExpectClock(Checkpoints(job.ckpt()).complete + 20));
   job.sup().Signal(job.scheduler(), SIGKILL);
   job.sup().Signal(job.server(1), SIGKILL);
   const JobOutcome out = job.Finish();

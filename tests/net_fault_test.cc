@@ -188,12 +188,7 @@ JobRun RunJob(const JobPlan& plan, const Fault& fault) {
     return run;
   }
   if (fault) {
-    auto at = job.WaitFor(
-        absl::StrCat("every worker at clock ", kFaultClock),
-        [](const JobStatusResponse& s) {
-          return s.state() == "running" && s.min_clock() >= kFaultClock;
-        },
-        absl::Minutes(3));
+    auto at = job.WaitForClock(kFaultClock);
     if (!at.ok()) {
       ADD_FAILURE() << "the fault was never applied: " << at.status() << "\n" << job.Logs();
     } else {

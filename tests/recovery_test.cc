@@ -43,19 +43,6 @@ constexpr uint64_t kSteps = 500;
 const std::string kStepDelay = "--step_delay_ms=20";
 const std::string kMaxSteps = absl::StrCat("--max_steps=", kSteps);
 
-// Waits until every live worker has completed `clock` steps; fails the test
-// naming what it saw if the job ended (or stalled) first.
-bool WaitForClock(const SupervisedJob& cluster, uint64_t clock) {
-  auto status = cluster.WaitFor(
-      absl::StrCat("every worker at clock ", clock),
-      [clock](const JobStatusResponse& s) {
-        return s.state() == "running" && s.min_clock() >= clock;
-      },
-      absl::Minutes(3));
-  EXPECT_TRUE(status.ok()) << status.status() << "\n" << cluster.Logs();
-  return status.ok();
-}
-
 constexpr char kConfig[] = R"pb(
 name: "chaos"
 data { format: CRITEO synthetic_dir: "@DATA@" }
@@ -112,7 +99,7 @@ Outcome RunJob(const std::string& name, const std::string& mode, int kills) {
       const uint64_t at = 80 + 130 * out.kills + rng() % 40;
       static_assert(80 + 130 * 2 + 40 + 120 <= kSteps,
                     "the last kill must come well before the end");
-      if (!WaitForClock(cluster, at)) {
+      if (!cluster.ExpectClock(at)) {
         ADD_FAILURE() << "no kill " << out.kills + 1 << " at clock " << at;
         return out;
       }
@@ -149,7 +136,7 @@ bool WaitMidJob(SupervisedJob& cluster, const std::string& ckpt, std::mt19937& r
     }
     absl::SleepFor(absl::Milliseconds(20));  // Polls the directory; bounded by `deadline`.
   }
-  return WaitForClock(cluster, NewestCheckpoint(ckpt) + 20 + rng() % 40);
+  return cluster.ExpectClock(NewestCheckpoint(ckpt) + 20 + rng() % 40);
 }
 
 class RecoveryTest : public ::testing::Test {

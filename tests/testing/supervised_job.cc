@@ -192,6 +192,22 @@ absl::StatusOr<JobStatusResponse> SupervisedJob::WaitFor(
                           o_.box ? absl::Milliseconds(250) : absl::Milliseconds(50));
 }
 
+absl::StatusOr<JobStatusResponse> SupervisedJob::WaitForClock(uint64_t clock,
+                                                              absl::Duration timeout) const {
+  return WaitFor(
+      absl::StrCat("every worker at clock ", clock),
+      [clock](const JobStatusResponse& s) {
+        return s.state() == "running" && s.min_clock() >= clock;
+      },
+      timeout);
+}
+
+bool SupervisedJob::ExpectClock(uint64_t clock) const {
+  auto status = WaitForClock(clock);
+  if (!status.ok()) ADD_FAILURE() << status.status() << "\n" << Logs();
+  return status.ok();
+}
+
 std::string SupervisedJob::SchedulerLog() const { return ReadFile(dir_ + "/scheduler.log"); }
 
 absl::Status SupervisedJob::RestartScheduler(const std::vector<std::string>& flags) {

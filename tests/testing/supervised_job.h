@@ -130,6 +130,13 @@ class SupervisedJob {
   absl::StatusOr<JobStatusResponse> WaitFor(
       const std::string& what, const std::function<bool(const JobStatusResponse&)>& condition,
       absl::Duration timeout) const;
+  // WaitFor every live worker to have completed `clock` steps while the job
+  // runs, within `timeout`; the status names the clock.
+  absl::StatusOr<JobStatusResponse> WaitForClock(uint64_t clock,
+                                                 absl::Duration timeout = absl::Minutes(3)) const;
+  // As WaitForClock, for a test: false after a test failure naming the
+  // clock, the last status seen and every process's log tail.
+  bool ExpectClock(uint64_t clock) const;
 
   // Starts the scheduler again, once it is down for good, on its address
   // with `flags` instead of Options::scheduler_flags (e.g. --recover).
