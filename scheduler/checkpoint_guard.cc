@@ -1,14 +1,19 @@
 #include "scheduler/checkpoint_guard.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
@@ -83,6 +88,49 @@ absl::Status RemoveIncompleteCheckpoint(const std::string& root, uint64_t clock)
   const std::string dir = checkpoint::CheckpointPath(root, clock);
   if (!checkpoint::IsDirectory(dir) || HasManifest(dir)) return absl::OkStatus();
   return checkpoint::RemoveAll(dir);
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointDirLock>> CheckpointDirLock::Acquire(
+    const std::string& root, const std::string& holder, absl::Duration wait) {
+  const std::string path = checkpoint::JoinPath(root, "LOCK");
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(errno, "cannot open the checkpoint directory's lock", path);
+  const absl::Time start = absl::Now();
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err == EINTR) continue;
+    if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS) {
+      ::close(fd);
+      return std::unique_ptr<CheckpointDirLock>(new CheckpointDirLock(path, -1));
+    }
+    if (err != EWOULDBLOCK) {
+      ::close(fd);
+      return Errno(err, "cannot lock", path);
+    }
+    if (absl::Now() - start >= wait) {
+      ::close(fd);
+      std::ifstream in(path);
+      std::stringstream text;
+      text << in.rdbuf();
+      std::string who(absl::StripAsciiWhitespace(text.str()));
+      if (who.empty()) who = "a process that wrote no description yet";
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint.dir ", root, " is in use by another scheduler (", who,
+                       "; waited ", absl::FormatDuration(wait), " for ", path,
+                       "). Two jobs must not share a checkpoint directory: give this job its own"));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  // Held: describe this holder (best effort; the lock is what counts).
+  const std::string line = absl::StrCat(holder, ", since ", absl::FormatTime(absl::Now()), "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, line.data(), line.size(), 0) < 0) {
+    // Nothing to do: the refusal then says less of the holder.
+  }
+  return std::unique_ptr<CheckpointDirLock>(new CheckpointDirLock(path, fd));
+}
+
+CheckpointDirLock::~CheckpointDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // Closing the last descriptor releases flock.
 }
 
 }  // namespace shardps

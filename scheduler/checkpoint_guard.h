@@ -18,7 +18,9 @@
 #define SHARDPS_SCHEDULER_CHECKPOINT_GUARD_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -56,6 +58,39 @@ absl::StatusOr<std::string> SetCheckpointAside(const std::string& dir, absl::Tim
 // no MANIFEST (the part files of a cut that failed); OK if there is none.
 // A complete checkpoint is never touched.
 absl::Status RemoveIncompleteCheckpoint(const std::string& root, uint64_t clock);
+
+// One scheduler per checkpoint directory. Two jobs writing one directory
+// delete and overwrite each other's checkpoints, evaluations and BEST (a job
+// then waits on checkpoints that are gone, or restores another job's rows).
+// The lock is flock(2) on <root>/LOCK, held while the object lives; the
+// kernel releases it when the process dies, so a scheduler restarted after a
+// crash takes it at once. The file names the holder, for the refusal.
+class CheckpointDirLock {
+ public:
+  // Takes the lock on `root` (which exists: ProbeCheckpointDir), waiting up
+  // to `wait` (polled every 100 ms) while another process holds it, as an
+  // old scheduler still shutting down while its replacement starts.
+  // `holder` describes this process (e.g. "job j, pid 12 on host h"); it is
+  // written to the file once the lock is held. FAILED_PRECONDITION naming
+  // the directory, what the file says of the holder and how long this one
+  // waited, if it is still held after `wait`. On a file system without
+  // flock (ENOLCK, EOPNOTSUPP, ENOSYS) the result holds no lock and
+  // locked() is false: the caller warns and goes on.
+  static absl::StatusOr<std::unique_ptr<CheckpointDirLock>> Acquire(const std::string& root,
+                                                                    const std::string& holder,
+                                                                    absl::Duration wait);
+  ~CheckpointDirLock();  // Releases the lock.
+  CheckpointDirLock(const CheckpointDirLock&) = delete;
+  CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;
+
+  bool locked() const { return fd_ >= 0; }
+  const std::string& path() const { return path_; }
+
+ private:
+  CheckpointDirLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  const std::string path_;
+  const int fd_;  // -1: the file system has no flock.
+};
 
 }  // namespace shardps
 

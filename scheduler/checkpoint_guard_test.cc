@@ -1,10 +1,17 @@
 // checkpoint_guard.h: the directory probe, corrupt vs incomplete
-// checkpoints, setting a corrupt one aside, removing a failed cut.
+// checkpoints, setting a corrupt one aside, removing a failed cut, the
+// directory's lock.
 #include "scheduler/checkpoint_guard.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "gtest/gtest.h"
@@ -80,6 +87,68 @@ TEST(CheckpointGuardTest, RemovesAFailedCutButNeverACheckpointWithManifest) {
   EXPECT_TRUE(RemoveIncompleteCheckpoint(root, 6).ok());
   EXPECT_TRUE(fs::exists(checkpoint::CheckpointPath(root, 6) + "/MANIFEST"));
   EXPECT_TRUE(RemoveIncompleteCheckpoint(root, 7).ok()) << "none: nothing to do";
+}
+
+TEST(CheckpointGuardTest, OneLockHolderADescribedRefusalAndTheLockBackOnRelease) {
+  const std::string root = Root("lock");
+  ASSERT_TRUE(ProbeCheckpointDir(root).ok());
+  auto first = CheckpointDirLock::Acquire(root, "job a, pid 1 on host h", absl::ZeroDuration());
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)->locked());
+  // Another holder (another open of the file: flock is per open file, so
+  // this is what a second process sees) is refused, told who holds it.
+  auto second = CheckpointDirLock::Acquire(root, "job b", absl::ZeroDuration());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(second.status().message(), "job a, pid 1 on host h"))
+      << second.status();
+  EXPECT_TRUE(absl::StrContains(second.status().message(), root)) << second.status();
+  // A waiting one gets it once the holder lets go within the wait.
+  std::thread release([&first] {
+    absl::SleepFor(absl::Milliseconds(300));
+    first->reset();
+  });
+  auto third = CheckpointDirLock::Acquire(root, "job c", absl::Minutes(1));
+  release.join();
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_TRUE((*third)->locked());
+  std::ifstream in((*third)->path());
+  std::string line;
+  std::getline(in, line);
+  EXPECT_TRUE(absl::StartsWith(line, "job c, since ")) << line;
+  // Nothing else in the directory changes: no checkpoint is listed.
+  auto corrupt = FindCorruptCheckpoints(root, -1);
+  ASSERT_TRUE(corrupt.ok()) << corrupt.status();
+  EXPECT_TRUE(corrupt->empty());
+}
+
+TEST(CheckpointGuardTest, TheLockOfAKilledProcessIsFreeAtOnce) {
+  const std::string root = Root("lock_killed");
+  ASSERT_TRUE(ProbeCheckpointDir(root).ok());
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto held = CheckpointDirLock::Acquire(root, "the child", absl::ZeroDuration());
+    const char c = held.ok() && (*held)->locked() ? 'y' : 'n';
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    while (true) pause();  // Until SIGKILL.
+  }
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  ASSERT_EQ(c, 'y') << "the child did not take the lock";
+  auto refused = CheckpointDirLock::Acquire(root, "parent", absl::ZeroDuration());
+  EXPECT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "the child")) << refused.status();
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  auto taken = CheckpointDirLock::Acquire(root, "parent", absl::ZeroDuration());
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_TRUE((*taken)->locked());
 }
 
 }  // namespace
