@@ -236,6 +236,16 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
       s->set_last_heartbeat_age_sec(absl::ToDoubleSeconds(now - m.last_heartbeat));
     }
   }
+  for (const Member& m : members_.Spares()) {
+    MemberStatus* s = response->add_spares();
+    s->set_role(m.role);
+    s->set_index(m.index);
+    s->set_address(m.address);
+    s->set_state(m.state);
+    s->set_reason(m.reason);
+    s->set_restarts(m.registrations > 1 ? m.registrations - 1 : 0);
+    s->set_last_heartbeat_age_sec(absl::ToDoubleSeconds(now - m.last_heartbeat));
+  }
   response->set_job_name(config_.name());
   response->set_min_clock(clock_.MinClock().value_or(clock_.MaxClock()));
   response->set_max_clock(clock_.MaxClock());

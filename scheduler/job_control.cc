@@ -65,7 +65,7 @@ void JobControl::Run() {
         recover = state_.recovery.pending() != nullptr;
         if (!recover && checkpoints_on_) {
           const absl::Time now = absl::Now();
-          reshard = state_.reshard.requested > state_.reshard.served;
+          reshard = state_.reshard.requested > state_.reshard.served && ReshardReadyLocked(now);
           if (reshard) {  // A move: at the first unstarted clock (or a hold already set).
             clock_.HoldFirstUnstarted(1);
           } else if (state_.cuts.requested() > serving) {  // On demand: the first unstarted clock.
@@ -85,11 +85,15 @@ void JobControl::Run() {
       }
       if (!checkpoints_on_) continue;
       if (!clock_.MinClock()) {
-        if (reshard) {  // Nobody trains any more: nothing to move for.
+        {
           MutexLock lock(&state_.mu);
-          state_.reshard.error = "every worker has finished: the job is ending";
-          state_.reshard.served = state_.reshard.requested;
-          state_.changed.SignalAll();
+          if (state_.reshard.requested > state_.reshard.served) {
+            // Nobody trains any more: nothing to move for.
+            state_.reshard.error = "every worker has finished: the job is ending";
+            state_.reshard.served = state_.reshard.requested;
+            state_.reshard.retry_until.reset();
+            state_.changed.SignalAll();
+          }
         }
         TakeFinalCut(serving);
         continue;

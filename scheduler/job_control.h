@@ -85,12 +85,18 @@ class JobControl {
   // state_.reshard.target servers (Move); answers the reshard requests made
   // so far, then holds at the next cut or releases the clocks.
   void Reshard(uint64_t clock, uint64_t serving);
+  // Whether a pending move may start now: true unless a retried move waits
+  // for a server of it to be registered and alive again (past
+  // reshard.retry_until the request is answered with the failure).
+  bool ReshardReadyLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The move after the cut at `clock` (docs/design.md, "Resharding"): plan,
   // joining spares restored to the cut, the moving partitions added on
   // their destinations, the map switched everywhere with the sources'
-  // drops. `moved`: the partitions moved (0: nothing to move). An error
-  // before the switch leaves the old map in force; a server failing during
-  // the switch is a server failure (a recovery follows).
+  // drops. `moved`: the partitions moved (0: nothing to move, or the old
+  // map is still in force). An error before the switch leaves the old map in
+  // force (the destinations drop what they added); once the new map is set
+  // `moved` counts the move, and a server failing during the switch is a
+  // server failure (a recovery follows, under the new map).
   absl::Status Move(uint64_t clock, uint32_t target, uint32_t* moved);
 
   // ---- job_cuts.cc ----

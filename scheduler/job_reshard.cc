@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/status_macros.h"
@@ -14,6 +15,15 @@
 #include "scheduler/reshard_plan.h"
 
 namespace shardps {
+namespace {
+
+// A call that failed because its server is gone or unreachable.
+bool ServerUnreachable(const absl::Status& st) {
+  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) || absl::IsCancelled(st) ||
+         absl::IsAborted(st) || st.message().find("stale generation") != absl::string_view::npos;
+}
+
+}  // namespace
 
 absl::Status JobControl::Move(uint64_t clock, uint32_t target, uint32_t* moved) {
   *moved = 0;
@@ -61,42 +71,81 @@ absl::Status JobControl::Move(uint64_t clock, uint32_t target, uint32_t* moved) 
     added[m.to].push_back(m.partition);
     dropped[m.from].push_back(m.partition);
   }
-  RestoreStats total;
-  for (const auto& [index, partitions] : added) {
-    ASSIGN_OR_RETURN(const RestoreStats stats,
-                     ops_->AddPartitions(addressed, index, point, partitions, generation));
-    total.rows += stats.rows;
-    total.bytes += stats.bytes;
-  }
-  // The switch. Before it nothing changed that a request can see; from the
-  // first server that takes the new map on, a failure is a server failure
-  // (the recovery restores the cut under the new map).
-  ASSIGN_OR_RETURN(const PartitionMapProto next, members_.SetOwners(plan.owner));
-  PartitionMapProto switching = next;
-  *switching.mutable_server_addresses() = addressed.server_addresses();
   std::vector<uint32_t> active;
   const auto states = clock_.States();
   for (uint32_t r = 0; r < states.size(); ++r) {
     if (states[r] == ClockService::WorkerState::kLive) active.push_back(r);
   }
+  RestoreStats total;
+  for (const auto& [index, partitions] : added) {
+    absl::StatusOr<RestoreStats> stats =
+        ops_->AddPartitions(addressed, index, point, partitions, generation);
+    if (!stats.ok()) {
+      // The old map stays in force. The destinations drop what they added
+      // (a server that does not answer holds it unowned: it serves none of
+      // it, a full restore clears it and a later add drops it first).
+      for (const auto& [to, given] : added) {
+        if (to > index) break;
+        if (absl::Status st = ops_->SwitchMap(addressed, to, given, active); !st.ok()) {
+          LOG(WARNING) << "server " << to
+                       << " did not drop the partitions of a failed move: " << st;
+        }
+      }
+      return stats.status();
+    }
+    total.rows += stats->rows;
+    total.bytes += stats->bytes;
+  }
+  // The switch. Before it nothing changed that a request can see; from the
+  // first server that takes the new map on, a failure is a server failure
+  // (the recovery restores the cut under the new map).
+  ASSIGN_OR_RETURN(const PartitionMapProto next, members_.SetOwners(plan.owner));
+  *moved = static_cast<uint32_t>(plan.moves.size());
+  PartitionMapProto switching = next;
+  *switching.mutable_server_addresses() = addressed.server_addresses();
   // Every server is switched even if one fails: the recovery restores the
   // cut on each server under the map it holds, so every live one must hold
   // the new map (a failed one takes it when it registers again).
-  absl::Status switch_status;
+  uint32_t failed = 0;
   for (uint32_t i = 0; i < involved; ++i) {
     const absl::Status st = ops_->SwitchMap(switching, i, dropped[i], active);
     if (st.ok()) continue;
-    if (switch_status.ok()) switch_status = st;
+    ++failed;
+    LOG(ERROR) << "server " << i << " failed during the switch to map version " << next.version()
+               << ": " << st << "; the recovery restores the cut at clock " << clock
+               << " under the new map";
     MutexLock lock(&state_.mu);
     state_.ServerFailed(i, absl::StrCat("server ", i, " failed during a move: ", st.message()),
                         absl::Now(), absl::Now(), /*lost=*/true);
   }
-  RETURN_IF_ERROR(switch_status);
-  *moved = static_cast<uint32_t>(plan.moves.size());
   LOG(INFO) << "moved " << plan.moves.size() << " partitions (" << total.rows << " rows, "
             << total.bytes << " bytes read) at clock " << clock << ": " << servers << " -> "
-            << target << " servers, map version " << next.version();
+            << target << " servers, map version " << next.version()
+            << (failed > 0 ? absl::StrCat("; ", failed, " servers failed during the switch") : "");
   return absl::OkStatus();
+}
+
+bool JobControl::ReshardReadyLocked(absl::Time now) {
+  JobState::Reshard& r = state_.reshard;
+  if (!r.retry_until) return true;
+  const uint32_t involved = std::max(members_.MapServers(), r.target);
+  std::vector<uint32_t> missing;
+  for (uint32_t i = 0; i < involved; ++i) {
+    const std::optional<Member> m = members_.Get(SERVER, i);
+    if (!m || m->state != ALIVE) missing.push_back(i);
+  }
+  if (missing.empty() && now >= r.retry_after) return true;
+  if (now < *r.retry_until) return false;
+  r.error = absl::StrCat(r.retry_cause, "; servers [", absl::StrJoin(missing, ","),
+                         "] were not back within cluster.server_deadline_ms (",
+                         config_.cluster().server_deadline_ms(), " ms) to try again");
+  r.served = r.requested;
+  r.last_moved = 0;
+  r.retry_until.reset();
+  r.retries = 0;
+  state_.changed.SignalAll();
+  LOG(ERROR) << "reshard to " << r.target << " servers: " << r.error;
+  return false;
 }
 
 void JobControl::Reshard(uint64_t clock, uint64_t serving) {
@@ -108,28 +157,47 @@ void JobControl::Reshard(uint64_t clock, uint64_t serving) {
     requested = state_.reshard.requested;
   }
   absl::Status st = Cut(clock, /*next=*/clock, serving);  // Keeps the hold.
-  if (AfterCut(clock, st)) st = absl::UnavailableError("the cut will be tried again");
+  bool retry = AfterCut(clock, st);  // The cut is tried again, and the move with it.
   uint32_t moved = 0;
   if (st.ok()) st = Move(clock, target, &moved);
+  // A server of the move gone or unreachable before the switch: the move is
+  // tried again once it is back.
+  const bool server_trouble = moved == 0 && ServerUnreachable(st);
   uint64_t next;
   {
     MutexLock lock(&state_.mu);
     state_.recovery.ClearDoing();
     next = state_.cuts.NextAfter(clock);
-    if (!absl::IsUnavailable(st)) {  // Unavailable: the cut is retried, and the move with it.
-      state_.reshard.served = requested;
-      state_.reshard.error = st.ok() ? "" : std::string(st.message());
-      state_.reshard.last_moved = moved;
+    JobState::Reshard& r = state_.reshard;
+    const absl::Time now = absl::Now();
+    if (server_trouble && !retry && (!r.retry_until || now < *r.retry_until)) {
+      retry = true;
+      r.retry_cause = absl::StrCat("the move at clock ", clock, " failed: ", st.message());
+      if (!r.retry_until) {
+        r.retry_until = now + absl::Milliseconds(config_.cluster().server_deadline_ms());
+      }
+      r.retry_after = now + std::min(absl::Milliseconds(2 * config_.cluster().heartbeat_ms()) *
+                                         (1 << std::min<uint32_t>(r.retries, 4)),
+                                     absl::Seconds(5));
+      ++r.retries;
+    }
+    if (!retry) {
+      r.served = requested;
+      r.retry_until.reset();
+      r.retries = 0;
+      r.error = st.ok() || moved > 0 ? "" : std::string(st.message());
+      r.last_moved = moved;
       if (moved > 0) {
-        state_.reshard.clock = clock;
-        ++state_.reshard.moves;
-        state_.reshard.partitions_moved += moved;
+        r.clock = clock;
+        ++r.moves;
+        r.partitions_moved += moved;
       }
     }
     state_.changed.SignalAll();
   }
   if (!st.ok())
-    LOG(ERROR) << "reshard to " << target << " servers at clock " << clock << ": " << st;
+    LOG(ERROR) << "reshard to " << target << " servers at clock " << clock << ": " << st
+               << (retry ? " (tried again)" : "");
   if (next > 0) {
     clock_.Hold(next);
   } else {

@@ -165,6 +165,16 @@ class JobState {
     uint32_t moves = 0;  // Reshards that moved partitions.
     uint64_t partitions_moved = 0;
     uint32_t last_moved = 0;  // Partitions of the last request served.
+    // A move that failed before its switch because a server of it was gone
+    // or unreachable is tried again, not before `retry_after` (a backoff
+    // from two heartbeat periods, doubling up to 5 s) and once every server
+    // of it is registered and alive, until `retry_until` (server_deadline_ms
+    // after the first failure; then the request fails). Unset: no retry is
+    // waiting.
+    std::optional<absl::Time> retry_until;
+    absl::Time retry_after;
+    uint32_t retries = 0;
+    std::string retry_cause;  // The failure that is retried.
   };
   Reshard reshard ABSL_GUARDED_BY(mu);
   EvalBook evals ABSL_GUARDED_BY(mu);

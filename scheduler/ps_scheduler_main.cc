@@ -16,16 +16,18 @@
 // (the checkpoint kept as the best one; S = 0: not stopped early), and with
 // cluster.on_worker_loss DROP "untrained_samples=N" when a lost worker's
 // share was left untrained (an estimate: job.h). Exit status: 0
-// when the job is done, 1 when it failed, 2 on bad flags or config.
+// when the job is done, 1 when it failed, 2 on bad flags or config, or a
+// checkpoint.dir another scheduler holds (--checkpoint_lock_wait).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/config.h"
 #include "common/eval_cadence.h"
 #include "common/init.h"
@@ -43,6 +46,7 @@
 #include "common/tls.h"
 #include "glog/logging.h"
 #include "scheduler/checkpoint_client.h"
+#include "scheduler/checkpoint_guard.h"
 #include "scheduler/job.h"
 #include "scheduler/scheduler_service.h"
 #include "scheduler/status_page.h"
@@ -60,6 +64,9 @@ ABSL_FLAG(std::string, status_listen, shardps::EnvOr("SHARDPS_STATUS_LISTEN", ""
           "Serve the status page (/) and its JSON (/status.json) here; port 0 "
           "picks a free port and prints PS_STATUS_LISTENING host:port; empty = "
           "off. Env: SHARDPS_STATUS_LISTEN.");
+ABSL_FLAG(absl::Duration, checkpoint_lock_wait, absl::Seconds(60),
+          "How long to wait for checkpoint.dir's lock while another scheduler holds it "
+          "(an old one still shutting down) before exiting 2 naming the holder.");
 
 namespace {
 
@@ -149,8 +156,29 @@ absl::StatusOr<std::unique_ptr<shardps::StatusPage>> StartStatusPage(
 // result line says it and every process that registers is told to stop). A
 // checkpoint directory of another job is refused now (false), not after the
 // servers registered.
-bool CheckCheckpointsAtStart(shardps::JobCoordinator* job, shardps::ServerOps* ops) {
+bool CheckCheckpointsAtStart(const shardps::JobConfig& config, const std::string& address,
+                             shardps::JobCoordinator* job, shardps::ServerOps* ops,
+                             std::unique_ptr<shardps::CheckpointDirLock>* held) {
   if (!job->CheckCheckpointDir().ok()) return true;  // Reported as the job's failure.
+  const std::string& dir = config.checkpoint().dir();
+  if (!dir.empty()) {
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    auto lock =
+        shardps::CheckpointDirLock::Acquire(dir,
+                                            absl::StrCat("job ", config.name(), ", pid ", getpid(),
+                                                         " on host ", host, ", serving ", address),
+                                            absl::GetFlag(FLAGS_checkpoint_lock_wait));
+    if (!lock.ok()) {
+      LOG(ERROR) << lock.status().message();
+      return false;
+    }
+    if (!(*lock)->locked()) {
+      LOG(WARNING) << "checkpoint.dir " << dir << ": the file system has no flock, so nothing "
+                   << "stops another job from writing this directory";
+    }
+    *held = std::move(*lock);
+  }
   auto points = ops->RestorePoints();
   if (!points.ok()) {
     LOG(ERROR) << points.status().message();
@@ -191,7 +219,9 @@ shardps::JobStatusResponse WaitUntilMembersHeard(const shardps::JobConfig& confi
       }
       if (never > 0) unheard.push_back(absl::StrCat(never, " members that never registered"));
     }
-    for (const shardps::MemberStatus& m : status.members()) {
+    std::vector<shardps::MemberStatus> members(status.members().begin(), status.members().end());
+    members.insert(members.end(), status.spares().begin(), status.spares().end());
+    for (const shardps::MemberStatus& m : members) {  // Spares too: they exit on it as well.
       if (m.state() != shardps::ALIVE) continue;
       if (now - absl::Seconds(m.last_heartbeat_age_sec()) <= ended) {
         unheard.push_back(
@@ -296,8 +326,10 @@ int main(int argc, char** argv) {
   std::string address;
   std::unique_ptr<grpc::Server> server = StartRpcServer(*config, &service, &port, &address);
   if (server == nullptr) return 2;
-  if (!absl::GetFlag(FLAGS_port_file).empty()) {
-    std::ofstream(absl::GetFlag(FLAGS_port_file)) << port << "\n";
+  // Atomically (a reader never sees half of it); an empty flag writes nothing.
+  if (absl::Status st = shardps::WritePortFile(absl::GetFlag(FLAGS_port_file), port); !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
   }
   if (absl::Status st = shardps::metrics::StartExposerFromFlags(); !st.ok()) {
     LOG(ERROR) << st;
@@ -312,7 +344,8 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   LOG(INFO) << "job \"" << config->name() << "\": waiting for " << config->cluster().num_servers()
             << " servers and " << config->cluster().num_workers() << " workers on " << address;
-  if (!CheckCheckpointsAtStart(&job, ops.get())) return 2;
+  std::unique_ptr<shardps::CheckpointDirLock> dir_lock;  // Held until the process exits.
+  if (!CheckCheckpointsAtStart(*config, address, &job, ops.get(), &dir_lock)) return 2;
   job.Start();
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);

@@ -289,6 +289,7 @@ absl::Status ParameterServerCore::RestorePartitions(const RestoreRequest& reques
       add();
     }
   }
+  MaybeStall("partitions_added");
   LOG(INFO) << "server " << server_index_ << " added " << request.partitions_size()
             << " partitions (" << rows << " rows) from " << files_read << " files of " << dir;
   response->set_rows(rows);

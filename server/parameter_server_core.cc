@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -96,6 +98,7 @@ ParameterServerCore::ParameterServerCore(const CoreOptions& options,
       server_index_(options.server_index),
       bsp_(options.config.cluster().mode() == BSP),
       checkpoint_write_delay_(options.checkpoint_write_delay),
+      testing_stalls_(options.testing_stalls),
       store_(std::move(store)),
       map_(std::make_shared<const PartitionMap>(std::move(map))),
       bsp_clocks_(options.server_index, options.config.cluster().num_workers(), store_.get(),
@@ -439,6 +442,16 @@ absl::Status ParameterServerCore::Control(const ControlRequest& request,
                      PartitionMap::FromOwners(request.map_version(), std::move(owners), servers));
     map = std::make_shared<const PartitionMap>(std::move(next));
   }
+  if (map != nullptr) {
+    const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
+    const std::vector<bool> next = OwnedPartitions(*map);
+    for (size_t p = 0; p < next.size(); ++p) {
+      if (next[p] && !owned[p]) {
+        MaybeStall("switching_map");
+        break;
+      }
+    }
+  }
   // Drops are checked against the map this request leaves, before anything
   // changes.
   std::vector<bool> drop;
@@ -488,6 +501,21 @@ absl::StatusOr<std::vector<bool>> ParameterServerCore::UnownedPartitionMask(
     }
   }
   return mask;
+}
+
+void ParameterServerCore::MaybeStall(const char* point) const {
+  for (const CoreOptions::Stall& stall : testing_stalls_) {
+    if (stall.point != point || std::filesystem::exists(stall.marker)) continue;
+    std::ofstream(stall.marker) << server_index_ << "\n";
+    LOG(WARNING) << "testing: server " << server_index_ << " stalls at " << point << " (marker "
+                 << stall.marker << ") until it is killed";
+    google::FlushLogFiles(google::GLOG_INFO);
+    absl::SleepFor(absl::Minutes(5));
+    LOG(ERROR) << "testing: nobody killed server " << server_index_ << " stalled at " << point
+               << " within 5 minutes; exiting";
+    google::FlushLogFiles(google::GLOG_INFO);
+    std::_Exit(87);
+  }
 }
 
 void ParameterServerCore::DropPartitions(const std::vector<bool>& drop, ControlResponse* response) {

@@ -174,7 +174,24 @@ struct CoreOptions {
   // Testing: each background checkpoint write sleeps this long before it
   // writes (fault tests kill a server during a write).
   absl::Duration checkpoint_write_delay = absl::ZeroDuration();
+  // Testing (ps_server --testing_stall_at; fault tests of resharding): a
+  // named point of the move at which the server stalls once. The first time
+  // it reaches `point` while `marker` does not exist, it writes its index
+  // into `marker` and blocks the call there (the test then SIGKILLs it); if
+  // nobody has after 5 minutes it exits with status 87. Points:
+  //   "partitions_added"  a Restore with partitions has added its rows and
+  //                       not answered yet;
+  //   "switching_map"     a Control whose map gives this server partitions
+  //                       it does not own yet, before the map is applied.
+  struct Stall {
+    std::string point;
+    std::string marker;
+  };
+  std::vector<Stall> testing_stalls;
 };
+
+// The points CoreOptions::Stall may name.
+inline constexpr const char* kStallPoints[] = {"partitions_added", "switching_map"};
 
 // Where a pull's values go. The core calls AddTable once per table of the
 // request, in request order, after every check has passed, and writes the
@@ -242,6 +259,8 @@ class ParameterServerCore {
   const JobConfig& config() const { return config_; }
   uint32_t server_index() const { return server_index_; }
   uint64_t map_version() const;
+  // The partition map this server holds (its owners and version).
+  std::shared_ptr<const PartitionMap> map() const { return CurrentMap(); }
   uint64_t applied_clock() const;
   uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
   TableStore* store() { return store_.get(); }
@@ -291,6 +310,8 @@ class ParameterServerCore {
   void DropPartitions(const std::vector<bool>& drop, ControlResponse* response);
   // owned[p]: whether this server owns partition p under `map`.
   std::vector<bool> OwnedPartitions(const PartitionMap& map) const;
+  // CoreOptions::testing_stalls: stalls here if one names `point`.
+  void MaybeStall(const char* point) const;
 
   // A checkpoint's files being written from its copy.
   struct CheckpointWrite {
@@ -347,6 +368,7 @@ class ParameterServerCore {
   const uint32_t server_index_;
   const bool bsp_;
   const absl::Duration checkpoint_write_delay_;
+  const std::vector<CoreOptions::Stall> testing_stalls_;
   const std::unique_ptr<TableStore> store_;
 
   // Shared by requests that read or change rows (their generation check and

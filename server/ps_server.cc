@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   core_options.server_index = options.server_index;
   core_options.map = options.map;
   core_options.checkpoint_write_delay = options.checkpoint_write_delay;
+  core_options.testing_stalls = options.testing_stalls;
   std::unique_ptr<PsServer> s(new PsServer());
   ASSIGN_OR_RETURN(s->core_, ParameterServerCore::Create(core_options));
   s->service_ = std::make_unique<PsService>(s->core_.get());

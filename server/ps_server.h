@@ -35,6 +35,8 @@ struct PsServerOptions {
   absl::Duration evict_every = absl::Seconds(10);
   // Testing (fault tests): CoreOptions::checkpoint_write_delay.
   absl::Duration checkpoint_write_delay = absl::ZeroDuration();
+  // Testing (fault tests): CoreOptions::testing_stalls.
+  std::vector<CoreOptions::Stall> testing_stalls;
 };
 
 class PsServer {

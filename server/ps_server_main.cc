@@ -18,17 +18,21 @@
 // process took its index, or it was unreachable for 3 x dead_after_ms).
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/client/scheduler_client.h"
 #include "common/config.h"
 #include "common/init.h"
@@ -68,6 +72,10 @@ ABSL_FLAG(int, table_helpers, -1,
 ABSL_FLAG(int, testing_checkpoint_write_delay_ms, 0,
           "Testing: each background checkpoint write sleeps this long first "
           "(fault tests kill a server during a write).");
+ABSL_FLAG(std::string, testing_stall_at, "",
+          "Testing: POINT:MARKER[,POINT:MARKER...]: the server stalls once at each "
+          "named point of a partition move until killed (partitions_added, "
+          "switching_map; server/parameter_server_core.h CoreOptions::Stall).");
 ABSL_FLAG(std::string, control_token_file, shardps::EnvOr("SHARDPS_CONTROL_TOKEN_FILE", ""),
           "Only for a server without --scheduler (tools, tests): a file holding the "
           "token (a decimal number, not 0) its Checkpoint, Restore and Control "
@@ -250,6 +258,26 @@ PsServerOptions OptionsFromFlags(const JobConfig& config) {
   return options;
 }
 
+// --testing_stall_at, parsed; INVALID_ARGUMENT naming a bad entry.
+absl::StatusOr<std::vector<CoreOptions::Stall>> StallsFromFlag() {
+  std::vector<CoreOptions::Stall> stalls;
+  const std::string flag = absl::GetFlag(FLAGS_testing_stall_at);
+  if (flag.empty()) return stalls;
+  for (absl::string_view entry : absl::StrSplit(flag, ',')) {
+    const std::vector<std::string> f = absl::StrSplit(entry, absl::MaxSplits(':', 1));
+    const bool known =
+        f.size() == 2 && std::any_of(std::begin(kStallPoints), std::end(kStallPoints),
+                                     [&](const char* p) { return f[0] == p; });
+    if (!known || f[1].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--testing_stall_at: \"", entry,
+                       "\": expected POINT:MARKER, POINT partitions_added or switching_map"));
+    }
+    stalls.push_back({f[0], f[1]});
+  }
+  return stalls;
+}
+
 // With eviction by clocks: polls the scheduler's clock every heartbeat_ms and
 // grants it to the core (nullptr without eviction by clocks).
 std::unique_ptr<metrics::Poller> FollowClockGrants(const JobConfig& config,
@@ -287,7 +315,14 @@ int Run() {
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
-  auto server = PsServer::Start(OptionsFromFlags(*config));
+  PsServerOptions options = OptionsFromFlags(*config);
+  absl::StatusOr<std::vector<CoreOptions::Stall>> stalls = StallsFromFlag();
+  if (!stalls.ok()) {
+    LOG(ERROR) << stalls.status().message();
+    return 2;
+  }
+  options.testing_stalls = *std::move(stalls);
+  auto server = PsServer::Start(options);
   if (!server.ok()) {
     LOG(ERROR) << server.status();
     return 1;

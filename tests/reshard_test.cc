@@ -2,11 +2,21 @@
 // job on 2 servers, with a spare third one registered (cluster.max_servers
 // 3), is moved to 3 servers and back to 2 while it trains (the Reshard RPC,
 // as ps_status --servers does), and ends with weights bit-identical to the
-// same job that never moved. The moves are placed by the job's clock (each
-// worker step takes >= kStepDelayMs), not by time.
+// same job that never moved: undisturbed, and with the destination SIGKILLed
+// in the middle of the move (restarted by the supervisor). The moves are
+// placed by the job's clock (each worker step takes >= kStepDelayMs), and
+// the kills by the points the servers stall at (ps_server
+// --testing_stall_at), not by time.
+#include <signal.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <optional>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
@@ -67,21 +77,67 @@ bool WaitForClock(SupervisedJob& job, uint64_t clock) {
   return status.ok();
 }
 
+// The rows every server held at its end (the sum of each one's last
+// PS_SERVER_RESULT rows=): a partition on two servers counts twice, one on
+// none not at all. nullopt if a server printed none.
+std::optional<uint64_t> RowsAtEnd(SupervisedJob& job, int servers) {
+  uint64_t total = 0;
+  for (int i = 0; i < servers; ++i) {
+    const std::string out = job.sup().Output(job.server(i));
+    const size_t at = out.rfind("PS_SERVER_RESULT");
+    if (at == std::string::npos) return std::nullopt;
+    const size_t r = out.find(" rows=", at);
+    uint64_t rows;
+    if (r == std::string::npos ||
+        !absl::SimpleAtoi(out.substr(r + 6, out.find(' ', r + 6) - r - 6), &rows)) {
+      return std::nullopt;
+    }
+    total += rows;
+  }
+  return total;
+}
+
+// Waits until a server stalled at a --testing_stall_at point (its marker
+// file exists); the index it wrote there, or nullopt (a test failure naming
+// `what`) after `timeout`.
+std::optional<int> WaitForStall(SupervisedJob& job, const std::string& marker,
+                                const std::string& what, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    int index = -1;
+    if (std::ifstream in(marker); in >> index) return index;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ADD_FAILURE() << "no server stalled " << what << " within " << timeout << " (marker " << marker
+                << ")\n"
+                << job.Logs();
+  return std::nullopt;
+}
+
 class ReshardTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     ASSERT_TRUE(
         testing::MakeSyntheticData(::testing::TempDir() + "/reshard_data", 80000, 10000, 4).ok());
   }
+
+  // The job that never moves, run once for the suite; `rows` its rows at
+  // the end.
+  static const JobOutcome& Still() {
+    if (!still_) {
+      SupervisedJob job(JobOptions("reshard_still", 2));
+      EXPECT_TRUE(job.Start().ok());
+      still_ = job.Finish(absl::Minutes(10), /*trained=*/true);
+      still_rows_ = RowsAtEnd(job, 2).value_or(0);
+    }
+    return *still_;
+  }
+  static inline std::optional<JobOutcome> still_;
+  static inline uint64_t still_rows_ = 0;
 };
 
 TEST_F(ReshardTest, BspTwoToThreeToTwoEndsBitIdentical) {
-  JobOutcome still;
-  {
-    SupervisedJob job(JobOptions("reshard_still", 2));
-    ASSERT_TRUE(job.Start().ok());
-    still = job.Finish(absl::Minutes(10), /*trained=*/true);
-  }
+  const JobOutcome& still = Still();
   ASSERT_EQ(still.code, 0) << still.result;
 
   SupervisedJob job(JobOptions("reshard_moved", 3));  // Server 2 is a spare.
@@ -105,11 +161,82 @@ TEST_F(ReshardTest, BspTwoToThreeToTwoEndsBitIdentical) {
   EXPECT_NE(still.checksum, 0u);
   EXPECT_EQ(moved.checksum, still.checksum) << "weights differ after the moves\n" << job.Logs();
   EXPECT_EQ(moved.auc, still.auc);
+  EXPECT_EQ(RowsAtEnd(job, 3), still_rows_) << "a partition on two servers or on none";
   std::printf("BSP: weights %016llx unmoved, %016llx moved 2 -> 3 -> 2 at clocks %llu, %llu\n",
               static_cast<unsigned long long>(still.checksum),
               static_cast<unsigned long long>(moved.checksum),
               static_cast<unsigned long long>(up->clock()),
               static_cast<unsigned long long>(down->clock()));
+}
+
+// The destination of the 2 -> 3 move (the spare, server 2) is SIGKILLed
+// twice in it: once after it added the moving partitions and before it
+// answered (the move fails before its switch, the old map stays; the move is
+// tried again once the supervisor has restarted it), then in the switch,
+// before it took the new map (a server lost under the new map: the job
+// rolls back to the move's cut). Every server holds the stall flags; the
+// markers make each stall happen once. The job then moves back to 2
+// servers and ends bit-identical to the job that never moved, with each
+// partition on exactly one server.
+TEST_F(ReshardTest, BspDestinationKilledMidMoveEndsBitIdentical) {
+  const JobOutcome& still = Still();
+  ASSERT_EQ(still.code, 0) << still.result;
+
+  SupervisedJob::Options o = JobOptions("reshard_killed", 3);
+  o.supervisor = {5, absl::Seconds(1)};
+  const std::string added = absl::StrCat(std::getenv("TEST_TMPDIR"), "/stall-partitions-added");
+  const std::string switching = absl::StrCat(std::getenv("TEST_TMPDIR"), "/stall-switching-map");
+  std::filesystem::remove(added);
+  std::filesystem::remove(switching);
+  o.server_flags = {
+      absl::StrCat("--testing_stall_at=partitions_added:", added, ",switching_map:", switching)};
+  SupervisedJob job(o);
+  ASSERT_TRUE(job.Start().ok());
+  ASSERT_TRUE(WaitForClock(job, 60));
+  const std::string address = job.address();
+  auto up = std::async(std::launch::async,
+                       [address] { return SchedulerClient(address).Reshard(3, absl::Minutes(4)); });
+
+  const std::optional<int> adding =
+      WaitForStall(job, added, "after adding the moving partitions", absl::Minutes(3));
+  ASSERT_TRUE(adding.has_value());
+  EXPECT_EQ(*adding, 2) << "the destination of 2 -> 3 is the spare";
+  job.sup().Signal(job.server(*adding), SIGKILL);
+  const std::optional<int> switched =
+      WaitForStall(job, switching, "in the map switch", absl::Minutes(3));
+  ASSERT_TRUE(switched.has_value());
+  EXPECT_EQ(*switched, 2);
+  job.sup().Signal(job.server(*switched), SIGKILL);
+
+  auto moved_up = up.get();
+  ASSERT_TRUE(moved_up.ok()) << moved_up.status() << "\n" << job.Logs();
+  EXPECT_GT(moved_up->partitions_moved(), 0u);
+  ASSERT_TRUE(WaitForClock(job, moved_up->clock() + 20));
+  SchedulerClient client(job.address());
+  auto down = client.Reshard(2, absl::Minutes(2));
+  ASSERT_TRUE(down.ok()) << down.status() << "\n" << job.Logs();
+  EXPECT_GT(down->partitions_moved(), 0u);
+  EXPECT_LT(down->clock(), kSteps) << "the second move must happen while the job trains";
+  auto status = client.JobStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->reshards(), 2u);
+  EXPECT_EQ(status->map_servers(), 2u);
+
+  const JobOutcome moved = job.Finish(absl::Minutes(10), /*trained=*/true);
+  EXPECT_EQ(moved.code, 0) << moved.result;
+  EXPECT_EQ(job.sup().Restarts(job.server(2)), 2) << "server 2 was killed twice";
+  EXPECT_GE(moved.recoveries, 1) << "the kill in the switch rolls the job back\n" << job.Logs();
+  EXPECT_NE(still.checksum, 0u);
+  EXPECT_EQ(moved.checksum, still.checksum) << "weights differ after the moves\n" << job.Logs();
+  EXPECT_EQ(moved.auc, still.auc);
+  EXPECT_EQ(RowsAtEnd(job, 3), still_rows_) << "a partition on two servers or on none";
+  std::printf(
+      "BSP, destination killed twice mid-move: weights %016llx unmoved, %016llx moved "
+      "2 -> 3 -> 2 at clocks %llu, %llu\n",
+      static_cast<unsigned long long>(still.checksum),
+      static_cast<unsigned long long>(moved.checksum),
+      static_cast<unsigned long long>(moved_up->clock()),
+      static_cast<unsigned long long>(down->clock()));
 }
 
 }  // namespace
