@@ -16,6 +16,9 @@ Prints, over the replica runs:
   - train-to-serve: from the cut (the manifest's cut_unix_micros, when the
     scheduler began the copy) to the version being served, p50/p99 over
     every version ("cut to serve" of the replica's log lines);
+  - the two parts of it: cut to MANIFEST (the checkpoint's write: the
+    servers' copy and files, then the MANIFEST; from each checkpoint's
+    manifest) and MANIFEST to served (up to one poll, then the build);
   - per version: the bytes of the checkpoint's own files against the rows
     they hold (a delta: the rows the cut touched), from the files
     (replica_bench_client --rows);
@@ -82,13 +85,37 @@ def versions(text):
     return out
 
 
+def write_times(ckpt):
+    """{clock: seconds from the cut to the MANIFEST} of the checkpoints in `ckpt`."""
+    out = {}
+    for name in os.listdir(ckpt):
+        path = os.path.join(ckpt, name, "MANIFEST")
+        if not name.startswith("ckpt-") or not os.path.exists(path):
+            continue
+        text = open(path).read()
+        cut = re.search(r"cut_unix_micros: (\d+)", text)
+        created = re.search(r"created_unix_micros: (\d+)", text)
+        if cut and created:
+            out[int(name[len("ckpt-"):])] = (int(created.group(1)) - int(cut.group(1))) / 1e6
+    return out
+
+
 def summary(vs):
-    """One line: cut to serve p50/p99, builds and bytes read, by how."""
+    """One line: cut to serve p50/p99 (and its two parts: the checkpoint's
+    write, cut to MANIFEST; the replica's, MANIFEST to served), builds and
+    bytes read, by how."""
     if not vs:
         return "no versions served"
     lat = [v["cut_to_serve_s"] for v in vs]
     parts = ["%d versions, cut to serve p50 %.3f s p99 %.3f s max %.3f s" % (
         len(vs), quantile(lat, 0.5), quantile(lat, 0.99), max(lat))]
+    split = [v for v in vs if "write_s" in v]
+    if split:
+        write = [v["write_s"] for v in split]
+        after = [v["cut_to_serve_s"] - v["write_s"] for v in split]
+        parts.append("cut to MANIFEST p50 %.3f s p99 %.3f s, MANIFEST to served p50 %.3f s p99 "
+                     "%.3f s" % (quantile(write, 0.5), quantile(write, 0.99),
+                                 quantile(after, 0.5), quantile(after, 0.99)))
     for how in ("incremental", "chain"):
         k = [v for v in vs if v["how"] == how]
         if k:
@@ -140,10 +167,14 @@ def run_job(args, bin_dir, data, run_dir, replica):
            "job_sps": float(fields(job.group(1))["samples_per_sec"]), "ckpt": ckpt,
            "config": config}
     if replica:
+        written = write_times(ckpt)
         res["versions"] = versions(text)
         res["report"] = re.findall(r"replica-0: last version .*", text)
         if other is not None:
             res["compare"] = versions(open(os.path.join(run_dir, "compare_replica.log")).read())
+        for v in res["versions"] + res.get("compare", []):
+            if v["version"] in written:
+                v["write_s"] = written[v["version"]]
     return res
 
 

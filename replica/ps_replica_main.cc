@@ -3,7 +3,7 @@
 // replicas").
 //
 //   ps_replica --config job.pbtxt [--checkpoint_dir DIR] [--listen 127.0.0.1:0]
-//              [--port N] [--port_file F] [--poll_ms 200] [--metrics_listen H:P]
+//              [--port N] [--port_file F] [--poll_ms 100] [--metrics_listen H:P]
 //              [TLS flags]
 //
 // Serves shardps.Replica (Predict, Lookup, Status; proto/replica.proto), the
@@ -48,7 +48,7 @@ ABSL_FLAG(std::string, listen, shardps::EnvOr("SHARDPS_LISTEN", "127.0.0.1:0"),
           "Address to serve on (host:port; port 0 picks a free one). Env: SHARDPS_LISTEN.");
 ABSL_FLAG(int, port, -1, "If >= 0: the port to serve on, replacing --listen's.");
 ABSL_FLAG(std::string, port_file, "", "Write the chosen port here once serving.");
-ABSL_FLAG(int, poll_ms, 200, "How often to look for a new complete checkpoint (ms).");
+ABSL_FLAG(int, poll_ms, 100, "How often to look for a new complete checkpoint (ms).");
 
 namespace {
 

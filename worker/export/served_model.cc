@@ -150,11 +150,7 @@ absl::Status ServedModel::Index() {
   for (const Table* table : params_->local_tables()->tables()) {
     const uint32_t id = table->id();
     const size_t dim = table->dim();
-    absl::flat_hash_set<uint64_t>& keys = keys_[id];
-    table->ForEachRow([&](uint64_t key, const float* payload) {
-      hash.Add(id, key, payload, dim);
-      keys.insert(key);
-    });
+    table->ForEachRow([&](uint64_t key, const float* payload) { hash.Add(id, key, payload, dim); });
     table->ForEachSharedRow(std::nullopt, [&](uint32_t, uint64_t key, const float* payload) {
       hash.Add(id, key, payload, dim);
     });
@@ -182,8 +178,7 @@ absl::Status ServedModel::Predict(absl::Span<const absl::string_view> lines,
 absl::Status ServedModel::Lookup(uint32_t table_id, absl::Span<const uint64_t> keys, uint32_t* dim,
                                  std::vector<bool>* found, std::vector<float>* values) const {
   Table* table = params_->local_tables()->FindTable(table_id);
-  auto present = keys_.find(table_id);
-  if (table == nullptr || present == keys_.end()) {
+  if (table == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("no table with id ", table_id));
   }
   *dim = table->dim();
@@ -193,7 +188,7 @@ absl::Status ServedModel::Lookup(uint32_t table_id, absl::Span<const uint64_t> k
   // An evaluation pull never inserts; keys without a row are zeroed after.
   table->Pull(keys.data(), keys.size(), /*train=*/false, values->data());
   for (size_t i = 0; i < keys.size(); ++i) {
-    (*found)[i] = present->second.contains(keys[i]);
+    (*found)[i] = table->Contains(keys[i]);
     if (!(*found)[i]) {
       std::fill_n(values->begin() + i * table->dim(), table->dim(), 0.0f);
     }

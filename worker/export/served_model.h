@@ -9,7 +9,9 @@
 // verified before a row is written). It then walks every table once to
 // compute the version's TableHash (common/table_hash.h: every row's
 // (table id, key, weights), shared unadmitted rows under their reserved
-// keys, as the checkpoint files hold them) and each table's key set.
+// keys, as the checkpoint files hold them). Lookup asks the table whether a
+// key has a row (no key set of its own, which each version would build and
+// hold).
 //
 // WithDeltas builds the next version from this one instead of from its
 // whole chain: a copy of this version's rows (weights, optimizer state,
@@ -47,8 +49,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -103,7 +103,7 @@ class ServedModel {
   // A model with empty tables: the store, the trainer and the line parser.
   static absl::StatusOr<std::unique_ptr<ServedModel>> Empty(const JobConfig& config);
   uint64_t NumDenseChunks() const;
-  absl::Status Index();  // Table hash, rows and key sets.
+  absl::Status Index();  // Table hash and rows.
 
   // Constant after Load. Destroyed bottom-up: the trainer before its store.
   JobConfig config_;
@@ -112,7 +112,6 @@ class ServedModel {
   uint64_t table_hash_ = 0;
   uint64_t rows_ = 0;
   std::unique_ptr<ParamStore> params_;
-  absl::flat_hash_map<uint32_t, absl::flat_hash_set<uint64_t>> keys_;  // By table id.
 
   mutable Mutex predict_mu_;
   std::unique_ptr<Trainer> trainer_ ABSL_GUARDED_BY(predict_mu_);
