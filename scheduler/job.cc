@@ -331,6 +331,9 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request, RegisterRe
     RETURN_IF_ERROR(ValidateReport(r.last_report(), max_step));
   }
   const absl::Time now = absl::Now();
+  if (request.role() == SERVER && request.rejoin().partition_owner_size() > 0) {
+    RETURN_IF_ERROR(AdoptRejoinedMap(request));
+  }
   auto reg = members_.Register(request, now);
   if (!reg.ok()) {
     LOG_EVERY_N(WARNING, 20) << "refused registration: " << reg.status();
@@ -348,6 +351,14 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request, RegisterRe
   if (reg->spare) {  // Outside the map: nothing waits for it, nothing recovers it.
     LOG(INFO) << "server " << m.index << " registered at " << m.address
               << " as a spare (cluster.max_servers): it owns no partitions until a move";
+    MutexLock lock(&state_.mu);
+    if (!state_.formed) {  // A rejoining server's map may still make it one of the map's.
+      if (request.has_rejoin()) {
+        state_.takeover.Rejoined(SERVER, m.index, request.rejoin());
+      } else {
+        state_.takeover.Fresh(SERVER, m.index);
+      }
+    }
     return absl::OkStatus();
   }
   bool notify;
@@ -358,6 +369,24 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request, RegisterRe
     state_.changed.SignalAll();
   }
   if (notify) state_.Notify();
+  return absl::OkStatus();
+}
+
+absl::Status JobCoordinator::AdoptRejoinedMap(const RegisterRequest& request) {
+  MutexLock lock(&state_.mu);                  // Formation reads the map under it.
+  if (state_.formed) return absl::OkStatus();  // This scheduler's map holds.
+  const Rejoin& r = request.rejoin();
+  const std::vector<uint32_t> owner(r.partition_owner().begin(), r.partition_owner().end());
+  absl::StatusOr<bool> adopted = members_.AdoptOwners(r.owner_map_version(), owner);
+  if (!adopted.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("rejoin of server ", request.requested_index(),
+                                                   ": ", adopted.status().message()));
+  }
+  if (*adopted) {
+    LOG(INFO) << "server " << request.requested_index() << " rejoined holding map version "
+              << r.owner_map_version() << " on " << members_.MapServers()
+              << " servers: the job goes on with its owners";
+  }
   return absl::OkStatus();
 }
 

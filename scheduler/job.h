@@ -247,6 +247,11 @@ class JobCoordinator {
   // servers must learn the active set again.
   bool AdmitLocked(const RegisterRequest& request, const Registration& reg, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // Before the job forms, a rejoining server's map (its owners) becomes the
+  // job's if it is the newest seen (Membership::AdoptOwners): a restarted
+  // scheduler goes on with the owners a move left. INVALID_ARGUMENT for
+  // owners that do not fit the job.
+  absl::Status AdoptRejoinedMap(const RegisterRequest& request) ABSL_LOCKS_EXCLUDED(state_.mu);
   void ApplyRejoinLocked(const RegisterRequest& request, uint32_t index)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 

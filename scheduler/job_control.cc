@@ -142,7 +142,7 @@ bool JobControl::Form() {
       state_.changed.WaitUntil(&state_.mu, now + absl::Milliseconds(50));
     }
     takeover = state_.takeover.active();
-    if (takeover) problem = state_.takeover.Problem();
+    if (takeover) problem = state_.takeover.Problem(members_.MapServers());
   }
   if (takeover && problem.empty()) {
     TakeOver();  // Every process came back with one state: the job goes on from it.

@@ -224,6 +224,30 @@ absl::StatusOr<PartitionMapProto> Membership::SetOwners(const std::vector<uint32
   return *map_;
 }
 
+absl::StatusOr<bool> Membership::AdoptOwners(uint64_t version, const std::vector<uint32_t>& owner) {
+  MutexLock lock(&mu_);
+  if (owner.size() != num_partitions_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "adopt owners: ", owner.size(), " owners, the job has ", num_partitions_, " partitions"));
+  }
+  const uint32_t servers = *std::max_element(owner.begin(), owner.end()) + 1;
+  if (servers > servers_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("adopt owners: server ", servers - 1,
+                                                   " is beyond the job's ", servers_.size(),
+                                                   " server slots (cluster.max_servers)"));
+  }
+  if (version <= adopted_version_) return false;
+  adopted_version_ = version;
+  if (owner == owner_ && servers == map_servers_) return true;
+  owner_ = owner;
+  map_servers_ = servers;
+  // The next map is newer than both the current one and `version`.
+  min_version_ = std::max({min_version_, version + 1, map_ ? map_->version() + 1 : 1});
+  map_.reset();
+  RebuildMapLocked();
+  return true;
+}
+
 absl::StatusOr<HeartbeatVerdict> Membership::Heartbeat(Role role, uint32_t index,
                                                        uint64_t incarnation, absl::Time now) {
   MutexLock lock(&mu_);

@@ -131,6 +131,15 @@ class Membership {
   // partition or names a server beyond the slots; FAILED_PRECONDITION if a
   // server it names has not registered or the map is not complete yet.
   absl::StatusOr<PartitionMapProto> SetOwners(const std::vector<uint32_t>& owner);
+  // A restarted scheduler, before the job forms: a server of the earlier one
+  // rejoined holding a map with owners `owner` at `version`. If `version`
+  // is above every one adopted so far, the map takes those owners and its
+  // servers become [0, max(owner)] (a move of the earlier scheduler holds),
+  // at a version above `version`; the map is complete again once those
+  // servers registered. Returns whether it adopted them. INVALID_ARGUMENT
+  // (nothing changes) if `owner` has not one entry per partition or names a
+  // server beyond the slots.
+  absl::StatusOr<bool> AdoptOwners(uint64_t version, const std::vector<uint32_t>& owner);
 
   // The map's servers and every worker.
   std::vector<Member> Members() const;
@@ -160,7 +169,8 @@ class Membership {
   std::vector<uint32_t> owner_ ABSL_GUARDED_BY(mu_);  // Partition -> server.
   std::vector<Member> workers_ ABSL_GUARDED_BY(mu_);
   std::optional<PartitionMapProto> map_ ABSL_GUARDED_BY(mu_);
-  uint64_t min_version_ ABSL_GUARDED_BY(mu_) = 1;  // RaiseMapVersionAbove.
+  uint64_t min_version_ ABSL_GUARDED_BY(mu_) = 1;      // RaiseMapVersionAbove.
+  uint64_t adopted_version_ ABSL_GUARDED_BY(mu_) = 0;  // AdoptOwners.
 };
 
 }  // namespace shardps

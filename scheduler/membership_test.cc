@@ -250,5 +250,37 @@ TEST(MembershipSpareTest, SetOwnersMovesServersIntoAndOutOfTheMap) {
   EXPECT_EQ(m.Map()->owner(1), 1u);
 }
 
+// A restarted scheduler takes the owners a server of the earlier one held
+// (the newest version seen), so the job goes on with the moved map.
+TEST(MembershipSpareTest, AdoptOwnersOfARejoiningServerMakesASpareOneOfTheMap) {
+  Membership m(GrowableConfig(), 42);
+  const absl::Time now = absl::Now();
+  std::vector<uint32_t> three(16);
+  for (uint32_t p = 0; p < 16; ++p) three[p] = p % 3;
+  EXPECT_EQ(m.AdoptOwners(5, std::vector<uint32_t>(15, 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.AdoptOwners(5, std::vector<uint32_t>(16, 4)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(m.Register(Req(SERVER, "a:1", 0), now).ok());
+  ASSERT_TRUE(m.Register(Req(SERVER, "b:2", 1), now).ok());
+  ASSERT_TRUE(m.Map().has_value());
+  auto adopted = m.AdoptOwners(5, three);
+  ASSERT_TRUE(adopted.ok());
+  EXPECT_TRUE(*adopted);
+  EXPECT_EQ(m.MapServers(), 3u);
+  EXPECT_FALSE(m.Map().has_value()) << "server 2 of the adopted map has not registered";
+  auto s2 = m.Register(Req(SERVER, "s:9", 2), now);
+  ASSERT_TRUE(s2.ok());
+  EXPECT_FALSE(s2->spare);
+  auto map = m.Map();
+  ASSERT_TRUE(map.has_value());
+  EXPECT_GT(map->version(), 5u);
+  EXPECT_EQ(map->server_addresses_size(), 3);
+  for (uint32_t p = 0; p < 16; ++p) EXPECT_EQ(map->owner(p), p % 3);
+  // An older map another server rejoins with changes nothing.
+  EXPECT_FALSE(*m.AdoptOwners(4, std::vector<uint32_t>(16, 0)));
+  EXPECT_EQ(m.Map()->owner(2), 2u);
+}
+
 }  // namespace
 }  // namespace shardps

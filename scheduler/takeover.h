@@ -13,6 +13,7 @@
 #define SHARDPS_SCHEDULER_TAKEOVER_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -33,10 +34,14 @@ class Takeover {
   // Some process rejoined: this scheduler takes over an earlier one's job.
   bool active() const { return !rejoins_.empty(); }
   // Why the rejoined state cannot be taken over as it is ("" if it can): a
-  // process came back without state, the rejoined ones are in different
-  // generations (a rollback was under way), or the job had not started.
-  std::string Problem() const;
-  // The generation every rejoined process is in (when Problem() is "").
+  // process came back without state (a server of the map that did not
+  // rejoin counts), the rejoined ones are in different generations (a
+  // rollback was under way), the map's servers hold different maps (a move
+  // was under way), or the job had not started. Only the map's servers,
+  // [0, map_servers), and the workers count: spare servers hold nothing.
+  std::string Problem(uint32_t map_servers = UINT32_MAX) const;
+  // The generation every rejoined process is in (when Problem() is ""):
+  // server 0's, which every map has.
   uint64_t generation() const;
   // The largest generation a rejoined process was in, or `current` if larger.
   uint64_t MaxGeneration(uint64_t current) const;

@@ -54,5 +54,25 @@ TEST(TakeoverTest, TheLastRegistrationOfAProcessCounts) {
   EXPECT_NE(t.Problem(), "");
 }
 
+TEST(TakeoverTest, SparesDoNotCountAndTheMapServersMustHoldOneMap) {
+  Rejoin on_map2 = InGeneration(7);
+  on_map2.set_owner_map_version(2);
+  Takeover t;
+  t.Rejoined(SERVER, 0, on_map2);
+  t.Rejoined(SERVER, 1, on_map2);
+  t.Fresh(SERVER, 2);  // A spare without state.
+  t.Rejoined(WORKER, 0, InGeneration(7));
+  EXPECT_EQ(t.Problem(2), "");
+  // The same server 2 in a map of three servers: it has no state.
+  EXPECT_EQ(t.Problem(3), "server 2 registered without the state it had (a new process)");
+  t.Rejoined(SERVER, 2, InGeneration(0));  // An idle spare rejoins.
+  EXPECT_EQ(t.Problem(2), "");
+  Rejoin on_map3 = InGeneration(7);
+  on_map3.set_owner_map_version(3);
+  t.Rejoined(SERVER, 1, on_map3);  // It took the switch of a move, server 0 did not.
+  EXPECT_EQ(t.Problem(2),
+            "the servers hold different partition maps (versions 2,3): a move was under way");
+}
+
 }  // namespace
 }  // namespace shardps

@@ -123,7 +123,12 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> JoinScheduler(const JobConfig& 
   request.set_requested_index(reg->index());
   client->EnableRejoin(
       request, [core] { return core->map_version(); }, [core] { return core->generation(); },
-      [server](const RegisterResponse& r) { server->set_control_token(r.control_token()); });
+      [server](const RegisterResponse& r) { server->set_control_token(r.control_token()); },
+      [core](Rejoin* r) {  // A restarted scheduler learns the owners a move left.
+        const std::shared_ptr<const PartitionMap> map = core->map();
+        r->set_owner_map_version(map->version());
+        for (uint32_t owner : map->owners()) r->add_partition_owner(owner);
+      });
   client->StartHeartbeats(SERVER, reg->index(), reg->job_id(),
                           absl::Milliseconds(config.cluster().heartbeat_ms()),
                           absl::Milliseconds(config.cluster().dead_after_ms() * 3),

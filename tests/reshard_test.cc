@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -236,6 +237,58 @@ TEST_F(ReshardTest, BspDestinationKilledMidMoveEndsBitIdentical) {
       static_cast<unsigned long long>(still.checksum),
       static_cast<unsigned long long>(moved.checksum),
       static_cast<unsigned long long>(moved_up->clock()),
+      static_cast<unsigned long long>(down->clock()));
+}
+
+// The scheduler is SIGKILLed after a 2 -> 3 move and restarted by the
+// supervisor: the servers rejoin holding the moved map, and the restarted
+// scheduler takes the job over on it (3 servers), moves it back to 2 and
+// ends bit-identical to the job that never moved.
+TEST_F(ReshardTest, BspSchedulerKilledAfterMoveEndsBitIdentical) {
+  const JobOutcome& still = Still();
+  ASSERT_EQ(still.code, 0) << still.result;
+
+  SupervisedJob::Options o = JobOptions("reshard_scheduler", 3);
+  o.supervisor = {5, absl::Seconds(1)};
+  SupervisedJob job(o);
+  ASSERT_TRUE(job.Start().ok());
+  ASSERT_TRUE(WaitForClock(job, 60));
+  auto up = SchedulerClient(job.address()).Reshard(3, absl::Minutes(2));
+  ASSERT_TRUE(up.ok()) << up.status() << "\n" << job.Logs();
+  EXPECT_GT(up->partitions_moved(), 0u);
+  ASSERT_TRUE(WaitForClock(job, up->clock() + 20));
+
+  job.sup().Signal(job.scheduler(), SIGKILL);
+  auto back = job.WaitFor(
+      "the restarted scheduler running the job on the moved map",
+      [&job](const JobStatusResponse& s) {
+        return job.sup().Restarts(job.scheduler()) == 1 && s.state() == "running" &&
+               s.map_servers() == 3;
+      },
+      absl::Minutes(2));
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << job.Logs();
+  EXPECT_GT(back->map_version(), up->map_version());
+  ASSERT_TRUE(WaitForClock(job, back->min_clock() + 20));
+  SchedulerClient client(job.address());
+  auto down = client.Reshard(2, absl::Minutes(2));
+  ASSERT_TRUE(down.ok()) << down.status() << "\n" << job.Logs();
+  EXPECT_GT(down->partitions_moved(), 0u);
+  EXPECT_LT(down->clock(), kSteps) << "the second move must happen while the job trains";
+
+  const JobOutcome moved = job.Finish(absl::Minutes(10), /*trained=*/true);
+  EXPECT_EQ(moved.code, 0) << moved.result;
+  EXPECT_EQ(job.sup().Restarts(job.scheduler()), 1);
+  EXPECT_TRUE(absl::StrContains(job.SchedulerLog(), "the job goes on with its owners"))
+      << job.Logs();
+  EXPECT_NE(still.checksum, 0u);
+  EXPECT_EQ(moved.checksum, still.checksum) << "weights differ after the moves\n" << job.Logs();
+  EXPECT_EQ(moved.auc, still.auc);
+  EXPECT_EQ(RowsAtEnd(job, 3), still_rows_) << "a partition on two servers or on none";
+  std::printf(
+      "BSP, scheduler killed after a move: weights %016llx unmoved, %016llx moved "
+      "2 -> 3 (clock %llu), scheduler restarted, -> 2 (clock %llu)\n",
+      static_cast<unsigned long long>(still.checksum),
+      static_cast<unsigned long long>(moved.checksum), static_cast<unsigned long long>(up->clock()),
       static_cast<unsigned long long>(down->clock()));
 }
 

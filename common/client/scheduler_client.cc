@@ -40,8 +40,10 @@ SchedulerClient::SchedulerClient(const std::string& address)
 
 void SchedulerClient::EnableRejoin(RegisterRequest base, std::function<uint64_t()> map_version,
                                    std::function<uint64_t()> generation,
-                                   std::function<void(const RegisterResponse&)> on_rejoined) {
+                                   std::function<void(const RegisterResponse&)> on_rejoined,
+                                   std::function<void(Rejoin*)> add_state) {
   MutexLock lock(&mu_);
+  add_rejoin_state_ = std::move(add_state);
   rejoin_base_ = std::move(base);
   on_rejoined_ = std::move(on_rejoined);
   map_version_ = std::move(map_version);
@@ -87,6 +89,7 @@ absl::Status SchedulerClient::RejoinNow() {
     r->set_generation(generation_source_ ? generation_source_() : generation_.load());
     r->set_finished(finished_);
     if (last_report_) *r->mutable_last_report() = *last_report_;
+    if (add_rejoin_state_) add_rejoin_state_(r);
     on_rejoined = on_rejoined_;
   }
   grpc::ClientContext ctx;

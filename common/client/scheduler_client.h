@@ -101,10 +101,13 @@ class SchedulerClient {
   // `generation`: the job generation the process is in (servers: the one
   // its tables were restored into; null: set_generation's value).
   // `on_rejoined`: called with the scheduler's answer after each successful
-  // rejoin (servers adopt its control_token; may be null).
+  // rejoin (servers adopt its control_token; may be null). `add_state`:
+  // adds the process's own state to each rejoin (servers: the owners of
+  // their map; may be null).
   void EnableRejoin(RegisterRequest base, std::function<uint64_t()> map_version,
                     std::function<uint64_t()> generation = nullptr,
-                    std::function<void(const RegisterResponse&)> on_rejoined = nullptr);
+                    std::function<void(const RegisterResponse&)> on_rejoined = nullptr,
+                    std::function<void(Rejoin*)> add_state = nullptr);
   // A worker that (re)started at `clock` from `position` in `generation`
   // (its state to rejoin with until its first tick; clock calls carry the
   // generation from now on).
@@ -137,6 +140,7 @@ class SchedulerClient {
   mutable Mutex mu_;
   std::optional<RegisterRequest> rejoin_base_ ABSL_GUARDED_BY(mu_);
   std::function<uint64_t()> map_version_ ABSL_GUARDED_BY(mu_);
+  std::function<void(Rejoin*)> add_rejoin_state_ ABSL_GUARDED_BY(mu_);
   std::function<uint64_t()> generation_source_ ABSL_GUARDED_BY(mu_);
   std::function<void(const RegisterResponse&)> on_rejoined_ ABSL_GUARDED_BY(mu_);
   uint64_t acked_clock_ ABSL_GUARDED_BY(mu_) = 0;
