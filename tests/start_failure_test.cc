@@ -2,10 +2,13 @@
 // after the failure (its servers never came, start_deadline_ms passed) is
 // told so when it registers, and exits non-zero naming the failure, instead
 // of retrying an address nobody answers until its own start_deadline_ms.
+// And a second job pointed at a checkpoint directory in use is refused at
+// start, naming the scheduler that holds it.
 #include <fstream>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/testing/job_util.h"
@@ -64,6 +67,58 @@ TEST(StartFailureTest, AWorkerStartedAfterTheJobFailedAtStartExitsSaying) {
   EXPECT_TRUE(absl::StrContains(log, "the job failed: servers [0,1] did not register within"))
       << log;
   scheduler.Signal(SIGKILL);
+}
+
+TEST(StartFailureTest, ASecondSchedulerOnACheckpointDirInUseExitsNamingTheHolder) {
+  const std::string dir = testing::TestDir("dir_in_use");
+  const std::string config = dir + "/job.pbtxt";
+  std::ofstream(config) << R"pb(
+        name: "dir-owner"
+        training { batch_size: 64 epochs: 1 intra_op_threads: 1 }
+        cluster { num_servers: 1 num_workers: 1 num_partitions: 16 mode: BSP }
+      )pb" << testing::kSmallDlrmTables
+                        << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n"
+                        << "checkpoint { dir: \"" << dir << "/ckpt\" }\n";
+  auto start = [&](Subprocess& s, const std::string& log) {
+    return s.Start(
+        {RunfilePath("scheduler/ps_scheduler"), "--config=" + config, "--checkpoint_lock_wait=1s"},
+        dir + "/" + log);
+  };
+  Subprocess first;
+  ASSERT_TRUE(start(first, "first.log").ok());
+  auto address = first.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
+  ASSERT_TRUE(address.ok()) << address.status();
+  // The first holds the directory once the lock file names it (written
+  // after the lock is taken).
+  const std::string holder = "job dir-owner, pid " + std::to_string(first.pid());
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!absl::StrContains(testing::ReadFile(dir + "/ckpt/LOCK"), holder)) {
+    ASSERT_LT(absl::Now(), deadline) << "the first scheduler never took " << dir << "/ckpt/LOCK\n"
+                                     << testing::ReadFile(dir + "/first.log");
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+
+  Subprocess second;
+  ASSERT_TRUE(start(second, "second.log").ok());
+  const absl::StatusOr<int> code = second.Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << "the second scheduler did not exit: " << code.status();
+  EXPECT_EQ(*code, 2);
+  const std::string log = testing::ReadFile(dir + "/second.log");
+  EXPECT_TRUE(absl::StrContains(log, "is in use by another scheduler (" + holder)) << log;
+
+  // The holder killed: a scheduler started again takes the directory.
+  first.Signal(SIGKILL);
+  ASSERT_TRUE(first.Wait(absl::Seconds(30)).ok());
+  Subprocess again;
+  ASSERT_TRUE(start(again, "again.log").ok());
+  auto again_address = again.WaitForLine("PS_SCHEDULER_LISTENING ", absl::Seconds(60));
+  ASSERT_TRUE(again_address.ok()) << again_address.status();
+  auto again_waiting = testing::WaitForJob(
+      *again_address, "the restarted scheduler to wait for its members",
+      [](const JobStatusResponse& s) { return s.state() == "waiting"; }, absl::Seconds(60));
+  EXPECT_TRUE(again_waiting.ok()) << again_waiting.status()
+                                  << testing::ReadFile(dir + "/again.log");
+  again.Signal(SIGKILL);
 }
 
 }  // namespace
