@@ -191,6 +191,8 @@ class GrpcServerOps final : public ServerOps {
     } else {
       request.set_clock(point.clock);
     }
+    request.set_map_version(map.version());  // Each server restores what this map gives it.
+    for (uint32_t owner : map.owner()) request.add_partition_owner(owner);
     std::vector<RestoreResponse> responses(map.server_addresses_size());
     const absl::Status st = ForEachServer(map, index, [&](uint32_t i, const std::string& address) {
       grpc::ClientContext ctx;

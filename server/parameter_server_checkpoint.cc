@@ -213,7 +213,8 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
   // The manifest's config fingerprint is not compared: it covers the number
   // of servers, and a checkpoint may be restored onto another server count.
   // Each file's table schemas are checked instead.
-  const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
+  ASSIGN_OR_RETURN(std::shared_ptr<const PartitionMap> map, RestoreMap(request));
+  const std::vector<bool> owned = OwnedPartitions(*map);
   ASSIGN_OR_RETURN(const std::vector<LoadedFiles> chain,
                    LoadOwnedChain(source.checkpoint, owned, TableSchemas(*store_)));
   const uint64_t clock = manifest.clock();
@@ -226,6 +227,10 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
   }
   {
     WriterMutexLock state(&state_mu_);
+    {
+      MutexLock lock(&map_mu_);
+      if (map_->version() <= map->version()) map_ = std::move(map);
+    }
     rows = ApplyChain(chain, owned, store_.get());
     // The tables now equal the checkpoint: the only base for the next delta
     // (deltas on earlier bases would miss the deletions Clear() forgot).
@@ -245,6 +250,28 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
   response->set_files_read(files_read);
   response->set_bytes_read(bytes_read);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const PartitionMap>> ParameterServerCore::RestoreMap(
+    const RestoreRequest& request) const {
+  std::shared_ptr<const PartitionMap> current = CurrentMap();
+  if (request.partition_owner_size() == 0) return current;
+  const uint32_t parts = config_.cluster().num_partitions();
+  if (static_cast<uint32_t>(request.partition_owner_size()) != parts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Restore: map has ", request.partition_owner_size(), " partitions, the job ", parts));
+  }
+  if (request.map_version() < current->version()) {
+    LOG(WARNING) << "Restore: map version " << request.map_version()
+                 << " is older than this server's " << current->version() << "; keeping it";
+    return current;
+  }
+  std::vector<uint32_t> owners(request.partition_owner().begin(), request.partition_owner().end());
+  const uint32_t servers = std::max(config_.cluster().num_servers(),
+                                    *std::max_element(owners.begin(), owners.end()) + 1);
+  ASSIGN_OR_RETURN(PartitionMap map,
+                   PartitionMap::FromOwners(request.map_version(), std::move(owners), servers));
+  return std::make_shared<const PartitionMap>(std::move(map));
 }
 
 absl::Status ParameterServerCore::RestorePartitions(const RestoreRequest& request,

@@ -308,6 +308,11 @@ class ParameterServerCore {
   absl::Status RestorePartitions(const RestoreRequest& request, RestoreResponse* response);
   // Control's drop_partitions, checked (UnownedPartitionMask).
   void DropPartitions(const std::vector<bool>& drop, ControlResponse* response);
+  // The map a full Restore restores under: the request's (RestoreRequest
+  // map_version, partition_owner) unless it is older than the server's, else
+  // the server's. INVALID_ARGUMENT for owners that do not fit the job.
+  absl::StatusOr<std::shared_ptr<const PartitionMap>> RestoreMap(
+      const RestoreRequest& request) const;
   // owned[p]: whether this server owns partition p under `map`.
   std::vector<bool> OwnedPartitions(const PartitionMap& map) const;
   // CoreOptions::testing_stalls: stalls here if one names `point`.

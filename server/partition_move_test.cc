@@ -198,6 +198,36 @@ TEST_F(RefusalTest, ARestoredPartitionKeepsTheServersOwnRows) {
   EXPECT_EQ(job_.core(0).applied_clock(), 2u);
 }
 
+// A rollback's full restore carries the scheduler's map: a server that
+// missed a switch restores what that map gives it, not what its own did.
+TEST_F(RefusalTest, AFullRestoreTakesTheMapItCarries) {
+  const auto owner = [](uint32_t p) { return p < 10 || p >= 64 ? 1u : 0u; };
+  RestoreRequest request;
+  request.set_clock(2);
+  request.set_map_version(3);
+  for (uint32_t p = 0; p < kParts; ++p) request.add_partition_owner(owner(p));
+  RestoreResponse response;
+  ASSERT_TRUE(job_.core(0).Restore(request, &response).ok());
+  EXPECT_EQ(job_.core(0).map_version(), 3u);
+  uint64_t rows0 = 0;
+  for (const auto& [id, payload] : before_) {
+    rows0 += owner(PartitionOf(id.first, id.second, kParts)) == 0;
+  }
+  ASSERT_GT(rows0, 0u);
+  EXPECT_EQ(response.rows(), rows0);
+  // An older map than the server's is not taken: it restores under its own.
+  request.set_map_version(2);
+  for (uint32_t p = 0; p < kParts; ++p) request.set_partition_owner(p, 0);
+  ASSERT_TRUE(job_.core(0).Restore(request, &response).ok());
+  EXPECT_EQ(job_.core(0).map_version(), 3u);
+  EXPECT_EQ(response.rows(), rows0);
+  // Owners that do not fit the job are refused.
+  request.set_map_version(4);
+  request.add_partition_owner(0);
+  EXPECT_EQ(job_.core(0).Restore(request, &response).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job_.core(0).map_version(), 3u);
+}
+
 TEST(SpareServerTest, AServerBeyondNumServersStartsOwningNothing) {
   CoreOptions options;
   options.config = testing::Config(2);
