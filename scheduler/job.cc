@@ -271,6 +271,9 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
   response->set_map_servers(members_.MapServers());
   response->set_reshards(state_.reshard.moves);
   response->set_partitions_moved(state_.reshard.partitions_moved);
+  response->set_reshard_rows_moved(state_.reshard.rows_moved);
+  response->set_reshard_bytes_moved(state_.reshard.bytes_moved);
+  response->set_last_reshard_sec(state_.reshard.last_sec);
   for (const RecoveryReport& r : state_.recovery.reports()) *response->add_recoveries() = r;
   response->set_last_checkpoint_hold_sec(state_.cuts.last_hold_sec());
   response->set_last_checkpoint_write_sec(state_.cuts.last_write_sec());

@@ -97,7 +97,8 @@ class JobControl {
   // force (the destinations drop what they added); once the new map is set
   // `moved` counts the move, and a server failing during the switch is a
   // server failure (a recovery follows, under the new map).
-  absl::Status Move(uint64_t clock, uint32_t target, uint32_t* moved);
+  // `stats`: the rows and bytes the destinations read.
+  absl::Status Move(uint64_t clock, uint32_t target, uint32_t* moved, RestoreStats* stats);
 
   // ---- job_cuts.cc ----
   // Once every worker is finished or dead (and, with dead ones left, the

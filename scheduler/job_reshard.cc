@@ -25,7 +25,8 @@ bool ServerUnreachable(const absl::Status& st) {
 
 }  // namespace
 
-absl::Status JobControl::Move(uint64_t clock, uint32_t target, uint32_t* moved) {
+absl::Status JobControl::Move(uint64_t clock, uint32_t target, uint32_t* moved,
+                              RestoreStats* stats) {
   *moved = 0;
   const std::optional<PartitionMapProto> map = members_.Map();
   if (!map) return absl::FailedPreconditionError("no partition map");
@@ -76,7 +77,7 @@ absl::Status JobControl::Move(uint64_t clock, uint32_t target, uint32_t* moved) 
   for (uint32_t r = 0; r < states.size(); ++r) {
     if (states[r] == ClockService::WorkerState::kLive) active.push_back(r);
   }
-  RestoreStats total;
+  RestoreStats& total = *stats;
   for (const auto& [index, partitions] : added) {
     absl::StatusOr<RestoreStats> stats =
         ops_->AddPartitions(addressed, index, point, partitions, generation);
@@ -156,10 +157,12 @@ void JobControl::Reshard(uint64_t clock, uint64_t serving) {
     target = state_.reshard.target;
     requested = state_.reshard.requested;
   }
+  const absl::Time start = absl::Now();
   absl::Status st = Cut(clock, /*next=*/clock, serving);  // Keeps the hold.
   bool retry = AfterCut(clock, st);  // The cut is tried again, and the move with it.
   uint32_t moved = 0;
-  if (st.ok()) st = Move(clock, target, &moved);
+  RestoreStats stats;
+  if (st.ok()) st = Move(clock, target, &moved, &stats);
   // A server of the move gone or unreachable before the switch: the move is
   // tried again once it is back.
   const bool server_trouble = moved == 0 && ServerUnreachable(st);
@@ -191,6 +194,9 @@ void JobControl::Reshard(uint64_t clock, uint64_t serving) {
         r.clock = clock;
         ++r.moves;
         r.partitions_moved += moved;
+        r.rows_moved += stats.rows;
+        r.bytes_moved += stats.bytes;
+        r.last_sec = absl::ToDoubleSeconds(now - start);
       }
     }
     state_.changed.SignalAll();

@@ -164,7 +164,10 @@ class JobState {
     uint64_t clock = 0;  // Of the last move.
     uint32_t moves = 0;  // Reshards that moved partitions.
     uint64_t partitions_moved = 0;
-    uint32_t last_moved = 0;  // Partitions of the last request served.
+    uint32_t last_moved = 0;   // Partitions of the last request served.
+    uint64_t rows_moved = 0;   // By the moves, on their destinations.
+    uint64_t bytes_moved = 0;  // Checkpoint bytes the destinations read.
+    double last_sec = 0;       // The last move, from its cut to its switch.
     // A move that failed before its switch because a server of it was gone
     // or unreachable is tried again, not before `retry_after` (a backoff
     // from two heartbeat periods, doubling up to 5 s) and once every server

@@ -11,7 +11,9 @@
 // latest complete checkpoint in checkpoint.dir, if there is one.
 //
 // Prints "PS_SCHEDULER_LISTENING host:port" once serving, and at the end
-// "PS_JOB_RESULT state=... recoveries=N recovery_sec=S ...", with periodic
+// "PS_JOB_RESULT state=... recoveries=N recovery_sec=S ... reshards=M
+// partitions_moved=P" (the moves of partitions, docs/design.md "Resharding"),
+// with periodic
 // evaluation also "evaluations=N best_clock=C best_auc=A early_stopped_at=S"
 // (the checkpoint kept as the best one; S = 0: not stopped early), and with
 // cluster.on_worker_loss DROP "untrained_samples=N" when a lost worker's
@@ -274,13 +276,13 @@ void PrintJobResult(const shardps::JobStatusResponse& status) {
   std::printf(
       "PS_JOB_RESULT state=%s samples=%llu samples_per_sec=%.0f eval_auc=%.6f eval_logloss=%.6f "
       "max_clock=%llu max_spread=%llu elapsed_sec=%.1f recoveries=%d recovery_sec=%.2f "
-      "generation=%llu%s%s\n",
+      "generation=%llu reshards=%u partitions_moved=%llu%s%s\n",
       status.state().c_str(), static_cast<unsigned long long>(status.total_samples()),
       status.elapsed_sec() > 0 ? status.total_samples() / status.elapsed_sec() : 0.0,
       status.eval_auc(), status.eval_loss(), static_cast<unsigned long long>(status.max_clock()),
       static_cast<unsigned long long>(status.max_spread()), status.elapsed_sec(), recoveries,
-      recovery_sec, static_cast<unsigned long long>(status.generation()),
-      EvaluationFields(status).c_str(),
+      recovery_sec, static_cast<unsigned long long>(status.generation()), status.reshards(),
+      static_cast<unsigned long long>(status.partitions_moved()), EvaluationFields(status).c_str(),
       status.untrained_samples() > 0
           ? absl::StrCat(" untrained_samples=", status.untrained_samples()).c_str()
           : "");

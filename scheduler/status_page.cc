@@ -251,6 +251,14 @@ std::string StatusJson(const JobStatusResponse& status, const std::vector<Status
   out += "],";
   AppendEvaluations(&out, status);
   absl::StrAppend(&out, "\"generation\":", status.generation(), ",");
+  absl::StrAppend(&out, "\"map_version\":", status.map_version(),
+                  ",\"map_servers\":", status.map_servers(), ",\"reshards\":", status.reshards(),
+                  ",\"partitions_moved\":", status.partitions_moved(),
+                  ",\"reshard_rows_moved\":", status.reshard_rows_moved(),
+                  ",\"reshard_bytes_moved\":", status.reshard_bytes_moved(), ",");
+  Key(&out, "last_reshard_sec");
+  AppendNumber(&out, status.last_reshard_sec());
+  out += ",";
   Key(&out, "checkpoint_hold_sec");
   AppendNumber(&out, status.last_checkpoint_hold_sec());
   out += ",";
@@ -342,6 +350,28 @@ void ExportRecoveryMetrics(const JobStatusResponse& status) {
   }
 }
 
+// The partition map and the moves that changed it (docs/design.md,
+// "Resharding").
+void ExportReshardMetrics(const JobStatusResponse& status) {
+  using metrics::GetGauge;
+  GetGauge("shardps_scheduler_map_version", "The partition map's version.")
+      .Set(static_cast<double>(status.map_version()));
+  GetGauge("shardps_scheduler_map_servers", "The servers the partition map names.")
+      .Set(status.map_servers());
+  GetGauge("shardps_scheduler_reshards", "Moves of partitions done (ps_status --servers).")
+      .Set(status.reshards());
+  GetGauge("shardps_scheduler_reshard_partitions_moved", "Partitions the moves moved.")
+      .Set(static_cast<double>(status.partitions_moved()));
+  GetGauge("shardps_scheduler_reshard_rows_moved", "Rows the moves restored on destinations.")
+      .Set(static_cast<double>(status.reshard_rows_moved()));
+  GetGauge("shardps_scheduler_reshard_bytes_moved",
+           "Checkpoint bytes the moves' destinations read.")
+      .Set(static_cast<double>(status.reshard_bytes_moved()));
+  GetGauge("shardps_scheduler_last_reshard_seconds",
+           "The last move, from its cut to its map switch (the clocks are held).")
+      .Set(status.last_reshard_sec());
+}
+
 }  // namespace
 
 void ExportJobMetrics(const JobStatusResponse& status) {
@@ -378,6 +408,7 @@ void ExportJobMetrics(const JobStatusResponse& status) {
       .Set(static_cast<double>(status.best_eval_clock()));
   GetGauge("shardps_scheduler_evaluations", "Checkpoints evaluated so far.")
       .Set(status.evaluations_size());
+  ExportReshardMetrics(status);
   GetGauge("shardps_scheduler_early_stopped_at",
            "Clock training was stopped at by early stopping (0: not stopped).")
       .Set(static_cast<double>(status.early_stopped_at()));

@@ -117,7 +117,11 @@ function render(s) {
   const cards = [["samples/s", fmt(s.samples_per_sec, 0)], ["samples", fmt(s.total_samples)],
     ["train loss", fmt(s.train_loss, 4)], ["eval AUC", fmt(s.eval_auc, 4)],
     ["clock min / max", fmt(s.min_clock) + " / " + fmt(s.max_clock)],
-    ["spread (max seen)", fmt(s.spread) + " (" + fmt(s.max_spread) + ")"]];
+    ["spread (max seen)", fmt(s.spread) + " (" + fmt(s.max_spread) + ")"],
+    ["servers (map version)", fmt(s.map_servers) + " (" + fmt(s.map_version) + ")"],
+    ["moves", s.reshards ? fmt(s.reshards) + ": " + fmt(s.partitions_moved) + " partitions, " +
+      fmt(s.reshard_rows_moved) + " rows, " + fmt(s.reshard_bytes_moved) + " B; last " +
+      fmt(s.last_reshard_sec, 2) + " s" : "none"]];
   document.getElementById("cards").innerHTML = cards.map(c =>
     '<div class="card"><div class="k">' + c[0] + '</div><div class="v">' + c[1] + "</div></div>").join("");
   const body = document.querySelector("#members tbody");

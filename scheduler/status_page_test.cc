@@ -216,6 +216,32 @@ TEST(ExportJobMetricsTest, SetsClockStateAndJobSeries) {
   EXPECT_THAT(after, HasSubstr("shardps_scheduler_checkpoint_hold_seconds 0.25"));
 }
 
+// After two moves of partitions: the map and the moves, in the JSON and
+// the metrics.
+TEST(StatusJsonTest, ShowsTheMapAndTheMoves) {
+  JobStatusResponse s = TwoByTwo(40, 41);
+  s.set_map_version(3);
+  s.set_map_servers(2);
+  s.set_reshards(2);
+  s.set_partitions_moved(168);
+  s.set_reshard_rows_moved(80000);
+  s.set_reshard_bytes_moved(9000000);
+  s.set_last_reshard_sec(0.5);
+  EXPECT_THAT(StatusJson(s, {}, {}),
+              HasSubstr(R"("map_version":3,"map_servers":2,"reshards":2,"partitions_moved":168,)"
+                        R"("reshard_rows_moved":80000,"reshard_bytes_moved":9000000,)"
+                        R"("last_reshard_sec":0.5,)"));
+  ExportJobMetrics(s);
+  const std::string text = metrics::Scrape();
+  EXPECT_THAT(text, HasSubstr("shardps_scheduler_map_version 3"));
+  EXPECT_THAT(text, HasSubstr("shardps_scheduler_map_servers 2"));
+  EXPECT_THAT(text, HasSubstr("shardps_scheduler_reshards 2"));
+  EXPECT_THAT(text, HasSubstr("shardps_scheduler_reshard_partitions_moved 168"));
+  EXPECT_THAT(text, HasSubstr("shardps_scheduler_reshard_rows_moved 80000"));
+  EXPECT_THAT(text, HasSubstr("shardps_scheduler_reshard_bytes_moved 9000000"));
+  EXPECT_THAT(text, HasSubstr("shardps_scheduler_last_reshard_seconds 0.5"));
+}
+
 TEST(StatusPageTest, RefusesBadOptions) {
   StatusPage::Options o;
   EXPECT_TRUE(absl::IsInvalidArgument(StatusPage::Start(o).status()));

@@ -157,8 +157,17 @@ TEST_F(ReshardTest, BspTwoToThreeToTwoEndsBitIdentical) {
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->reshards(), 2u);
   EXPECT_EQ(status->map_servers(), 2u);
+  EXPECT_EQ(status->map_version(), down->map_version());
+  EXPECT_EQ(status->partitions_moved(), up->partitions_moved() + down->partitions_moved());
+  EXPECT_GT(status->reshard_rows_moved(), 0u);
+  EXPECT_GT(status->reshard_bytes_moved(), 0u);
+  EXPECT_GT(status->last_reshard_sec(), 0.0);
   const JobOutcome moved = job.Finish(absl::Minutes(10), /*trained=*/true);
   EXPECT_EQ(moved.code, 0) << moved.result;
+  EXPECT_EQ(moved.fields.at("reshards"), "2") << moved.result;
+  EXPECT_EQ(moved.fields.at("partitions_moved"),
+            std::to_string(up->partitions_moved() + down->partitions_moved()))
+      << moved.result;
   EXPECT_NE(still.checksum, 0u);
   EXPECT_EQ(moved.checksum, still.checksum) << "weights differ after the moves\n" << job.Logs();
   EXPECT_EQ(moved.auc, still.auc);
