@@ -68,19 +68,6 @@ SupervisedJob::Options JobOptions(const std::string& name, int servers,
   return o;
 }
 
-// Waits until every worker has completed `clock` steps; false (the test
-// failed, naming what it saw) if the job ended first.
-bool WaitForClock(SupervisedJob& job, uint64_t clock) {
-  auto status = testing::WaitForJob(
-      job.address(), absl::StrCat("every worker at clock ", clock),
-      [clock](const JobStatusResponse& s) {
-        return s.state() == "running" && s.min_clock() >= clock;
-      },
-      absl::Minutes(3));
-  EXPECT_TRUE(status.ok()) << status.status() << "\n" << job.Logs();
-  return status.ok();
-}
-
 // The rows every server held at its end (the sum of each one's last
 // PS_SERVER_RESULT rows=): a partition on two servers counts twice, one on
 // none not at all. nullopt if a server printed none.
@@ -147,11 +134,11 @@ TEST_F(ReshardTest, BspTwoToThreeToTwoEndsBitIdentical) {
   SupervisedJob job(JobOptions("reshard_moved", 3));  // Server 2 is a spare.
   ASSERT_TRUE(job.Start().ok());
   SchedulerClient client(job.address());
-  ASSERT_TRUE(WaitForClock(job, 60));
+  ASSERT_TRUE(job.ExpectClock(60));
   auto up = client.Reshard(3, absl::Minutes(2));
   ASSERT_TRUE(up.ok()) << up.status() << "\n" << job.Logs();
   EXPECT_GT(up->partitions_moved(), 0u);
-  ASSERT_TRUE(WaitForClock(job, up->clock() + 20));
+  ASSERT_TRUE(job.ExpectClock(up->clock() + 20));
   auto down = client.Reshard(2, absl::Minutes(2));
   ASSERT_TRUE(down.ok()) << down.status() << "\n" << job.Logs();
   EXPECT_GT(down->partitions_moved(), 0u);
@@ -205,7 +192,7 @@ TEST_F(ReshardTest, BspDestinationKilledMidMoveEndsBitIdentical) {
       absl::StrCat("--testing_stall_at=partitions_added:", added, ",switching_map:", switching)};
   SupervisedJob job(o);
   ASSERT_TRUE(job.Start().ok());
-  ASSERT_TRUE(WaitForClock(job, 60));
+  ASSERT_TRUE(job.ExpectClock(60));
   const std::string address = job.address();
   auto up = std::async(std::launch::async,
                        [address] { return SchedulerClient(address).Reshard(3, absl::Minutes(4)); });
@@ -224,7 +211,7 @@ TEST_F(ReshardTest, BspDestinationKilledMidMoveEndsBitIdentical) {
   auto moved_up = up.get();
   ASSERT_TRUE(moved_up.ok()) << moved_up.status() << "\n" << job.Logs();
   EXPECT_GT(moved_up->partitions_moved(), 0u);
-  ASSERT_TRUE(WaitForClock(job, moved_up->clock() + 20));
+  ASSERT_TRUE(job.ExpectClock(moved_up->clock() + 20));
   SchedulerClient client(job.address());
   auto down = client.Reshard(2, absl::Minutes(2));
   ASSERT_TRUE(down.ok()) << down.status() << "\n" << job.Logs();
@@ -264,11 +251,11 @@ TEST_F(ReshardTest, BspSchedulerKilledAfterMoveEndsBitIdentical) {
   o.supervisor = {5, absl::Seconds(1)};
   SupervisedJob job(o);
   ASSERT_TRUE(job.Start().ok());
-  ASSERT_TRUE(WaitForClock(job, 60));
+  ASSERT_TRUE(job.ExpectClock(60));
   auto up = SchedulerClient(job.address()).Reshard(3, absl::Minutes(2));
   ASSERT_TRUE(up.ok()) << up.status() << "\n" << job.Logs();
   EXPECT_GT(up->partitions_moved(), 0u);
-  ASSERT_TRUE(WaitForClock(job, up->clock() + 20));
+  ASSERT_TRUE(job.ExpectClock(up->clock() + 20));
 
   job.sup().Signal(job.scheduler(), SIGKILL);
   auto back = job.WaitFor(
@@ -280,7 +267,7 @@ TEST_F(ReshardTest, BspSchedulerKilledAfterMoveEndsBitIdentical) {
       absl::Minutes(2));
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << job.Logs();
   EXPECT_GT(back->map_version(), up->map_version());
-  ASSERT_TRUE(WaitForClock(job, back->min_clock() + 20));
+  ASSERT_TRUE(job.ExpectClock(back->min_clock() + 20));
   SchedulerClient client(job.address());
   auto down = client.Reshard(2, absl::Minutes(2));
   ASSERT_TRUE(down.ok()) << down.status() << "\n" << job.Logs();
@@ -325,11 +312,11 @@ TEST_F(ReshardTest, Ssp2TwoToThreeToTwoReachesTheSameAuc) {
   SupervisedJob job(JobOptions("reshard_ssp_moved", 3, "SSP staleness: 2"));
   ASSERT_TRUE(job.Start().ok());
   SchedulerClient client(job.address());
-  ASSERT_TRUE(WaitForClock(job, 60));
+  ASSERT_TRUE(job.ExpectClock(60));
   auto up = client.Reshard(3, absl::Minutes(2));
   ASSERT_TRUE(up.ok()) << up.status() << "\n" << job.Logs();
   EXPECT_GT(up->partitions_moved(), 0u);
-  ASSERT_TRUE(WaitForClock(job, up->clock() + 20));
+  ASSERT_TRUE(job.ExpectClock(up->clock() + 20));
   auto down = client.Reshard(2, absl::Minutes(2));
   ASSERT_TRUE(down.ok()) << down.status() << "\n" << job.Logs();
   EXPECT_LT(down->clock(), kSteps) << "the second move must happen while the job trains";
