@@ -223,8 +223,9 @@ absl::Status JobCoordinator::WaitDone(absl::Time deadline) {
 void JobCoordinator::JobStatus(JobStatusResponse* response) const {
   const absl::Time now = absl::Now();
   const std::vector<uint64_t> clocks = clock_.Clocks();
-  for (const Member& m : members_.Members()) {
-    MemberStatus* s = response->add_members();
+  // Members of the map and spares alike (a spare has registered, so it has
+  // a state and a heartbeat; it is a server, so it has no clock).
+  auto fill = [&](const Member& m, MemberStatus* s) {
     s->set_role(m.role);
     s->set_index(m.index);
     s->set_address(m.address);
@@ -235,17 +236,9 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
     if (m.state != STATE_UNSPECIFIED) {
       s->set_last_heartbeat_age_sec(absl::ToDoubleSeconds(now - m.last_heartbeat));
     }
-  }
-  for (const Member& m : members_.Spares()) {
-    MemberStatus* s = response->add_spares();
-    s->set_role(m.role);
-    s->set_index(m.index);
-    s->set_address(m.address);
-    s->set_state(m.state);
-    s->set_reason(m.reason);
-    s->set_restarts(m.registrations > 1 ? m.registrations - 1 : 0);
-    s->set_last_heartbeat_age_sec(absl::ToDoubleSeconds(now - m.last_heartbeat));
-  }
+  };
+  for (const Member& m : members_.Members()) fill(m, response->add_members());
+  for (const Member& m : members_.Spares()) fill(m, response->add_spares());
   response->set_job_name(config_.name());
   response->set_min_clock(clock_.MinClock().value_or(clock_.MaxClock()));
   response->set_max_clock(clock_.MaxClock());
