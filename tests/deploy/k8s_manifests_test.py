@@ -114,7 +114,7 @@ def validate_object(obj):
 
 
 def job_shape():
-    """num_servers, num_workers and data fields of base/job.pbtxt, defaults filled in."""
+    """num_servers, max_servers, num_workers and data fields of base/job.pbtxt, defaults filled in."""
     out = os.path.join(os.environ.get("TEST_TMPDIR", tempfile.gettempdir()), "job_full.pbtxt")
     subprocess.run([CONFIG_CHECK, os.path.join(K8S, "base", "job.pbtxt"), "--write=" + out],
                    check=True, stdout=subprocess.DEVNULL)
@@ -125,7 +125,7 @@ def job_shape():
         m = re.search(r"\b%s: \"?([^\"\n]*)\"?" % name, text)
         return m.group(1) if m else None
 
-    return {k: field(k) for k in ["num_servers", "num_workers", "synthetic_dir",
+    return {k: field(k) for k in ["num_servers", "max_servers", "num_workers", "synthetic_dir",
                                   "synthetic_train_lines", "synthetic_eval_lines",
                                   "synthetic_seed", "dir"]}
 
@@ -373,11 +373,22 @@ class ManifestsTest(unittest.TestCase):
             subprocess.run([CONFIG_CHECK, path, "--synthetic_dir=/data/synthetic",
                             "--write=" + out], check=True, stdout=subprocess.DEVNULL)
             with open(out) as f:
-                return re.sub(r"checkpoint \{[^}]*\}\n?", "", f.read())
+                text = re.sub(r"checkpoint \{[^}]*\}\n?", "", f.read())
+                return re.sub(r"\n  max_servers: \d+", "", text)
         self.assertEqual(normalized(os.path.join(K8S, "base", "job.pbtxt")),
                          normalized("configs/default.pbtxt"),
                          "deploy/k8s/base/job.pbtxt must be configs/default.pbtxt with only "
-                         "data.synthetic_dir and checkpoint changed: update it")
+                         "data.synthetic_dir, checkpoint and cluster.max_servers changed: "
+                         "update it")
+
+    def test_the_server_statefulset_may_grow(self):
+        # `kubectl scale statefulset/ps-server` up to max_servers starts spares
+        # (docs/operations.md, "Changing the number of servers").
+        max_servers = int(self.shape["max_servers"])
+        self.assertGreater(max_servers, int(self.shape["num_servers"]))
+        for overlay in OVERLAYS:
+            sts = self.find(overlay, "StatefulSet", "ps-server")
+            self.assertLessEqual(sts["spec"]["replicas"], max_servers)
 
     def test_datagen_matches_the_config(self):
         init = self.find("cpu", "Job", "ps-worker")["spec"]["template"]["spec"]["initContainers"][0]
