@@ -4,16 +4,32 @@ serving, what a version costs, what Predict does, and what the replica costs
 training.
 
 The job: the default config (2 servers, 2 workers, SSP(2), DLRM on the
-generated data in data/synthetic), training only, with delta checkpoints
-every --every clocks (a FULL one every 9), --max_steps steps a worker,
-through the real launcher (deploy/local/ps_launch.py). Rounds alternate the
-order of the two settings on the same machine and load:
-  without   the job alone (its checkpoints are cut all the same)
-  replica   the job with one ps_replica following its checkpoint directory
-            (ps_launch.py --replicas 1, polling every --poll_ms)
+generated data in data/synthetic), training only, --max_steps steps a
+worker, through the real launcher (deploy/local/ps_launch.py). Rounds
+(--rounds, 3 by default) interleave the settings, alternating their order,
+on the same machine and load:
+  default   the job as a user runs it without a replica: the config's own
+            checkpoint settings (checkpoint { dir } alone: no periodic cut)
+  replica   the job with the replica's cadence (delta checkpoints every
+            --every clocks, a FULL one every 9) and one ps_replica following
+            its directory (ps_launch.py --replicas 1, polling every
+            --poll_ms), and the probe (below) reading servers and replica
+  cadence   (with --cadence_arm) the replica's cadence without a replica:
+            what the checkpoints cost apart from the replica and the probe
 
 Prints, over the replica runs:
-  - train-to-serve: from the cut (the manifest's cut_unix_micros, when the
+  - train-to-serve from a push's apply (the probe: replica_bench_client
+    --probe_servers, see its top): it reads --probe_keys rows of the DENSE
+    table (every push changes them) from the servers with the ordinary EVAL
+    Pull every --probe_ms and from the replica's Lookup as often, and times
+    from the first sight of a value on a server (its apply, at most one
+    interval late) to its first sight on the replica. "served value": the
+    value the version holds (the last apply before the cut): this is
+    cut-to-serve seen from outside plus the time from that apply to the cut.
+    "every change": each value the servers took, until a version holds it
+    or a later one: the wait for the next cut included (half the cadence on
+    average);
+  - train-to-serve from the cut (the manifest's cut_unix_micros, when the
     scheduler began the copy) to the version being served, p50/p99 over
     every version ("cut to serve" of the replica's log lines);
   - the two parts of it: cut to MANIFEST (the checkpoint's write: the
@@ -25,8 +41,9 @@ Prints, over the replica runs:
   - Predict latency p50/p99 and QPS: after the last round, a replica alone on
     the last job's checkpoints under --predict_seconds of back-to-back calls
     of --batch lines (replica_bench_client --predict), idle machine;
-  - training samples/s (the workers', PS_WORKER_RESULT) with the replica
-    against without: medians and their ratio.
+  - training samples/s (the workers', PS_WORKER_RESULT) of the replica runs
+    against the default ones (and the cadence ones): medians, their ratio,
+    and each round's ratio.
   - per version: how it was built (incremental: the version before plus the
     new delta; or from its whole chain), the build time and the checkpoint
     bytes read.
@@ -40,8 +57,9 @@ with the job (the training ratio is then that of two replicas).
   bazel build -c opt //scheduler:all //server:ps_server //worker:ps_worker \\
       //worker/data:ps_datagen //common:ps_config_check //replica:all \\
       //bench:replica_bench_client
-  python3 bench/replica_bench.py [--rounds 2] [--every 20] [--max_steps 400] [--config opt]
-      [--bin_dir DIR] [--poll_ms 100] [--compare_replica BIN]
+  python3 bench/replica_bench.py [--rounds 3] [--every 20] [--max_steps 400] [--config opt]
+      [--bin_dir DIR] [--poll_ms 100] [--probe_ms 5] [--probe_keys 2] [--cadence_arm]
+      [--compare_replica BIN]
 """
 import argparse
 import os
@@ -125,7 +143,25 @@ def summary(vs):
     return "; ".join(parts)
 
 
-def run_job(args, bin_dir, data, run_dir, replica):
+LISTENING = re.compile(r"\[(server|replica)-(\d+)\s*\] PS_(?:SERVER|REPLICA)_LISTENING (\S+)")
+
+
+def probe_summary(probes):
+    """The probe's two latencies over every replica run, and its counts."""
+    served = [x for p in probes for x in p["served"]]
+    changes = [x for p in probes for x in p["changes"]]
+    if not served:
+        return "no version observed (%s)" % "; ".join(p.get("line", "") for p in probes)
+    return ("served value p50 %.3f s p99 %.3f s (%d row versions); every change p50 %.3f s "
+            "p99 %.3f s (%d changes); %d unmatched; probe CPU %.1f s in all" % (
+                quantile(served, 0.5) / 1e3, quantile(served, 0.99) / 1e3, len(served),
+                quantile(changes, 0.5) / 1e3, quantile(changes, 0.99) / 1e3, len(changes),
+                sum(p["unmatched"] for p in probes), sum(p["cpu_s"] for p in probes)))
+
+
+def run_job(args, bin_dir, data, run_dir, arm):
+    """One job of `arm` (default, cadence, replica: see the top)."""
+    replica = arm == "replica"
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)
     ckpt = os.path.join(run_dir, "ckpt")
@@ -136,11 +172,13 @@ def run_job(args, bin_dir, data, run_dir, replica):
                     "--synthetic_dir=" + data, "--checkpoint_dir=" + ckpt,
                     "--max_steps=%d" % args.max_steps],
                    check=True, capture_output=True)
-    text = re.sub(r"\n  keep: \d+", "", open(config).read())
-    text = text.replace(
-        "checkpoint {", "checkpoint {\n  every_steps: %d\n  delta: true\n  keep: 100000" %
-        args.every, 1)
-    open(config, "w").write(text)
+    if arm != "default":
+        text = re.sub(r"\n  keep: \d+", "", open(config).read())
+        text = text.replace(
+            "checkpoint {", "checkpoint {\n  every_steps: %d\n  delta: true\n  keep: 100000" %
+            args.every, 1)
+        open(config, "w").write(text)
+    num_servers = int(re.search(r"num_servers: (\d+)", open(config).read()).group(1))
     argv = [sys.executable, os.path.join(ROOT, "deploy/local/ps_launch.py"), "--config=" + config,
             "--data_dir=" + data, "--bin_dir=" + bin_dir, "--run_dir=" + run_dir]
     other = None
@@ -152,17 +190,47 @@ def run_job(args, bin_dir, data, run_dir, replica):
                                       "--checkpoint_dir=" + ckpt, "--poll_ms=%d" % args.poll_ms,
                                       "--listen=127.0.0.1:0"], stdout=other_log,
                                      stderr=subprocess.STDOUT)
-    out = subprocess.run(argv, capture_output=True, text=True)
-    text = out.stdout + out.stderr
+    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, addresses, probe = [], {}, [None]
+
+    def start_probe():
+        servers = [addresses.get(("server", i)) for i in range(num_servers)]
+        if probe[0] is not None or None in servers or ("replica", 0) not in addresses:
+            return
+        probe[0] = subprocess.Popen(
+            [os.path.join(bin_dir, "bench/replica_bench_client"),
+             "--probe_servers=" + ",".join(servers),
+             "--probe_replica=" + addresses[("replica", 0)],
+             "--probe_table=%d" % args.probe_table, "--probe_keys=%d" % args.probe_keys,
+             "--probe_ms=%d" % args.probe_ms,
+             "--probe_secret_file=" + os.path.join(run_dir, "job.secret")], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+
+    for line in launcher.stdout:
+        lines.append(line)
+        m = LISTENING.search(line)
+        if m and replica:
+            addresses[(m.group(1), int(m.group(2)))] = m.group(3)
+            start_probe()
+    launcher.wait()
+    text = "".join(lines)
     if other is not None:
         time.sleep(2 * args.poll_ms / 1000.0 + 5)  # Its last version (the bench, not a test).
         other.terminate()
         other.wait(timeout=60)
         other_log.close()
+    probe_out = ""
+    if probe[0] is not None:
+        # It stops 2 s after the replica (ended with the job) stops answering.
+        probe_out, probe_err = probe[0].communicate(timeout=120)
+        if probe[0].returncode != 0:
+            probe_out += probe_err[-2000:]
+        if args.verbose:
+            print("probe's log:\n" + probe_err[-3000:])
     job = re.search(r"PS_JOB_RESULT (.*)", text)
     workers = [fields(m) for m in re.findall(r"PS_WORKER_RESULT (.*)", text)]
-    if out.returncode != 0 or not job or not workers:
-        sys.exit("job failed (replica %s):\n%s" % (replica, text[-4000:]))
+    if launcher.returncode != 0 or not job or not workers:
+        sys.exit("job failed (%s):\n%s" % (arm, text[-4000:]))
     res = {"train_sps": sum(float(w["samples_per_sec"]) for w in workers),
            "job_sps": float(fields(job.group(1))["samples_per_sec"]), "ckpt": ckpt,
            "config": config}
@@ -175,16 +243,32 @@ def run_job(args, bin_dir, data, run_dir, replica):
         for v in res["versions"] + res.get("compare", []):
             if v["version"] in written:
                 v["write_s"] = written[v["version"]]
+        m = re.search(r"PS_PROBE_RESULT (.*)", probe_out)
+        if not m:
+            sys.exit("the probe failed:\n" + probe_out[-4000:])
+        f = fields(m.group(1))
+        res["probe"] = {
+            "served": [float(x) for x in re.search(r"PS_PROBE_SERVED ms=(\S*)", probe_out + " ")
+                       .group(1).split(",") if x],
+            "changes": [float(x) for x in re.search(r"PS_PROBE_CHANGES ms=(\S*)", probe_out + " ")
+                        .group(1).split(",") if x],
+            "unmatched": int(f["unmatched"]), "cpu_s": float(f["cpu_s"]), "line": m.group(1)}
     return res
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--every", type=int, default=20, help="checkpoint.every_steps (clocks)")
     p.add_argument("--max_steps", type=int, default=400, help="steps a worker")
     p.add_argument("--poll_ms", type=int, default=100, help="the replica's --poll_ms")
+    p.add_argument("--probe_ms", type=int, default=5, help="the probe's interval (ms)")
+    p.add_argument("--probe_keys", type=int, default=2, help="DENSE rows the probe follows")
+    p.add_argument("--probe_table", type=int, default=2, help="the job's DENSE table id")
+    p.add_argument("--verbose", action="store_true", help="print the probe's log")
+    p.add_argument("--cadence_arm", action="store_true",
+                   help="also run the cadence without a replica (see the top)")
     p.add_argument("--batch", type=int, default=64, help="lines per Predict call")
     p.add_argument("--predict_seconds", type=float, default=10)
     p.add_argument("--config", default="opt", choices=["fastbuild", "opt"])
@@ -200,16 +284,17 @@ def main():
         sys.exit("no generated data in %s: run ./shardps run once" % data)
     load_before = "%.2f %.2f %.2f" % os.getloadavg()
     tmp = tempfile.mkdtemp(prefix="replica_bench_")
-    results = {"without": [], "replica": []}
+    arms = ["default"] + (["cadence"] if args.cadence_arm else []) + ["replica"]
+    results = {a: [] for a in arms}
     for r in range(args.rounds):
-        order = ["without", "replica"] if r % 2 == 0 else ["replica", "without"]
+        order = arms if r % 2 == 0 else arms[::-1]
         for name in order:
-            res = run_job(args, bin_dir, data, os.path.join(tmp, name), name == "replica")
+            res = run_job(args, bin_dir, data, os.path.join(tmp, name), name)
             results[name].append(res)
             extra = ""
             if name == "replica":
-                extra = "\n    replica: %s\n    %s" % (
-                    summary(res["versions"]),
+                extra = "\n    replica: %s\n    probe: %s\n    %s" % (
+                    summary(res["versions"]), probe_summary([res["probe"]]),
                     res["report"][0] if res["report"] else "no replica report")
                 if "compare" in res:
                     extra += "\n    compare_replica: %s" % summary(res["compare"])
@@ -219,6 +304,8 @@ def main():
     print("\n%d rounds, %s binaries, delta checkpoints every %d clocks, replica polling every "
           "%d ms; load average before %s" % (args.rounds, args.config, args.every, args.poll_ms,
                                               load_before))
+    print("train-to-serve from the apply (probe, %d DENSE rows, every %d ms): %s" % (
+        args.probe_keys, args.probe_ms, probe_summary([res["probe"] for res in results["replica"]])))
     print("train-to-serve (cut to served), replica: %s" % summary(
         [v for res in results["replica"] for v in res["versions"]]))
     if args.compare_replica:
@@ -278,10 +365,14 @@ def main():
         print("the Predict replica did not start")
     rep.terminate()
     rep.wait(timeout=30)
-    w = statistics.median(x["train_sps"] for x in results["without"])
-    s = statistics.median(x["train_sps"] for x in results["replica"])
-    print("training samples/s (workers, medians): without %.0f, with the replica %.0f: x%.3f" % (
-        w, s, s / w))
+    med = {a: statistics.median(x["train_sps"] for x in results[a]) for a in arms}
+    rounds = ", ".join("%.3f" % (rep["train_sps"] / d["train_sps"])
+                       for d, rep in zip(results["default"], results["replica"]))
+    print("training samples/s (workers, medians): default checkpoints %.0f, %s"
+          "replica's cadence (every %d) with the replica %.0f: x%.3f (rounds: %s)" % (
+              med["default"], "cadence alone %.0f (x%.3f), " % (
+                  med["cadence"], med["cadence"] / med["default"]) if args.cadence_arm else "",
+              args.every, med["replica"], med["replica"] / med["default"], rounds))
     shutil.rmtree(tmp, ignore_errors=True)
 
 
