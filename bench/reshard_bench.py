@@ -24,9 +24,12 @@ Meanwhile this script, after --settle seconds of steady stepping,
   4. moves the job 2 -> 3 servers (ps_status --servers 3) and, unless
      --no_back, 3 -> 2 after as long again: the move's duration is the
      scheduler's (JobStatus last_reshard_sec: its cut, the destinations'
-     restores and the switch) and its bytes the checkpoint bytes the
-     destinations read (reshard_bytes_moved);
-  5. times one thread's memcpy of as many bytes as the 2 -> 3 move read
+     restores and the switch); its bytes are the moved rows' share of the
+     checkpoint (reshard_rows_moved x the checkpoint's bytes a row), beside
+     the checkpoint bytes the destinations read (reshard_bytes_moved: a
+     destination reads whole partition-group files, so in 3 -> 2, where
+     both destinations take partitions of the same groups, twice as much);
+  5. times one thread's memcpy of as many bytes as the 2 -> 3 move moved
      (reshard_bench_worker --memcpy_bytes: a C++ memcpy into fresh pages,
      and into the same pages again).
 Printed per move: duration, bytes, rate (GB/s) beside the checkpoint's and
@@ -137,6 +140,43 @@ def steps_in(ends, start, stop):
     return sum(1 for e in ends if start <= e < stop)
 
 
+GLOG = re.compile(r"^[IWE](\d{8} \d\d:\d\d:\d\d\.\d+)\s+\d+ \S+\] (.*)$")
+
+
+def log_lines(path):
+    """[(unix seconds, message)] of a glog file."""
+    import datetime
+    out = []
+    with open(path) as f:
+        for line in f:
+            m = GLOG.match(line)
+            if m:
+                t = datetime.datetime.strptime(m.group(1), "%Y%m%d %H:%M:%S.%f").timestamp()
+                out.append((t, m.group(2)))
+    return out
+
+
+def breakdown(work, clock):
+    """The parts of the move at `clock`, from the logs: the cut's copy (the
+    workers held) and its files (still held: a move keeps the hold), the
+    destinations' restores (the cut written to the last destination's "added"
+    line) and the switch (to the scheduler's "moved" line)."""
+    sched = log_lines(os.path.join(work, "scheduler.log"))
+    cut = [(t, m) for t, m in sched if m.startswith("checkpoint at clock %d:" % clock)]
+    moved = [t for t, m in sched if m.startswith("moved ") and "at clock %d:" % clock in m]
+    added = [t for i in range(3) for t, m in log_lines(os.path.join(work, "server-%d.log" % i))
+             if " added " in m and "ckpt-%012d" % clock in m]
+    if not cut or not moved or not added:
+        return None
+    held = re.search(r"held (\S+) for the copy, files written in (\S+) behind", cut[-1][1])
+
+    def secs(d):
+        return sum(float(v) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6}[u]
+                   for v, u in re.findall(r"([\d.]+)(ms|us|h|m|s)", d))
+    return {"copy_s": secs(held.group(1)), "files_s": secs(held.group(2)),
+            "restore_s": max(added) - cut[-1][0], "switch_s": moved[-1] - max(added)}
+
+
 def run_size(args, bins, rows):
     work = os.path.join(args.work_dir, "rows-%d" % rows)
     shutil.rmtree(work, ignore_errors=True)
@@ -206,7 +246,8 @@ def run_size(args, bins, rows):
                     "rows": int(st.get("reshardRowsMoved", 0))}
             move = {"target": target, "t0": m0, "t1": m1, "request_s": m1 - m0,
                     "move_s": st.get("lastReshardSec", 0.0), "bytes": moved_bytes,
-                    "rows": moved_rows, "answer": out}
+                    "rows": moved_rows, "answer": out,
+                    "row_bytes": int(moved_rows * ck["bytes"] / rows)}
             moves.append(move)
             print("  %s: %d rows, %d bytes; the scheduler's move %.3f s, request %.3f s" % (
                 out, moved_rows, moved_bytes, move["move_s"], move["request_s"]), flush=True)
@@ -219,7 +260,7 @@ def run_size(args, bins, rows):
             ends = [int(x) / 1e6 for x in f if x.strip()]
         print("  worker: %s" % done, flush=True)
         mc = fields(subprocess.run(
-            [bins["reshard_bench_worker"], "--memcpy_bytes=%d" % max(1, moves[0]["bytes"])],
+            [bins["reshard_bench_worker"], "--memcpy_bytes=%d" % max(1, moves[0]["row_bytes"])],
             capture_output=True, text=True, check=True).stdout.split(" ", 1)[1])
         steady_gap = largest_gap(ends, steady_start, steady_stop)
         steady_rate = steps_in(ends, steady_start, steady_stop) / (steady_stop - steady_start)
@@ -228,6 +269,7 @@ def run_size(args, bins, rows):
             m["stall_s"] = largest_gap(ends, m["t0"], m["t1"] + 1.0)
             m["during"] = steps_in(ends, m["t0"], m["t1"]) / length
             m["before"] = steps_in(ends, m["t0"] - length, m["t0"]) / length
+            m["parts"] = breakdown(work, int(re.search(r"at clock (\d+)", m["answer"]).group(1)))
         return {"rows": rows, "fill_s": float(filled["sec"]), "ckpt": ck, "moves": moves,
                 "memcpy": mc, "steady_gap_s": steady_gap, "steady_rate": steady_rate,
                 "steps": len(ends)}
@@ -284,8 +326,8 @@ def main():
         for m in r["moves"]:
             src = 2 if m["target"] == 3 else 3
             print("%-9d %-6s %8.3f %9.1f %8.3f %8.3f %8.2f %8.3f %8.3f %9.1f %9.1f %7.2f" % (
-                r["rows"], "%d->%d" % (src, m["target"]), m["move_s"], m["bytes"] / 1e6,
-                m["bytes"] / 1e9 / max(1e-9, m["move_s"]), ck_rate, mc, m["stall_s"],
+                r["rows"], "%d->%d" % (src, m["target"]), m["move_s"], m["row_bytes"] / 1e6,
+                m["row_bytes"] / 1e9 / max(1e-9, m["move_s"]), ck_rate, mc, m["stall_s"],
                 r["steady_gap_s"], m["before"], m["during"], m["during"] / max(1e-9, m["before"])))
     print()
     for r in results:
@@ -298,7 +340,16 @@ def main():
                   float(r["memcpy"]["touched_sec"]), r["steady_rate"],
                   r["steady_rate"] * args.step_keys, r["steps"]))
         for m in r["moves"]:
-            print("  %s (request answered in %.3f s)" % (m["answer"], m["request_s"]))
+            print("  %s (request answered in %.3f s); %d rows, %.1f MB of the checkpoint; the "
+                  "destinations read %.1f MB" % (m["answer"], m["request_s"], m["rows"],
+                                                 m["row_bytes"] / 1e6, m["bytes"] / 1e6))
+            b = m["parts"]
+            if b:
+                print("    the move's parts (logs): cut copy %.3f s + its files %.3f s + the "
+                      "destinations' restores %.3f s (%.3f GB/s of the rows moved) + the "
+                      "switch %.3f s" % (b["copy_s"], b["files_s"], b["restore_s"],
+                                         m["row_bytes"] / 1e9 / max(1e-9, b["restore_s"]),
+                                         b["switch_s"]))
 
 
 if __name__ == "__main__":
