@@ -57,8 +57,9 @@ with the job (the training ratio is then that of two replicas).
   bazel build -c opt //scheduler:all //server:ps_server //worker:ps_worker \\
       //worker/data:ps_datagen //common:ps_config_check //replica:all \\
       //bench:replica_bench_client
-  python3 bench/replica_bench.py [--rounds 3] [--every 20] [--max_steps 400] [--config opt]
-      [--bin_dir DIR] [--poll_ms 100] [--probe_ms 5] [--probe_keys 2] [--cadence_arm]
+  python3 bench/replica_bench.py [--rounds 3] [--every 20[,100,..]] [--max_steps 400] [--epochs 1]
+      [--config opt]
+      [--bin_dir DIR] [--poll_ms 100] [--probe_ms 20] [--probe_keys 2] [--cadence_arm]
       [--compare_replica BIN]
 """
 import argparse
@@ -150,6 +151,8 @@ def probe_summary(probes):
     """The probe's two latencies over every replica run, and its counts."""
     served = [x for p in probes for x in p["served"]]
     changes = [x for p in probes for x in p["changes"]]
+    if not probes:
+        return "off (--probe_ms 0)"
     if not served:
         return "no version observed (%s)" % "; ".join(p.get("line", "") for p in probes)
     return ("served value p50 %.3f s p99 %.3f s (%d row versions); every change p50 %.3f s "
@@ -159,8 +162,9 @@ def probe_summary(probes):
                 sum(p["unmatched"] for p in probes), sum(p["cpu_s"] for p in probes)))
 
 
-def run_job(args, bin_dir, data, run_dir, arm):
-    """One job of `arm` (default, cadence, replica: see the top)."""
+def run_job(args, bin_dir, data, run_dir, arm, every):
+    """One job of `arm` (default, cadence, replica: see the top), cutting
+    every `every` clocks (not default)."""
     replica = arm == "replica"
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)
@@ -172,11 +176,14 @@ def run_job(args, bin_dir, data, run_dir, arm):
                     "--synthetic_dir=" + data, "--checkpoint_dir=" + ckpt,
                     "--max_steps=%d" % args.max_steps],
                    check=True, capture_output=True)
+    if args.epochs != 1:
+        text = re.sub(r"\n  epochs: \d+", "\n  epochs: %d" % args.epochs, open(config).read())
+        open(config, "w").write(text)
     if arm != "default":
         text = re.sub(r"\n  keep: \d+", "", open(config).read())
         text = text.replace(
             "checkpoint {", "checkpoint {\n  every_steps: %d\n  delta: true\n  keep: 100000" %
-            args.every, 1)
+            every, 1)
         open(config, "w").write(text)
     num_servers = int(re.search(r"num_servers: (\d+)", open(config).read()).group(1))
     argv = [sys.executable, os.path.join(ROOT, "deploy/local/ps_launch.py"), "--config=" + config,
@@ -195,7 +202,7 @@ def run_job(args, bin_dir, data, run_dir, arm):
 
     def start_probe():
         servers = [addresses.get(("server", i)) for i in range(num_servers)]
-        if probe[0] is not None or None in servers or ("replica", 0) not in addresses:
+        if args.probe_ms <= 0 or probe[0] is not None or None in servers or ("replica", 0) not in addresses:
             return
         probe[0] = subprocess.Popen(
             [os.path.join(bin_dir, "bench/replica_bench_client"),
@@ -245,6 +252,8 @@ def run_job(args, bin_dir, data, run_dir, arm):
                 v["write_s"] = written[v["version"]]
         m = re.search(r"PS_PROBE_RESULT (.*)", probe_out)
         if not m:
+            if args.probe_ms <= 0:
+                return res
             sys.exit("the probe failed:\n" + probe_out[-4000:])
         f = fields(m.group(1))
         res["probe"] = {
@@ -260,10 +269,14 @@ def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--every", type=int, default=20, help="checkpoint.every_steps (clocks)")
+    p.add_argument("--every", default="20",
+                   help="checkpoint.every_steps (clocks) of the replica's cadence; a list "
+                        "(20,100,200) runs a replica arm for each in every round")
     p.add_argument("--max_steps", type=int, default=400, help="steps a worker")
+    p.add_argument("--epochs", type=int, default=1,
+                   help="training.epochs (an epoch is 781 steps a worker: more for longer jobs)")
     p.add_argument("--poll_ms", type=int, default=100, help="the replica's --poll_ms")
-    p.add_argument("--probe_ms", type=int, default=5, help="the probe's interval (ms)")
+    p.add_argument("--probe_ms", type=int, default=20, help="the probe's interval (ms); 0: no probe")
     p.add_argument("--probe_keys", type=int, default=2, help="DENSE rows the probe follows")
     p.add_argument("--probe_table", type=int, default=2, help="the job's DENSE table id")
     p.add_argument("--verbose", action="store_true", help="print the probe's log")
@@ -284,36 +297,43 @@ def main():
         sys.exit("no generated data in %s: run ./shardps run once" % data)
     load_before = "%.2f %.2f %.2f" % os.getloadavg()
     tmp = tempfile.mkdtemp(prefix="replica_bench_")
-    arms = ["default"] + (["cadence"] if args.cadence_arm else []) + ["replica"]
-    results = {a: [] for a in arms}
+    everies = [int(x) for x in args.every.split(",")]
+    arms = [("default", 0)] + [(kind, n) for n in everies
+                               for kind in (["cadence"] if args.cadence_arm else []) + ["replica"]]
+    name = lambda arm: arm[0] if arm[0] == "default" else "%s@%d" % arm
+    results = {arm: [] for arm in arms}
     for r in range(args.rounds):
         order = arms if r % 2 == 0 else arms[::-1]
-        for name in order:
-            res = run_job(args, bin_dir, data, os.path.join(tmp, name), name)
-            results[name].append(res)
+        for arm in order:
+            res = run_job(args, bin_dir, data, os.path.join(tmp, name(arm)), *arm)
+            results[arm].append(res)
             extra = ""
-            if name == "replica":
+            if arm[0] == "replica":
                 extra = "\n    replica: %s\n    probe: %s\n    %s" % (
-                    summary(res["versions"]), probe_summary([res["probe"]]),
+                    summary(res["versions"]),
+                    probe_summary([res["probe"]] if "probe" in res else []),
                     res["report"][0] if res["report"] else "no replica report")
                 if "compare" in res:
                     extra += "\n    compare_replica: %s" % summary(res["compare"])
-            print("round %d %-8s train %8.0f samples/s, job %7.0f samples/s%s" % (
-                r + 1, name, res["train_sps"], res["job_sps"], extra), flush=True)
+            print("round %d %-11s train %8.0f samples/s, job %7.0f samples/s%s" % (
+                r + 1, name(arm), res["train_sps"], res["job_sps"], extra), flush=True)
 
-    print("\n%d rounds, %s binaries, delta checkpoints every %d clocks, replica polling every "
-          "%d ms; load average before %s" % (args.rounds, args.config, args.every, args.poll_ms,
-                                              load_before))
-    print("train-to-serve from the apply (probe, %d DENSE rows, every %d ms): %s" % (
-        args.probe_keys, args.probe_ms, probe_summary([res["probe"] for res in results["replica"]])))
-    print("train-to-serve (cut to served), replica: %s" % summary(
-        [v for res in results["replica"] for v in res["versions"]]))
-    if args.compare_replica:
-        print("train-to-serve (cut to served), compare_replica %s: %s" % (
-            args.compare_replica, summary([v for res in results["replica"]
-                                           for v in res.get("compare", [])])))
+    print("\n%d rounds, %s binaries, %d steps a worker, replica polling every %d ms; load average "
+          "before %s, after %.2f %.2f %.2f" % (args.rounds, args.config, args.max_steps,
+                                               args.poll_ms, load_before, *os.getloadavg()))
+    for n in everies:
+        reps = results[("replica", n)]
+        print("every %d clocks: train-to-serve from the apply (probe, %d DENSE rows, every %d ms): "
+              "%s" % (n, args.probe_keys, args.probe_ms,
+                      probe_summary([res["probe"] for res in reps if "probe" in res])))
+        print("every %d clocks: train-to-serve (cut to served), replica: %s" % (n, summary(
+            [v for res in reps for v in res["versions"]])))
+        if args.compare_replica:
+            print("every %d clocks: train-to-serve (cut to served), compare_replica %s: %s" % (
+                n, args.compare_replica, summary([v for res in reps
+                                                  for v in res.get("compare", [])])))
     # Bytes against rows, from the last replica run's files.
-    last = results["replica"][-1]
+    last = results[("replica", everies[0])][-1]
     rows = subprocess.run([client, "--rows=" + last["ckpt"]], capture_output=True, text=True)
     per = [fields(m) for m in re.findall(r"PS_CHECKPOINT_ROWS (.*)", rows.stdout)]
     for kind in ("full", "delta"):
@@ -366,13 +386,16 @@ def main():
     rep.terminate()
     rep.wait(timeout=30)
     med = {a: statistics.median(x["train_sps"] for x in results[a]) for a in arms}
-    rounds = ", ".join("%.3f" % (rep["train_sps"] / d["train_sps"])
-                       for d, rep in zip(results["default"], results["replica"]))
-    print("training samples/s (workers, medians): default checkpoints %.0f, %s"
-          "replica's cadence (every %d) with the replica %.0f: x%.3f (rounds: %s)" % (
-              med["default"], "cadence alone %.0f (x%.3f), " % (
-                  med["cadence"], med["cadence"] / med["default"]) if args.cadence_arm else "",
-              args.every, med["replica"], med["replica"] / med["default"], rounds))
+    default = med[("default", 0)]
+    print("training samples/s (workers, medians): default checkpoints (no periodic cut) %.0f" %
+          default)
+    for arm in arms[1:]:
+        rounds = ", ".join("%.3f" % (x["train_sps"] / d["train_sps"])
+                           for d, x in zip(results[("default", 0)], results[arm]))
+        print("  %s: %.0f, x%.3f of default (rounds: %s)" % (
+            "cadence every %d clocks, no replica" % arm[1] if arm[0] == "cadence" else
+            "cadence every %d clocks with the replica" % arm[1], med[arm], med[arm] / default,
+            rounds))
     shutil.rmtree(tmp, ignore_errors=True)
 
 
