@@ -202,7 +202,8 @@ def run_job(args, bin_dir, data, run_dir, arm, every):
 
     def start_probe():
         servers = [addresses.get(("server", i)) for i in range(num_servers)]
-        if args.probe_ms <= 0 or probe[0] is not None or None in servers or ("replica", 0) not in addresses:
+        if (args.probe_ms <= 0 or probe[0] is not None or None in servers
+                or ("replica", 0) not in addresses):
             return
         probe[0] = subprocess.Popen(
             [os.path.join(bin_dir, "bench/replica_bench_client"),
@@ -276,7 +277,8 @@ def main():
     p.add_argument("--epochs", type=int, default=1,
                    help="training.epochs (an epoch is 781 steps a worker: more for longer jobs)")
     p.add_argument("--poll_ms", type=int, default=100, help="the replica's --poll_ms")
-    p.add_argument("--probe_ms", type=int, default=20, help="the probe's interval (ms); 0: no probe")
+    p.add_argument("--probe_ms", type=int, default=20,
+                   help="the probe's interval (ms); 0: no probe")
     p.add_argument("--probe_keys", type=int, default=2, help="DENSE rows the probe follows")
     p.add_argument("--probe_table", type=int, default=2, help="the job's DENSE table id")
     p.add_argument("--verbose", action="store_true", help="print the probe's log")
