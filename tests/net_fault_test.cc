@@ -20,7 +20,10 @@
 //  (g) server 1 cut from both workers (not from the scheduler) for 12 s;
 //  (h) worker 1's link flapping, 1 s down / 1 s up, for 20 s;
 //  (i) both workers killed, restarted 12 s later: the final checkpoint and
-//      evaluation exist.
+//      evaluation exist;
+//  (j) a move to 3 servers (a spare on a sixth host) asked for while the
+//      spare's host is cut off for 12 s: the move waits for the spare and
+//      lands once it is back; the job is then moved back to 2 servers.
 //
 // SSP(2), one epoch of a data set of 2 x kSteps batches (NetFaultSspTest),
 // with on_worker_loss REASSIGN (its default) must end `done` with every
@@ -63,6 +66,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/job_util.h"
 #include "tests/testing/netbox.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/supervised_job.h"
 
 namespace shardps {
@@ -117,7 +121,9 @@ struct JobPlan {
   std::string config;
   std::vector<std::string> server_flags;
   std::vector<std::string> worker_flags;
+  std::vector<std::string> scheduler_flags;
   std::map<int, int> worker_host;  // Rank -> box host.
+  int servers = 2;                 // Started (a spare beyond num_servers).
 };
 
 // The BSP job: kSteps per worker (--max_steps), of 3 epochs of DataDir().
@@ -167,7 +173,7 @@ struct JobRun {
 JobRun RunJob(const JobPlan& plan, const Fault& fault) {
   JobRun run;
   const absl::Time start = absl::Now();
-  auto box = NetBox::Create({5});
+  auto box = NetBox::Create({1 + plan.servers + 2});  // A host for each process.
   if (!box.ok()) {
     ADD_FAILURE() << box.status();
     return run;
@@ -177,7 +183,9 @@ JobRun RunJob(const JobPlan& plan, const Fault& fault) {
   o.config = plan.config;
   o.server_flags = plan.server_flags;
   o.worker_flags = plan.worker_flags;
+  o.scheduler_flags = plan.scheduler_flags;
   o.worker_host = plan.worker_host;
+  o.servers = plan.servers;
   o.supervisor = {/*max_restarts=*/10, absl::Seconds(1)};
   o.box = box->get();
   // Declared after the box: the job (and its supervisor) stops first.
@@ -456,6 +464,46 @@ TEST_F(NetFaultTest, SchedulerHostCutOffDuringCheckpointWrite) {
     }
   }
   EXPECT_EQ(run.final_checkpoint, kSteps) << run.logs;
+}
+
+TEST_F(NetFaultTest, SpareHostCutOffDuringMove) {
+  JobPlan plan = Bsp("j", kStepDelayMs);
+  plan.config =
+      absl::StrReplaceAll(plan.config, {{"num_servers: 2", "num_servers: 2 max_servers: 3"}});
+  plan.servers = 3;  // Server 2 registers as a spare, on its own host.
+  // Also on the scheduler host's loopback: without TLS only a caller there
+  // may ask for a move (the members dial the host's address, as before).
+  plan.scheduler_flags = {"--listen=0.0.0.0:7000"};
+  uint32_t servers_after_move = 0;
+  const JobRun run = RunJob(plan, [&](SupervisedJob& job, NetBox& box) {
+    auto reshard = [&](int servers, const std::string& log) {
+      auto move = std::make_unique<testing::Subprocess>();
+      std::vector<std::string> argv = {testing::RunfilePath("scheduler/ps_status"),
+                                       "--scheduler=127.0.0.1:7000",
+                                       "--job_secret_file=" + job.dir() + "/job.secret",
+                                       absl::StrCat("--servers=", servers), "--timeout_sec=180"};
+      EXPECT_TRUE(move->Start(box.Wrap(job.scheduler_host(), argv), job.dir() + "/" + log).ok());
+      return move;
+    };
+    auto wait = [&](testing::Subprocess& move, const char* what) {
+      auto code = move.Wait(absl::Minutes(4));
+      ASSERT_TRUE(code.ok()) << what << ": ps_status did not end: " << code.status();
+      EXPECT_EQ(*code, 0) << what << ": " << move.output() << "\n" << job.Logs();
+    };
+    std::unique_ptr<testing::Subprocess> up;
+    CutOffFor(job, box, job.server_host(2), /*stalls=*/false, [&] {
+      up = reshard(3, "reshard-up.log");  // The spare is unreachable from now on.
+    });
+    wait(*up, "the move to 3 servers");
+    servers_after_move = Status(job).map_servers();
+    auto down = reshard(2, "reshard-down.log");
+    wait(*down, "the move back to 2 servers");
+  });
+  ExpectAsClean("(j) a move to 3 servers while the spare's host is cut off 12 s", run);
+  EXPECT_EQ(servers_after_move, 3u) << run.logs;
+  const auto reshards = run.outcome.fields.find("reshards");
+  EXPECT_EQ(reshards == run.outcome.fields.end() ? "" : reshards->second, "2")
+      << "PS_JOB_RESULT does not count the two moves: " << run.outcome.result;
 }
 
 TEST_F(NetFaultTest, ServerCutFromTheWorkersOnly) {
