@@ -41,8 +41,10 @@ answer) against the same length of time just before the request. The
 issue's targets: stall <= 2 s at 10M rows, steps/s during the move >= 0.8x
 before it, move rate >= 0.5 GB/s. Figures only: nothing passes or fails.
 
-Needs about 2.2 GB of disk a 10M-row checkpoint (three are taken at 10M
-rows) and RAM for the servers' rows, a copy and a restore (~6 GB at 10M).
+Needs 1.4 GB of disk for each 10M-row checkpoint (three are taken: the
+checkpoint and one cut a move; the work directory is removed at the end
+unless --keep) and RAM for the servers' rows, a copy and a restore (~6 GB
+at 10M rows). Figures of two runs: docs/benchmarks.md, "Resharding".
 
   bazel build -c opt //scheduler:ps_scheduler //scheduler:ps_status \\
       //server:ps_server //bench:reshard_bench_worker
