@@ -196,7 +196,8 @@ absl::StatusOr<std::vector<Cycle>> RunSize(uint64_t rows, const std::string& sch
     }
     if (!st.ok()) return;
     st = worker->Idle(rows, absl::GetFlag(FLAGS_idle_keys),
-                      absl::Milliseconds(absl::GetFlag(FLAGS_idle_step_ms)), stop);
+                      absl::Milliseconds(absl::GetFlag(FLAGS_idle_step_ms)),
+                      [&stop] { return stop.load(); });
     std::lock_guard<std::mutex> lock(shared.mu);
     shared.status = st;
   });

@@ -1,7 +1,10 @@
-// recovery_bench's worker: the job's only worker, in the bench's process
-// (recovery_bench.cc). Header-only, for this bench.
+// The one worker of recovery_bench's job (in the bench's process,
+// recovery_bench.cc) and of reshard_bench's (reshard_bench_worker.cc).
+// Header-only, for these benches.
 #ifndef SHARDPS_BENCH_RECOVERY_BENCH_WORKER_H_
 #define SHARDPS_BENCH_RECOVERY_BENCH_WORKER_H_
+
+#include <functional>
 
 #include "bench/recovery_bench_util.h"
 
@@ -67,19 +70,24 @@ class Worker {
     return absl::OkStatus();
   }
 
-  // Steps on existing keys (a window of `n` of rows [0, rows)) every `pause`
-  // until `stop`.
+  // Steps on existing keys (a window of `n` sliding over rows [0, rows)),
+  // one every `pause`, until `stop()`; `stepped` (if set) after each step
+  // that ran.
   absl::Status Idle(uint64_t rows, uint32_t n, absl::Duration pause,
-                    const std::atomic<bool>& stop) {
+                    const std::function<bool()>& stop,
+                    const std::function<void()>& stepped = nullptr) {
     n = static_cast<uint32_t>(std::min<uint64_t>(n, rows));
     keys_.resize(n);
     grads_.assign(size_t{n} * kDim, 0.001f);
     values_.resize(size_t{n} * kDim);
     uint64_t window = 0;
-    while (!stop) {
+    while (!stop()) {
       for (size_t j = 0; j < n; ++j) keys_[j] = Key((window + j) % rows);
-      ASSIGN_OR_RETURN(const bool stepped, Step(n, /*pull=*/true));
-      if (stepped) window = (window + n) % rows;
+      ASSIGN_OR_RETURN(const bool ran, Step(n, /*pull=*/true));
+      if (ran) {
+        window = (window + n) % rows;
+        if (stepped) stepped();
+      }
       absl::SleepFor(pause);
     }
     return absl::OkStatus();
