@@ -1,6 +1,8 @@
 // JobControl: the move of partitions that changes the job's number of
 // servers (job_control.h; docs/design.md "Resharding" has the protocol and
 // why a BSP job stays bit-identical across it).
+#include <unistd.h>
+
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -10,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/status_macros.h"
+#include "common/testing_stall.h"
 #include "glog/logging.h"
 #include "scheduler/job_control.h"
 #include "scheduler/reshard_plan.h"
@@ -97,6 +100,7 @@ absl::Status JobControl::Move(uint64_t clock, uint32_t target, uint32_t* moved,
     total.rows += stats->rows;
     total.bytes += stats->bytes;
   }
+  MaybeStallAt(ProcessTestingStalls(), "reshard_added", "the scheduler", absl::StrCat(getpid()));
   // The switch. Before it nothing changed that a request can see; from the
   // first server that takes the new map on, a failure is a server failure
   // (the recovery restores the cut under the new map).
@@ -110,6 +114,9 @@ absl::Status JobControl::Move(uint64_t clock, uint32_t target, uint32_t* moved,
   uint32_t failed = 0;
   for (uint32_t i = 0; i < involved; ++i) {
     const absl::Status st = ops_->SwitchMap(switching, i, dropped[i], active);
+    if (i == 0)
+      MaybeStallAt(ProcessTestingStalls(), "reshard_switching", "the scheduler",
+                   absl::StrCat(getpid()));
     if (st.ok()) continue;
     ++failed;
     LOG(ERROR) << "server " << i << " failed during the switch to map version " << next.version()

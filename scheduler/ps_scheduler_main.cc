@@ -45,6 +45,7 @@
 #include "common/init.h"
 #include "common/job_secret.h"
 #include "common/peer_limits.h"
+#include "common/testing_stall.h"
 #include "common/tls.h"
 #include "glog/logging.h"
 #include "scheduler/checkpoint_client.h"
@@ -69,6 +70,12 @@ ABSL_FLAG(std::string, status_listen, shardps::EnvOr("SHARDPS_STATUS_LISTEN", ""
 ABSL_FLAG(absl::Duration, checkpoint_lock_wait, absl::Seconds(60),
           "How long to wait for checkpoint.dir's lock while another scheduler holds it "
           "(an old one still shutting down) before exiting 2 naming the holder.");
+
+ABSL_FLAG(std::string, testing_stall_at, "",
+          "Testing: POINT:MARKER[,POINT:MARKER...]: the scheduler stalls once at each named "
+          "point of a partition move until killed (reshard_added: every destination added its "
+          "partitions, before the switch; reshard_switching: server 0 has taken the new map, "
+          "the others not yet; common/testing_stall.h).");
 
 namespace {
 
@@ -307,6 +314,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!ResolveEvalCadence(&*config)) return 2;
+  constexpr const char* kStallPoints[] = {"reshard_added", "reshard_switching"};
+  auto stalls = shardps::ParseTestingStalls("--testing_stall_at",
+                                            absl::GetFlag(FLAGS_testing_stall_at), kStallPoints);
+  if (!stalls.ok()) {
+    LOG(ERROR) << stalls.status().message();
+    return 2;
+  }
+  shardps::SetProcessTestingStalls(*std::move(stalls));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -504,18 +502,8 @@ absl::StatusOr<std::vector<bool>> ParameterServerCore::UnownedPartitionMask(
 }
 
 void ParameterServerCore::MaybeStall(const char* point) const {
-  for (const CoreOptions::Stall& stall : testing_stalls_) {
-    if (stall.point != point || std::filesystem::exists(stall.marker)) continue;
-    std::ofstream(stall.marker) << server_index_ << "\n";
-    LOG(WARNING) << "testing: server " << server_index_ << " stalls at " << point << " (marker "
-                 << stall.marker << ") until it is killed";
-    google::FlushLogFiles(google::GLOG_INFO);
-    absl::SleepFor(absl::Minutes(5));
-    LOG(ERROR) << "testing: nobody killed server " << server_index_ << " stalled at " << point
-               << " within 5 minutes; exiting";
-    google::FlushLogFiles(google::GLOG_INFO);
-    std::_Exit(87);
-  }
+  MaybeStallAt(testing_stalls_, point, absl::StrCat("server ", server_index_),
+               absl::StrCat(server_index_));
 }
 
 void ParameterServerCore::DropPartitions(const std::vector<bool>& drop, ControlResponse* response) {

@@ -158,6 +158,7 @@
 #include "common/checkpoint/checkpoint_file.h"
 #include "common/mutex.h"
 #include "common/partition.h"
+#include "common/testing_stall.h"
 #include "proto/config.pb.h"
 #include "proto/ps.pb.h"
 #include "server/bsp_aggregator.h"
@@ -174,23 +175,17 @@ struct CoreOptions {
   // Testing: each background checkpoint write sleeps this long before it
   // writes (fault tests kill a server during a write).
   absl::Duration checkpoint_write_delay = absl::ZeroDuration();
-  // Testing (ps_server --testing_stall_at; fault tests of resharding): a
-  // named point of the move at which the server stalls once. The first time
-  // it reaches `point` while `marker` does not exist, it writes its index
-  // into `marker` and blocks the call there (the test then SIGKILLs it); if
-  // nobody has after 5 minutes it exits with status 87. Points:
+  // Testing (ps_server --testing_stall_at; fault tests of resharding):
+  // named points of a move at which the server stalls once
+  // (common/testing_stall.h; the marker gets its index). Points:
   //   "partitions_added"  a Restore with partitions has added its rows and
   //                       not answered yet;
   //   "switching_map"     a Control whose map gives this server partitions
   //                       it does not own yet, before the map is applied.
-  struct Stall {
-    std::string point;
-    std::string marker;
-  };
-  std::vector<Stall> testing_stalls;
+  std::vector<TestingStall> testing_stalls;
 };
 
-// The points CoreOptions::Stall may name.
+// The points CoreOptions::testing_stalls may name.
 inline constexpr const char* kStallPoints[] = {"partitions_added", "switching_map"};
 
 // Where a pull's values go. The core calls AddTable once per table of the
@@ -373,7 +368,7 @@ class ParameterServerCore {
   const uint32_t server_index_;
   const bool bsp_;
   const absl::Duration checkpoint_write_delay_;
-  const std::vector<CoreOptions::Stall> testing_stalls_;
+  const std::vector<TestingStall> testing_stalls_;
   const std::unique_ptr<TableStore> store_;
 
   // Shared by requests that read or change rows (their generation check and

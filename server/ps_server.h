@@ -36,7 +36,7 @@ struct PsServerOptions {
   // Testing (fault tests): CoreOptions::checkpoint_write_delay.
   absl::Duration checkpoint_write_delay = absl::ZeroDuration();
   // Testing (fault tests): CoreOptions::testing_stalls.
-  std::vector<CoreOptions::Stall> testing_stalls;
+  std::vector<TestingStall> testing_stalls;
 };
 
 class PsServer {

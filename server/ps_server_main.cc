@@ -40,6 +40,7 @@
 #include "common/metrics.h"
 #include "common/partition.h"
 #include "common/status_macros.h"
+#include "common/testing_stall.h"
 #include "common/tls.h"
 #include "glog/logging.h"
 #include "server/helper_pool.h"
@@ -75,7 +76,7 @@ ABSL_FLAG(int, testing_checkpoint_write_delay_ms, 0,
 ABSL_FLAG(std::string, testing_stall_at, "",
           "Testing: POINT:MARKER[,POINT:MARKER...]: the server stalls once at each "
           "named point of a partition move until killed (partitions_added, "
-          "switching_map; server/parameter_server_core.h CoreOptions::Stall).");
+          "switching_map; server/parameter_server_core.h CoreOptions::testing_stalls).");
 ABSL_FLAG(std::string, control_token_file, shardps::EnvOr("SHARDPS_CONTROL_TOKEN_FILE", ""),
           "Only for a server without --scheduler (tools, tests): a file holding the "
           "token (a decimal number, not 0) its Checkpoint, Restore and Control "
@@ -263,26 +264,6 @@ PsServerOptions OptionsFromFlags(const JobConfig& config) {
   return options;
 }
 
-// --testing_stall_at, parsed; INVALID_ARGUMENT naming a bad entry.
-absl::StatusOr<std::vector<CoreOptions::Stall>> StallsFromFlag() {
-  std::vector<CoreOptions::Stall> stalls;
-  const std::string flag = absl::GetFlag(FLAGS_testing_stall_at);
-  if (flag.empty()) return stalls;
-  for (absl::string_view entry : absl::StrSplit(flag, ',')) {
-    const std::vector<std::string> f = absl::StrSplit(entry, absl::MaxSplits(':', 1));
-    const bool known =
-        f.size() == 2 && std::any_of(std::begin(kStallPoints), std::end(kStallPoints),
-                                     [&](const char* p) { return f[0] == p; });
-    if (!known || f[1].empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--testing_stall_at: \"", entry,
-                       "\": expected POINT:MARKER, POINT partitions_added or switching_map"));
-    }
-    stalls.push_back({f[0], f[1]});
-  }
-  return stalls;
-}
-
 // With eviction by clocks: polls the scheduler's clock every heartbeat_ms and
 // grants it to the core (nullptr without eviction by clocks).
 std::unique_ptr<metrics::Poller> FollowClockGrants(const JobConfig& config,
@@ -321,7 +302,8 @@ int Run() {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
   PsServerOptions options = OptionsFromFlags(*config);
-  absl::StatusOr<std::vector<CoreOptions::Stall>> stalls = StallsFromFlag();
+  absl::StatusOr<std::vector<TestingStall>> stalls =
+      ParseTestingStalls("--testing_stall_at", absl::GetFlag(FLAGS_testing_stall_at), kStallPoints);
   if (!stalls.ok()) {
     LOG(ERROR) << stalls.status().message();
     return 2;

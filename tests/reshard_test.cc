@@ -2,11 +2,12 @@
 // job on 2 servers, with a spare third one registered (cluster.max_servers
 // 3), is moved to 3 servers and back to 2 while it trains (the Reshard RPC,
 // as ps_status --servers does), and ends with weights bit-identical to the
-// same job that never moved: undisturbed, and with the destination SIGKILLed
-// in the middle of the move (restarted by the supervisor). The moves are
+// same job that never moved: undisturbed, with the destination SIGKILLed
+// in the middle of the move, and with the scheduler SIGKILLed in it or after
+// it (each restarted by the supervisor). The moves are
 // placed by the job's clock (each worker step takes >= kStepDelayMs), and
-// the kills by the points the servers stall at (ps_server
-// --testing_stall_at), not by time.
+// the kills by the points the servers and the scheduler stall at (ps_server
+// and ps_scheduler --testing_stall_at), not by time.
 #include <signal.h>
 
 #include <cstdio>
@@ -288,6 +289,80 @@ TEST_F(ReshardTest, BspSchedulerKilledAfterMoveEndsBitIdentical) {
       "2 -> 3 (clock %llu), scheduler restarted, -> 2 (clock %llu)\n",
       static_cast<unsigned long long>(still.checksum),
       static_cast<unsigned long long>(moved.checksum), static_cast<unsigned long long>(up->clock()),
+      static_cast<unsigned long long>(down->clock()));
+}
+
+// The scheduler is SIGKILLed twice during a 2 -> 3 move and restarted by
+// the supervisor each time (ps_scheduler --testing_stall_at; the markers
+// make each stall happen once): first after every destination added its
+// partitions, before the switch (the servers still agree on the old map:
+// the restarted scheduler takes the job over on it, the move is lost with
+// its request and asked for again; the destination drops the rows it holds
+// unowned before it adds them again); then in the switch of the second
+// try, once server 0 has taken the new map and the others not (the
+// servers rejoin with different maps: the job rolls back to the move's
+// cut under the newest map). The job then moves back to 2 servers and ends
+// bit-identical to the job that never moved, each partition on one server.
+TEST_F(ReshardTest, BspSchedulerKilledDuringMoveEndsBitIdentical) {
+  const JobOutcome& still = Still();
+  ASSERT_EQ(still.code, 0) << still.result;
+
+  SupervisedJob::Options o = JobOptions("reshard_scheduler_mid", 3);
+  o.supervisor = {5, absl::Seconds(1)};
+  const std::string added = absl::StrCat(std::getenv("TEST_TMPDIR"), "/stall-reshard-added");
+  const std::string switching = absl::StrCat(std::getenv("TEST_TMPDIR"), "/stall-reshard-switch");
+  std::filesystem::remove(added);
+  std::filesystem::remove(switching);
+  o.scheduler_flags = {
+      absl::StrCat("--testing_stall_at=reshard_added:", added, ",reshard_switching:", switching)};
+  SupervisedJob job(o);
+  ASSERT_TRUE(job.Start().ok());
+  ASSERT_TRUE(job.ExpectClock(60));
+
+  // Asks for 2 -> 3 in the background, waits for the scheduler's stall at
+  // `marker`, SIGKILLs it there and waits for its `restarts`-th incarnation
+  // to run the job on `servers` servers.
+  auto kill_in_move = [&](const std::string& marker, const char* where, int restarts,
+                          uint32_t servers) {
+    const std::string address = job.address();
+    auto up = std::async(std::launch::async, [address] {
+      return SchedulerClient(address).Reshard(3, absl::Minutes(4));
+    });
+    ASSERT_TRUE(WaitForStall(job, marker, where, absl::Minutes(3)).has_value());
+    job.sup().Signal(job.scheduler(), SIGKILL);
+    EXPECT_FALSE(up.get().ok()) << "the request dies with its scheduler";
+    auto back = job.WaitFor(
+        absl::StrCat("the restarted scheduler running the job on ", servers, " servers"),
+        [&](const JobStatusResponse& s) {
+          return job.sup().Restarts(job.scheduler()) == restarts && s.state() == "running" &&
+                 s.map_servers() == servers;
+        },
+        absl::Minutes(3));
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << job.Logs();
+    ASSERT_TRUE(job.ExpectClock(back->min_clock() + 10));
+  };
+  kill_in_move(added, "after the destinations added their partitions", 1, 2);
+  kill_in_move(switching, "in the map switch", 2, 3);
+
+  SchedulerClient client(job.address());
+  auto down = client.Reshard(2, absl::Minutes(2));
+  ASSERT_TRUE(down.ok()) << down.status() << "\n" << job.Logs();
+  EXPECT_GT(down->partitions_moved(), 0u);
+  EXPECT_LT(down->clock(), kSteps) << "the move back must happen while the job trains";
+
+  const JobOutcome moved = job.Finish(absl::Minutes(10), /*trained=*/true);
+  EXPECT_EQ(moved.code, 0) << moved.result;
+  EXPECT_EQ(job.sup().Restarts(job.scheduler()), 2);
+  EXPECT_GE(moved.recoveries, 1) << "the kill in the switch rolls the job back\n" << job.Logs();
+  EXPECT_NE(still.checksum, 0u);
+  EXPECT_EQ(moved.checksum, still.checksum) << "weights differ after the moves\n" << job.Logs();
+  EXPECT_EQ(moved.auc, still.auc);
+  EXPECT_EQ(RowsAtEnd(job, 3), still_rows_) << "a partition on two servers or on none";
+  std::printf(
+      "BSP, scheduler killed twice mid-move: weights %016llx unmoved, %016llx moved "
+      "2 -> 3 (rolled back into it) -> 2 at clock %llu\n",
+      static_cast<unsigned long long>(still.checksum),
+      static_cast<unsigned long long>(moved.checksum),
       static_cast<unsigned long long>(down->clock()));
 }
 
