@@ -126,6 +126,33 @@ class ReshardTest : public ::testing::Test {
   }
   static inline std::optional<JobOutcome> still_;
   static inline uint64_t still_rows_ = 0;
+
+  // Moves `job` back to 2 servers while it trains; the answer, or nullopt
+  // after a test failure.
+  static std::optional<ReshardResponse> MoveBack(SupervisedJob& job) {
+    auto down = SchedulerClient(job.address()).Reshard(2, absl::Minutes(2));
+    EXPECT_TRUE(down.ok()) << down.status() << "\n" << job.Logs();
+    if (!down.ok()) return std::nullopt;
+    EXPECT_GT(down->partitions_moved(), 0u);
+    EXPECT_LT(down->clock(), kSteps) << "the move back must happen while the job trains";
+    return *down;
+  }
+
+  // Ends `job` (3 servers started) and expects what the job that never
+  // moved ended with: exit 0, the same weights and AUC, and its rows (no
+  // partition on two servers or on none). The outcome, for more checks.
+  static JobOutcome ExpectAsStill(SupervisedJob& job, const char* what) {
+    const JobOutcome moved = job.Finish(absl::Minutes(10), /*trained=*/true);
+    EXPECT_EQ(moved.code, 0) << moved.result;
+    EXPECT_NE(still_->checksum, 0u);
+    EXPECT_EQ(moved.checksum, still_->checksum) << "weights differ after the moves\n" << job.Logs();
+    EXPECT_EQ(moved.auc, still_->auc);
+    EXPECT_EQ(RowsAtEnd(job, 3), still_rows_) << "a partition on two servers or on none";
+    std::printf("BSP, %s: weights %016llx unmoved, %016llx moved\n", what,
+                static_cast<unsigned long long>(still_->checksum),
+                static_cast<unsigned long long>(moved.checksum));
+    return moved;
+  }
 };
 
 TEST_F(ReshardTest, BspTwoToThreeToTwoEndsBitIdentical) {
@@ -140,10 +167,8 @@ TEST_F(ReshardTest, BspTwoToThreeToTwoEndsBitIdentical) {
   ASSERT_TRUE(up.ok()) << up.status() << "\n" << job.Logs();
   EXPECT_GT(up->partitions_moved(), 0u);
   ASSERT_TRUE(job.ExpectClock(up->clock() + 20));
-  auto down = client.Reshard(2, absl::Minutes(2));
-  ASSERT_TRUE(down.ok()) << down.status() << "\n" << job.Logs();
-  EXPECT_GT(down->partitions_moved(), 0u);
-  EXPECT_LT(down->clock(), kSteps) << "the second move must happen while the job trains";
+  const std::optional<ReshardResponse> down = MoveBack(job);
+  ASSERT_TRUE(down.has_value());
   auto status = client.JobStatus();
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->reshards(), 2u);
@@ -153,20 +178,12 @@ TEST_F(ReshardTest, BspTwoToThreeToTwoEndsBitIdentical) {
   EXPECT_GT(status->reshard_rows_moved(), 0u);
   EXPECT_GT(status->reshard_bytes_moved(), 0u);
   EXPECT_GT(status->last_reshard_sec(), 0.0);
-  const JobOutcome moved = job.Finish(absl::Minutes(10), /*trained=*/true);
-  EXPECT_EQ(moved.code, 0) << moved.result;
+  const JobOutcome moved = ExpectAsStill(job, "moved 2 -> 3 -> 2");
   EXPECT_EQ(moved.fields.at("reshards"), "2") << moved.result;
   EXPECT_EQ(moved.fields.at("partitions_moved"),
             std::to_string(up->partitions_moved() + down->partitions_moved()))
       << moved.result;
-  EXPECT_NE(still.checksum, 0u);
-  EXPECT_EQ(moved.checksum, still.checksum) << "weights differ after the moves\n" << job.Logs();
-  EXPECT_EQ(moved.auc, still.auc);
-  EXPECT_EQ(RowsAtEnd(job, 3), still_rows_) << "a partition on two servers or on none";
-  std::printf("BSP: weights %016llx unmoved, %016llx moved 2 -> 3 -> 2 at clocks %llu, %llu\n",
-              static_cast<unsigned long long>(still.checksum),
-              static_cast<unsigned long long>(moved.checksum),
-              static_cast<unsigned long long>(up->clock()),
+  std::printf("  moved at clocks %llu, %llu\n", static_cast<unsigned long long>(up->clock()),
               static_cast<unsigned long long>(down->clock()));
 }
 
@@ -213,31 +230,15 @@ TEST_F(ReshardTest, BspDestinationKilledMidMoveEndsBitIdentical) {
   ASSERT_TRUE(moved_up.ok()) << moved_up.status() << "\n" << job.Logs();
   EXPECT_GT(moved_up->partitions_moved(), 0u);
   ASSERT_TRUE(job.ExpectClock(moved_up->clock() + 20));
-  SchedulerClient client(job.address());
-  auto down = client.Reshard(2, absl::Minutes(2));
-  ASSERT_TRUE(down.ok()) << down.status() << "\n" << job.Logs();
-  EXPECT_GT(down->partitions_moved(), 0u);
-  EXPECT_LT(down->clock(), kSteps) << "the second move must happen while the job trains";
-  auto status = client.JobStatus();
+  ASSERT_TRUE(MoveBack(job).has_value());
+  auto status = SchedulerClient(job.address()).JobStatus();
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->reshards(), 2u);
   EXPECT_EQ(status->map_servers(), 2u);
 
-  const JobOutcome moved = job.Finish(absl::Minutes(10), /*trained=*/true);
-  EXPECT_EQ(moved.code, 0) << moved.result;
+  const JobOutcome moved = ExpectAsStill(job, "the destination killed twice mid-move");
   EXPECT_EQ(job.sup().Restarts(job.server(2)), 2) << "server 2 was killed twice";
   EXPECT_GE(moved.recoveries, 1) << "the kill in the switch rolls the job back\n" << job.Logs();
-  EXPECT_NE(still.checksum, 0u);
-  EXPECT_EQ(moved.checksum, still.checksum) << "weights differ after the moves\n" << job.Logs();
-  EXPECT_EQ(moved.auc, still.auc);
-  EXPECT_EQ(RowsAtEnd(job, 3), still_rows_) << "a partition on two servers or on none";
-  std::printf(
-      "BSP, destination killed twice mid-move: weights %016llx unmoved, %016llx moved "
-      "2 -> 3 -> 2 at clocks %llu, %llu\n",
-      static_cast<unsigned long long>(still.checksum),
-      static_cast<unsigned long long>(moved.checksum),
-      static_cast<unsigned long long>(moved_up->clock()),
-      static_cast<unsigned long long>(down->clock()));
 }
 
 // The scheduler is SIGKILLed after a 2 -> 3 move and restarted by the
@@ -269,27 +270,12 @@ TEST_F(ReshardTest, BspSchedulerKilledAfterMoveEndsBitIdentical) {
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << job.Logs();
   EXPECT_GT(back->map_version(), up->map_version());
   ASSERT_TRUE(job.ExpectClock(back->min_clock() + 20));
-  SchedulerClient client(job.address());
-  auto down = client.Reshard(2, absl::Minutes(2));
-  ASSERT_TRUE(down.ok()) << down.status() << "\n" << job.Logs();
-  EXPECT_GT(down->partitions_moved(), 0u);
-  EXPECT_LT(down->clock(), kSteps) << "the second move must happen while the job trains";
+  ASSERT_TRUE(MoveBack(job).has_value());
 
-  const JobOutcome moved = job.Finish(absl::Minutes(10), /*trained=*/true);
-  EXPECT_EQ(moved.code, 0) << moved.result;
+  ExpectAsStill(job, "the scheduler killed after a move");
   EXPECT_EQ(job.sup().Restarts(job.scheduler()), 1);
   EXPECT_TRUE(absl::StrContains(job.SchedulerLog(), "the job goes on with its owners"))
       << job.Logs();
-  EXPECT_NE(still.checksum, 0u);
-  EXPECT_EQ(moved.checksum, still.checksum) << "weights differ after the moves\n" << job.Logs();
-  EXPECT_EQ(moved.auc, still.auc);
-  EXPECT_EQ(RowsAtEnd(job, 3), still_rows_) << "a partition on two servers or on none";
-  std::printf(
-      "BSP, scheduler killed after a move: weights %016llx unmoved, %016llx moved "
-      "2 -> 3 (clock %llu), scheduler restarted, -> 2 (clock %llu)\n",
-      static_cast<unsigned long long>(still.checksum),
-      static_cast<unsigned long long>(moved.checksum), static_cast<unsigned long long>(up->clock()),
-      static_cast<unsigned long long>(down->clock()));
 }
 
 // The scheduler is SIGKILLed twice during a 2 -> 3 move and restarted by
@@ -344,26 +330,11 @@ TEST_F(ReshardTest, BspSchedulerKilledDuringMoveEndsBitIdentical) {
   kill_in_move(added, "after the destinations added their partitions", 1, 2);
   kill_in_move(switching, "in the map switch", 2, 3);
 
-  SchedulerClient client(job.address());
-  auto down = client.Reshard(2, absl::Minutes(2));
-  ASSERT_TRUE(down.ok()) << down.status() << "\n" << job.Logs();
-  EXPECT_GT(down->partitions_moved(), 0u);
-  EXPECT_LT(down->clock(), kSteps) << "the move back must happen while the job trains";
+  ASSERT_TRUE(MoveBack(job).has_value());
 
-  const JobOutcome moved = job.Finish(absl::Minutes(10), /*trained=*/true);
-  EXPECT_EQ(moved.code, 0) << moved.result;
+  const JobOutcome moved = ExpectAsStill(job, "the scheduler killed twice mid-move");
   EXPECT_EQ(job.sup().Restarts(job.scheduler()), 2);
   EXPECT_GE(moved.recoveries, 1) << "the kill in the switch rolls the job back\n" << job.Logs();
-  EXPECT_NE(still.checksum, 0u);
-  EXPECT_EQ(moved.checksum, still.checksum) << "weights differ after the moves\n" << job.Logs();
-  EXPECT_EQ(moved.auc, still.auc);
-  EXPECT_EQ(RowsAtEnd(job, 3), still_rows_) << "a partition on two servers or on none";
-  std::printf(
-      "BSP, scheduler killed twice mid-move: weights %016llx unmoved, %016llx moved "
-      "2 -> 3 (rolled back into it) -> 2 at clock %llu\n",
-      static_cast<unsigned long long>(still.checksum),
-      static_cast<unsigned long long>(moved.checksum),
-      static_cast<unsigned long long>(down->clock()));
 }
 
 // SSP(2): a move holds every worker at the first clock none has started,
