@@ -106,6 +106,14 @@ std::optional<int> WaitForStall(SupervisedJob& job, const std::string& marker,
   return std::nullopt;
 }
 
+// A stall marker in the test's directory, absent: a --testing_stall_at
+// armed with it stalls once.
+std::string FreshMarker(const std::string& name) {
+  const std::string marker = ::testing::TempDir() + "/" + name;
+  std::filesystem::remove(marker);
+  return marker;
+}
+
 class ReshardTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -202,10 +210,8 @@ TEST_F(ReshardTest, BspDestinationKilledMidMoveEndsBitIdentical) {
 
   SupervisedJob::Options o = JobOptions("reshard_killed", 3);
   o.supervisor = {5, absl::Seconds(1)};
-  const std::string added = absl::StrCat(std::getenv("TEST_TMPDIR"), "/stall-partitions-added");
-  const std::string switching = absl::StrCat(std::getenv("TEST_TMPDIR"), "/stall-switching-map");
-  std::filesystem::remove(added);
-  std::filesystem::remove(switching);
+  const std::string added = FreshMarker("stall-partitions-added");
+  const std::string switching = FreshMarker("stall-switching-map");
   o.server_flags = {
       absl::StrCat("--testing_stall_at=partitions_added:", added, ",switching_map:", switching)};
   SupervisedJob job(o);
@@ -295,10 +301,8 @@ TEST_F(ReshardTest, BspSchedulerKilledDuringMoveEndsBitIdentical) {
 
   SupervisedJob::Options o = JobOptions("reshard_scheduler_mid", 3);
   o.supervisor = {5, absl::Seconds(1)};
-  const std::string added = absl::StrCat(std::getenv("TEST_TMPDIR"), "/stall-reshard-added");
-  const std::string switching = absl::StrCat(std::getenv("TEST_TMPDIR"), "/stall-reshard-switch");
-  std::filesystem::remove(added);
-  std::filesystem::remove(switching);
+  const std::string added = FreshMarker("stall-reshard-added");
+  const std::string switching = FreshMarker("stall-reshard-switch");
   o.scheduler_flags = {
       absl::StrCat("--testing_stall_at=reshard_added:", added, ",reshard_switching:", switching)};
   SupervisedJob job(o);
