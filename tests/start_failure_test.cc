@@ -3,11 +3,13 @@
 // told so when it registers, and exits non-zero naming the failure, instead
 // of retrying an address nobody answers until its own start_deadline_ms.
 // And a second job pointed at a checkpoint directory in use is refused at
-// start, naming the scheduler that holds it.
+// start, naming the scheduler that holds it; a bad --testing_stall_at stops
+// either binary at start.
 #include <fstream>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -119,6 +121,44 @@ TEST(StartFailureTest, ASecondSchedulerOnACheckpointDirInUseExitsNamingTheHolder
   EXPECT_TRUE(again_waiting.ok()) << again_waiting.status()
                                   << testing::ReadFile(dir + "/again.log");
   again.Signal(SIGKILL);
+}
+
+// A fault-test hook named wrongly (--testing_stall_at, common/testing_stall.h)
+// stops either binary at start with exit 2, naming the entry and the points
+// it knows, before it serves or joins anything.
+TEST(StartFailureTest, ABadTestingStallFlagExitsTwoNamingIt) {
+  const std::string dir = testing::TestDir("bad_stall_flag");
+  const std::string config = dir + "/job.pbtxt";
+  std::ofstream(config) << R"pb(
+        name: "bad-stall"
+        training { batch_size: 64 epochs: 1 intra_op_threads: 1 }
+        cluster { num_servers: 1 num_workers: 1 num_partitions: 16 mode: BSP }
+      )pb" << testing::kSmallDlrmTables
+                        << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n";
+  struct Case {
+    const char* binary;
+    const char* flag;   // A point of the other binary's.
+    const char* known;  // Named in the refusal.
+    const char* log;
+  };
+  for (const Case& c : {Case{"scheduler/ps_scheduler", "partitions_added:",
+                             "reshard_added, reshard_switching", "scheduler.log"},
+                        Case{"server/ps_server",
+                             "reshard_added:", "partitions_added, switching_map", "server.log"}}) {
+    const std::string log = dir + "/" + c.log;
+    Subprocess s;
+    ASSERT_TRUE(s.Start({RunfilePath(c.binary), "--config=" + config,
+                         absl::StrCat("--testing_stall_at=", c.flag, dir, "/marker")},
+                        log)
+                    .ok());
+    const absl::StatusOr<int> code = s.Wait(absl::Seconds(60));
+    ASSERT_TRUE(code.ok()) << c.binary << " did not exit: " << code.status();
+    EXPECT_EQ(*code, 2) << c.binary;
+    const std::string text = testing::ReadFile(log);
+    EXPECT_TRUE(absl::StrContains(text, absl::StrCat("--testing_stall_at: \"", c.flag)))
+        << c.binary << ": " << text;
+    EXPECT_TRUE(absl::StrContains(text, c.known)) << c.binary << ": " << text;
+  }
 }
 
 }  // namespace
