@@ -211,7 +211,7 @@ def run_job(args, bin_dir, data, run_dir, arm, every):
              "--probe_replica=" + addresses[("replica", 0)],
              "--probe_table=%d" % args.probe_table, "--probe_keys=%d" % args.probe_keys,
              "--probe_ms=%d" % args.probe_ms,
-             "--probe_secret_file=" + os.path.join(run_dir, "job.secret")], stdout=subprocess.PIPE,
+             "--job_secret_file=" + os.path.join(run_dir, "job.secret")], stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
 
     for line in launcher.stdout:

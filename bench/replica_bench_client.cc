@@ -16,7 +16,7 @@
 //
 //   replica_bench_client --probe_servers=HOST:PORT,... --probe_replica=HOST:PORT
 //                        [--probe_table=2] [--probe_keys=2] [--probe_ms=5]
-//                        [--probe_seconds=900] [--probe_secret_file=FILE]
+//                        [--probe_seconds=900] [--job_secret_file=FILE]
 //     Train-to-serve from a push's apply, observed from outside (issue 34's
 //     definition). One thread reads --probe_keys rows of --probe_table (the
 //     job's DENSE table: every push changes every row; its first keys, 0,
@@ -24,15 +24,14 @@
 //     the servers every --probe_ms with the Pull a worker sends to evaluate
 //     (purpose EVAL: never inserts; the map version and generation from
 //     TableInfo, the owner found by asking each server; the servers take
-//     calls from the job's members only, so it sends the job's secret as
-//     they do), and notes when each row's value
-//     first appears: its *apply*, seen at most one interval late. Another
-//     reads the same rows from the replica's Lookup as often and notes when
-//     a value appears there: served. Per row, the values form a sequence in
-//     the order the servers applied them; when the replica shows value k,
-//     every value up to k not yet shown became visible then. Prints at the
-//     end (when the replica has stopped answering for 2 s, after it answered,
-//     or after --probe_seconds)
+//     calls from the job's members only, so it sends the job's secret
+//     (--job_secret_file) on a member's channel, common/job_secret.h), and
+//     notes when each row's value first appears: its *apply*, seen at most one interval late.
+//     Another reads the same rows from the replica's Lookup as often and notes when a value appears
+//     there: served. Per row, the values form a sequence in the order the servers applied them;
+//     when the replica shows value k, every value up to k not yet shown became visible then. Prints
+//     at the end (when the replica has stopped answering for 2 s, after it answered, or after
+//     --probe_seconds)
 //       PS_PROBE_SERVED ms=<a,b,..>    per row and version served: from the
 //                                      apply of the very value served (the
 //                                      last push before the cut) to served
@@ -61,13 +60,13 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/checkpoint_file.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
 #include "common/init.h"
+#include "common/job_secret.h"
 #include "common/mutex.h"
 #include "glog/logging.h"
 #include "proto/ps.grpc.pb.h"
@@ -86,9 +85,6 @@ ABSL_FLAG(int, probe_keys, 2,
           "Rows followed: the first keys of --probe_table (0, 1, ...) spread over the servers.");
 ABSL_FLAG(int, probe_ms, 5, "Interval of each side's reads (ms).");
 ABSL_FLAG(double, probe_seconds, 900, "Longest the probe runs.");
-ABSL_FLAG(std::string, probe_secret_file, "",
-          "The job's secret (the launcher's <run_dir>/job.secret): sent to the servers as a "
-          "member's calls send it (common/job_secret.h).");
 
 namespace shardps {
 namespace {
@@ -205,7 +201,7 @@ class Probe {
     for (const std::string& s : servers) {
       Server server;
       server.stub =
-          ParameterServer::NewStub(grpc::CreateChannel(s, grpc::InsecureChannelCredentials()));
+          ParameterServer::NewStub(CreateJobChannel(s, grpc::InsecureChannelCredentials(), {}));
       servers_.push_back(std::move(server));
     }
   }
@@ -231,15 +227,6 @@ class Probe {
       owner_.push_back(owner);
     }
     rows_.resize(keys_.size());
-  }
-
-  absl::Status Init() {
-    const std::string path = absl::GetFlag(FLAGS_probe_secret_file);
-    if (path.empty()) return absl::OkStatus();
-    auto text = checkpoint::ReadFileToString(path);
-    if (!text.ok()) return text.status();
-    secret_ = std::string(absl::StripAsciiWhitespace(*text));
-    return absl::OkStatus();
   }
 
   int Run() {
@@ -313,12 +300,11 @@ class Probe {
     TableInfoResponse info;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    if (!secret_.empty()) ctx.AddMetadata("x-shardps-job-secret", secret_);
     grpc::Status st = s->stub->TableInfo(&ctx, TableInfoRequest(), &info);
     if (!st.ok()) {
       if (++refused_ <= 5) {
-        LOG(WARNING) << "TableInfo refused (secret of " << secret_.size()
-                     << " bytes sent): " << st.error_message();
+        LOG(WARNING) << "TableInfo refused (job secret "
+                     << (JobSecretEnabled() ? "sent" : "not given") << "): " << st.error_message();
       }
       return false;
     }
@@ -343,7 +329,6 @@ class Probe {
     PullResponse response;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    if (!secret_.empty()) ctx.AddMetadata("x-shardps-job-secret", secret_);
     grpc::Status st = s.stub->Pull(&ctx, request, &response);
     if (!st.ok() || response.tables_size() != 1) {
       if (++refused_ <= 5)
@@ -412,7 +397,6 @@ class Probe {
     return true;
   }
 
-  std::string secret_;           // The job's secret, if given.
   std::vector<Server> servers_;  // Used by the server thread only.
   std::vector<uint64_t> keys_;   // The rows followed (set before the threads start).
   std::vector<int> owner_;       // Server thread: keys_[i]'s server, -1 unknown.
@@ -434,12 +418,12 @@ int main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_rows).empty()) return shardps::Rows();
   if (!absl::GetFlag(FLAGS_predict).empty()) return shardps::Predict();
   if (!absl::GetFlag(FLAGS_probe_servers).empty()) {
-    shardps::Probe probe(absl::StrSplit(absl::GetFlag(FLAGS_probe_servers), ',', absl::SkipEmpty()),
-                         absl::GetFlag(FLAGS_probe_replica));
-    if (absl::Status st = probe.Init(); !st.ok()) {
+    if (absl::Status st = shardps::InitJobSecretFromFlags(); !st.ok()) {
       LOG(ERROR) << st;
       return 2;
     }
+    shardps::Probe probe(absl::StrSplit(absl::GetFlag(FLAGS_probe_servers), ',', absl::SkipEmpty()),
+                         absl::GetFlag(FLAGS_probe_replica));
     return probe.Run();
   }
   LOG(ERROR) << "give --predict, --rows or --probe_servers";
