@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/partition.h"
 #include "common/status_macros.h"
 #include "common/table_hash.h"
 #include "server/snapshot.h"
@@ -33,25 +34,91 @@ void CopyRows(const TableStore& from, TableStore* to) {
   }
 }
 
+// The table hash and row count of a model, kept up to date record by
+// record: a sum, so a row leaves it by subtracting its RowHash and enters it
+// by adding one (common/table_hash.h).
+struct HashState {
+  uint64_t hash = 0;
+  uint64_t rows = 0;
+};
+
+// Whether `key` is the reserved key of a shared unadmitted row of `table`
+// (Table::RestoreRow writes its partition's shared row, not a row).
+bool IsSharedKey(const Table& table, uint64_t key, uint32_t num_partitions) {
+  return table.has_shared_rows() &&
+         table.SharedRowKey(PartitionOf(table.id(), key, num_partitions)) == key;
+}
+
+// Scratch of ApplyRecords, reused across blocks.
+struct Scratch {
+  std::vector<uint8_t> held;
+  std::vector<float> old;
+  std::vector<float> payload;
+};
+
+// Records [begin, end) of `block` (their keys unique) onto `table`: what the
+// table held for each key leaves `state`, what is written enters it. A
+// shared row always exists (a write replaces it; the row count keeps it);
+// a deletion drops a row only (a shared key has none after a restore).
+void ApplyRecords(const checkpoint::RecordBlock& block, const uint64_t* keys, size_t begin,
+                  size_t end, uint32_t num_partitions, Table* table, Scratch* s, HashState* state) {
+  const uint32_t id = table->id();
+  const size_t dim = table->dim();
+  const size_t n = end - begin;
+  const bool deletions = block.deleted();
+  s->held.resize(n);
+  s->old.resize(n * dim);
+  s->payload.resize(table->row_stride());
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t key = keys[begin + i];
+    s->held[i] = table->Contains(key) || (!deletions && IsSharedKey(*table, key, num_partitions));
+  }
+  // The old weights, in one batch: an evaluation pull changes nothing, and a
+  // key without a row reads its shared row (a shared key's old value) or its
+  // initial value (not held: ignored).
+  table->Pull(keys + begin, n, /*train=*/false, s->old.data());
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t key = keys[begin + i];
+    const bool shared = !deletions && IsSharedKey(*table, key, num_partitions);
+    if (s->held[i]) {
+      state->hash -= RowHash(id, key, s->old.data() + i * dim, dim);
+      if (!shared) --state->rows;
+    }
+    if (deletions) {
+      table->DeleteRow(key);
+      continue;
+    }
+    const absl::string_view bytes = block.payload(begin + i);
+    std::memcpy(s->payload.data(), bytes.data(), bytes.size());
+    table->RestoreRow(key, s->payload.data());
+    state->hash += RowHash(id, key, s->payload.data(), dim);
+    if (!shared) ++state->rows;
+  }
+}
+
 // One verified link on top of what `store` holds: per file, its deletions,
 // then its rows, as ApplyChain applies each link after the first
-// (server/snapshot.cc), but without clearing the store first.
-void ApplyLink(const LoadedFiles& files, TableStore* store) {
-  std::vector<float> payload;
+// (server/snapshot.cc), but without clearing the store first; `state`
+// follows each record.
+void ApplyLink(const LoadedFiles& files, uint32_t num_partitions, TableStore* store,
+               HashState* state) {
+  Scratch scratch;
+  std::vector<uint64_t> keys;
   for (const auto& file : files.files) {
     for (const bool deletions : {true, false}) {
       for (const checkpoint::RecordBlock& block : file->blocks()) {
         if (block.deleted() != deletions) continue;
         Table* table = store->FindTable(block.table_id());  // The reader checked the schemas.
-        payload.resize(table->row_stride());
-        for (size_t i = 0; i < block.size(); ++i) {
-          if (deletions) {
-            table->DeleteRow(block.key(i));
-            continue;
-          }
-          const absl::string_view bytes = block.payload(i);
-          std::memcpy(payload.data(), bytes.data(), bytes.size());
-          table->RestoreRow(block.key(i), payload.data());
+        keys.resize(block.size());
+        for (size_t i = 0; i < block.size(); ++i) keys[i] = block.key(i);
+        uint64_t dup;
+        if (!table->FindDuplicateKey(keys.data(), keys.size(), &dup)) {
+          ApplyRecords(block, keys.data(), 0, keys.size(), num_partitions, table, &scratch, state);
+          continue;
+        }
+        // A key twice: one record at a time, so the second sees the first.
+        for (size_t i = 0; i < keys.size(); ++i) {
+          ApplyRecords(block, keys.data(), i, i + 1, num_partitions, table, &scratch, state);
         }
       }
     }
@@ -91,11 +158,11 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const JobConfig& 
       RestoreCheckpoint(config, root, clock, m->NumDenseChunks(), m->params_->local_tables()));
   m->clock_ = loaded.clock;
   m->dir_ = std::move(loaded.dir);
-  RETURN_IF_ERROR(m->Index());
+  m->Index();
   return m;
 }
 
-absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::WithDeltas(
+absl::StatusOr<std::vector<ServedModel::Link>> ServedModel::ReadDeltas(
     const checkpoint::ResolvedCheckpoint& next, size_t first, uint64_t* bytes_read) const {
   const size_t n = next.chain.size();
   if (first == 0 || first >= n || next.chain_dirs.size() != n) {
@@ -116,8 +183,6 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::WithDeltas(
                                                      " (version served: ", clock_, ")"));
     }
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<ServedModel> m, Empty(config_));
-  TableStore* store = m->params_->local_tables();
   // Every file of every link verified before a row is written.
   checkpoint::ResolvedCheckpoint links;
   links.dir = next.dir;
@@ -125,18 +190,64 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::WithDeltas(
   links.chain.assign(next.chain.begin() + first, next.chain.end());
   links.chain_dirs.assign(next.chain_dirs.begin() + first, next.chain_dirs.end());
   const std::vector<bool> owned(config_.cluster().num_partitions(), true);
-  ASSIGN_OR_RETURN(const std::vector<LoadedFiles> files,
-                   LoadOwnedChain(links, owned, TableSchemas(*store)));
-  CopyRows(*params_->local_tables(), store);
-  for (const LoadedFiles& link : files) ApplyLink(link, store);
-  store->SetClock(next.manifest.clock());
-  if (bytes_read != nullptr) {
-    *bytes_read = 0;
-    for (const LoadedFiles& link : files) *bytes_read += link.bytes;
+  ASSIGN_OR_RETURN(std::vector<LoadedFiles> files,
+                   LoadOwnedChain(links, owned, TableSchemas(*params_->local_tables())));
+  std::vector<Link> out;
+  if (bytes_read != nullptr) *bytes_read = 0;
+  for (LoadedFiles& link : files) {
+    if (bytes_read != nullptr) *bytes_read += link.bytes;
+    out.push_back(std::make_shared<const LoadedFiles>(std::move(link)));
   }
-  m->clock_ = next.manifest.clock();
-  m->dir_ = next.dir;
-  RETURN_IF_ERROR(m->Index());
+  return out;
+}
+
+absl::Status ServedModel::Advance(const checkpoint::ResolvedCheckpoint& next,
+                                  absl::Span<const Link> links) {
+  const size_t n = next.chain.size();
+  if (links.empty() || links.size() >= n || next.chain[n - links.size() - 1].clock() != clock_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(next.dir, ": ", links.size(), " links do not continue version ", clock_));
+  }
+  TableStore* store = params_->local_tables();
+  HashState state{table_hash_, rows_};
+  for (const Link& link : links) {
+    ApplyLink(*link, config_.cluster().num_partitions(), store, &state);
+  }
+  store->SetClock(next.manifest.clock());
+  clock_ = next.manifest.clock();
+  dir_ = next.dir;
+  table_hash_ = state.hash;
+  rows_ = state.rows;
+#ifndef NDEBUG
+  // Debug builds (tests) check the running sum against a walk of every row.
+  const uint64_t hash = table_hash_, rows = rows_;
+  Index();
+  if (hash != table_hash_ || rows != rows_) {
+    return absl::InternalError(absl::StrCat(next.dir, ": incremental table hash ", hash, " (", rows,
+                                            " rows) differs from the walk's ", table_hash_, " (",
+                                            rows_, " rows)"));
+  }
+#endif
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Copy() const {
+  ASSIGN_OR_RETURN(std::unique_ptr<ServedModel> m, Empty(config_));
+  TableStore* store = m->params_->local_tables();
+  CopyRows(*params_->local_tables(), store);
+  store->SetClock(clock_);
+  m->clock_ = clock_;
+  m->dir_ = dir_;
+  m->table_hash_ = table_hash_;
+  m->rows_ = rows_;
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::WithDeltas(
+    const checkpoint::ResolvedCheckpoint& next, size_t first, uint64_t* bytes_read) const {
+  ASSIGN_OR_RETURN(const std::vector<Link> links, ReadDeltas(next, first, bytes_read));
+  ASSIGN_OR_RETURN(std::unique_ptr<ServedModel> m, Copy());
+  RETURN_IF_ERROR(m->Advance(next, links));
   return m;
 }
 
@@ -145,7 +256,7 @@ ServedModel::~ServedModel() {
   trainer_.reset();  // Before the store it reads.
 }
 
-absl::Status ServedModel::Index() {
+void ServedModel::Index() {
   TableHash hash;
   for (const Table* table : params_->local_tables()->tables()) {
     const uint32_t id = table->id();
@@ -157,7 +268,6 @@ absl::Status ServedModel::Index() {
   }
   table_hash_ = hash.value();
   rows_ = hash.rows();
-  return absl::OkStatus();
 }
 
 absl::Status ServedModel::Predict(absl::Span<const absl::string_view> lines,

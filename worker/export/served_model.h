@@ -9,19 +9,33 @@
 // verified before a row is written). It then walks every table once to
 // compute the version's TableHash (common/table_hash.h: every row's
 // (table id, key, weights), shared unadmitted rows under their reserved
-// keys, as the checkpoint files hold them). Lookup asks the table whether a
-// key has a row (no key set of its own, which each version would build and
-// hold).
+// keys, as the checkpoint files hold them) and its row count. Lookup asks
+// the table whether a key has a row (no key set of its own, which each
+// version would build and hold).
 //
-// WithDeltas builds the next version from this one instead of from its
-// whole chain: a copy of this version's rows (weights, optimizer state,
-// shared rows, bit for bit) plus, in order, each later link's deletions and
-// rows. Every file of those links is read and verified (size and CRC32C
-// against its manifest, then the reader's checks) before a row is applied,
-// as Load does. The result equals Load of the same checkpoint when this
-// version is exactly the chain's prefix; the caller (the replica) checks
-// that by identity (clock and created_unix_micros of each link); WithDeltas
-// checks that the first link applied is a DELTA on this version's clock.
+// A later version is built from an earlier one and the deltas after it,
+// without reading its whole chain:
+//  - ReadDeltas reads the files of the links after this version (each
+//    verified: size and CRC32C against its manifest, then the reader's
+//    checks) and checks that they continue it (the first a DELTA on this
+//    version's clock, each next one on the one before). The links are
+//    immutable and shared, so one read serves several models.
+//  - Advance applies links, in order, to this model IN PLACE: per file its
+//    deletions, then its rows, as a restore applies a chain's later links.
+//    The table hash and row count follow record by record: the hash is a
+//    wrapping sum of RowHash, so before a record is applied the weights the
+//    table holds for its key (a row, or for a reserved key the shared row
+//    it replaces) leave the sum and the written weights enter it; a
+//    deletion of a held row takes it out. No walk of the whole table. Debug
+//    builds (NDEBUG unset: the tests) check the sum against a walk after
+//    each Advance (INTERNAL on a difference).
+//  - Copy is a new model holding this one's rows (weights, optimizer state,
+//    shared rows, bit for bit), hash, rows, clock and directory.
+//  - WithDeltas is ReadDeltas, Copy, then Advance of the copy.
+// The result equals Load of the same checkpoint when this version is
+// exactly the chain's prefix; the caller (the replica) checks that by
+// identity (clock and created_unix_micros of each link); ReadDeltas checks
+// the clocks.
 //
 // Predict parses Criteo-format lines with the reader's own LineParser
 // (format, columns and fields of the job config) and scores them with
@@ -31,16 +45,21 @@
 //
 // Errors: Load: those of RestoreCheckpoint (NOT_FOUND, DATA_LOSS,
 // FAILED_PRECONDITION, naming the file or directory) and of the trainer.
-// WithDeltas: those of the links' files, INVALID_ARGUMENT for links that do
-// not continue this version (naming both clocks).
+// ReadDeltas and WithDeltas: those of the links' files, INVALID_ARGUMENT for
+// links that do not continue this version (naming both clocks). Advance:
+// INVALID_ARGUMENT when the link before the first is not this version's
+// clock (nothing applied).
 // Predict: INVALID_ARGUMENT "line <i>: <why>" (0-based index in the request)
 // for a line the parser refuses; nothing is scored then. Lookup:
 // INVALID_ARGUMENT for an unknown table id.
 //
-// Thread-safety: immutable after Load apart from Predict's scratch; Lookup
-// and the accessors may run concurrently with anything; Predict calls are
-// serialized by an internal mutex (the trainer is single-threaded). Blocks
-// on CPU only (no network, no file I/O after Load).
+// Thread-safety: Advance changes the model and needs it alone: no other
+// call on it (its owner, the replica, calls it only on a model no reader
+// holds). Otherwise immutable apart from Predict's scratch: Lookup, Copy,
+// ReadDeltas and the accessors may run concurrently with each other and
+// with Predict, whose calls are serialized by an internal mutex (the
+// trainer is single-threaded). Blocks on CPU only, apart from the file
+// reads of Load, ReadDeltas and WithDeltas.
 #ifndef SHARDPS_WORKER_EXPORT_SERVED_MODEL_H_
 #define SHARDPS_WORKER_EXPORT_SERVED_MODEL_H_
 
@@ -57,6 +76,7 @@
 #include "common/mutex.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
+#include "server/snapshot.h"
 #include "worker/data/batch.h"
 #include "worker/data/line_parser.h"
 #include "worker/param_store.h"
@@ -71,12 +91,26 @@ class ServedModel {
   // checkpoint root; `clock` a complete checkpoint under it.
   static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const JobConfig& config,
                                                            const std::string& root, uint64_t clock);
-  // The version at `next` (a checkpoint resolved with its chain,
-  // checkpoint_dir.h LoadCheckpoint; sizes are enough, the files read are
-  // verified here) from this one plus next.chain[first..]: every link from
-  // `first` on must be a DELTA, the one at `first` on this version's clock.
-  // The bytes of the files read go to `bytes_read` (may be null). See the
-  // top.
+  // One delta checkpoint's files, read and verified; immutable.
+  using Link = std::shared_ptr<const LoadedFiles>;
+
+  // The files of next.chain[first..] (`next`: a checkpoint resolved with its
+  // chain, checkpoint_dir.h LoadCheckpoint; sizes are enough, the files read
+  // are verified here), in order: every link from `first` on must be a
+  // DELTA, the one at `first` on this version's clock. The bytes of the
+  // files read go to `bytes_read` (may be null). See the top.
+  absl::StatusOr<std::vector<Link>> ReadDeltas(const checkpoint::ResolvedCheckpoint& next,
+                                               size_t first, uint64_t* bytes_read) const;
+  // Makes this model the version at `next` by applying `links`, the last
+  // links.size() links of next.chain (from ReadDeltas, here or on another
+  // model of the same job), in place. The caller guarantees that this
+  // version is next.chain minus those links; the link before them must be
+  // at this version's clock. No other call may use the model meanwhile.
+  absl::Status Advance(const checkpoint::ResolvedCheckpoint& next, absl::Span<const Link> links);
+  // A model holding this version (see the top).
+  absl::StatusOr<std::unique_ptr<ServedModel>> Copy() const;
+  // The version at `next` from this one plus next.chain[first..], as a new
+  // model: ReadDeltas, Copy, Advance.
   absl::StatusOr<std::unique_ptr<ServedModel>> WithDeltas(
       const checkpoint::ResolvedCheckpoint& next, size_t first, uint64_t* bytes_read) const;
 
@@ -103,9 +137,10 @@ class ServedModel {
   // A model with empty tables: the store, the trainer and the line parser.
   static absl::StatusOr<std::unique_ptr<ServedModel>> Empty(const JobConfig& config);
   uint64_t NumDenseChunks() const;
-  absl::Status Index();  // Table hash and rows.
+  void Index();  // Table hash and rows, from a walk of every row.
 
-  // Constant after Load. Destroyed bottom-up: the trainer before its store.
+  // Written by Load, Copy and Advance only (see Thread-safety). Destroyed
+  // bottom-up: the trainer before its store.
   JobConfig config_;
   uint64_t clock_ = 0;
   std::string dir_;

@@ -5,7 +5,7 @@
 // one before plus its deltas has the same table hash, rows, Lookup answers
 // and predictions as the same checkpoint restored from its whole chain; an
 // evicted key is gone from both; links that do not continue the version are
-// refused.
+// refused. Two models advanced in place, alternately, give the same versions.
 #include "worker/export/served_model.h"
 
 #include <memory>
@@ -276,6 +276,61 @@ TEST(ServedModelTest, ADeltaOnTheVersionServedGivesTheVersionOfItsChain) {
   // Key 5 written again at 35; key 320 evicted at 30.
   EXPECT_EQ(Lookup(**inc30, kSparse, probe).found, (std::vector<bool>{false, false}));
   EXPECT_EQ(Lookup(**inc40, kSparse, probe).found, (std::vector<bool>{true, false}));
+}
+
+// Two models advanced in place, as the replica alternates them: each
+// applies the links it lacks (read once, on the model ahead), and each
+// version's incremental table hash and row count equal those of a walk of
+// the same checkpoint loaded from its chain (ExpectSameVersion): overwritten
+// rows, new rows, deleted rows and shared rows that move all leave and
+// enter the sum.
+TEST(ServedModelTest, AdvancingInPlaceGivesTheVersionOfItsChain) {
+  const JobConfig config = Config();
+  const std::string root = Root("in_place");
+  Job job(config);
+  job.Train(1, 0, 300);
+  job.Checkpoint(root, 10, std::nullopt);
+  job.Train(15, 100, 200);         // Overwritten rows.
+  job.Train(16, 300, 350);         // New rows.
+  ASSERT_EQ(job.Evict(20), 200u);  // Deleted rows.
+  job.Checkpoint(root, 20, 10);
+  job.Train(25, 100, 150);
+  ASSERT_EQ(job.Evict(30), 100u);
+  job.Checkpoint(root, 30, 20);
+  job.Train(35, 0, 50);  // Deleted at 20, written again; shared rows move.
+  ASSERT_EQ(job.Evict(40), 50u);
+  job.Checkpoint(root, 40, 30);
+
+  std::unique_ptr<ServedModel> a = Load(config, root, 10);
+  ASSERT_TRUE(a);
+  auto b = a->Copy();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ExpectSameVersion(**b, *a);
+  std::vector<ServedModel::Link> lacking;  // The links `a` has and `b` lacks.
+  ServedModel* ahead = a.get();
+  ServedModel* behind = b->get();
+  for (const uint64_t clock : {20, 30, 40}) {
+    const checkpoint::ResolvedCheckpoint next = Resolve(root, clock);
+    auto read = ahead->ReadDeltas(next, next.chain.size() - 1, nullptr);
+    ASSERT_TRUE(read.ok()) << read.status();
+    lacking.insert(lacking.end(), read->begin(), read->end());
+    const uint64_t before = behind->table_hash();
+    ASSERT_TRUE(behind->Advance(next, lacking).ok()) << "version " << clock;
+    std::unique_ptr<ServedModel> full = Load(config, root, clock);
+    ASSERT_TRUE(full);
+    ExpectSameVersion(*behind, *full);
+    EXPECT_NE(behind->table_hash(), before);
+    lacking = *std::move(read);
+    std::swap(ahead, behind);
+  }
+  // The one behind (at 30) refuses links that do not start at its clock:
+  // 40's link twice would start at 20.
+  const checkpoint::ResolvedCheckpoint at40 = Resolve(root, 40);
+  ASSERT_EQ(behind->clock(), 30u);
+  std::vector<ServedModel::Link> two = {lacking[0], lacking[0]};
+  const absl::Status st = behind->Advance(at40, two);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_EQ(behind->clock(), 30u);
 }
 
 TEST(ServedModelTest, LinksThatDoNotContinueTheVersionAreRefused) {
