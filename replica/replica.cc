@@ -77,6 +77,10 @@ struct Metrics {
       "shardps_replica_versions_incremental_total",
       "Versions built from the version served plus the deltas after it (the rest are "
       "rebuilt from their whole chain).");
+  prometheus::Counter& in_place = metrics::GetCounter(
+      "shardps_replica_versions_in_place_total",
+      "Incremental versions built in place on the idle model (the rest on a copy of the served "
+      "one).");
   prometheus::Counter& rollbacks = metrics::GetCounter(
       "shardps_replica_rollbacks_total",
       "Moves to an older or rewritten checkpoint after the served one left the disk (a "
@@ -92,7 +96,8 @@ struct Metrics {
       "whole chain).");
   prometheus::Histogram& build = metrics::GetHistogram(
       "shardps_replica_build_seconds",
-      "Time to build one version (a copy of the served one plus deltas, or its whole chain).",
+      "Time to build one version (the deltas after the served one, in place or on a copy, or "
+      "its whole chain).",
       metrics::LatencyBuckets());
   prometheus::Histogram& train_to_serve = metrics::GetHistogram(
       "shardps_replica_train_to_serve_seconds",
@@ -153,36 +158,62 @@ bool Replica::Extends(const checkpoint::ResolvedCheckpoint& next) const {
   return true;
 }
 
+absl::StatusOr<Replica::Built> Replica::BuildIncremental(const checkpoint::CheckpointEntry& entry,
+                                                         int64_t created,
+                                                         checkpoint::ResolvedCheckpoint resolved) {
+  const exporter::ServedModel* served = models_.served();
+  Built built;
+  ASSIGN_OR_RETURN(built.links,
+                   served->ReadDeltas(resolved, current_chain_.size(), &built.bytes_read));
+  if (CreatedMicros(entry.dir) != created) {
+    return absl::AbortedError(absl::StrCat(entry.dir, " was written again while loading"));
+  }
+  built.incremental = true;
+  // The other model, a version or more behind, catches up in place: the
+  // links it lacks (kept from the version before) and the ones just read.
+  absl::StatusOr<exporter::ServedModel*> idle = models_.Idle(absl::Now() + options_.reader_wait);
+  if (!idle.ok()) {
+    LOG(INFO) << "replica: version " << entry.clock << " on a copy of version " << served->clock()
+              << ": " << idle.status().message();
+  } else if (*idle != nullptr) {
+    std::vector<exporter::ServedModel::Link> lacking = idle_lacks_;
+    lacking.insert(lacking.end(), built.links.begin(), built.links.end());
+    const absl::Status st = (*idle)->Advance(resolved, lacking);
+    if (st.ok()) {
+      built.in_place = true;
+      built.resolved = std::move(resolved);
+      return built;
+    }
+    LOG(WARNING) << "replica: version " << entry.clock << " in place failed (" << st
+                 << "); on a copy of version " << served->clock();
+    models_.DropIdle();
+  }
+  ASSIGN_OR_RETURN(built.model, served->Copy());
+  RETURN_IF_ERROR(built.model->Advance(resolved, built.links));
+  built.resolved = std::move(resolved);
+  return built;
+}
+
 absl::StatusOr<Replica::Built> Replica::Build(const checkpoint::CheckpointEntry& entry,
-                                              int64_t created,
-                                              const exporter::ServedModel* current) {
+                                              int64_t created, bool serving) {
   // The chain's manifests (sizes only: the files a build reads are checked
   // in full), and the checkpoint still the one listed (not rewritten).
   checkpoint::LoadManifestOptions sizes;
   sizes.verify_file_crcs = false;
-  Built built;
-  if (current != nullptr) {
+  if (serving) {
     absl::StatusOr<checkpoint::ResolvedCheckpoint> resolved =
         checkpoint::LoadCheckpoint(root_, entry.clock, sizes);
     if (resolved.ok() && resolved->manifest.created_unix_micros() == created &&
         Extends(*resolved)) {
-      absl::StatusOr<std::unique_ptr<exporter::ServedModel>> model =
-          current->WithDeltas(*resolved, current_chain_.size(), &built.bytes_read);
-      if (model.ok()) {
-        if (CreatedMicros(entry.dir) != created) {
-          return absl::AbortedError(absl::StrCat(entry.dir, " was written again while loading"));
-        }
-        built.model = *std::move(model);
-        built.resolved = *std::move(resolved);
-        built.incremental = true;
-        return built;
-      }
+      absl::StatusOr<Built> built = BuildIncremental(entry, created, *std::move(resolved));
+      if (built.ok() || absl::IsAborted(built.status())) return built;
       // The chain rebuild below refuses the checkpoint, or shows why the
-      // copy did not do.
-      LOG(WARNING) << "replica: " << entry.dir << ": incremental build failed (" << model.status()
+      // deltas did not do.
+      LOG(WARNING) << "replica: " << entry.dir << ": incremental build failed (" << built.status()
                    << "); rebuilding from its chain";
     }
   }
+  Built built;
   ASSIGN_OR_RETURN(built.model, exporter::ServedModel::Load(options_.config, root_, entry.clock));
   ASSIGN_OR_RETURN(built.resolved, checkpoint::LoadCheckpoint(root_, entry.clock, sizes));
   if (built.resolved.manifest.created_unix_micros() != created) {
@@ -234,7 +265,7 @@ bool Replica::PollOnce() {
     const Identity id(it->clock, *created);
     if (refused_.contains(id)) continue;
     const absl::Time start = absl::Now();
-    absl::StatusOr<Built> built = Build(*it, *created, current.get());
+    absl::StatusOr<Built> built = Build(*it, *created, current != nullptr);
     if (absl::IsAborted(built.status())) {
       LOG(INFO) << "replica: " << built.status().message() << "; next poll";
       return false;
@@ -246,7 +277,13 @@ bool Replica::PollOnce() {
       last_error_ = absl::StrCat(it->dir, ": ", built.status().ToString());
       continue;
     }
-    std::shared_ptr<exporter::ServedModel> next(std::move(built->model));
+    // The version built becomes the served one; the one served so far
+    // becomes the other model (its readers finish with it first), lacking
+    // the links just read, unless this version was built from its chain
+    // (then it is dropped: nothing to catch up from).
+    std::shared_ptr<exporter::ServedModel> next =
+        models_.Serve(std::move(built->model), /*keep_previous=*/built->incremental);
+    idle_lacks_ = std::move(built->links);
     const absl::Time done = absl::Now();
     const checkpoint::CheckpointManifest& manifest = built->resolved.manifest;
     const uint64_t own_bytes = FileBytes(manifest);
@@ -275,6 +312,7 @@ bool Replica::PollOnce() {
       M().lag.Set(newest > it->clock ? static_cast<double>(newest - it->clock) : 0.0);
       M().applied.Increment();
       if (built->incremental) M().incremental.Increment();
+      if (built->in_place) M().in_place.Increment();
       if (rollback) M().rollbacks.Increment();
       M().rows.Set(static_cast<double>(rows));
       M().bytes.Set(static_cast<double>(own_bytes));
@@ -288,7 +326,8 @@ bool Replica::PollOnce() {
               << ", generation " << manifest.generation() << ", built in " << (done - start)
               << (built->incremental
                       ? absl::StrCat(" (incremental: version ", served.first, " plus ", links_read,
-                                     links_read == 1 ? " delta)" : " deltas)")
+                                     links_read == 1 ? " delta, " : " deltas, ",
+                                     built->in_place ? "in place)" : "on a copy)")
                       : absl::StrCat(" (from its chain of ", links_read, ")"))
               << " from " << built->bytes_read << " bytes (own files " << own_bytes
               << "); cut to serve " << cut_to_serve

@@ -15,24 +15,44 @@
 //
 // ## Building a version
 //
-// When the checkpoint is a DELTA whose chain is the served version's chain
-// plus one or more deltas (each link identified by its clock and its
-// manifest's created_unix_micros), the next version is a copy of the served
-// one plus those deltas' deletions and rows (ServedModel::WithDeltas: only
-// their files are read, each verified before a row is applied). Otherwise
-// (a FULL checkpoint, a rollback, a chain that does not extend the served
-// one, an incremental build that fails) it is built from the files of its
-// own chain alone, nothing carried over from the version before. Either way
-// version v holds exactly the rows of checkpoint v's chain.
+// The replica keeps two models (LeftRight, left_right.h): the served one and
+// the *idle* one, the version before it. When the checkpoint is a DELTA whose
+// chain is the served version's chain plus one or more deltas (each link
+// identified by its clock and its manifest's created_unix_micros), only the
+// new deltas' files are read (ServedModel::ReadDeltas: each verified before
+// a row is applied), and the idle model is brought to the new version IN
+// PLACE (ServedModel::Advance): the links it lacks, kept parsed in memory
+// from the build before (the served version's own deltas), then the new
+// ones, each link's deletions and rows. The table hash and row count follow
+// the records applied (a running sum; served_model.h), no row is copied and
+// no table walked: a version costs the rows its deltas touch, twice (once
+// per model). The new version is then served and the model served before
+// becomes the idle one, lacking the new links.
+//
+// When there is no idle model (the version before was built from its
+// chain), or readers still hold it after `reader_wait` (an answer begun
+// before the last swap and still running), the new version is built on a
+// copy of the served model (ServedModel::Copy: every row) plus the new
+// deltas, and a held idle model is dropped from the pair (freed when its
+// readers let go). Otherwise (a FULL checkpoint, a rollback, a chain that
+// does not extend the served one, an incremental build that fails) the
+// version is built from the files of its own chain alone, nothing carried
+// over, and the served model is dropped, not kept as the idle one. Either
+// way version v holds exactly the rows of checkpoint v's chain.
 //
 // ## Atomic versions
 //
-// The next version is built aside (its own tables and model, restored and
-// verified file by file) while the current one keeps serving; then one
-// pointer swap under a lock makes it current. A reader takes a shared
-// reference to the current version (Current()) and answers from it alone, so
-// an answer never mixes two versions and a version stays alive while a
-// reader holds it. Memory: up to two versions (plus the ones readers hold).
+// A version is built on a model no reader can see (the idle one once its
+// readers let go, a copy, or one loaded from files) while the current one
+// keeps serving; then one pointer swap under a lock makes it current. A
+// reader takes a handle to the current version (Current()) and answers from
+// it alone, so an answer never mixes two versions; the model it holds is
+// not changed while any handle to it is out (LeftRight lends a model from
+// its swap until the last handle is dropped and hands it out for change
+// only after that, the return ordered before the change by a mutex), and
+// it stays alive while a reader holds it. Memory: two versions, plus one a
+// reader still holds past `reader_wait` after the pair moved on, plus the
+// parsed files of the deltas the idle model lacks.
 //
 // ## Rollbacks (generation fencing by checkpoint identity)
 //
@@ -74,7 +94,9 @@
 //   shardps_replica_newest_checkpoint         gauge: newest clock with a MANIFEST on disk
 //   shardps_replica_version_lag               gauge: newest - served (clocks, >= 0)
 //   shardps_replica_versions_applied_total    counter
-//   shardps_replica_versions_incremental_total counter: of those, built from the version before
+//   shardps_replica_versions_incremental_total counter: of those, built from the deltas after the
+//                                             version before (in place or on a copy)
+//   shardps_replica_versions_in_place_total   counter: of those, built in place on the idle model
 //   shardps_replica_rollbacks_total           counter: moves to an older or rewritten checkpoint
 //   shardps_replica_version_rows              gauge: rows of the version served
 //   shardps_replica_version_bytes             gauge: bytes of its own checkpoint's files
@@ -103,6 +125,7 @@
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/mutex.h"
 #include "proto/config.pb.h"
+#include "replica/left_right.h"
 #include "worker/export/served_model.h"
 
 namespace shardps {
@@ -114,6 +137,9 @@ struct ReplicaOptions {
   // A poll that finds nothing new lists the directory and reads MANIFEST twice
   // (a few KiB); half an interval is added to train-to-serve on average.
   absl::Duration poll_interval = absl::Milliseconds(100);
+  // How long a build waits for the readers of the idle model (answers
+  // begun before the last swap) before it builds on a copy instead.
+  absl::Duration reader_wait = absl::Milliseconds(200);
 };
 
 struct ReplicaStatus {
@@ -170,19 +196,31 @@ class Replica {
   // created_unix_micros (-1: a MANIFEST that does not parse).
   using Identity = std::pair<uint64_t, int64_t>;
 
-  // A version built aside, not yet served.
+  // A version built, not yet served.
   struct Built {
+    // A new model; nullptr when the idle model of models_ was brought to the
+    // version in place.
     std::unique_ptr<exporter::ServedModel> model;
     checkpoint::ResolvedCheckpoint resolved;  // Its chain, as built.
     uint64_t bytes_read = 0;                  // Checkpoint file bytes read.
-    bool incremental = false;                 // From the served version.
+    bool incremental = false;                 // From the served version's deltas.
+    bool in_place = false;                    // On the idle model (model null).
+    // Incremental: the links read after the served version.
+    std::vector<exporter::ServedModel::Link> links;
   };
-  // Builds the version of `entry` (whose MANIFEST had `created`): from
-  // `current` plus the deltas after it when Extends, else from its chain.
-  // ABORTED when the checkpoint was written again meanwhile (try at the next
-  // poll); other errors: the checkpoint does not load.
+  // Builds the version of `entry` (whose MANIFEST had `created`): from the
+  // deltas after the served version (`serving`: there is one) when Extends,
+  // else from its chain. ABORTED when the checkpoint was written again
+  // meanwhile (try at the next poll); other errors: the checkpoint does not
+  // load.
   absl::StatusOr<Built> Build(const checkpoint::CheckpointEntry& entry, int64_t created,
-                              const exporter::ServedModel* current)
+                              bool serving) ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
+  // The incremental build of Build: reads the links after the served
+  // version, then applies them with the ones the idle model lacks to the
+  // idle model in place, or, when there is none or readers still hold it
+  // after options_.reader_wait, to a copy of the served one.
+  absl::StatusOr<Built> BuildIncremental(const checkpoint::CheckpointEntry& entry, int64_t created,
+                                         checkpoint::ResolvedCheckpoint resolved)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
   // Whether `next` is a DELTA whose chain is the served version's chain
   // (each link the same clock and created_unix_micros) plus one or more
@@ -200,6 +238,11 @@ class Replica {
   absl::flat_hash_set<Identity> refused_ ABSL_GUARDED_BY(poll_mu_);
   // The chain of the version served (FULL first), link by link.
   std::vector<Identity> current_chain_ ABSL_GUARDED_BY(poll_mu_);
+  // The served model and the idle one (see the top).
+  LeftRight<exporter::ServedModel> models_ ABSL_GUARDED_BY(poll_mu_);
+  // The links the idle model lacks to be the served version (the idle
+  // model's chain plus these is current_chain_).
+  std::vector<exporter::ServedModel::Link> idle_lacks_ ABSL_GUARDED_BY(poll_mu_);
 
   mutable Mutex mu_;
   mutable CondVar changed_;  // Signalled on a new version and on stop.

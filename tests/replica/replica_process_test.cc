@@ -6,7 +6,8 @@
 // checkpoint's files alone.
 //
 // FollowsTheCheckpointsExactly: some versions are built incrementally (the
-// version before plus a delta: replica.h), hash-equal all the same. At the
+// version before plus a delta: replica.h), some of them in place on the
+// model of the version before last, hash-equal all the same. At the
 // last version, rows evicted in the chain's deltas (and not written again)
 // are absent from Lookup while rows the last link wrote are present with the
 // files' weights; Predict equals ps_score on the same checkpoint and lines to
@@ -327,6 +328,10 @@ TEST_F(ReplicaProcessTest, FollowsTheCheckpointsExactly) {
   const std::string metrics = Metrics();
   EXPECT_GE(Metric(metrics, "shardps_replica_versions_incremental_total"), 1)
       << "no version built incrementally\n"
+      << metrics;
+  // And some of those in place, on the model of the version before last.
+  EXPECT_GE(Metric(metrics, "shardps_replica_versions_in_place_total"), 1)
+      << "no version built in place\n"
       << metrics;
 
   // Rows evicted at any version served (a delta's deletions) and not
