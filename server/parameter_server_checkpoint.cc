@@ -190,6 +190,7 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
     WriterMutexLock state(&state_mu_);
     for (Table* table : store_->tables()) table->Clear();
     bases_.clear();
+    ForgetPrecopies();
     max_clock_.store(0, std::memory_order_relaxed);
     store_->ResetClock(0);
     generation_.store(request.generation(), std::memory_order_release);
@@ -232,6 +233,7 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
       if (map_->version() <= map->version()) map_ = std::move(map);
     }
     rows = ApplyChain(chain, owned, store_.get());
+    ForgetPrecopies();
     // The tables now equal the checkpoint: the only base for the next delta
     // (deltas on earlier bases would miss the deletions Clear() forgot).
     bases_.clear();
@@ -280,21 +282,61 @@ absl::Status ParameterServerCore::RestorePartitions(const RestoreRequest& reques
     return absl::InvalidArgumentError(
         "Restore: an initial restore names no partitions (it resets the whole server)");
   }
+  const bool catch_up = request.has_catch_up_from();
+  if (catch_up && request.precopy()) {
+    return absl::InvalidArgumentError("Restore: precopy and catch_up_from are two steps, not one");
+  }
+  if (catch_up && (!request.has_clock() || request.catch_up_from() >= request.clock())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Restore: a catch-up from clock ", request.catch_up_from(),
+        " needs a checkpoint clock after it (clock ",
+        request.has_clock() ? absl::StrCat(request.clock()) : std::string("unset"), ")"));
+  }
+  const std::shared_ptr<const PartitionMap> map = CurrentMap();
   ASSIGN_OR_RETURN(const std::vector<bool> adding,
-                   UnownedPartitionMask(request.partitions(), "Restore", *CurrentMap()));
+                   UnownedPartitionMask(request.partitions(), "Restore", *map));
   MutexLock checkpoint_lock(&checkpoint_mu_);
   ASSIGN_OR_RETURN(const std::string root, CheckpointRoot("Restore"));
   RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
-  ASSIGN_OR_RETURN(const RestoreSource source, ResolveRestore(root, request));
-  const checkpoint::CheckpointManifest& manifest = source.checkpoint.manifest;
-  const std::string& dir = source.checkpoint.dir;
+  if (catch_up) {
+    MutexLock lock(&precopy_mu_);
+    for (uint32_t p : request.partitions()) {
+      auto it = precopied_.find(p);
+      if (it == precopied_.end() || it->second != request.catch_up_from()) {
+        return absl::AbortedError(absl::StrCat(
+            "Restore: server ", server_index_, " did not pre-copy partition ", p, " from clock ",
+            request.catch_up_from(),
+            it == precopied_.end() ? std::string(" (no pre-copy of it: restarted, or dropped)")
+                                   : absl::StrCat(" (it did from clock ", it->second, ")"),
+            "; pre-copy again"));
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(RestoreSource source, ResolveRestore(root, request));
+  checkpoint::ResolvedCheckpoint& resolved = source.checkpoint;
+  const checkpoint::CheckpointManifest& manifest = resolved.manifest;
+  const std::string& dir = resolved.dir;
   if (manifest.job_name() != config_.name()) {
     return absl::FailedPreconditionError(absl::StrCat(dir, ": checkpoint of job \"",
                                                       manifest.job_name(), "\", this job is \"",
                                                       config_.name(), "\""));
   }
+  if (catch_up) {
+    // Only the links after the pre-copy's checkpoint.
+    size_t after = resolved.chain.size();
+    for (size_t i = 0; i < resolved.chain.size(); ++i) {
+      if (resolved.chain[i].clock() == request.catch_up_from()) after = i + 1;
+    }
+    if (after >= resolved.chain.size()) {
+      return absl::AbortedError(absl::StrCat(dir, ": its chain holds no checkpoint at clock ",
+                                             request.catch_up_from(),
+                                             " to catch up from; pre-copy again"));
+    }
+    resolved.chain.erase(resolved.chain.begin(), resolved.chain.begin() + after);
+    resolved.chain_dirs.erase(resolved.chain_dirs.begin(), resolved.chain_dirs.begin() + after);
+  }
   ASSIGN_OR_RETURN(const std::vector<LoadedFiles> chain,
-                   LoadOwnedChain(source.checkpoint, adding, TableSchemas(*store_)));
+                   LoadOwnedChain(resolved, adding, TableSchemas(*store_)));
   size_t files_read = 0;
   uint64_t bytes_read = 0;
   for (const LoadedFiles& link : chain) {
@@ -302,25 +344,53 @@ absl::Status ParameterServerCore::RestorePartitions(const RestoreRequest& reques
     bytes_read += link.bytes;
   }
   uint64_t rows = 0;
-  {
+  const uint64_t clock = manifest.clock();
+  // A joining spare (owns nothing) takes the catch-up's clock.
+  const std::vector<bool> owned = OwnedPartitions(*map);
+  const bool spare = std::find(owned.begin(), owned.end(), true) == owned.end();
+  if (catch_up && spare) {
+    WriterMutexLock state(&state_mu_);
+    RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
+    rows = CatchUpPartitions(chain, adding, store_.get());
+    max_clock_.store(clock, std::memory_order_relaxed);
+    store_->ResetClock(clock);
+    bsp_clocks_.Reset(clock, request.generation());
+  } else {
     // Shared: requests go on (none may reach these partitions: the server
     // does not own them); a full Restore or a generation change waits.
     ReaderMutexLock state(&state_mu_);
     RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
-    auto add = [&] { rows = AddPartitionsFromChain(chain, adding, store_.get()); };
-    if (bsp_) {
+    auto add = [&] {
+      rows = catch_up ? CatchUpPartitions(chain, adding, store_.get())
+                      : AddPartitionsFromChain(chain, adding, store_.get());
+    };
+    if (bsp_ && !request.precopy()) {
       // The rows must be of the clock this server is at: exactly the
       // checkpoint's clocks applied, and none applied during the copy.
-      RETURN_IF_ERROR(bsp_clocks_.AtClock(manifest.clock(), add));
+      RETURN_IF_ERROR(bsp_clocks_.AtClock(clock, add));
     } else {
       add();
     }
   }
-  MaybeStall("partitions_added");
-  LOG(INFO) << "server " << server_index_ << " added " << request.partitions_size()
-            << " partitions (" << rows << " rows) from " << files_read << " files of " << dir;
+  {
+    MutexLock lock(&precopy_mu_);
+    for (uint32_t p : request.partitions()) {
+      if (request.precopy()) {
+        precopied_[p] = clock;
+      } else {
+        precopied_.erase(p);
+      }
+    }
+  }
+  MaybeStall(catch_up ? "caught_up" : "partitions_added");
+  LOG(INFO) << "server " << server_index_ << (catch_up ? " caught up " : " added ")
+            << request.partitions_size() << " partitions (" << rows << " rows) from " << files_read
+            << " files of " << dir
+            << (request.precopy() ? " (a pre-copy)"
+                : catch_up        ? absl::StrCat(" after clock ", request.catch_up_from())
+                                  : std::string());
   response->set_rows(rows);
-  response->set_clock(manifest.clock());
+  response->set_clock(clock);
   response->set_checkpoint_dir(dir);
   response->set_files_read(files_read);
   response->set_bytes_read(bytes_read);

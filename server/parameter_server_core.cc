@@ -501,6 +501,11 @@ absl::StatusOr<std::vector<bool>> ParameterServerCore::UnownedPartitionMask(
   return mask;
 }
 
+void ParameterServerCore::ForgetPrecopies() {
+  MutexLock lock(&precopy_mu_);
+  precopied_.clear();
+}
+
 void ParameterServerCore::MaybeStall(const char* point) const {
   MaybeStallAt(testing_stalls_, point, absl::StrCat("server ", server_index_),
                absl::StrCat(server_index_));
@@ -509,6 +514,12 @@ void ParameterServerCore::MaybeStall(const char* point) const {
 void ParameterServerCore::DropPartitions(const std::vector<bool>& drop, ControlResponse* response) {
   uint64_t rows = 0;
   for (Table* table : store_->tables()) rows += table->DropPartitions(drop);
+  {
+    MutexLock lock(&precopy_mu_);
+    for (uint32_t p = 0; p < drop.size(); ++p) {
+      if (drop[p]) precopied_.erase(p);
+    }
+  }
   LOG(INFO) << "server " << server_index_ << " dropped "
             << std::count(drop.begin(), drop.end(), true) << " partitions it no longer owns ("
             << rows << " rows)";
@@ -526,7 +537,10 @@ uint64_t ParameterServerCore::eviction_clock() const {
 
 uint64_t ParameterServerCore::Evict() {
   ReaderMutexLock state(&state_mu_);
-  return store_->Evict(eviction_clock(), absl::ToUnixSeconds(absl::Now()));
+  // Rows of partitions this server does not own (a move's pre-copy) are
+  // the source's until the map switch: not evicted here.
+  return store_->Evict(eviction_clock(), absl::ToUnixSeconds(absl::Now()),
+                       OwnedPartitions(*CurrentMap()));
 }
 
 void ParameterServerCore::Shutdown() { bsp_clocks_.Shutdown(); }

@@ -79,6 +79,16 @@
 // current map may reach. Delta checkpoints need no care: a delta base
 // records the partitions owned then, so the first checkpoint after the map
 // switch is a full one.
+// A move in two steps adds the bulk while training goes on (Restore
+// `precopy`: no clock check; the server records the clock each partition
+// was pre-copied from) and the rest under the hold of a later cut (Restore
+// `catch_up_from`: the links of that cut's chain after the pre-copy's
+// checkpoint, applied onto the rows held). A catch-up of a partition this
+// process did not pre-copy from that clock (restarted, dropped since) is
+// ABORTED: the move pre-copies again. The eviction sweep skips partitions
+// the server does not own, so pre-copied rows stay exactly the source's
+// until the catch-up (a row the source evicts later is in the catch-up's
+// deletions).
 //
 // Delta checkpoints (request.delta, base_clock B): the copy holds only the
 // rows changed since this server's copy for checkpoint B (or
@@ -152,6 +162,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -179,6 +190,8 @@ struct CoreOptions {
   // named points of a move at which the server stalls once
   // (common/testing_stall.h; the marker gets its index). Points:
   //   "partitions_added"  a Restore with partitions has added its rows and
+  //                       not answered yet (a pre-copy, or a one-step add);
+  //   "caught_up"         a Restore catch_up_from has applied its links and
   //                       not answered yet;
   //   "switching_map"     a Control whose map gives this server partitions
   //                       it does not own yet, before the map is applied.
@@ -186,7 +199,7 @@ struct CoreOptions {
 };
 
 // The points CoreOptions::testing_stalls may name.
-inline constexpr const char* kStallPoints[] = {"partitions_added", "switching_map"};
+inline constexpr const char* kStallPoints[] = {"partitions_added", "caught_up", "switching_map"};
 
 // Where a pull's values go. The core calls AddTable once per table of the
 // request, in request order, after every check has passed, and writes the
@@ -362,6 +375,12 @@ class ParameterServerCore {
   std::string checkpoint_root_ ABSL_GUARDED_BY(checkpoint_mu_);
   std::unique_ptr<CheckpointWrite> write_ ABSL_GUARDED_BY(checkpoint_mu_);
   std::vector<CheckpointBase> bases_ ABSL_GUARDED_BY(checkpoint_mu_);
+  // Resharding: partition -> the checkpoint clock a Restore `precopy` added
+  // it from; forgotten by a drop, a one-step add, a catch-up and a full
+  // restore.
+  void ForgetPrecopies();
+  mutable Mutex precopy_mu_;
+  absl::flat_hash_map<uint32_t, uint64_t> precopied_ ABSL_GUARDED_BY(precopy_mu_);
 
   // Constant after construction.
   const JobConfig config_;

@@ -3,8 +3,12 @@
 // (cut, restore the moving partitions on their destinations, switch the map,
 // drop them at their sources) ends with every row bit-identical to the same
 // job without moves; bad partition lists are refused and change nothing;
-// a drop frees rows and pending admission counts. Core-level, no network.
+// the same in two steps (a pre-copy while the job trains and evicts, a
+// catch-up from a delta cut) is bit-identical too; a catch-up without its
+// pre-copy is refused; a drop frees rows and pending admission counts.
+// Core-level, no network.
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -109,6 +113,207 @@ TEST(PartitionMoveTest, TwoToThreeToTwoIsBitIdenticalToNoMove) {
   for (uint64_t clock = 10; clock < 15; ++clock) moved.Step(clock);
   EXPECT_EQ(moved.DumpAll(), expected);  // DumpAll also fails on a row held twice.
   EXPECT_EQ(moved.PullAll(15), still.PullAll(15));
+}
+
+// The keys a step of the eviction job pushes: every key up to clock 4, then
+// only every other one, so the rest age out (ttl_clocks 2) on whichever
+// server holds them.
+std::vector<uint64_t> EvictionKeys(uint64_t clock, uint32_t table) {
+  std::vector<uint64_t> keys = testing::Job::Keys(table);
+  if (clock < 5) return keys;
+  std::vector<uint64_t> half;
+  for (size_t i = 0; i < keys.size(); i += 2) half.push_back(keys[i]);
+  return half;
+}
+
+JobConfig EvictionConfig() {
+  JobConfig c = testing::Config(2);
+  for (TableConfig& t : *c.mutable_tables()) t.mutable_eviction()->set_ttl_clocks(2);
+  return c;
+}
+
+// A step of the eviction job, then a sweep on every server; the rows
+// evicted.
+uint64_t EvictionStep(testing::Job& job, uint64_t clock) {
+  job.Push(clock, [clock](uint32_t table) { return EvictionKeys(clock, table); });
+  return job.Evict();
+}
+
+// One step of a two-step move on every destination: a pre-copy from the cut
+// at `clock`, or (catch_up_from set) the catch-up of the links after it.
+void AddStep(testing::Job& job, uint64_t clock, const std::vector<uint32_t>& new_owner,
+             std::optional<uint64_t> catch_up_from) {
+  std::vector<RestoreRequest> adds(job.size());
+  for (uint32_t p = 0; p < kParts; ++p) {
+    if (job.map().OwnerOfPartition(p) != new_owner[p]) adds[new_owner[p]].add_partitions(p);
+  }
+  for (uint32_t s = 0; s < job.size(); ++s) {
+    if (adds[s].partitions_size() == 0) continue;
+    adds[s].set_clock(clock);
+    adds[s].set_precopy(!catch_up_from.has_value());
+    if (catch_up_from) adds[s].set_catch_up_from(*catch_up_from);
+    RestoreResponse response;
+    const absl::Status st = job.core(s).Restore(adds[s], &response);
+    ASSERT_TRUE(st.ok()) << "server " << s << ": " << st;
+  }
+}
+
+// The map switch of a move: version + 1 with `new_owner`, each moved
+// partition dropped at its source.
+void Switch(testing::Job& job, const std::vector<uint32_t>& new_owner) {
+  const PartitionMap& old = job.map();
+  for (uint32_t s = 0; s < job.size(); ++s) {
+    ControlRequest request;
+    request.set_map_version(old.version() + 1);
+    for (uint32_t owner : new_owner) request.add_partition_owner(owner);
+    for (uint32_t p = 0; p < kParts; ++p) {
+      if (old.OwnerOfPartition(p) == s && new_owner[p] != s) request.add_drop_partitions(p);
+    }
+    ControlResponse response;
+    const absl::Status st = job.core(s).Control(request, &response);
+    ASSERT_TRUE(st.ok()) << "server " << s << ": " << st;
+  }
+  uint32_t max_owner = 0;
+  for (uint32_t owner : new_owner) max_owner = std::max(max_owner, owner);
+  job.SetMap(*PartitionMap::FromOwners(
+      old.version() + 1, new_owner,
+      std::max(job.core(0).config().cluster().num_servers(), max_owner + 1)));
+}
+
+// The move of the scheduler in two steps (docs/design.md "Resharding"): the
+// bulk pre-copied from a full cut while the job trains on (pushes to moving
+// rows, rows evicted at their sources and, past their ttl, on their
+// destinations, which must keep them), the rest caught up from a delta cut
+// on it (the rows changed and the keys evicted since), then the switch:
+// every row bit-identical to the job that never moved, 2 -> 3 -> 2.
+TEST(PartitionMoveTest, TwoStepMoveWithEvictionsIsBitIdenticalToNoMove) {
+  testing::Job still(2, EvictionConfig());
+  uint64_t still_evicted = 0;
+  for (uint64_t clock = 0; clock < 20; ++clock) still_evicted += EvictionStep(still, clock);
+  const Dump expected = still.DumpAll();
+  ASSERT_GT(still_evicted, 0u);
+
+  const std::string root = testing::NewRoot("partition_move_two_step");
+  testing::Job moved(2, EvictionConfig());
+  moved.SetRoot(root);
+  for (uint64_t clock = 0; clock < 4; ++clock) EvictionStep(moved, clock);
+  // 2 -> 3: pre-copy from the cut at 4, catch up from a delta at 9.
+  const checkpoint::CheckpointManifest first =
+      testing::CheckpointCores(moved.cores(), root, 4, nullptr, testing::kJob, kParts);
+  moved.AddCore(Join(moved, root, 4, 2));
+  AddStep(moved, 4, ContiguousOwners(3), std::nullopt);
+  for (uint64_t clock = 4; clock < 9; ++clock) EvictionStep(moved, clock);
+  testing::CheckpointCores(moved.cores(), root, 9, &first, testing::kJob, kParts);
+  AddStep(moved, 9, ContiguousOwners(3), /*catch_up_from=*/4);
+  Switch(moved, ContiguousOwners(3));
+  EXPECT_EQ(moved.core(2).applied_clock(), 9u) << "the joining spare takes the catch-up's clock";
+  for (uint64_t clock = 9; clock < 12; ++clock) EvictionStep(moved, clock);
+  // 3 -> 2: server 2 drained the same way.
+  const checkpoint::CheckpointManifest third =
+      testing::CheckpointCores(moved.cores(), root, 12, nullptr, testing::kJob, kParts);
+  AddStep(moved, 12, ContiguousOwners(2), std::nullopt);
+  for (uint64_t clock = 12; clock < 15; ++clock) EvictionStep(moved, clock);
+  testing::CheckpointCores(moved.cores(), root, 15, &third, testing::kJob, kParts);
+  AddStep(moved, 15, ContiguousOwners(2), /*catch_up_from=*/12);
+  Switch(moved, ContiguousOwners(2));
+  for (Table* table : moved.core(2).store()->tables()) {
+    EXPECT_EQ(table->Counters().live_rows, 0u) << "drained server, table " << table->id();
+  }
+  for (uint64_t clock = 15; clock < 20; ++clock) EvictionStep(moved, clock);
+  EXPECT_EQ(moved.DumpAll(), expected);  // DumpAll also fails on a row held twice.
+}
+
+// A pre-copied partition is the source's until the switch: the
+// destination's eviction sweep leaves it alone even when its rows are past
+// their ttl there (the source's evictions reach it in the catch-up).
+TEST(PartitionMoveTest, TheSweepKeepsAPreCopiedPartition) {
+  const std::string root = testing::NewRoot("partition_move_sweep");
+  testing::Job job(2, EvictionConfig());
+  job.SetRoot(root);
+  job.Step(0);
+  job.Step(1);
+  testing::CheckpointCores(job.cores(), root, 2, nullptr, testing::kJob, kParts);
+  RestoreRequest precopy;
+  precopy.set_clock(2);
+  precopy.set_precopy(true);
+  precopy.add_partitions(0);  // Server 0's.
+  RestoreResponse response;
+  ASSERT_TRUE(job.core(1).Restore(precopy, &response).ok());
+  ASSERT_GT(response.rows(), 0u);
+  // Every key but partition 0's trains on: its rows age out everywhere.
+  const auto not_p0 = [](uint32_t table) {
+    std::vector<uint64_t> keys;
+    for (uint64_t key : testing::Job::Keys(table)) {
+      if (PartitionOf(table, key, kParts) != 0) keys.push_back(key);
+    }
+    return keys;
+  };
+  uint64_t rows_of_p0 = 0;
+  for (uint64_t clock = 2; clock < 6; ++clock) {
+    job.Push(clock, not_p0);
+    job.Evict();
+  }
+  for (Table* table : job.core(1).store()->tables()) {
+    table->ForEachRow([&](uint64_t key, const float*) {
+      rows_of_p0 += PartitionOf(table->id(), key, kParts) == 0;
+    });
+  }
+  EXPECT_EQ(rows_of_p0, response.rows()) << "the destination evicted rows it does not own";
+  uint64_t left_on_source = 0;
+  for (Table* table : job.core(0).store()->tables()) {
+    table->ForEachRow([&](uint64_t key, const float*) {
+      left_on_source += PartitionOf(table->id(), key, kParts) == 0;
+    });
+  }
+  EXPECT_EQ(left_on_source, 0u) << "the source evicts its own idle rows";
+}
+
+// A catch-up is refused, and changes nothing, unless this process
+// pre-copied every partition from the clock it names, and that clock is a
+// link of the checkpoint's chain.
+TEST(PartitionMoveTest, ACatchUpWithoutItsPreCopyIsAborted) {
+  const std::string root = testing::NewRoot("partition_move_catch_up_refusals");
+  testing::Job job(2);
+  job.SetRoot(root);
+  job.Step(0);
+  const checkpoint::CheckpointManifest first =
+      testing::CheckpointCores(job.cores(), root, 1, nullptr, testing::kJob, kParts);
+  job.Step(1);
+  testing::CheckpointCores(job.cores(), root, 2, &first, testing::kJob, kParts);
+  RestoreRequest request;
+  request.set_clock(2);
+  request.set_catch_up_from(1);
+  request.add_partitions(0);
+  RestoreResponse response;
+  const Dump before = job.DumpAll();
+  absl::Status st = job.core(1).Restore(request, &response);
+  EXPECT_TRUE(absl::IsAborted(st)) << st;
+  EXPECT_NE(st.message().find("did not pre-copy partition 0"), absl::string_view::npos) << st;
+  // Pre-copied from 1, caught up from another clock: refused too.
+  RestoreRequest precopy;
+  precopy.set_clock(1);
+  precopy.set_precopy(true);
+  precopy.add_partitions(0);
+  ASSERT_TRUE(job.core(1).Restore(precopy, &response).ok());
+  request.set_catch_up_from(0);
+  st = job.core(1).Restore(request, &response);
+  EXPECT_TRUE(absl::IsAborted(st)) << st;
+  // A drop forgets the pre-copy.
+  ControlRequest drop;
+  drop.add_drop_partitions(0);
+  ControlResponse dropped;
+  ASSERT_TRUE(job.core(1).Control(drop, &dropped).ok());
+  request.set_catch_up_from(1);
+  st = job.core(1).Restore(request, &response);
+  EXPECT_TRUE(absl::IsAborted(st)) << st;
+  EXPECT_EQ(job.DumpAll(), before);
+  // Both steps at once, or a catch-up from a clock not before the cut: bad
+  // requests.
+  request.set_precopy(true);
+  EXPECT_EQ(job.core(1).Restore(request, &response).code(), absl::StatusCode::kInvalidArgument);
+  request.set_precopy(false);
+  request.set_catch_up_from(2);
+  EXPECT_EQ(job.core(1).Restore(request, &response).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // A core of a 2-server BSP job after two steps, and its rows.

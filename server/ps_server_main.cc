@@ -75,7 +75,7 @@ ABSL_FLAG(int, testing_checkpoint_write_delay_ms, 0,
           "(fault tests kill a server during a write).");
 ABSL_FLAG(std::string, testing_stall_at, "",
           "Testing: POINT:MARKER[,POINT:MARKER...]: the server stalls once at each "
-          "named point of a partition move until killed (partitions_added, "
+          "named point of a partition move until killed (partitions_added, caught_up, "
           "switching_map; server/parameter_server_core.h CoreOptions::testing_stalls).");
 ABSL_FLAG(std::string, control_token_file, shardps::EnvOr("SHARDPS_CONTROL_TOKEN_FILE", ""),
           "Only for a server without --scheduler (tools, tests): a file holding the "

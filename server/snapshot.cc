@@ -292,12 +292,17 @@ uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned, Ta
   return ApplyLink(files, owned, store);
 }
 
+uint64_t CatchUpPartitions(const std::vector<LoadedFiles>& links,
+                           const std::vector<bool>& partitions, TableStore* store) {
+  uint64_t rows = 0;
+  for (const LoadedFiles& link : links) rows += ApplyLink(link, partitions, store);
+  return rows;
+}
+
 uint64_t AddPartitionsFromChain(const std::vector<LoadedFiles>& chain,
                                 const std::vector<bool>& partitions, TableStore* store) {
   for (Table* table : store->tables()) table->DropPartitions(partitions);
-  uint64_t rows = 0;
-  for (const LoadedFiles& link : chain) rows += ApplyLink(link, partitions, store);
-  return rows;
+  return CatchUpPartitions(chain, partitions, store);
 }
 
 uint64_t ApplyChain(const std::vector<LoadedFiles>& chain, const std::vector<bool>& owned,

@@ -191,6 +191,14 @@ uint64_t ApplyChain(const std::vector<LoadedFiles>& chain, const std::vector<boo
 uint64_t AddPartitionsFromChain(const std::vector<LoadedFiles>& chain,
                                 const std::vector<bool>& partitions, TableStore* store);
 
+// Resharding, a move's catch-up: applies `links` (the links of a chain after
+// the checkpoint the partitions were added from, from LoadOwnedChain as
+// above) onto the rows `store` holds for the partitions p with
+// partitions[p], each link's deletions first, then its rows; nothing is
+// dropped first. Returns the rows written.
+uint64_t CatchUpPartitions(const std::vector<LoadedFiles>& links,
+                           const std::vector<bool>& partitions, TableStore* store);
+
 }  // namespace shardps
 
 #endif  // SHARDPS_SERVER_SNAPSHOT_H_

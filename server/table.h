@@ -203,8 +203,10 @@ class Table {
   // Sets the clock to exactly `clock`, also backwards (a restore).
   void ResetClock(uint64_t clock);
   // Drops rows and pending counts idle for ttl_clocks (now_clock - last
-  // clock >= ttl) or ttl_seconds. Returns the number of rows dropped.
-  uint64_t Evict(uint64_t now_clock, int64_t now_seconds);
+  // clock >= ttl) or ttl_seconds, of the keys whose partition p has
+  // owned[p] (owned.size() = num_partitions; empty: every key). Returns the
+  // number of rows dropped.
+  uint64_t Evict(uint64_t now_clock, int64_t now_seconds, const std::vector<bool>& owned = {});
 
   // Checkpoint support. A row's payload is row_stride() floats: weights,
   // optimizer state, then (eviction on) the last-touch clock and time, bit

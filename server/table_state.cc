@@ -11,10 +11,15 @@
 
 namespace shardps {
 
-uint64_t Table::Evict(uint64_t now_clock, int64_t now_seconds) {
+uint64_t Table::Evict(uint64_t now_clock, int64_t now_seconds, const std::vector<bool>& owned) {
   const uint64_t ttl_clocks = config_.eviction().ttl_clocks();
   const uint64_t ttl_seconds = config_.eviction().ttl_seconds();
   if (!eviction_) return 0;
+  CHECK(owned.empty() || owned.size() == num_partitions_) << "table " << id();
+  const uint32_t table_id = id();
+  auto ours = [&](uint64_t key) {
+    return owned.empty() || owned[PartitionOf(table_id, key, num_partitions_)];
+  };
   auto expired = [&](uint64_t last_clock, uint32_t last_seconds) {
     return (ttl_clocks > 0 && now_clock >= last_clock && now_clock - last_clock >= ttl_clocks) ||
            (ttl_seconds > 0 && now_seconds >= last_seconds &&
@@ -31,7 +36,7 @@ uint64_t Table::Evict(uint64_t now_clock, int64_t now_seconds) {
       uint32_t last_seconds;
       std::memcpy(&last_clock, meta, sizeof last_clock);
       std::memcpy(&last_seconds, meta + 2, sizeof last_seconds);
-      if (expired(last_clock, last_seconds)) drop.push_back(entry.key);
+      if (expired(last_clock, last_seconds) && ours(entry.key)) drop.push_back(entry.key);
     });
     const uint32_t generation = generation_.load(std::memory_order_relaxed);
     for (uint64_t key : drop) {
@@ -41,7 +46,7 @@ uint64_t Table::Evict(uint64_t now_clock, int64_t now_seconds) {
     }
     dropped += drop.size();
     for (auto it = stripe.pending.begin(); it != stripe.pending.end();) {
-      if (expired(it->second.last_clock, it->second.last_seconds)) {
+      if (expired(it->second.last_clock, it->second.last_seconds) && ours(it->first)) {
         stripe.pending.erase(it++);
       } else {
         ++it;

@@ -164,9 +164,10 @@ void TableStore::ResetClock(uint64_t clock) {
   for (auto& [id, table] : tables_) table->ResetClock(clock);
 }
 
-uint64_t TableStore::Evict(uint64_t now_clock, int64_t now_seconds) {
+uint64_t TableStore::Evict(uint64_t now_clock, int64_t now_seconds,
+                           const std::vector<bool>& owned) {
   uint64_t dropped = 0;
-  for (auto& [id, table] : tables_) dropped += table->Evict(now_clock, now_seconds);
+  for (auto& [id, table] : tables_) dropped += table->Evict(now_clock, now_seconds, owned);
   return dropped;
 }
 

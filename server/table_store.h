@@ -103,8 +103,9 @@ class TableStore {
   // Sets the clock to exactly `clock`, also backwards (a restore rolled the
   // job back). Call with training held.
   void ResetClock(uint64_t clock);
-  // Eviction sweep of every table; returns rows dropped.
-  uint64_t Evict(uint64_t now_clock, int64_t now_seconds);
+  // Eviction sweep of every table (Table::Evict: of the owned partitions'
+  // keys; empty: every key); returns rows dropped.
+  uint64_t Evict(uint64_t now_clock, int64_t now_seconds, const std::vector<bool>& owned = {});
 
   // Change tracking (table.h): advances every table's generation (they move
   // in lockstep, so one number names a point in all of them) and returns the

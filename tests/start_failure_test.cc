@@ -141,10 +141,11 @@ TEST(StartFailureTest, ABadTestingStallFlagExitsTwoNamingIt) {
     const char* known;  // Named in the refusal.
     const char* log;
   };
-  for (const Case& c : {Case{"scheduler/ps_scheduler", "partitions_added:",
-                             "reshard_added, reshard_switching", "scheduler.log"},
-                        Case{"server/ps_server",
-                             "reshard_added:", "partitions_added, switching_map", "server.log"}}) {
+  for (const Case& c :
+       {Case{"scheduler/ps_scheduler", "partitions_added:", "reshard_added, reshard_switching",
+             "scheduler.log"},
+        Case{"server/ps_server", "reshard_added:", "partitions_added, caught_up, switching_map",
+             "server.log"}}) {
     const std::string log = dir + "/" + c.log;
     Subprocess s;
     ASSERT_TRUE(s.Start({RunfilePath(c.binary), "--config=" + config,
