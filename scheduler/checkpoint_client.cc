@@ -67,12 +67,15 @@ class GrpcServerOps final : public ServerOps {
 
   void PinCheckpoints(const std::vector<uint64_t>& clocks) override { pinned_ = clocks; }
 
-  absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation, uint64_t clock) override {
+  absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation, uint64_t clock,
+                       bool delta_on_last) override {
     cut_time_ = absl::Now();
     // A delta on the previous complete checkpoint, unless this is the first
-    // one or the chain already has kMaxDeltasPerFull deltas.
-    cut_delta_ = config_.checkpoint().delta() && !chain_.empty() &&
-                 chain_.size() <= checkpoint::kMaxDeltasPerFull;
+    // one or the chain already has kMaxDeltasPerFull deltas (a move's
+    // catch-up: whenever there is a previous one).
+    cut_delta_ = !chain_.empty() &&
+                 (delta_on_last ||
+                  (config_.checkpoint().delta() && chain_.size() <= checkpoint::kMaxDeltasPerFull));
     absl::Status st = Copy(map, generation, clock, cut_delta_);
     if (cut_delta_ && absl::IsFailedPrecondition(st) &&
         st.message().find("stale generation") == absl::string_view::npos) {
@@ -217,12 +220,14 @@ class GrpcServerOps final : public ServerOps {
   absl::StatusOr<RestoreStats> AddPartitions(const PartitionMapProto& map, uint32_t index,
                                              const RestorePoint& point,
                                              const std::vector<uint32_t>& partitions,
-                                             uint64_t generation) override {
+                                             uint64_t generation, const AddStep& step) override {
     RestoreRequest request;
     request.set_generation(generation);
     request.set_control_token(control_token_);
     request.set_clock(point.clock);
     for (uint32_t p : partitions) request.add_partitions(p);
+    request.set_precopy(step.precopy);
+    if (step.catch_up_from) request.set_catch_up_from(*step.catch_up_from);
     RestoreResponse response;
     const absl::Status st = ForEachServer(map, index, [&](uint32_t i, const std::string& address) {
       grpc::ClientContext ctx;

@@ -14,6 +14,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,24 +83,47 @@ class JobControl {
   void FinalCollect();
 
   // ---- job_reshard.cc ----
-  // With every worker held at `clock`: a cut there, then the move to
-  // state_.reshard.target servers (Move); answers the reshard requests made
-  // so far, then holds at the next cut or releases the clocks.
+  // With every worker held at `clock`, one step of the move to
+  // state_.reshard.target servers (docs/design.md, "Resharding"):
+  //  - no pre-copy yet (or one of another generation, map or target): a cut
+  //    at `clock` that releases the workers after its copy, then the
+  //    pre-copy (Precopy) while they train; the request stays pending, so
+  //    the control loop holds at the next unstarted clock for the second
+  //    step;
+  //  - else: a cut at `clock` that is a delta on the pre-copy's and keeps
+  //    the hold, the catch-up and the switch (CatchUpAndSwitch); answers the
+  //    reshard requests made so far, then holds at the next cut or releases
+  //    the clocks.
+  // A failure before the switch forgets the pre-copy and is tried again
+  // from the first step (a server of the move gone, unreachable, restarted
+  // or without its pre-copy) or answers the requests with the error.
   void Reshard(uint64_t clock, uint64_t serving);
   // Whether a pending move may start now: true unless a retried move waits
   // for a server of it to be registered and alive again (past
   // reshard.retry_until the request is answered with the failure).
   bool ReshardReadyLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // The move after the cut at `clock` (docs/design.md, "Resharding"): plan,
-  // joining spares restored to the cut, the moving partitions added on
-  // their destinations, the map switched everywhere with the sources'
-  // drops. `moved`: the partitions moved (0: nothing to move, or the old
-  // map is still in force). An error before the switch leaves the old map in
-  // force (the destinations drop what they added); once the new map is set
-  // `moved` counts the move, and a server failing during the switch is a
-  // server failure (a recovery follows, under the new map).
-  // `stats`: the rows and bytes the destinations read.
-  absl::Status Move(uint64_t clock, uint32_t target, uint32_t* moved, RestoreStats* stats);
+  // A move's first step, after the cut at `clock` (the workers train
+  // meanwhile): the plan, joining spares restored to the cut, the moving
+  // partitions pre-copied from it onto their destinations. Sets precopy_
+  // (left unset when there is nothing to move). An error leaves the old map
+  // in force, the destinations dropping what they added.
+  absl::Status Precopy(uint64_t clock, uint32_t target);
+  // The second step, after the cut at `clock` (a delta on precopy_'s, every
+  // worker held): each destination catches up on the links after the
+  // pre-copy's checkpoint, then the map is switched everywhere with the
+  // sources' drops. `moved`: the partitions moved (0: the old map is still
+  // in force). An error before the switch leaves the old map in force (the
+  // destinations drop what they added); once the new map is set `moved`
+  // counts the move, and a server failing during the switch is a server
+  // failure (a recovery follows, under the new map, from this cut).
+  // `stats`: the rows and bytes the destinations read, both steps.
+  absl::Status CatchUpAndSwitch(uint64_t clock, uint32_t* moved, RestoreStats* stats);
+  // The cut at `clock` as a restore point (its directory under
+  // checkpoint.dir).
+  RestorePoint CutPoint(uint64_t clock) const;
+  // Asks every destination of precopy_ (up to and including `upto`) to drop
+  // what it added; logs the ones that do not answer.
+  void DropAdded(uint32_t upto);
 
   // ---- job_cuts.cc ----
   // Once every worker is finished or dead (and, with dead ones left, the
@@ -109,7 +134,10 @@ class JobControl {
   // releases the hold after the copy (`next`: the next hold, 0 = none).
   // `serving`: the on-demand requests it answers. Returns the cut's status.
   // `final`: the job's last cut (always due for evaluation).
-  absl::Status Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final = false);
+  // `delta_on_last`: a delta on the last complete checkpoint (a move's
+  // catch-up; ServerOps::CopyCut).
+  absl::Status Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final = false,
+                   bool delta_on_last = false);
   // After a cut at `clock` that ended with `st`: removes a failed cut's
   // directory, counts failures not due to a server being gone, fails the
   // job at the CutBook::kAttempts-th in a row. True if the cut is to be
@@ -130,6 +158,21 @@ class JobControl {
   ServerOps* const ops_;
   const absl::Time start_time_;
   const bool checkpoints_on_;  // checkpoint.dir is set.
+
+  // The move between its two steps (control thread only).
+  struct MoveInFlight {
+    uint64_t clock = 0;  // Of the pre-copy's checkpoint.
+    uint64_t generation = 0;
+    uint64_t map_version = 0;
+    uint32_t target = 0;
+    uint32_t servers = 0;         // Of the map before the move.
+    std::vector<uint32_t> owner;  // After the move (ReshardPlan::owner).
+    PartitionMapProto addressed;  // Every server of the move, by index.
+    std::map<uint32_t, std::vector<uint32_t>> added, dropped;  // By server.
+    RestoreStats stats;                                        // Of the pre-copy.
+    absl::Time start;
+  };
+  std::optional<MoveInFlight> precopy_;
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

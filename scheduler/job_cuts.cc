@@ -62,7 +62,8 @@ void JobControl::TakeFinalCut(uint64_t serving) {
   state_.changed.SignalAll();
 }
 
-absl::Status JobControl::Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final) {
+absl::Status JobControl::Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final,
+                             bool delta_on_last) {
   Positions positions;
   uint64_t generation;
   std::vector<uint64_t> pinned;
@@ -75,7 +76,7 @@ absl::Status JobControl::Cut(uint64_t clock, uint64_t next, uint64_t serving, bo
   ops_->PinCheckpoints(pinned);
   const std::optional<PartitionMapProto> map = members_.Map();
   const absl::Time start = absl::Now();
-  absl::Status st = map ? ops_->CopyCut(*map, generation, clock)
+  absl::Status st = map ? ops_->CopyCut(*map, generation, clock, delta_on_last)
                         : absl::FailedPreconditionError("checkpoint: no partition map");
   const absl::Time copied = absl::Now();
   // The workers go on while the files are written.

@@ -28,9 +28,8 @@ bool ServerUnreachable(const absl::Status& st) {
 
 }  // namespace
 
-absl::Status JobControl::Move(uint64_t clock, uint32_t target, uint32_t* moved,
-                              RestoreStats* stats) {
-  *moved = 0;
+absl::Status JobControl::Precopy(uint64_t clock, uint32_t target) {
+  precopy_.reset();
   const std::optional<PartitionMapProto> map = members_.Map();
   if (!map) return absl::FailedPreconditionError("no partition map");
   const uint32_t servers = members_.MapServers();
@@ -40,11 +39,18 @@ absl::Status JobControl::Move(uint64_t clock, uint32_t target, uint32_t* moved,
   ASSIGN_OR_RETURN(const ReshardPlan plan, PlanReshard(input));
   if (plan.moves.empty()) return absl::OkStatus();
 
+  MoveInFlight move;
+  move.clock = clock;
+  move.map_version = map->version();
+  move.target = target;
+  move.servers = servers;
+  move.owner = plan.owner;
+  move.start = absl::Now();
   // Every server of the move, addressed by index: the map's, and the spares
   // joining it.
   const uint32_t involved = std::max(servers, target);
-  PartitionMapProto addressed = *map;
-  addressed.clear_server_addresses();
+  move.addressed = *map;
+  move.addressed.clear_server_addresses();
   for (uint32_t i = 0; i < involved; ++i) {
     const std::optional<Member> m = members_.Get(SERVER, i);
     if (!m || m->state != ALIVE) {
@@ -52,68 +58,115 @@ absl::Status JobControl::Move(uint64_t clock, uint32_t target, uint32_t* moved,
           "server ", i, " is not registered and alive (start it with its index ", i,
           " to join the job; cluster.max_servers ", config_.cluster().max_servers(), ")"));
     }
-    addressed.add_server_addresses(m->address);
+    move.addressed.add_server_addresses(m->address);
   }
-  uint64_t generation;
   {
     MutexLock lock(&state_.mu);
-    generation = state_.generation;
+    move.generation = state_.generation;
     state_.recovery.SetDoing(absl::StrCat("moving ", plan.moves.size(), " partitions: ", servers,
-                                          " -> ", target, " servers at clock ", clock));
+                                          " -> ", target, " servers: pre-copy from clock ", clock));
   }
+  const RestorePoint point = CutPoint(clock);
+  // A joining spare takes the cut's clock and the job's generation: a full
+  // restore of the cut while it owns nothing reads no rows.
+  for (uint32_t i = servers; i < target; ++i) {
+    RETURN_IF_ERROR(ops_->Restore(move.addressed, i, point, move.generation).status());
+  }
+  for (const PartitionMove& m : plan.moves) {
+    move.added[m.to].push_back(m.partition);
+    move.dropped[m.from].push_back(m.partition);
+  }
+  ServerOps::AddStep step;
+  step.precopy = true;
+  precopy_ = std::move(move);
+  for (const auto& [index, partitions] : precopy_->added) {
+    absl::StatusOr<RestoreStats> stats = ops_->AddPartitions(
+        precopy_->addressed, index, point, partitions, precopy_->generation, step);
+    if (!stats.ok()) {
+      DropAdded(index);
+      precopy_.reset();
+      return stats.status();
+    }
+    precopy_->stats.rows += stats->rows;
+    precopy_->stats.bytes += stats->bytes;
+  }
+  LOG(INFO) << "pre-copied " << plan.moves.size() << " partitions (" << precopy_->stats.rows
+            << " rows, " << precopy_->stats.bytes << " bytes read) from the cut at clock " << clock
+            << " for the move " << servers << " -> " << target
+            << " servers; the catch-up and the switch follow at the next clock";
+  return absl::OkStatus();
+}
+
+RestorePoint JobControl::CutPoint(uint64_t clock) const {
   RestorePoint point;
   point.initial = false;
   point.clock = clock;
   point.dir = checkpoint::CheckpointPath(config_.checkpoint().dir(), clock);
-  // A joining spare takes the cut's clock and the job's generation: a full
-  // restore of the cut while it owns nothing reads no rows.
-  for (uint32_t i = servers; i < target; ++i) {
-    RETURN_IF_ERROR(ops_->Restore(addressed, i, point, generation).status());
-  }
-  std::map<uint32_t, std::vector<uint32_t>> added, dropped;
-  for (const PartitionMove& m : plan.moves) {
-    added[m.to].push_back(m.partition);
-    dropped[m.from].push_back(m.partition);
-  }
+  return point;
+}
+
+void JobControl::DropAdded(uint32_t upto) {
+  // The old map stays in force. The destinations drop what they added (a
+  // server that does not answer holds it unowned: it serves none of it, a
+  // full restore clears it and a later add drops it first).
   std::vector<uint32_t> active;
   const auto states = clock_.States();
   for (uint32_t r = 0; r < states.size(); ++r) {
     if (states[r] == ClockService::WorkerState::kLive) active.push_back(r);
   }
-  RestoreStats& total = *stats;
-  for (const auto& [index, partitions] : added) {
-    absl::StatusOr<RestoreStats> stats =
-        ops_->AddPartitions(addressed, index, point, partitions, generation);
-    if (!stats.ok()) {
-      // The old map stays in force. The destinations drop what they added
-      // (a server that does not answer holds it unowned: it serves none of
-      // it, a full restore clears it and a later add drops it first).
-      for (const auto& [to, given] : added) {
-        if (to > index) break;
-        if (absl::Status st = ops_->SwitchMap(addressed, to, given, active); !st.ok()) {
-          LOG(WARNING) << "server " << to
-                       << " did not drop the partitions of a failed move: " << st;
-        }
-      }
-      return stats.status();
+  for (const auto& [to, given] : precopy_->added) {
+    if (to > upto) break;
+    if (absl::Status st = ops_->SwitchMap(precopy_->addressed, to, given, active); !st.ok()) {
+      LOG(WARNING) << "server " << to << " did not drop the partitions of a failed move: " << st;
     }
-    total.rows += stats->rows;
-    total.bytes += stats->bytes;
+  }
+}
+
+absl::Status JobControl::CatchUpAndSwitch(uint64_t clock, uint32_t* moved, RestoreStats* stats) {
+  *moved = 0;
+  MoveInFlight& move = *precopy_;
+  *stats = move.stats;
+  {
+    MutexLock lock(&state_.mu);
+    state_.recovery.SetDoing(absl::StrCat("moving partitions: ", move.servers, " -> ", move.target,
+                                          " servers: catch-up from clock ", move.clock, " to ",
+                                          clock));
+  }
+  const RestorePoint point = CutPoint(clock);
+  ServerOps::AddStep step;
+  step.catch_up_from = move.clock;
+  for (const auto& [index, partitions] : move.added) {
+    absl::StatusOr<RestoreStats> caught =
+        ops_->AddPartitions(move.addressed, index, point, partitions, move.generation, step);
+    if (!caught.ok()) {
+      DropAdded(UINT32_MAX);
+      return caught.status();
+    }
+    stats->rows += caught->rows;
+    stats->bytes += caught->bytes;
   }
   MaybeStallAt(ProcessTestingStalls(), "reshard_added", "the scheduler", absl::StrCat(getpid()));
+  std::vector<uint32_t> active;
+  const auto states = clock_.States();
+  for (uint32_t r = 0; r < states.size(); ++r) {
+    if (states[r] == ClockService::WorkerState::kLive) active.push_back(r);
+  }
   // The switch. Before it nothing changed that a request can see; from the
   // first server that takes the new map on, a failure is a server failure
   // (the recovery restores the cut under the new map).
-  ASSIGN_OR_RETURN(const PartitionMapProto next, members_.SetOwners(plan.owner));
-  *moved = static_cast<uint32_t>(plan.moves.size());
+  ASSIGN_OR_RETURN(const PartitionMapProto next, members_.SetOwners(move.owner));
+  uint32_t partitions = 0;
+  for (const auto& [to, given] : move.added) partitions += given.size();
+  *moved = partitions;
   PartitionMapProto switching = next;
-  *switching.mutable_server_addresses() = addressed.server_addresses();
+  *switching.mutable_server_addresses() = move.addressed.server_addresses();
   // Every server is switched even if one fails: the recovery restores the
   // cut on each server under the map it holds, so every live one must hold
   // the new map (a failed one takes it when it registers again).
+  const uint32_t involved = std::max(move.servers, move.target);
   uint32_t failed = 0;
   for (uint32_t i = 0; i < involved; ++i) {
-    const absl::Status st = ops_->SwitchMap(switching, i, dropped[i], active);
+    const absl::Status st = ops_->SwitchMap(switching, i, move.dropped[i], active);
     if (i == 0)
       MaybeStallAt(ProcessTestingStalls(), "reshard_switching", "the scheduler",
                    absl::StrCat(getpid()));
@@ -126,9 +179,10 @@ absl::Status JobControl::Move(uint64_t clock, uint32_t target, uint32_t* moved,
     state_.ServerFailed(i, absl::StrCat("server ", i, " failed during a move: ", st.message()),
                         absl::Now(), absl::Now(), /*lost=*/true);
   }
-  LOG(INFO) << "moved " << plan.moves.size() << " partitions (" << total.rows << " rows, "
-            << total.bytes << " bytes read) at clock " << clock << ": " << servers << " -> "
-            << target << " servers, map version " << next.version()
+  LOG(INFO) << "moved " << partitions << " partitions (" << stats->rows << " rows, " << stats->bytes
+            << " bytes read; pre-copied at clock " << move.clock
+            << ", caught up and switched at clock " << clock << "): " << move.servers << " -> "
+            << move.target << " servers, map version " << next.version()
             << (failed > 0 ? absl::StrCat("; ", failed, " servers failed during the switch") : "");
   return absl::OkStatus();
 }
@@ -158,20 +212,47 @@ bool JobControl::ReshardReadyLocked(absl::Time now) {
 
 void JobControl::Reshard(uint64_t clock, uint64_t serving) {
   uint32_t target;
-  uint64_t requested;
+  uint64_t requested, generation;
   {
     MutexLock lock(&state_.mu);
     target = state_.reshard.target;
     requested = state_.reshard.requested;
+    generation = state_.generation;
   }
-  const absl::Time start = absl::Now();
-  absl::Status st = Cut(clock, /*next=*/clock, serving);  // Keeps the hold.
+  const std::optional<PartitionMapProto> map = members_.Map();
+  if (precopy_ && (precopy_->generation != generation || precopy_->target != target || !map ||
+                   map->version() != precopy_->map_version)) {
+    // A recovery (its full restores cleared the pre-copies), or another
+    // request: the move starts again.
+    LOG(INFO) << "the pre-copy at clock " << precopy_->clock
+              << " is out of date (job generation, partition map or target changed): the move "
+                 "starts again";
+    precopy_.reset();
+  }
+  const bool second = precopy_.has_value();
+  const absl::Time start = second ? precopy_->start : absl::Now();
+  uint64_t next_cut;
+  {
+    MutexLock lock(&state_.mu);
+    next_cut = state_.cuts.NextAfter(clock);
+  }
+  // The first step releases the workers after the cut's copy; the second
+  // keeps them held until the switch.
+  absl::Status st = Cut(clock, /*next=*/second ? clock : next_cut, serving, /*final=*/false,
+                        /*delta_on_last=*/second);
   bool retry = AfterCut(clock, st);  // The cut is tried again, and the move with it.
   uint32_t moved = 0;
   RestoreStats stats;
-  if (st.ok()) st = Move(clock, target, &moved, &stats);
-  // A server of the move gone or unreachable before the switch: the move is
-  // tried again once it is back.
+  bool pending = false;  // The first step is done: the second follows.
+  if (st.ok() && !second) {
+    st = Precopy(clock, target);
+    pending = st.ok() && precopy_.has_value();
+  } else if (st.ok()) {
+    st = CatchUpAndSwitch(clock, &moved, &stats);
+  }
+  if (second || !st.ok()) precopy_.reset();
+  // A server of the move gone, unreachable or without its pre-copy before
+  // the switch: the move is tried again once it is back.
   const bool server_trouble = moved == 0 && ServerUnreachable(st);
   uint64_t next;
   {
@@ -191,7 +272,7 @@ void JobControl::Reshard(uint64_t clock, uint64_t serving) {
                                      absl::Seconds(5));
       ++r.retries;
     }
-    if (!retry) {
+    if (!retry && !pending) {
       r.served = requested;
       r.retry_until.reset();
       r.retries = 0;
@@ -211,10 +292,14 @@ void JobControl::Reshard(uint64_t clock, uint64_t serving) {
   if (!st.ok())
     LOG(ERROR) << "reshard to " << target << " servers at clock " << clock << ": " << st
                << (retry ? " (tried again)" : "");
-  if (next > 0) {
-    clock_.Hold(next);
-  } else {
-    clock_.Release();
+  // The first step's cut released the workers already (or holds them at the
+  // next cut); a failed second step, or a done move, releases them here.
+  if (second || !st.ok()) {
+    if (next > 0) {
+      clock_.Hold(next);
+    } else {
+      clock_.Release();
+    }
   }
   if (moved > 0) state_.Notify();
 }

@@ -1,10 +1,12 @@
 // Resharding through the coordinator (JobCoordinator::Reshard, the control
 // thread's move, docs/design.md "Resharding") against fake servers: a
-// 2 -> 3 -> 2 move happens at a clock no worker has started, with the
-// clocks held through it; the joining spare is restored to the cut; each
-// moved partition is added on its destination and dropped by its source in
-// the switch to the next map version; a move that needs a server that has
-// not registered is refused and changes nothing.
+// 2 -> 3 -> 2 move pre-copies from one cut, then catches up and switches at
+// a later cut (a delta on the first) no worker has started, with the clocks
+// held through the catch-up and the switch; the joining spare is restored
+// to the first cut; each moved partition is pre-copied and caught up on its
+// destination and dropped by its source in the switch to the next map
+// version; a move that needs a server that has not registered is refused
+// and changes nothing.
 #include <optional>
 #include <set>
 #include <thread>
@@ -84,21 +86,43 @@ TEST(JobReshardTest, TwoToThreeToTwoMovesAtHeldClocks) {
   EXPECT_GT(up->partitions_moved(), 0u);
   const std::vector<uint32_t> three = Owners(job);
   EXPECT_EQ(job.Map()->server_addresses_size(), 3);
-  // The spare was restored to the cut (a full restore: it owned nothing).
+  // Two steps: a pre-copy from an earlier cut P, then the catch-up from P at
+  // the switch's cut, with the clocks held.
+  const std::vector<FakeServerOps::Added> adds = ops.added();
+  ASSERT_FALSE(adds.empty());
+  ASSERT_TRUE(adds.front().step.precopy);
+  const uint64_t precopied = adds.front().clock;
+  EXPECT_LT(precopied, up->clock());
+  // The spare was restored to the pre-copy's cut (a full restore: it owned
+  // nothing).
   bool joined = false;
   for (const FakeServerOps::Restored& r : ops.restores()) {
-    joined |= r.index == 2u && !r.point.initial && r.point.clock == up->clock();
+    joined |= r.index == 2u && !r.point.initial && r.point.clock == precopied;
   }
   EXPECT_TRUE(joined);
-  // Each destination got exactly the partitions the map gave it, from the cut.
-  uint32_t added = 0;
-  for (const FakeServerOps::Added& a : ops.added()) {
-    EXPECT_EQ(a.clock, up->clock());
+  // Each destination got exactly the partitions the map gave it, pre-copied
+  // then caught up.
+  uint32_t added = 0, caught_up = 0;
+  for (const FakeServerOps::Added& a : adds) {
+    if (a.step.precopy) {
+      EXPECT_EQ(a.clock, precopied);
+      EXPECT_FALSE(a.step.catch_up_from.has_value());
+    } else {
+      EXPECT_EQ(a.clock, up->clock());
+      EXPECT_EQ(a.step.catch_up_from, std::optional<uint64_t>(precopied));
+      EXPECT_LT(a.max_granted, up->clock()) << "a worker started a step past the catch-up's cut";
+    }
     for (uint32_t p : a.partitions) {
       EXPECT_EQ(three[p], a.index) << "partition " << p;
       EXPECT_NE(two[p], a.index) << "partition " << p;
-      ++added;
+      ++(a.step.precopy ? added : caught_up);
     }
+  }
+  EXPECT_EQ(caught_up, added);
+  // The catch-up's cut is a delta on the pre-copy's.
+  for (const FakeServerOps::Cut& cut : ops.cuts()) {
+    if (cut.clock == up->clock()) EXPECT_TRUE(cut.delta_on_last);
+    if (cut.clock == precopied) EXPECT_FALSE(cut.delta_on_last);
   }
   EXPECT_EQ(added, up->partitions_moved());
   CheckSwitch(ops.switched(), 2, two, up->clock(), 3);
@@ -125,6 +149,48 @@ TEST(JobReshardTest, TwoToThreeToTwoMovesAtHeldClocks) {
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_EQ(same->partitions_moved(), 0u);
   EXPECT_EQ(same->map_version(), 3u);
+  for (auto& w : workers) w.join();
+  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
+}
+
+// A destination that lost its pre-copy (restarted between the steps)
+// refuses the catch-up (ABORTED): the destinations drop what they added,
+// the old map stays, and the move starts again from a new pre-copy.
+TEST(JobReshardTest, ACatchUpRefusedPreCopiesAgain) {
+  const JobConfig c = GrowableConfig();
+  FakeServerOps ops;
+  ops.FailCatchUps(1, absl::AbortedError("server 2 did not pre-copy partition 43"));
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
+  RegisterJob(&job, c, /*spare=*/true);
+  job.Start();
+  std::vector<std::thread> workers = testing::RunWorkers(&job, 2000, absl::Milliseconds(1));
+  absl::SleepFor(absl::Milliseconds(50));
+  const std::vector<uint32_t> two = Owners(job);
+
+  auto up = job.Reshard(3, absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(up.ok()) << up.status();
+  EXPECT_EQ(up->map_version(), 2u);
+  std::set<uint64_t> precopies;
+  uint32_t caught_up = 0;
+  for (const FakeServerOps::Added& a : ops.added()) {
+    if (a.step.precopy) precopies.insert(a.clock);
+    if (!a.step.precopy) {
+      ++caught_up;
+      EXPECT_EQ(a.step.catch_up_from, std::optional<uint64_t>(*precopies.rbegin()))
+          << "the catch-up follows the newest pre-copy";
+    }
+  }
+  EXPECT_EQ(precopies.size(), 2u) << "pre-copied again after the refused catch-up";
+  EXPECT_GT(caught_up, 0u);
+  // The refused move's destinations dropped what they added, under the old
+  // map (version 1).
+  bool dropped = false;
+  for (const FakeServerOps::Switched& s : ops.switched()) {
+    dropped |= s.version == 1 && s.index == 2 && !s.drop.empty();
+  }
+  EXPECT_TRUE(dropped);
+  CheckSwitch(ops.switched(), 2, two, up->clock(), 3);
   for (auto& w : workers) w.join();
   EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
 }

@@ -24,6 +24,7 @@ class FakeServerOps final : public ServerOps {
   struct Cut {
     uint64_t clock = 0, generation = 0, max_granted = 0;
     Positions positions;
+    bool delta_on_last = false;
   };
   struct Restored {
     std::optional<uint32_t> index;
@@ -34,10 +35,14 @@ class FakeServerOps final : public ServerOps {
   explicit FakeServerOps(const JobCoordinator* job = nullptr) : job_(job) {}
   void set_job(const JobCoordinator* job) { job_ = job; }
 
-  absl::Status CopyCut(const PartitionMapProto&, uint64_t generation, uint64_t clock) override {
+  absl::Status CopyCut(const PartitionMapProto&, uint64_t generation, uint64_t clock,
+                       bool delta_on_last) override {
     MutexLock lock(&mu_);
-    copying_ = {
-        clock, generation, job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0, {}};
+    copying_ = {clock,
+                generation,
+                job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0,
+                {},
+                delta_on_last};
     return absl::OkStatus();
   }
   absl::Status FinishCut(const PartitionMapProto&, uint64_t, uint64_t clock,
@@ -81,6 +86,8 @@ class FakeServerOps final : public ServerOps {
     uint32_t index = 0;
     uint64_t clock = 0;
     std::vector<uint32_t> partitions;
+    AddStep step;
+    uint64_t max_granted = 0;
   };
   struct Switched {
     uint32_t index = 0;
@@ -89,10 +96,15 @@ class FakeServerOps final : public ServerOps {
   };
   absl::StatusOr<RestoreStats> AddPartitions(const PartitionMapProto&, uint32_t index,
                                              const RestorePoint& point,
-                                             const std::vector<uint32_t>& partitions,
-                                             uint64_t) override {
+                                             const std::vector<uint32_t>& partitions, uint64_t,
+                                             const AddStep& step) override {
     MutexLock lock(&mu_);
-    added_.push_back({index, point.clock, partitions});
+    if (step.catch_up_from && failed_catch_ups_ < fail_catch_ups_) {
+      ++failed_catch_ups_;
+      return catch_up_error_;
+    }
+    added_.push_back({index, point.clock, partitions, step,
+                      job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0});
     RestoreStats stats;
     stats.rows = partitions.size();
     return stats;
@@ -118,6 +130,13 @@ class FakeServerOps final : public ServerOps {
     MutexLock lock(&mu_);
     points_.insert(points_.begin(), std::move(p));
   }
+  // The first `n` catch-ups fail with `st` (a destination restarted
+  // between the steps of a move answers ABORTED).
+  void FailCatchUps(int n, absl::Status st) {
+    MutexLock lock(&mu_);
+    fail_catch_ups_ = n;
+    catch_up_error_ = std::move(st);
+  }
   void FailWrites(absl::Status st) {
     MutexLock lock(&mu_);
     write_error_ = std::move(st);
@@ -138,6 +157,9 @@ class FakeServerOps final : public ServerOps {
   std::vector<Cut> cuts_ ABSL_GUARDED_BY(mu_);
   std::vector<Restored> restores_ ABSL_GUARDED_BY(mu_);
   std::vector<RestorePoint> points_ ABSL_GUARDED_BY(mu_);
+  int fail_catch_ups_ ABSL_GUARDED_BY(mu_) = 0;
+  int failed_catch_ups_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status catch_up_error_ ABSL_GUARDED_BY(mu_);
   absl::Status write_error_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> pinned_ ABSL_GUARDED_BY(mu_);
   std::vector<Added> added_ ABSL_GUARDED_BY(mu_);

@@ -53,9 +53,11 @@ class ServerOps {
 
   // Phase one of a cut at `clock`: every server of `map` copies its
   // partitions into memory and answers; the files are written in the
-  // background. Every worker is held at `clock` meanwhile.
-  virtual absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation,
-                               uint64_t clock) = 0;
+  // background. Every worker is held at `clock` meanwhile. `delta_on_last`:
+  // a delta on the last complete checkpoint whatever checkpoint.delta says
+  // (a move's catch-up), still full if a server cannot write it.
+  virtual absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation, uint64_t clock,
+                               bool delta_on_last) = 0;
   // Phase two: waits for every server's files, writes the MANIFEST (with
   // `positions`) last, then garbage-collects old checkpoints. The workers
   // run meanwhile. A failure leaves the checkpoint incomplete (ignored).
@@ -85,12 +87,18 @@ class ServerOps {
   // of the move (map.server_addresses(index)).
   // Restores `partitions` of the complete checkpoint `point` on server
   // `index` next to the rows it has (RestoreRequest.partitions); the server
-  // stays in `generation`.
+  // stays in `generation`. `step`: in one step (both unset), the bulk while
+  // training goes on (`precopy`), or the links of `point`'s chain after the
+  // pre-copy's checkpoint (`catch_up_from`, its clock).
+  struct AddStep {
+    bool precopy = false;
+    std::optional<uint64_t> catch_up_from;
+  };
   virtual absl::StatusOr<RestoreStats> AddPartitions(const PartitionMapProto& map, uint32_t index,
                                                      const RestorePoint& point,
                                                      const std::vector<uint32_t>& partitions,
-                                                     uint64_t generation) {
-    (void)map, (void)index, (void)point, (void)partitions, (void)generation;
+                                                     uint64_t generation, const AddStep& step) {
+    (void)map, (void)index, (void)point, (void)partitions, (void)generation, (void)step;
     return absl::UnimplementedError("AddPartitions");
   }
   // Gives server `index` the partition map `map` (its owners and version),

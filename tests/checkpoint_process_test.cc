@@ -359,7 +359,7 @@ TEST(CheckpointProcessTest, SchedulerCheckpointerWritesDeltaChainsAndResumes) {
   // and the manifest.
   auto cut = [](ServerOps& ops, const PartitionMapProto& map, uint64_t clock,
                 const Positions& positions) {
-    absl::Status st = ops.CopyCut(map, 0, clock);
+    absl::Status st = ops.CopyCut(map, 0, clock, /*delta_on_last=*/false);
     if (st.ok()) st = ops.FinishCut(map, 0, clock, positions);
     return st;
   };

@@ -196,12 +196,13 @@ TEST_F(ReshardTest, BspTwoToThreeToTwoEndsBitIdentical) {
 }
 
 // The destination of the 2 -> 3 move (the spare, server 2) is SIGKILLed
-// twice in it: once after it added the moving partitions and before it
-// answered (the move fails before its switch, the old map stays; the move is
-// tried again once the supervisor has restarted it), then in the switch,
-// before it took the new map (a server lost under the new map: the job
-// rolls back to the move's cut). Every server holds the stall flags; the
-// markers make each stall happen once. The job then moves back to 2
+// three times in it: after it pre-copied the moving partitions and before
+// it answered, then after its catch-up and before it answered (each time
+// the move fails before its switch, the old map stays, and the move starts
+// again from a pre-copy once the supervisor has restarted it), then in the
+// switch, before it took the new map (a server lost under the new map: the
+// job rolls back to the move's cut). Every server holds the stall flags;
+// the markers make each stall happen once. The job then moves back to 2
 // servers and ends bit-identical to the job that never moved, with each
 // partition on exactly one server.
 TEST_F(ReshardTest, BspDestinationKilledMidMoveEndsBitIdentical) {
@@ -211,9 +212,10 @@ TEST_F(ReshardTest, BspDestinationKilledMidMoveEndsBitIdentical) {
   SupervisedJob::Options o = JobOptions("reshard_killed", 3);
   o.supervisor = {5, absl::Seconds(1)};
   const std::string added = FreshMarker("stall-partitions-added");
+  const std::string caught_up = FreshMarker("stall-caught-up");
   const std::string switching = FreshMarker("stall-switching-map");
-  o.server_flags = {
-      absl::StrCat("--testing_stall_at=partitions_added:", added, ",switching_map:", switching)};
+  o.server_flags = {absl::StrCat("--testing_stall_at=partitions_added:", added,
+                                 ",caught_up:", caught_up, ",switching_map:", switching)};
   SupervisedJob job(o);
   ASSERT_TRUE(job.Start().ok());
   ASSERT_TRUE(job.ExpectClock(60));
@@ -221,11 +223,13 @@ TEST_F(ReshardTest, BspDestinationKilledMidMoveEndsBitIdentical) {
   auto up = std::async(std::launch::async,
                        [address] { return SchedulerClient(address).Reshard(3, absl::Minutes(4)); });
 
-  const std::optional<int> adding =
-      WaitForStall(job, added, "after adding the moving partitions", absl::Minutes(3));
-  ASSERT_TRUE(adding.has_value());
-  EXPECT_EQ(*adding, 2) << "the destination of 2 -> 3 is the spare";
-  job.sup().Signal(job.server(*adding), SIGKILL);
+  for (const auto& [marker, where] : {std::make_pair(added, "after pre-copying its partitions"),
+                                      std::make_pair(caught_up, "after its catch-up")}) {
+    const std::optional<int> stalled = WaitForStall(job, marker, where, absl::Minutes(3));
+    ASSERT_TRUE(stalled.has_value());
+    EXPECT_EQ(*stalled, 2) << "the destination of 2 -> 3 is the spare";
+    job.sup().Signal(job.server(*stalled), SIGKILL);
+  }
   const std::optional<int> switched =
       WaitForStall(job, switching, "in the map switch", absl::Minutes(3));
   ASSERT_TRUE(switched.has_value());
@@ -242,8 +246,8 @@ TEST_F(ReshardTest, BspDestinationKilledMidMoveEndsBitIdentical) {
   EXPECT_EQ(status->reshards(), 2u);
   EXPECT_EQ(status->map_servers(), 2u);
 
-  const JobOutcome moved = ExpectAsStill(job, "the destination killed twice mid-move");
-  EXPECT_EQ(job.sup().Restarts(job.server(2)), 2) << "server 2 was killed twice";
+  const JobOutcome moved = ExpectAsStill(job, "the destination killed three times mid-move");
+  EXPECT_EQ(job.sup().Restarts(job.server(2)), 3) << "server 2 was killed three times";
   EXPECT_GE(moved.recoveries, 1) << "the kill in the switch rolls the job back\n" << job.Logs();
 }
 
