@@ -273,16 +273,37 @@ class GrpcServerOps final : public ServerOps {
   }
 
   absl::Status Copy(const PartitionMapProto& map, uint64_t generation, uint64_t clock, bool delta) {
-    return ForEachServer(map, std::nullopt, [&](uint32_t i, const std::string& address) {
+    sizes_ = {};
+    std::vector<CheckpointResponse> responses(map.server_addresses_size());
+    absl::Status st = ForEachServer(map, std::nullopt, [&](uint32_t i, const std::string& address) {
       CheckpointRequest request = Request(generation, clock, delta);
       request.set_phase(CheckpointRequest::COPY);
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(10)));
-      CheckpointResponse response;
-      return NameServer(FromGrpcStatus(Stub(address)->Checkpoint(&ctx, request, &response)), i,
+      return NameServer(FromGrpcStatus(Stub(address)->Checkpoint(&ctx, request, &responses[i])), i,
                         address);
     });
+    if (!st.ok() || delta) return st;
+    const uint32_t parts = config_.cluster().num_partitions();
+    PartitionSizes sizes;
+    sizes.rows.assign(parts, 0);
+    sizes.bytes.assign(parts, 0);
+    for (const CheckpointResponse& r : responses) {
+      if (r.partition_rows_size() != r.partitions_size() ||
+          r.partition_bytes_size() != r.partitions_size()) {
+        return st;  // A server that does not report them: unknown.
+      }
+      for (int k = 0; k < r.partitions_size(); ++k) {
+        if (r.partitions(k) >= parts) return st;
+        sizes.rows[r.partitions(k)] += r.partition_rows(k);
+        sizes.bytes[r.partitions(k)] += r.partition_bytes(k);
+      }
+    }
+    sizes_ = std::move(sizes);
+    return st;
   }
+
+  PartitionSizes LastCopySizes() const override { return sizes_; }
 
   const JobConfig config_;
   const uint64_t control_token_;
@@ -290,6 +311,7 @@ class GrpcServerOps final : public ServerOps {
   // the next one is FULL).
   std::vector<std::string> chain_;
   bool cut_delta_ = false;        // The cut being written is a delta.
+  PartitionSizes sizes_;          // Of the last full copy.
   absl::Time cut_time_;           // When CopyCut of the cut being written began.
   std::vector<uint64_t> pinned_;  // Kept by GC whatever checkpoint.keep says.
 };

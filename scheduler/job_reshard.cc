@@ -36,8 +36,20 @@ absl::Status JobControl::Precopy(uint64_t clock, uint32_t target) {
   ReshardInput input;
   input.owner.assign(map->owner().begin(), map->owner().end());
   input.target_servers = target;
+  // By the rows and bytes of the cut just copied (unknown: by count).
+  ServerOps::PartitionSizes sizes = ops_->LastCopySizes();
+  const bool by_rows = sizes.rows.size() == input.owner.size();
+  if (by_rows) {
+    input.rows = std::move(sizes.rows);
+    input.bytes = std::move(sizes.bytes);
+  }
   ASSIGN_OR_RETURN(const ReshardPlan plan, PlanReshard(input));
   if (plan.moves.empty()) return absl::OkStatus();
+  LOG(INFO) << "move " << servers << " -> " << target << " planned by "
+            << (by_rows ? "the rows of the cut at clock " + std::to_string(clock)
+                        : std::string("partition count (the cut's rows are unknown)"))
+            << ": " << plan.moves.size() << " partitions (" << plan.rows_moved
+            << " rows) move; rows per server after it: " << absl::StrJoin(plan.server_rows, ",");
 
   MoveInFlight move;
   move.clock = clock;
@@ -135,6 +147,7 @@ absl::Status JobControl::CatchUpAndSwitch(uint64_t clock, uint32_t* moved, Resto
   const RestorePoint point = CutPoint(clock);
   ServerOps::AddStep step;
   step.catch_up_from = move.clock;
+  uint64_t caught_up = 0;
   for (const auto& [index, partitions] : move.added) {
     absl::StatusOr<RestoreStats> caught =
         ops_->AddPartitions(move.addressed, index, point, partitions, move.generation, step);
@@ -142,7 +155,9 @@ absl::Status JobControl::CatchUpAndSwitch(uint64_t clock, uint32_t* moved, Resto
       DropAdded(UINT32_MAX);
       return caught.status();
     }
-    stats->rows += caught->rows;
+    // The partitions' rows are the pre-copy's count; the bytes read are
+    // both steps'.
+    caught_up += caught->rows;
     stats->bytes += caught->bytes;
   }
   MaybeStallAt(ProcessTestingStalls(), "reshard_added", "the scheduler", absl::StrCat(getpid()));
@@ -179,10 +194,11 @@ absl::Status JobControl::CatchUpAndSwitch(uint64_t clock, uint32_t* moved, Resto
     state_.ServerFailed(i, absl::StrCat("server ", i, " failed during a move: ", st.message()),
                         absl::Now(), absl::Now(), /*lost=*/true);
   }
-  LOG(INFO) << "moved " << partitions << " partitions (" << stats->rows << " rows, " << stats->bytes
-            << " bytes read; pre-copied at clock " << move.clock
-            << ", caught up and switched at clock " << clock << "): " << move.servers << " -> "
-            << move.target << " servers, map version " << next.version()
+  LOG(INFO) << "moved " << partitions << " partitions (" << stats->rows
+            << " rows pre-copied at clock " << move.clock << ", " << caught_up
+            << " rows caught up at clock " << clock << ", " << stats->bytes
+            << " bytes read in all): " << move.servers << " -> " << move.target
+            << " servers, map version " << next.version()
             << (failed > 0 ? absl::StrCat("; ", failed, " servers failed during the switch") : "");
   return absl::OkStatus();
 }

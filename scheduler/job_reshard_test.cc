@@ -7,6 +7,7 @@
 // destination and dropped by its source in the switch to the next map
 // version; a move that needs a server that has not registered is refused
 // and changes nothing.
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <thread>
@@ -149,6 +150,46 @@ TEST(JobReshardTest, TwoToThreeToTwoMovesAtHeldClocks) {
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_EQ(same->partitions_moved(), 0u);
   EXPECT_EQ(same->map_version(), 3u);
+  for (auto& w : workers) w.join();
+  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
+}
+
+// The move plans by the rows of the cut it pre-copies from: with server
+// 1's partitions ten times as heavy as server 0's, 2 -> 3 moves rows off
+// server 1 until no server holds more than its share plus the heaviest
+// partition (ReshardPlan's bound), which a plan by partition count (equal
+// counts) would break.
+TEST(JobReshardTest, TheMovePlansByTheCutsRows) {
+  const JobConfig c = GrowableConfig();
+  FakeServerOps ops;
+  ServerOps::PartitionSizes sizes;
+  for (uint32_t p = 0; p < kParts; ++p) {
+    sizes.rows.push_back(p < kParts / 2 ? 10 : 100);
+    sizes.bytes.push_back(sizes.rows.back() * 64);
+  }
+  ops.SetCopySizes(sizes);
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
+  RegisterJob(&job, c, /*spare=*/true);
+  job.Start();
+  std::vector<std::thread> workers = testing::RunWorkers(&job, 2000, absl::Milliseconds(1));
+  absl::SleepFor(absl::Milliseconds(50));
+  auto up = job.Reshard(3, absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(up.ok()) << up.status();
+  const std::vector<uint32_t> three = Owners(job);
+  std::vector<uint64_t> weight(3, 0);
+  uint64_t total = 0, heaviest = 0;
+  for (uint32_t p = 0; p < kParts; ++p) {
+    weight[three[p]] += sizes.rows[p] + 1;
+    total += sizes.rows[p] + 1;
+    heaviest = std::max<uint64_t>(heaviest, sizes.rows[p] + 1);
+  }
+  for (uint32_t s = 0; s < 3; ++s) {
+    EXPECT_LE(weight[s], total / 3 + heaviest) << "server " << s;
+  }
+  // By count, server 0 would keep its 32 light partitions and server 1
+  // shed a third of its 64: far above the bound.
+  EXPECT_LT(weight[1], 32 * 101u);
   for (auto& w : workers) w.join();
   EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
 }

@@ -165,8 +165,8 @@ class JobState {
     uint32_t moves = 0;  // Reshards that moved partitions.
     uint64_t partitions_moved = 0;
     uint32_t last_moved = 0;   // Partitions of the last request served.
-    uint64_t rows_moved = 0;   // By the moves, on their destinations.
-    uint64_t bytes_moved = 0;  // Checkpoint bytes the destinations read.
+    uint64_t rows_moved = 0;   // Of the moving partitions, at their pre-copies.
+    uint64_t bytes_moved = 0;  // Checkpoint bytes the destinations read (both steps).
     double last_sec = 0;       // The last move, from its cut to its switch.
     // A move that failed before its switch because a server of it was gone
     // or unreachable is tried again, not before `retry_after` (a backoff

@@ -45,6 +45,16 @@ class FakeServerOps final : public ServerOps {
                 delta_on_last};
     return absl::OkStatus();
   }
+  // What LastCopySizes answers (the servers' rows and bytes per partition
+  // at the last full copy).
+  void SetCopySizes(PartitionSizes sizes) {
+    MutexLock lock(&mu_);
+    sizes_ = std::move(sizes);
+  }
+  PartitionSizes LastCopySizes() const override {
+    MutexLock lock(&mu_);
+    return sizes_;
+  }
   absl::Status FinishCut(const PartitionMapProto&, uint64_t, uint64_t clock,
                          const Positions& positions) override {
     MutexLock lock(&mu_);
@@ -157,6 +167,7 @@ class FakeServerOps final : public ServerOps {
   std::vector<Cut> cuts_ ABSL_GUARDED_BY(mu_);
   std::vector<Restored> restores_ ABSL_GUARDED_BY(mu_);
   std::vector<RestorePoint> points_ ABSL_GUARDED_BY(mu_);
+  PartitionSizes sizes_ ABSL_GUARDED_BY(mu_);
   int fail_catch_ups_ ABSL_GUARDED_BY(mu_) = 0;
   int failed_catch_ups_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status catch_up_error_ ABSL_GUARDED_BY(mu_);

@@ -58,6 +58,13 @@ class ServerOps {
   // (a move's catch-up), still full if a server cannot write it.
   virtual absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation, uint64_t clock,
                                bool delta_on_last) = 0;
+  // Per partition, the rows and bytes of the last cut CopyCut copied in
+  // full on every server (CheckpointResponse.partition_rows); empty when
+  // unknown (the last copy was a delta or failed).
+  struct PartitionSizes {
+    std::vector<uint64_t> rows, bytes;
+  };
+  virtual PartitionSizes LastCopySizes() const { return {}; }
   // Phase two: waits for every server's files, writes the MANIFEST (with
   // `positions`) last, then garbage-collects old checkpoints. The workers
   // run meanwhile. A failure leaves the checkpoint incomplete (ignored).

@@ -152,6 +152,19 @@ absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
   });
   response->set_checkpoint_dir(dir);
   response->set_rows(write_->rows);
+  if (!since) {
+    for (size_t i = 0; i < snapshot->partitions().size(); ++i) {
+      uint64_t rows = 0, bytes = 0;
+      for (size_t t = 0; t < snapshot->table_ids().size(); ++t) {
+        const StoreSnapshot::Rows& r = snapshot->rows_of(i, t);
+        rows += r.keys.size();
+        bytes += r.keys.size() * sizeof(uint64_t) + r.payloads.size() * sizeof(float);
+      }
+      response->add_partitions(snapshot->partitions()[i]);
+      response->add_partition_rows(rows);
+      response->add_partition_bytes(bytes);
+    }
+  }
   return absl::OkStatus();
 }
 
