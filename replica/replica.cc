@@ -170,15 +170,15 @@ absl::StatusOr<Replica::Built> Replica::BuildIncremental(const checkpoint::Check
   }
   built.incremental = true;
   // The other model, a version or more behind, catches up in place: the
-  // links it lacks (kept from the version before) and the ones just read.
+  // links it lacks (kept from the version before: written without reading,
+  // it then equals the served one) and the ones just read (their old rows
+  // read for the running hash).
   absl::StatusOr<exporter::ServedModel*> idle = models_.Idle(absl::Now() + options_.reader_wait);
   if (!idle.ok()) {
     LOG(INFO) << "replica: version " << entry.clock << " on a copy of version " << served->clock()
               << ": " << idle.status().message();
   } else if (*idle != nullptr) {
-    std::vector<exporter::ServedModel::Link> lacking = idle_lacks_;
-    lacking.insert(lacking.end(), built.links.begin(), built.links.end());
-    const absl::Status st = (*idle)->Advance(resolved, lacking);
+    const absl::Status st = (*idle)->CatchUp(idle_lacks_, *served, resolved, built.links);
     if (st.ok()) {
       built.in_place = true;
       built.resolved = std::move(resolved);

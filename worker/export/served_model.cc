@@ -99,7 +99,7 @@ void ApplyRecords(const checkpoint::RecordBlock& block, const uint64_t* keys, si
 // One verified link on top of what `store` holds: per file, its deletions,
 // then its rows, as ApplyChain applies each link after the first
 // (server/snapshot.cc), but without clearing the store first; `state`
-// follows each record.
+// follows each record (null: nothing read, only written).
 void ApplyLink(const LoadedFiles& files, uint32_t num_partitions, TableStore* store,
                HashState* state) {
   Scratch scratch;
@@ -109,6 +109,19 @@ void ApplyLink(const LoadedFiles& files, uint32_t num_partitions, TableStore* st
       for (const checkpoint::RecordBlock& block : file->blocks()) {
         if (block.deleted() != deletions) continue;
         Table* table = store->FindTable(block.table_id());  // The reader checked the schemas.
+        if (state == nullptr) {
+          scratch.payload.resize(table->row_stride());
+          for (size_t i = 0; i < block.size(); ++i) {
+            if (deletions) {
+              table->DeleteRow(block.key(i));
+              continue;
+            }
+            const absl::string_view bytes = block.payload(i);
+            std::memcpy(scratch.payload.data(), bytes.data(), bytes.size());
+            table->RestoreRow(block.key(i), scratch.payload.data());
+          }
+          continue;
+        }
         keys.resize(block.size());
         for (size_t i = 0; i < block.size(); ++i) keys[i] = block.key(i);
         uint64_t dup;
@@ -229,6 +242,29 @@ absl::Status ServedModel::Advance(const checkpoint::ResolvedCheckpoint& next,
   }
 #endif
   return absl::OkStatus();
+}
+
+absl::Status ServedModel::CatchUp(absl::Span<const Link> catch_up, const ServedModel& to,
+                                  const checkpoint::ResolvedCheckpoint& next,
+                                  absl::Span<const Link> links) {
+  const size_t n = next.chain.size();
+  const size_t behind = catch_up.size() + links.size();
+  if (links.empty() || behind >= n || next.chain[n - links.size() - 1].clock() != to.clock_ ||
+      next.chain[n - behind - 1].clock() != clock_) {
+    return absl::InvalidArgumentError(absl::StrCat(next.dir, ": ", catch_up.size(), " + ",
+                                                   links.size(), " links do not lead from version ",
+                                                   clock_, " through version ", to.clock_));
+  }
+  TableStore* store = params_->local_tables();
+  for (const Link& link : catch_up) {
+    ApplyLink(*link, config_.cluster().num_partitions(), store, nullptr);
+  }
+  // The tables now equal `to`'s (the same chain): so do hash and rows.
+  clock_ = to.clock_;
+  dir_ = to.dir_;
+  table_hash_ = to.table_hash_;
+  rows_ = to.rows_;
+  return Advance(next, links);
 }
 
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Copy() const {

@@ -29,6 +29,12 @@
 //    deletion of a held row takes it out. No walk of the whole table. Debug
 //    builds (NDEBUG unset: the tests) check the sum against a walk after
 //    each Advance (INTERNAL on a difference).
+//  - CatchUp brings a model that is behind another one (the replica's idle
+//    model, a version behind the served one) to the version after it: the
+//    links between the two are applied without reading a row (the result
+//    equals the other model, whose hash and rows it takes), then the new
+//    links by Advance. So only the new links' records are read before
+//    being written, once per version.
 //  - Copy is a new model holding this one's rows (weights, optimizer state,
 //    shared rows, bit for bit), hash, rows, clock and directory.
 //  - WithDeltas is ReadDeltas, Copy, then Advance of the copy.
@@ -107,6 +113,16 @@ class ServedModel {
   // version is next.chain minus those links; the link before them must be
   // at this version's clock. No other call may use the model meanwhile.
   absl::Status Advance(const checkpoint::ResolvedCheckpoint& next, absl::Span<const Link> links);
+  // Makes this model the version at `next` when it is behind `to` (another
+  // model of the job, at the version before next's last links.size()
+  // links) by `catch_up`, the links between them: applies catch_up without
+  // reading a row (the tables then equal `to`'s, whose hash and rows it
+  // takes), then Advance(next, links). The caller guarantees the chain
+  // identity as for Advance; the clocks are checked (INVALID_ARGUMENT,
+  // nothing applied). `to` may be served meanwhile (it is only read); this
+  // model needs to be alone, as for Advance.
+  absl::Status CatchUp(absl::Span<const Link> catch_up, const ServedModel& to,
+                       const checkpoint::ResolvedCheckpoint& next, absl::Span<const Link> links);
   // A model holding this version (see the top).
   absl::StatusOr<std::unique_ptr<ServedModel>> Copy() const;
   // The version at `next` from this one plus next.chain[first..], as a new
