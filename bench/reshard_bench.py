@@ -14,7 +14,8 @@ worker
      exactly N rows (a push of a missing key creates its row), so every row
      exists before anything is measured;
   2. then steps back to back: a pull (TRAIN) and a push of --step_keys
-     existing keys (a window sliding over all N rows), then Tick; it writes
+     existing keys (a window sliding over all N rows, or over the first
+     --hot_percent of them: the ids a job is training on), then Tick; it writes
      each completed step's end (unix microseconds) to a file at the end.
 Meanwhile this script, after --settle seconds of steady stepping,
   3. takes a checkpoint (ps_status --checkpoint): its bytes (the files of
@@ -158,25 +159,52 @@ def log_lines(path):
     return out
 
 
-def breakdown(work, clock):
-    """The parts of the move at `clock`, from the logs: the cut's copy (the
-    workers held) and its files (still held: a move keeps the hold), the
-    destinations' restores (the cut written to the last destination's "added"
-    line) and the switch (to the scheduler's "moved" line)."""
-    sched = log_lines(os.path.join(work, "scheduler.log"))
-    cut = [(t, m) for t, m in sched if m.startswith("checkpoint at clock %d:" % clock)]
-    moved = [t for t, m in sched if m.startswith("moved ") and "at clock %d:" % clock in m]
-    added = [t for i in range(3) for t, m in log_lines(os.path.join(work, "server-%d.log" % i))
-             if " added " in m and "ckpt-%012d" % clock in m]
-    if not cut or not moved or not added:
-        return None
-    held = re.search(r"held (\S+) for the copy, files written in (\S+) behind", cut[-1][1])
+def secs(d):
+    """Seconds of an absl duration ("1.5s", "250ms", "3m2.1s")."""
+    return sum(float(v) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6}[u]
+               for v, u in re.findall(r"([\d.]+)(ms|us|h|m|s)", d))
 
-    def secs(d):
-        return sum(float(v) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6}[u]
-                   for v, u in re.findall(r"([\d.]+)(ms|us|h|m|s)", d))
-    return {"copy_s": secs(held.group(1)), "files_s": secs(held.group(2)),
-            "restore_s": max(added) - cut[-1][0], "switch_s": moved[-1] - max(added)}
+
+def breakdown(work, clock):
+    """The parts of the move switched at `clock`, from the logs. A move in
+    two steps (the scheduler's "moved" line names the pre-copy's clock C1):
+    step 1, the workers training except for the copy: C1's copy (held), its
+    files, the destinations' pre-copy reads (C1's cut line to the last
+    destination's pre-copy line); step 2, held throughout: the catch-up cut's
+    copy and files, the destinations' catch-up (to the last "caught up"
+    line) and the switch (to the "moved" line). A move in one step (older
+    binaries): the cut's copy and files, the restores and the switch, all
+    held."""
+    sched = log_lines(os.path.join(work, "scheduler.log"))
+    servers = [x for i in range(3) for x in log_lines(os.path.join(work, "server-%d.log" % i))]
+
+    def cut_line(c):
+        lines = [(t, m) for t, m in sched if m.startswith("checkpoint at clock %d:" % c)]
+        if not lines:
+            return None
+        held = re.search(r"held (\S+) for the copy, files written in (\S+) behind", lines[-1][1])
+        return lines[-1][0], secs(held.group(1)), secs(held.group(2))
+
+    moved = [(t, m) for t, m in sched if m.startswith("moved ") and "at clock %d" % clock in m]
+    cut = cut_line(clock)
+    if not moved or not cut:
+        return None
+    first = re.search(r"pre-copied at clock (\d+)", moved[-1][1])
+    if first is None:
+        added = [t for t, m in servers if " added " in m and "ckpt-%012d" % clock in m]
+        if not added:
+            return None
+        return {"copy_s": cut[1], "files_s": cut[2], "restore_s": max(added) - cut[0],
+                "switch_s": moved[-1][0] - max(added)}
+    c1 = int(first.group(1))
+    pre = cut_line(c1)
+    precopied = [t for t, m in servers if "(a pre-copy)" in m and "ckpt-%012d" % c1 in m]
+    caught = [t for t, m in servers if " caught up " in m and "ckpt-%012d" % clock in m]
+    if not pre or not precopied or not caught:
+        return None
+    return {"pre_copy_s": pre[1], "pre_files_s": pre[2], "pre_reads_s": max(precopied) - pre[0],
+            "copy_s": cut[1], "files_s": cut[2], "restore_s": max(caught) - cut[0],
+            "switch_s": moved[-1][0] - max(caught), "c1": c1}
 
 
 def run_size(args, bins, rows):
@@ -212,6 +240,7 @@ def run_size(args, bins, rows):
                                     "--scheduler=" + address, "--rows=%d" % rows,
                                     "--fill_batch=%d" % args.fill_batch,
                                     "--step_keys=%d" % args.step_keys,
+                                    "--hot_rows=%d" % (rows * args.hot_percent // 100),
                                     "--steps_file=" + steps_file, "--stop_file=" + stop_file],
                                    "worker")
         print("  pids: scheduler %d, servers %s, worker %d (%s)" % (
@@ -295,6 +324,8 @@ def main():
     p.add_argument("--rows", default="1000000,10000000", help="table sizes, comma-separated")
     p.add_argument("--fill_batch", type=int, default=100000, help="keys a push while filling")
     p.add_argument("--step_keys", type=int, default=4096, help="keys a step after the fill")
+    p.add_argument("--hot_percent", type=int, default=100,
+                   help="steps slide over the first this many percent of the rows (100: all)")
     p.add_argument("--settle", type=float, default=10, help="seconds of steady stepping first")
     p.add_argument("--no_back", action="store_true", help="only 2 -> 3, not 3 -> 2 after it")
     p.add_argument("--config", default="opt", choices=["fastbuild", "opt"])
@@ -315,7 +346,8 @@ def main():
 
     print("\n" + " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]))
     print("binaries %s; load average before %s, after %s; GB = 1e9 bytes; a step = pull + "
-          "push of %d keys" % (bin_dir, load_before, load_after, args.step_keys))
+          "push of %d keys, sliding over %d%% of the rows" % (
+              bin_dir, load_before, load_after, args.step_keys, args.hot_percent))
     print("%-9s %-6s %8s %9s %8s %8s %8s %8s %8s %9s %9s %7s" % (
         "rows", "move", "move s", "MB moved", "GB/s", "ckpt", "memcpy", "stall s", "steady",
         "steps/s", "steps/s", "ratio"))
@@ -346,7 +378,14 @@ def main():
                   "destinations read %.1f MB" % (m["answer"], m["request_s"], m["rows"],
                                                  m["row_bytes"] / 1e6, m["bytes"] / 1e6))
             b = m["parts"]
-            if b:
+            if b and "c1" in b:
+                print("    step 1 (logs; the workers train but for the copy): the cut at clock %d: "
+                      "copy %.3f s (held) + its files %.3f s + the destinations' pre-copy %.3f s"
+                      % (b["c1"], b["pre_copy_s"], b["pre_files_s"], b["pre_reads_s"]))
+                print("    step 2 (held): the catch-up cut's copy %.3f s + its files %.3f s + the "
+                      "destinations' catch-up %.3f s + the switch %.3f s" %
+                      (b["copy_s"], b["files_s"], b["restore_s"], b["switch_s"]))
+            elif b:
                 print("    the move's parts (logs): cut copy %.3f s + its files %.3f s + the "
                       "destinations' restores %.3f s (%.3f GB/s of the rows moved) + the "
                       "switch %.3f s" % (b["copy_s"], b["files_s"], b["restore_s"],

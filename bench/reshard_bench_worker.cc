@@ -9,7 +9,8 @@
 //     distinct keys (a push of a missing key creates its row), prints
 //     "PS_RESHARD_BENCH_FILLED rows=N sec=S", then steps back to back (pull
 //     TRAIN + push of --step_keys existing keys, a window sliding over all N
-//     rows, then Tick) until the file S exists. Every completed step's end
+//     rows, or over the first --hot_rows of them, then Tick) until the file S
+//     exists. Every completed step's end
 //     (unix microseconds, one a line) goes to F, written at the end; then it
 //     prints "PS_RESHARD_BENCH_STEPS steps=K keys=--step_keys" and exits 0.
 //     A rollback (stale generation) rewinds to the scheduler's start point,
@@ -48,6 +49,9 @@ ABSL_FLAG(std::string, scheduler, "", "The scheduler's host:port.");
 ABSL_FLAG(uint64_t, rows, 1000000, "Distinct keys to fill table 1 with.");
 ABSL_FLAG(uint32_t, fill_batch, 100000, "Keys a push while filling.");
 ABSL_FLAG(uint32_t, step_keys, 4096, "Keys a step (pull + push) after the fill.");
+ABSL_FLAG(uint64_t, hot_rows, 0,
+          "Steps touch only the first this many rows (0: all of them): the ids a job "
+          "is training on, a small share of a large table.");
 ABSL_FLAG(std::string, steps_file, "", "Where each step's end goes (unix microseconds).");
 ABSL_FLAG(std::string, stop_file, "", "Stop stepping once this file exists.");
 ABSL_FLAG(uint64_t, memcpy_bytes, 0, "Only measure a memcpy of this many bytes.");
@@ -90,8 +94,9 @@ int Main() {
     std::fflush(stdout);
     // Back to back until the stop file exists.
     const std::string stop_file = absl::GetFlag(FLAGS_stop_file);
+    const uint64_t hot = absl::GetFlag(FLAGS_hot_rows);
     st = worker.Idle(
-        rows, absl::GetFlag(FLAGS_step_keys), absl::ZeroDuration(),
+        hot > 0 && hot < rows ? hot : rows, absl::GetFlag(FLAGS_step_keys), absl::ZeroDuration(),
         [&stop_file] { return access(stop_file.c_str(), F_OK) == 0; },
         [&ends] { ends.push_back(absl::ToUnixMicros(absl::Now())); });
   }

@@ -273,7 +273,6 @@ class GrpcServerOps final : public ServerOps {
   }
 
   absl::Status Copy(const PartitionMapProto& map, uint64_t generation, uint64_t clock, bool delta) {
-    sizes_ = {};
     std::vector<CheckpointResponse> responses(map.server_addresses_size());
     absl::Status st = ForEachServer(map, std::nullopt, [&](uint32_t i, const std::string& address) {
       CheckpointRequest request = Request(generation, clock, delta);
@@ -311,7 +310,7 @@ class GrpcServerOps final : public ServerOps {
   // the next one is FULL).
   std::vector<std::string> chain_;
   bool cut_delta_ = false;        // The cut being written is a delta.
-  PartitionSizes sizes_;          // Of the last full copy.
+  PartitionSizes sizes_;          // Of the last full copy (deltas keep it).
   absl::Time cut_time_;           // When CopyCut of the cut being written began.
   std::vector<uint64_t> pinned_;  // Kept by GC whatever checkpoint.keep says.
 };

@@ -86,10 +86,12 @@ class JobControl {
   // With every worker held at `clock`, one step of the move to
   // state_.reshard.target servers (docs/design.md, "Resharding"):
   //  - no pre-copy yet (or one of another generation, map or target): a cut
-  //    at `clock` that releases the workers after its copy, then the
-  //    pre-copy (Precopy) while they train; the request stays pending, so
-  //    the control loop holds at the next unstarted clock for the second
-  //    step;
+  //    at `clock` that releases the workers after its copy (or, when this
+  //    scheduler cut the job under the current generation and map within
+  //    kReuseCutFor, that cut: the workers are released at once), then the
+  //    pre-copy (Precopy) from it while they train; the request stays
+  //    pending, so the control loop holds at the next unstarted clock for
+  //    the second step;
   //  - else: a cut at `clock` that is a delta on the pre-copy's and keeps
   //    the hold, the catch-up and the switch (CatchUpAndSwitch); answers the
   //    reshard requests made so far, then holds at the next cut or releases
@@ -158,6 +160,18 @@ class JobControl {
   ServerOps* const ops_;
   const absl::Time start_time_;
   const bool checkpoints_on_;  // checkpoint.dir is set.
+
+  // The last cut this scheduler completed (control thread only): a move
+  // pre-copies from it instead of cutting anew while it is recent and of
+  // the current job generation and map (kReuseCutFor).
+  struct LastCut {
+    uint64_t clock = 0;
+    uint64_t generation = 0;
+    uint64_t map_version = 0;
+    absl::Time at;  // Its copy began.
+  };
+  std::optional<LastCut> last_cut_;
+  static constexpr absl::Duration kReuseCutFor = absl::Minutes(5);
 
   // The move between its two steps (control thread only).
   struct MoveInFlight {

@@ -87,6 +87,9 @@ absl::Status JobControl::Cut(uint64_t clock, uint64_t next, uint64_t serving, bo
   }
   if (st.ok()) st = ops_->FinishCut(*map, generation, clock, positions);
   const absl::Time written = absl::Now();
+  if (st.ok()) {
+    last_cut_ = LastCut{clock, generation, map->version(), start};
+  }
   MutexLock lock(&state_.mu);
   state_.cuts.Completed(clock, st, serving, copied - start, written - copied, written);
   if (st.ok()) {

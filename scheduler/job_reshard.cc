@@ -252,16 +252,33 @@ void JobControl::Reshard(uint64_t clock, uint64_t serving) {
     MutexLock lock(&state_.mu);
     next_cut = state_.cuts.NextAfter(clock);
   }
-  // The first step releases the workers after the cut's copy; the second
-  // keeps them held until the switch.
-  absl::Status st = Cut(clock, /*next=*/second ? clock : next_cut, serving, /*final=*/false,
-                        /*delta_on_last=*/second);
-  bool retry = AfterCut(clock, st);  // The cut is tried again, and the move with it.
+  // The first step pre-copies from a recent cut of the same generation and
+  // map (a delta on it is what the catch-up reads), or cuts anew.
+  const bool reuse = !second && last_cut_ && map && last_cut_->generation == generation &&
+                     last_cut_->map_version == map->version() && last_cut_->clock <= clock &&
+                     absl::Now() - last_cut_->at <= kReuseCutFor;
+  absl::Status st;
+  bool retry = false;
+  if (reuse) {
+    LOG(INFO) << "the move pre-copies from the cut at clock " << last_cut_->clock << " (taken "
+              << absl::FormatDuration(absl::Now() - last_cut_->at) << " ago)";
+    if (next_cut > 0) {
+      clock_.Hold(next_cut);
+    } else {
+      clock_.Release();
+    }
+  } else {
+    // The first step releases the workers after the cut's copy; the second
+    // keeps them held until the switch.
+    st = Cut(clock, /*next=*/second ? clock : next_cut, serving, /*final=*/false,
+             /*delta_on_last=*/second);
+    retry = AfterCut(clock, st);  // The cut is tried again, and the move with it.
+  }
   uint32_t moved = 0;
   RestoreStats stats;
   bool pending = false;  // The first step is done: the second follows.
   if (st.ok() && !second) {
-    st = Precopy(clock, target);
+    st = Precopy(reuse ? last_cut_->clock : clock, target);
     pending = st.ok() && precopy_.has_value();
   } else if (st.ok()) {
     st = CatchUpAndSwitch(clock, &moved, &stats);

@@ -194,6 +194,40 @@ TEST(JobReshardTest, TheMovePlansByTheCutsRows) {
   EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
 }
 
+// A move right after a checkpoint of the same map pre-copies from it: no
+// second cut before the pre-copy (the workers are not held for one), the
+// joining spare restored to it, the catch-up a delta on it.
+TEST(JobReshardTest, AMoveAfterACheckpointPreCopiesFromIt) {
+  const JobConfig c = GrowableConfig();
+  FakeServerOps ops;
+  JobCoordinator job(c, nullptr, &ops);
+  ops.set_job(&job);
+  RegisterJob(&job, c, /*spare=*/true);
+  job.Start();
+  std::vector<std::thread> workers = testing::RunWorkers(&job, 2000, absl::Milliseconds(1));
+  absl::SleepFor(absl::Milliseconds(50));
+  auto checkpoint = job.CheckpointNow(absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  auto up = job.Reshard(3, absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(up.ok()) << up.status();
+  const std::vector<FakeServerOps::Added> adds = ops.added();
+  ASSERT_FALSE(adds.empty());
+  EXPECT_TRUE(adds.front().step.precopy);
+  EXPECT_EQ(adds.front().clock, *checkpoint) << "pre-copied from the checkpoint";
+  std::vector<uint64_t> cut_clocks;
+  for (const FakeServerOps::Cut& cut : ops.cuts()) cut_clocks.push_back(cut.clock);
+  EXPECT_EQ(cut_clocks, (std::vector<uint64_t>{*checkpoint, up->clock()}))
+      << "one cut for the move: its catch-up's";
+  EXPECT_TRUE(ops.cuts().back().delta_on_last);
+  bool joined = false;
+  for (const FakeServerOps::Restored& r : ops.restores()) {
+    joined |= r.index == 2u && r.point.clock == *checkpoint;
+  }
+  EXPECT_TRUE(joined);
+  for (auto& w : workers) w.join();
+  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
+}
+
 // A destination that lost its pre-copy (restarted between the steps)
 // refuses the catch-up (ABORTED): the destinations drop what they added,
 // the old map stays, and the move starts again from a new pre-copy.

@@ -59,8 +59,8 @@ class ServerOps {
   virtual absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation, uint64_t clock,
                                bool delta_on_last) = 0;
   // Per partition, the rows and bytes of the last cut CopyCut copied in
-  // full on every server (CheckpointResponse.partition_rows); empty when
-  // unknown (the last copy was a delta or failed).
+  // full on every server (CheckpointResponse.partition_rows; a delta cut
+  // leaves them as they were); empty when unknown (no full copy yet).
   struct PartitionSizes {
     std::vector<uint64_t> rows, bytes;
   };
