@@ -200,9 +200,13 @@ def breakdown(work, clock):
     pre = cut_line(c1)
     precopied = [t for t, m in servers if "(a pre-copy)" in m and "ckpt-%012d" % c1 in m]
     caught = [t for t, m in servers if " caught up " in m and "ckpt-%012d" % clock in m]
+    # A recent cut reused: the pre-copy starts at the scheduler's line saying so.
+    reused = [t for t, m in sched if m.startswith("the move pre-copies from the cut at clock %d " % c1)]
     if not pre or not precopied or not caught:
         return None
-    return {"pre_copy_s": pre[1], "pre_files_s": pre[2], "pre_reads_s": max(precopied) - pre[0],
+    started = reused[-1] if reused else pre[0]
+    return {"pre_copy_s": 0 if reused else pre[1], "pre_files_s": 0 if reused else pre[2],
+            "pre_reads_s": max(precopied) - started, "reused": bool(reused),
             "copy_s": cut[1], "files_s": cut[2], "restore_s": max(caught) - cut[0],
             "switch_s": moved[-1][0] - max(caught), "c1": c1}
 
@@ -378,12 +382,16 @@ def main():
                   "destinations read %.1f MB" % (m["answer"], m["request_s"], m["rows"],
                                                  m["row_bytes"] / 1e6, m["bytes"] / 1e6))
             b = m["parts"]
-            if b and "c1" in b:
+            if b and b.get("reused"):
+                print("    step 1 (logs; the workers train): the recent cut at clock %d reused "
+                      "(no hold); the destinations' pre-copy %.3f s" % (b["c1"], b["pre_reads_s"]))
+            elif b and "c1" in b:
                 print("    step 1 (logs; the workers train but for the copy): the cut at clock %d: "
                       "copy %.3f s (held) + its files %.3f s + the destinations' pre-copy %.3f s"
                       % (b["c1"], b["pre_copy_s"], b["pre_files_s"], b["pre_reads_s"]))
-                print("    step 2 (held): the catch-up cut's copy %.3f s + its files %.3f s + the "
-                      "destinations' catch-up %.3f s + the switch %.3f s" %
+            if b and "c1" in b:
+                print("    step 2 (held): the catch-up cut's copy %.3f s + its files %.3f s + "
+                      "the destinations' catch-up %.3f s + the switch %.3f s" %
                       (b["copy_s"], b["files_s"], b["restore_s"], b["switch_s"]))
             elif b:
                 print("    the move's parts (logs): cut copy %.3f s + its files %.3f s + the "
