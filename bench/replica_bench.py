@@ -45,8 +45,18 @@ Prints, over the replica runs:
     against the default ones (and the cadence ones): medians, their ratio,
     and each round's ratio.
   - per version: how it was built (incremental: the version before plus the
-    new delta; or from its whole chain), the build time and the checkpoint
-    bytes read.
+    new delta, in place on the idle model or on a copy; or from its whole
+    chain), the build time and the checkpoint bytes read;
+  - the replica process's CPU time (user + system, sampled from /proc every
+    0.2 s while the job runs) a job and a version: what it takes from
+    training on a full machine, apart from the wall time of builds, which
+    grows with the load.
+
+--bin_dir_b DIR (A/B) adds, for each cadence, an arm replica_b that runs
+the same job with the binaries of DIR (e.g. another build of ps_replica
+beside the same job binaries), interleaved with the others in every round:
+the same machine state for both, each with its own training ratio, probe
+and build figures (labelled "(B)"). The default arm uses --bin_dir.
 
 --compare_replica BIN runs a second replica, another build of ps_replica
 (e.g. the one before a change), beside the first in every replica run,
@@ -60,7 +70,7 @@ with the job (the training ratio is then that of two replicas).
   python3 bench/replica_bench.py [--rounds 3] [--every 20[,100,..]] [--max_steps 400] [--epochs 1]
       [--config opt]
       [--bin_dir DIR] [--poll_ms 100] [--probe_ms 20] [--probe_keys 2] [--cadence_arm]
-      [--compare_replica BIN]
+      [--compare_replica BIN] [--bin_dir_b DIR]
 """
 import argparse
 import os
@@ -90,7 +100,7 @@ def quantile(values, q):
 
 # replica: serving version 40 (... rows, table hash ...) from DIR, built in X [(how)] from B
 # bytes (own files O); cut to serve D
-VERSION_LINE = re.compile(r"replica: serving version (\d+) .*?, built in (\S+)(?: \((\S+))?.*? from "
+VERSION_LINE = re.compile(r"replica: serving version (\d+) .*?, built in (\S+)(?: \(([^)]*)\))? from "
                           r"(\d+) bytes \(own files (\d+)\); cut to serve (\S+)")
 
 
@@ -100,6 +110,7 @@ def versions(text):
     for v, built, how, read, own, d in VERSION_LINE.findall(text):
         out.append({"version": int(v), "build_s": seconds(built),
                     "how": "incremental" if how.startswith("incremental") else "chain",
+                    "in_place": "in place" in how,
                     "read": int(read), "own": int(own), "cut_to_serve_s": seconds(d)})
     return out
 
@@ -141,7 +152,44 @@ def summary(vs):
             parts.append("%d %s: build p50 %.3f s, read p50 %.0f KiB" % (
                 len(k), how, quantile([v["build_s"] for v in k], 0.5),
                 statistics.median(v["read"] for v in k) / 1024))
+            inplace = [v["build_s"] for v in k if v.get("in_place")]
+            if inplace:
+                copies = [v["build_s"] for v in k if not v.get("in_place")]
+                parts[-1] += " (%d in place: build p50 %.3f s p99 %.3f s; %d on a copy%s)" % (
+                    len(inplace), quantile(inplace, 0.5), quantile(inplace, 0.99), len(copies),
+                    ": build p50 %.3f s" % quantile(copies, 0.5) if copies else "")
     return "; ".join(parts)
+
+
+STARTED_REPLICA = re.compile(r"started replica-0 \(pid (\d+)\)")
+
+
+class CpuWatch:
+    """Samples a process's CPU time (user + system, /proc/PID/stat) every
+    0.2 s on a thread; `seconds` is the last sample (the process's CPU
+    until at most 0.2 s before it ended)."""
+
+    def __init__(self, pid):
+        import threading
+        self.pid, self.seconds, self.done = pid, 0.0, threading.Event()
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.done.is_set():
+            try:
+                with open("/proc/%d/stat" % self.pid) as f:
+                    stat = f.read().rsplit(")", 1)[1].split()
+                self.seconds = (int(stat[11]) + int(stat[12])) / self.tick
+            except (OSError, IndexError, ValueError):
+                return
+            self.done.wait(0.2)
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        return self.seconds
 
 
 LISTENING = re.compile(r"\[(server|replica)-(\d+)\s*\] PS_(?:SERVER|REPLICA)_LISTENING (\S+)")
@@ -165,7 +213,7 @@ def probe_summary(probes):
 def run_job(args, bin_dir, data, run_dir, arm, every):
     """One job of `arm` (default, cadence, replica: see the top), cutting
     every `every` clocks (not default)."""
-    replica = arm == "replica"
+    replica = arm.startswith("replica")
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)
     ckpt = os.path.join(run_dir, "ckpt")
@@ -198,7 +246,7 @@ def run_job(args, bin_dir, data, run_dir, arm, every):
                                       "--listen=127.0.0.1:0"], stdout=other_log,
                                      stderr=subprocess.STDOUT)
     launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, addresses, probe = [], {}, [None]
+    lines, addresses, probe, watch = [], {}, [None], None
 
     def start_probe():
         servers = [addresses.get(("server", i)) for i in range(num_servers)]
@@ -216,11 +264,15 @@ def run_job(args, bin_dir, data, run_dir, arm, every):
 
     for line in launcher.stdout:
         lines.append(line)
+        started = STARTED_REPLICA.search(line)
+        if started and replica and watch is None:
+            watch = CpuWatch(int(started.group(1)))
         m = LISTENING.search(line)
         if m and replica:
             addresses[(m.group(1), int(m.group(2)))] = m.group(3)
             start_probe()
     launcher.wait()
+    replica_cpu = watch.stop() if watch is not None else None
     text = "".join(lines)
     if other is not None:
         time.sleep(2 * args.poll_ms / 1000.0 + 5)  # Its last version (the bench, not a test).
@@ -245,6 +297,7 @@ def run_job(args, bin_dir, data, run_dir, arm, every):
     if replica:
         written = write_times(ckpt)
         res["versions"] = versions(text)
+        res["replica_cpu_s"] = replica_cpu
         res["report"] = re.findall(r"replica-0: last version .*", text)
         if other is not None:
             res["compare"] = versions(open(os.path.join(run_dir, "compare_replica.log")).read())
@@ -291,6 +344,9 @@ def main():
                    help="another ps_replica binary to run beside the first (see the top)")
     p.add_argument("--bin_dir", default="",
                    help="binaries laid out like bazel-bin (default: bazel info of --config)")
+    p.add_argument("--bin_dir_b", default="",
+                   help="A/B: also run each replica arm with the binaries of this directory "
+                        "(arms replica_b@N, interleaved in the same rounds; see the top)")
     args = p.parse_args()
     bin_dir = args.bin_dir or bazel_bin(args.config)
     client = os.path.join(bin_dir, "bench/replica_bench_client")
@@ -300,36 +356,48 @@ def main():
     load_before = "%.2f %.2f %.2f" % os.getloadavg()
     tmp = tempfile.mkdtemp(prefix="replica_bench_")
     everies = [int(x) for x in args.every.split(",")]
-    arms = [("default", 0)] + [(kind, n) for n in everies
-                               for kind in (["cadence"] if args.cadence_arm else []) + ["replica"]]
+    kinds = (["cadence"] if args.cadence_arm else []) + ["replica"] + (
+        ["replica_b"] if args.bin_dir_b else [])
+    arms = [("default", 0)] + [(kind, n) for n in everies for kind in kinds]
+    bins = {"replica_b": args.bin_dir_b}
     name = lambda arm: arm[0] if arm[0] == "default" else "%s@%d" % arm
     results = {arm: [] for arm in arms}
     for r in range(args.rounds):
         order = arms if r % 2 == 0 else arms[::-1]
         for arm in order:
-            res = run_job(args, bin_dir, data, os.path.join(tmp, name(arm)), *arm)
+            res = run_job(args, bins.get(arm[0], bin_dir), data, os.path.join(tmp, name(arm)),
+                          *arm)
             results[arm].append(res)
             extra = ""
-            if arm[0] == "replica":
-                extra = "\n    replica: %s\n    probe: %s\n    %s" % (
-                    summary(res["versions"]),
+            if arm[0].startswith("replica"):
+                extra = "\n    replica: %s; CPU %.1f s\n    probe: %s\n    %s" % (
+                    summary(res["versions"]), res["replica_cpu_s"] or 0,
                     probe_summary([res["probe"]] if "probe" in res else []),
                     res["report"][0] if res["report"] else "no replica report")
                 if "compare" in res:
                     extra += "\n    compare_replica: %s" % summary(res["compare"])
-            print("round %d %-11s train %8.0f samples/s, job %7.0f samples/s%s" % (
+            print("round %d %-13s train %8.0f samples/s, job %7.0f samples/s%s" % (
                 r + 1, name(arm), res["train_sps"], res["job_sps"], extra), flush=True)
 
     print("\n%d rounds, %s binaries, %d steps a worker, replica polling every %d ms; load average "
           "before %s, after %.2f %.2f %.2f" % (args.rounds, args.config, args.max_steps,
                                                args.poll_ms, load_before, *os.getloadavg()))
-    for n in everies:
-        reps = results[("replica", n)]
-        print("every %d clocks: train-to-serve from the apply (probe, %d DENSE rows, every %d ms): "
-              "%s" % (n, args.probe_keys, args.probe_ms,
+    if args.bin_dir_b:
+        print("A/B: replica arms with %s, replica_b arms with %s" % (bin_dir, args.bin_dir_b))
+    for n, kind in [(n, kind) for n in everies for kind in kinds if kind != "cadence"]:
+        reps = results[(kind, n)]
+        label = "every %d clocks%s" % (n, " (B)" if kind == "replica_b" else "")
+        print("%s: train-to-serve from the apply (probe, %d DENSE rows, every %d ms): "
+              "%s" % (label, args.probe_keys, args.probe_ms,
                       probe_summary([res["probe"] for res in reps if "probe" in res])))
-        print("every %d clocks: train-to-serve (cut to served), replica: %s" % (n, summary(
+        print("%s: train-to-serve (cut to served), replica: %s" % (label, summary(
             [v for res in reps for v in res["versions"]])))
+        cpu = [res["replica_cpu_s"] for res in reps if res.get("replica_cpu_s") is not None]
+        if cpu:
+            nv = sum(len(res["versions"]) for res in reps)
+            print("%s: replica CPU (user + system) a job: median %.1f s (runs: %s), %.3f s a "
+                  "version" % (label, statistics.median(cpu), ", ".join("%.1f" % c for c in cpu),
+                               sum(cpu) / max(1, nv)))
         if args.compare_replica:
             print("every %d clocks: train-to-serve (cut to served), compare_replica %s: %s" % (
                 n, args.compare_replica, summary([v for res in reps
@@ -396,7 +464,8 @@ def main():
                            for d, x in zip(results[("default", 0)], results[arm]))
         print("  %s: %.0f, x%.3f of default (rounds: %s)" % (
             "cadence every %d clocks, no replica" % arm[1] if arm[0] == "cadence" else
-            "cadence every %d clocks with the replica" % arm[1], med[arm], med[arm] / default,
+            "cadence every %d clocks with the replica%s" % (
+                arm[1], " (B)" if arm[0] == "replica_b" else ""), med[arm], med[arm] / default,
             rounds))
     shutil.rmtree(tmp, ignore_errors=True)
 
