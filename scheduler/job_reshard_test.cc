@@ -51,6 +51,33 @@ void RegisterJob(JobCoordinator* job, const JobConfig& c, bool spare) {
   ASSERT_TRUE(job->Register(Req(c, WORKER, 1, 5), &resp).ok());
 }
 
+// A coordinator over fake servers: servers 0 and 1 (and the spare 2 with
+// `spare`) registered and two workers stepping `steps` clocks; the
+// destructor waits for the workers and for the job to end.
+class RunningJob {
+ public:
+  RunningJob(bool spare, uint64_t steps)
+      : config_(GrowableConfig()), job_(config_, nullptr, &ops_) {
+    ops_.set_job(&job_);
+    RegisterJob(&job_, config_, spare);
+    job_.Start();
+    workers_ = testing::RunWorkers(&job_, steps, absl::Milliseconds(1));
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ~RunningJob() {
+    for (auto& w : workers_) w.join();
+    EXPECT_TRUE(job_.WaitDone(absl::Now() + absl::Seconds(20)).ok());
+  }
+  FakeServerOps& ops() { return ops_; }
+  JobCoordinator& job() { return job_; }
+
+ private:
+  const JobConfig config_;
+  FakeServerOps ops_;
+  JobCoordinator job_;
+  std::vector<std::thread> workers_;
+};
+
 // The switches of map `version`: one per server, each dropping exactly the
 // partitions it owned before and not after; every partition has one owner.
 void CheckSwitch(const std::vector<FakeServerOps::Switched>& switched, uint64_t version,
@@ -71,14 +98,9 @@ void CheckSwitch(const std::vector<FakeServerOps::Switched>& switched, uint64_t 
 }
 
 TEST(JobReshardTest, TwoToThreeToTwoMovesAtHeldClocks) {
-  const JobConfig c = GrowableConfig();
-  FakeServerOps ops;
-  JobCoordinator job(c, nullptr, &ops);
-  ops.set_job(&job);
-  RegisterJob(&job, c, /*spare=*/true);
-  job.Start();
-  std::vector<std::thread> workers = testing::RunWorkers(&job, 2000, absl::Milliseconds(1));
-  absl::SleepFor(absl::Milliseconds(50));
+  RunningJob run(/*spare=*/true, /*steps=*/2000);
+  FakeServerOps& ops = run.ops();
+  JobCoordinator& job = run.job();
   const std::vector<uint32_t> two = Owners(job);
 
   auto up = job.Reshard(3, absl::Now() + absl::Seconds(20));
@@ -150,8 +172,6 @@ TEST(JobReshardTest, TwoToThreeToTwoMovesAtHeldClocks) {
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_EQ(same->partitions_moved(), 0u);
   EXPECT_EQ(same->map_version(), 3u);
-  for (auto& w : workers) w.join();
-  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
 }
 
 // The move plans by the rows of the cut it pre-copies from: with server
@@ -160,20 +180,15 @@ TEST(JobReshardTest, TwoToThreeToTwoMovesAtHeldClocks) {
 // partition (ReshardPlan's bound), which a plan by partition count (equal
 // counts) would break.
 TEST(JobReshardTest, TheMovePlansByTheCutsRows) {
-  const JobConfig c = GrowableConfig();
-  FakeServerOps ops;
+  RunningJob run(/*spare=*/true, /*steps=*/2000);
+  FakeServerOps& ops = run.ops();
+  JobCoordinator& job = run.job();
   ServerOps::PartitionSizes sizes;
   for (uint32_t p = 0; p < kParts; ++p) {
     sizes.rows.push_back(p < kParts / 2 ? 10 : 100);
     sizes.bytes.push_back(sizes.rows.back() * 64);
   }
   ops.SetCopySizes(sizes);
-  JobCoordinator job(c, nullptr, &ops);
-  ops.set_job(&job);
-  RegisterJob(&job, c, /*spare=*/true);
-  job.Start();
-  std::vector<std::thread> workers = testing::RunWorkers(&job, 2000, absl::Milliseconds(1));
-  absl::SleepFor(absl::Milliseconds(50));
   auto up = job.Reshard(3, absl::Now() + absl::Seconds(20));
   ASSERT_TRUE(up.ok()) << up.status();
   const std::vector<uint32_t> three = Owners(job);
@@ -190,22 +205,15 @@ TEST(JobReshardTest, TheMovePlansByTheCutsRows) {
   // By count, server 0 would keep its 32 light partitions and server 1
   // shed a third of its 64: far above the bound.
   EXPECT_LT(weight[1], 32 * 101u);
-  for (auto& w : workers) w.join();
-  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
 }
 
 // A move right after a checkpoint of the same map pre-copies from it: no
 // second cut before the pre-copy (the workers are not held for one), the
 // joining spare restored to it, the catch-up a delta on it.
 TEST(JobReshardTest, AMoveAfterACheckpointPreCopiesFromIt) {
-  const JobConfig c = GrowableConfig();
-  FakeServerOps ops;
-  JobCoordinator job(c, nullptr, &ops);
-  ops.set_job(&job);
-  RegisterJob(&job, c, /*spare=*/true);
-  job.Start();
-  std::vector<std::thread> workers = testing::RunWorkers(&job, 2000, absl::Milliseconds(1));
-  absl::SleepFor(absl::Milliseconds(50));
+  RunningJob run(/*spare=*/true, /*steps=*/2000);
+  FakeServerOps& ops = run.ops();
+  JobCoordinator& job = run.job();
   auto checkpoint = job.CheckpointNow(absl::Now() + absl::Seconds(20));
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   auto up = job.Reshard(3, absl::Now() + absl::Seconds(20));
@@ -224,23 +232,16 @@ TEST(JobReshardTest, AMoveAfterACheckpointPreCopiesFromIt) {
     joined |= r.index == 2u && r.point.clock == *checkpoint;
   }
   EXPECT_TRUE(joined);
-  for (auto& w : workers) w.join();
-  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
 }
 
 // A destination that lost its pre-copy (restarted between the steps)
 // refuses the catch-up (ABORTED): the destinations drop what they added,
 // the old map stays, and the move starts again from a new pre-copy.
 TEST(JobReshardTest, ACatchUpRefusedPreCopiesAgain) {
-  const JobConfig c = GrowableConfig();
-  FakeServerOps ops;
+  RunningJob run(/*spare=*/true, /*steps=*/2000);
+  FakeServerOps& ops = run.ops();
+  JobCoordinator& job = run.job();
   ops.FailCatchUps(1, absl::AbortedError("server 2 did not pre-copy partition 43"));
-  JobCoordinator job(c, nullptr, &ops);
-  ops.set_job(&job);
-  RegisterJob(&job, c, /*spare=*/true);
-  job.Start();
-  std::vector<std::thread> workers = testing::RunWorkers(&job, 2000, absl::Milliseconds(1));
-  absl::SleepFor(absl::Milliseconds(50));
   const std::vector<uint32_t> two = Owners(job);
 
   auto up = job.Reshard(3, absl::Now() + absl::Seconds(30));
@@ -266,19 +267,12 @@ TEST(JobReshardTest, ACatchUpRefusedPreCopiesAgain) {
   }
   EXPECT_TRUE(dropped);
   CheckSwitch(ops.switched(), 2, two, up->clock(), 3);
-  for (auto& w : workers) w.join();
-  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
 }
 
 TEST(JobReshardTest, AMoveToAServerThatIsNotThereIsRefusedAndChangesNothing) {
-  const JobConfig c = GrowableConfig();
-  FakeServerOps ops;
-  JobCoordinator job(c, nullptr, &ops);
-  ops.set_job(&job);
-  RegisterJob(&job, c, /*spare=*/false);
-  job.Start();
-  std::vector<std::thread> workers = testing::RunWorkers(&job, 1000, absl::Milliseconds(1));
-  absl::SleepFor(absl::Milliseconds(50));
+  RunningJob run(/*spare=*/false, /*steps=*/1000);
+  FakeServerOps& ops = run.ops();
+  JobCoordinator& job = run.job();
   auto up = job.Reshard(3, absl::Now() + absl::Seconds(20));
   EXPECT_EQ(up.status().code(), absl::StatusCode::kFailedPrecondition) << up.status();
   EXPECT_NE(up.status().message().find("server 2"), std::string::npos) << up.status();
@@ -289,8 +283,6 @@ TEST(JobReshardTest, AMoveToAServerThatIsNotThereIsRefusedAndChangesNothing) {
             absl::StatusCode::kInvalidArgument);  // Beyond max_servers.
   EXPECT_EQ(job.Reshard(0, absl::Now() + absl::Seconds(1)).status().code(),
             absl::StatusCode::kInvalidArgument);
-  for (auto& w : workers) w.join();  // The clocks went on after the refusal.
-  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(20)).ok());
 }
 
 }  // namespace

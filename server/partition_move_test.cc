@@ -24,36 +24,19 @@ namespace {
 using testing::Dump;
 using testing::kParts;
 
-// The scheduler's part of a move at a clock boundary, played by the test,
-// after the cut at `clock` (every core has applied exactly the clocks <
-// clock): each moving partition restored on its destination from the cut,
-// the map switched to version + 1, each moved partition dropped at its
-// source.
-void Move(testing::Job& job, uint64_t clock, const std::vector<uint32_t>& new_owner) {
+// The map switch of a move: version + 1 with `new_owner`, each moved
+// partition dropped at its source.
+void Switch(testing::Job& job, const std::vector<uint32_t>& new_owner) {
   const PartitionMap& old = job.map();
-  const uint32_t servers = job.size();
-  std::vector<RestoreRequest> adds(servers);
-  std::vector<ControlRequest> switches(servers);
-  for (uint32_t s = 0; s < servers; ++s) {
-    adds[s].set_clock(clock);
-    switches[s].set_map_version(old.version() + 1);
-    for (uint32_t owner : new_owner) switches[s].add_partition_owner(owner);
-  }
-  for (uint32_t p = 0; p < kParts; ++p) {
-    if (old.OwnerOfPartition(p) == new_owner[p]) continue;
-    adds[new_owner[p]].add_partitions(p);
-    switches[old.OwnerOfPartition(p)].add_drop_partitions(p);
-  }
-  for (uint32_t s = 0; s < servers; ++s) {
-    if (adds[s].partitions_size() == 0) continue;
-    RestoreResponse response;
-    const absl::Status st = job.core(s).Restore(adds[s], &response);
-    ASSERT_TRUE(st.ok()) << "server " << s << ": " << st;
-    EXPECT_EQ(response.clock(), clock);
-  }
-  for (uint32_t s = 0; s < servers; ++s) {
+  for (uint32_t s = 0; s < job.size(); ++s) {
+    ControlRequest request;
+    request.set_map_version(old.version() + 1);
+    for (uint32_t owner : new_owner) request.add_partition_owner(owner);
+    for (uint32_t p = 0; p < kParts; ++p) {
+      if (old.OwnerOfPartition(p) == s && new_owner[p] != s) request.add_drop_partitions(p);
+    }
     ControlResponse response;
-    const absl::Status st = job.core(s).Control(switches[s], &response);
+    const absl::Status st = job.core(s).Control(request, &response);
     ASSERT_TRUE(st.ok()) << "server " << s << ": " << st;
   }
   uint32_t max_owner = 0;
@@ -61,6 +44,36 @@ void Move(testing::Job& job, uint64_t clock, const std::vector<uint32_t>& new_ow
   job.SetMap(*PartitionMap::FromOwners(
       old.version() + 1, new_owner,
       std::max(job.core(0).config().cluster().num_servers(), max_owner + 1)));
+}
+
+// Restores on every destination the partitions `new_owner` gives it from
+// the checkpoint at `clock`: in one step, as a pre-copy (`precopy`), or as
+// the catch-up of the links after `catch_up_from`.
+void Add(testing::Job& job, uint64_t clock, const std::vector<uint32_t>& new_owner, bool precopy,
+         std::optional<uint64_t> catch_up_from) {
+  std::vector<RestoreRequest> adds(job.size());
+  for (uint32_t p = 0; p < kParts; ++p) {
+    if (job.map().OwnerOfPartition(p) != new_owner[p]) adds[new_owner[p]].add_partitions(p);
+  }
+  for (uint32_t s = 0; s < job.size(); ++s) {
+    if (adds[s].partitions_size() == 0) continue;
+    adds[s].set_clock(clock);
+    adds[s].set_precopy(precopy);
+    if (catch_up_from) adds[s].set_catch_up_from(*catch_up_from);
+    RestoreResponse response;
+    const absl::Status st = job.core(s).Restore(adds[s], &response);
+    ASSERT_TRUE(st.ok()) << "server " << s << ": " << st;
+    EXPECT_EQ(response.clock(), clock);
+  }
+}
+
+// The scheduler's part of a move at a clock boundary, played by the test,
+// after the cut at `clock` (every core has applied exactly the clocks <
+// clock): each moving partition restored on its destination from the cut,
+// then the switch.
+void Move(testing::Job& job, uint64_t clock, const std::vector<uint32_t>& new_owner) {
+  Add(job, clock, new_owner, /*precopy=*/false, std::nullopt);
+  Switch(job, new_owner);
 }
 
 // A core joining `job` as server `index`: it owns nothing under the job's
@@ -139,47 +152,6 @@ uint64_t EvictionStep(testing::Job& job, uint64_t clock) {
   return job.Evict();
 }
 
-// One step of a two-step move on every destination: a pre-copy from the cut
-// at `clock`, or (catch_up_from set) the catch-up of the links after it.
-void AddStep(testing::Job& job, uint64_t clock, const std::vector<uint32_t>& new_owner,
-             std::optional<uint64_t> catch_up_from) {
-  std::vector<RestoreRequest> adds(job.size());
-  for (uint32_t p = 0; p < kParts; ++p) {
-    if (job.map().OwnerOfPartition(p) != new_owner[p]) adds[new_owner[p]].add_partitions(p);
-  }
-  for (uint32_t s = 0; s < job.size(); ++s) {
-    if (adds[s].partitions_size() == 0) continue;
-    adds[s].set_clock(clock);
-    adds[s].set_precopy(!catch_up_from.has_value());
-    if (catch_up_from) adds[s].set_catch_up_from(*catch_up_from);
-    RestoreResponse response;
-    const absl::Status st = job.core(s).Restore(adds[s], &response);
-    ASSERT_TRUE(st.ok()) << "server " << s << ": " << st;
-  }
-}
-
-// The map switch of a move: version + 1 with `new_owner`, each moved
-// partition dropped at its source.
-void Switch(testing::Job& job, const std::vector<uint32_t>& new_owner) {
-  const PartitionMap& old = job.map();
-  for (uint32_t s = 0; s < job.size(); ++s) {
-    ControlRequest request;
-    request.set_map_version(old.version() + 1);
-    for (uint32_t owner : new_owner) request.add_partition_owner(owner);
-    for (uint32_t p = 0; p < kParts; ++p) {
-      if (old.OwnerOfPartition(p) == s && new_owner[p] != s) request.add_drop_partitions(p);
-    }
-    ControlResponse response;
-    const absl::Status st = job.core(s).Control(request, &response);
-    ASSERT_TRUE(st.ok()) << "server " << s << ": " << st;
-  }
-  uint32_t max_owner = 0;
-  for (uint32_t owner : new_owner) max_owner = std::max(max_owner, owner);
-  job.SetMap(*PartitionMap::FromOwners(
-      old.version() + 1, new_owner,
-      std::max(job.core(0).config().cluster().num_servers(), max_owner + 1)));
-}
-
 // The move of the scheduler in two steps (docs/design.md "Resharding"): the
 // bulk pre-copied from a full cut while the job trains on (pushes to moving
 // rows, rows evicted at their sources and, past their ttl, on their
@@ -201,20 +173,20 @@ TEST(PartitionMoveTest, TwoStepMoveWithEvictionsIsBitIdenticalToNoMove) {
   const checkpoint::CheckpointManifest first =
       testing::CheckpointCores(moved.cores(), root, 4, nullptr, testing::kJob, kParts);
   moved.AddCore(Join(moved, root, 4, 2));
-  AddStep(moved, 4, ContiguousOwners(3), std::nullopt);
+  Add(moved, 4, ContiguousOwners(3), /*precopy=*/true, std::nullopt);
   for (uint64_t clock = 4; clock < 9; ++clock) EvictionStep(moved, clock);
   testing::CheckpointCores(moved.cores(), root, 9, &first, testing::kJob, kParts);
-  AddStep(moved, 9, ContiguousOwners(3), /*catch_up_from=*/4);
+  Add(moved, 9, ContiguousOwners(3), /*precopy=*/false, /*catch_up_from=*/4);
   Switch(moved, ContiguousOwners(3));
   EXPECT_EQ(moved.core(2).applied_clock(), 9u) << "the joining spare takes the catch-up's clock";
   for (uint64_t clock = 9; clock < 12; ++clock) EvictionStep(moved, clock);
   // 3 -> 2: server 2 drained the same way.
   const checkpoint::CheckpointManifest third =
       testing::CheckpointCores(moved.cores(), root, 12, nullptr, testing::kJob, kParts);
-  AddStep(moved, 12, ContiguousOwners(2), std::nullopt);
+  Add(moved, 12, ContiguousOwners(2), /*precopy=*/true, std::nullopt);
   for (uint64_t clock = 12; clock < 15; ++clock) EvictionStep(moved, clock);
   testing::CheckpointCores(moved.cores(), root, 15, &third, testing::kJob, kParts);
-  AddStep(moved, 15, ContiguousOwners(2), /*catch_up_from=*/12);
+  Add(moved, 15, ContiguousOwners(2), /*precopy=*/false, /*catch_up_from=*/12);
   Switch(moved, ContiguousOwners(2));
   for (Table* table : moved.core(2).store()->tables()) {
     EXPECT_EQ(table->Counters().live_rows, 0u) << "drained server, table " << table->id();
