@@ -21,13 +21,15 @@
 // identified by its clock and its manifest's created_unix_micros), only the
 // new deltas' files are read (ServedModel::ReadDeltas: each verified before
 // a row is applied), and the idle model is brought to the new version IN
-// PLACE (ServedModel::Advance): the links it lacks, kept parsed in memory
-// from the build before (the served version's own deltas), then the new
-// ones, each link's deletions and rows. The table hash and row count follow
-// the records applied (a running sum; served_model.h), no row is copied and
-// no table walked: a version costs the rows its deltas touch, twice (once
-// per model). The new version is then served and the model served before
-// becomes the idle one, lacking the new links.
+// PLACE (ServedModel::CatchUp): first the links it lacks to equal the served
+// model, kept parsed in memory from the build before (the served version's
+// own deltas), written without reading a row; then the new ones, each
+// link's deletions and rows, the weights each record replaces read first.
+// The table hash and row count follow those records (a running sum from
+// the served version's; served_model.h): no row is copied and no table
+// walked, and a version costs the rows its deltas touch, written once in
+// each model and read once. The new version is then served and the model
+// served before becomes the idle one, lacking the new links.
 //
 // When there is no idle model (the version before was built from its
 // chain), or readers still hold it after `reader_wait` (an answer begun
