@@ -144,8 +144,12 @@ TEST(JobReshardTest, TwoToThreeToTwoMovesAtHeldClocks) {
   EXPECT_EQ(caught_up, added);
   // The catch-up's cut is a delta on the pre-copy's.
   for (const FakeServerOps::Cut& cut : ops.cuts()) {
-    if (cut.clock == up->clock()) EXPECT_TRUE(cut.delta_on_last);
-    if (cut.clock == precopied) EXPECT_FALSE(cut.delta_on_last);
+    if (cut.clock == up->clock()) {
+      EXPECT_TRUE(cut.delta_on_last);
+    }
+    if (cut.clock == precopied) {
+      EXPECT_FALSE(cut.delta_on_last);
+    }
   }
   EXPECT_EQ(added, up->partitions_moved());
   CheckSwitch(ops.switched(), 2, two, up->clock(), 3);
