@@ -22,6 +22,22 @@ namespace {
 using testing::RunfilePath;
 using testing::Subprocess;
 
+// The config of a BSP job of one server and one worker on synthetic data
+// under `dir`, named `name`, with `extra` appended: written to
+// <dir>/job.pbtxt, whose path it returns.
+std::string OneServerJob(const std::string& dir, const std::string& name,
+                         const std::string& extra) {
+  const std::string config = dir + "/job.pbtxt";
+  std::ofstream(config) << "name: \"" << name << "\"\n"
+                        << R"pb(
+        training { batch_size: 64 epochs: 1 intra_op_threads: 1 }
+        cluster { num_servers: 1 num_workers: 1 num_partitions: 16 mode: BSP }
+      )pb" << testing::kSmallDlrmTables
+                        << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n"
+                        << extra;
+  return config;
+}
+
 TEST(StartFailureTest, AWorkerStartedAfterTheJobFailedAtStartExitsSaying) {
   const std::string dir = testing::TestDir("start_failure");
   ASSERT_TRUE(testing::MakeSyntheticData(dir + "/data", 2000, 200).ok());
@@ -73,14 +89,8 @@ TEST(StartFailureTest, AWorkerStartedAfterTheJobFailedAtStartExitsSaying) {
 
 TEST(StartFailureTest, ASecondSchedulerOnACheckpointDirInUseExitsNamingTheHolder) {
   const std::string dir = testing::TestDir("dir_in_use");
-  const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << R"pb(
-        name: "dir-owner"
-        training { batch_size: 64 epochs: 1 intra_op_threads: 1 }
-        cluster { num_servers: 1 num_workers: 1 num_partitions: 16 mode: BSP }
-      )pb" << testing::kSmallDlrmTables
-                        << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n"
-                        << "checkpoint { dir: \"" << dir << "/ckpt\" }\n";
+  const std::string config =
+      OneServerJob(dir, "dir-owner", absl::StrCat("checkpoint { dir: \"", dir, "/ckpt\" }\n"));
   auto start = [&](Subprocess& s, const std::string& log) {
     return s.Start(
         {RunfilePath("scheduler/ps_scheduler"), "--config=" + config, "--checkpoint_lock_wait=1s"},
@@ -128,13 +138,7 @@ TEST(StartFailureTest, ASecondSchedulerOnACheckpointDirInUseExitsNamingTheHolder
 // it knows, before it serves or joins anything.
 TEST(StartFailureTest, ABadTestingStallFlagExitsTwoNamingIt) {
   const std::string dir = testing::TestDir("bad_stall_flag");
-  const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << R"pb(
-        name: "bad-stall"
-        training { batch_size: 64 epochs: 1 intra_op_threads: 1 }
-        cluster { num_servers: 1 num_workers: 1 num_partitions: 16 mode: BSP }
-      )pb" << testing::kSmallDlrmTables
-                        << "data { format: CRITEO synthetic_dir: \"" << dir << "/data\" }\n";
+  const std::string config = OneServerJob(dir, "bad-stall", "");
   struct Case {
     const char* binary;
     const char* flag;   // A point of the other binary's.
