@@ -285,4 +285,13 @@ std::vector<ClockService::WorkerState> ClockService::States() const {
   return state_;
 }
 
+std::vector<uint32_t> ClockService::LiveRanks() const {
+  MutexLock lock(&mu_);
+  std::vector<uint32_t> live;
+  for (uint32_t r = 0; r < state_.size(); ++r) {
+    if (state_[r] == WorkerState::kLive) live.push_back(r);
+  }
+  return live;
+}
+
 }  // namespace shardps

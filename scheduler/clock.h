@@ -128,6 +128,9 @@ class ClockService {
   // + 1, or the clock it was set to); 0 for a bad rank.
   uint64_t MayTickTo(uint32_t rank) const;
   std::vector<WorkerState> States() const;
+  // The ranks whose state is kLive, increasing: the workers whose pushes
+  // close a BSP clock (ControlRequest.active_workers).
+  std::vector<uint32_t> LiveRanks() const;
   uint32_t staleness() const { return staleness_; }
 
  private:

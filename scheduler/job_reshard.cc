@@ -121,11 +121,7 @@ void JobControl::DropAdded(uint32_t upto) {
   // The old map stays in force. The destinations drop what they added (a
   // server that does not answer holds it unowned: it serves none of it, a
   // full restore clears it and a later add drops it first).
-  std::vector<uint32_t> active;
-  const auto states = clock_.States();
-  for (uint32_t r = 0; r < states.size(); ++r) {
-    if (states[r] == ClockService::WorkerState::kLive) active.push_back(r);
-  }
+  const std::vector<uint32_t> active = clock_.LiveRanks();
   for (const auto& [to, given] : precopy_->added) {
     if (to > upto) break;
     if (absl::Status st = ops_->SwitchMap(precopy_->addressed, to, given, active); !st.ok()) {
@@ -161,11 +157,7 @@ absl::Status JobControl::CatchUpAndSwitch(uint64_t clock, uint32_t* moved, Resto
     stats->bytes += caught->bytes;
   }
   MaybeStallAt(ProcessTestingStalls(), "reshard_added", "the scheduler", absl::StrCat(getpid()));
-  std::vector<uint32_t> active;
-  const auto states = clock_.States();
-  for (uint32_t r = 0; r < states.size(); ++r) {
-    if (states[r] == ClockService::WorkerState::kLive) active.push_back(r);
-  }
+  const std::vector<uint32_t> active = clock_.LiveRanks();
   // The switch. Before it nothing changed that a request can see; from the
   // first server that takes the new map on, a failure is a server failure
   // (the recovery restores the cut under the new map).

@@ -271,11 +271,7 @@ void JobState::EvalStatus(JobStatusResponse* response) const {
 void JobState::Notify() {
   auto map = members_.Map();
   if (!map || !notifier_) return;
-  std::vector<uint32_t> active;
-  const auto states = clock_.States();
-  for (uint32_t r = 0; r < states.size(); ++r) {
-    if (states[r] == ClockService::WorkerState::kLive) active.push_back(r);
-  }
+  const std::vector<uint32_t> active = clock_.LiveRanks();
   notifier_(*map, active);
 }
 
