@@ -19,6 +19,7 @@
 #include "common/partition.h"
 #include "gtest/gtest.h"
 #include "server/core_test_config.h"
+#include "server/helper_pool.h"
 #include "server/parameter_server_core.h"
 #include "server/snapshot_test_util.h"
 #include "server/table.h"
@@ -168,6 +169,79 @@ TEST(AdmissionTest, SharedRowKeysAreInTheirPartitionsAndRestorePerPartition) {
       EXPECT_EQ(EvalPull(*table, key),
                 in ? std::vector<float>({7, -7}) : std::vector<float>({0, 0}))
           << "P " << parts << " key " << key;
+    }
+  }
+}
+
+// A block restored at once (Table::RestoreRows, the checkpoint restore's
+// path) leaves a table as RestoreRow row by row does: rows created and
+// overwritten, pending counts dropped, partitions' shared rows written, all
+// of it changed since the last generation. From an unaligned buffer, with
+// batches below and above the size the helpers split.
+TEST(AdmissionTest, RestoreRowsIsRestoreRowForEachRow) {
+  constexpr uint32_t kTableParts = 16;
+  for (const size_t n : {size_t{7}, size_t{3000}}) {
+    TableConfig config = AdmissionTable(3);
+    config.mutable_eviction()->set_ttl_clocks(50);
+    std::unique_ptr<Table> tables[2];
+    for (auto& t : tables) {
+      auto made = Table::Create(config, 4096, &HelperPool::Shared(), kTableParts);
+      ASSERT_TRUE(made.ok()) << made.status();
+      t = std::move(*made);
+    }
+    const size_t stride = tables[0]->row_stride();
+    std::vector<uint64_t> keys;
+    for (size_t i = 0; i < n; ++i) keys.push_back(1 + i * 7919);
+    // The first half admitted (three pushes), the rest pending (one).
+    const std::vector<float> grads(n * 2, 0.5f);
+    for (auto& t : tables) {
+      for (int push = 0; push < 3; ++push) {
+        t->Push(keys.data(), push == 0 ? n : n / 2, grads.data(), 1.0f);
+      }
+      ASSERT_EQ(t->Counters().pending_rows, n - n / 2);
+    }
+    // The block: every key, then the shared rows of partitions 5 and 9.
+    keys.push_back(tables[0]->SharedRowKey(5));
+    keys.push_back(tables[0]->SharedRowKey(9));
+    std::vector<float> payloads(keys.size() * stride);
+    for (size_t i = 0; i < payloads.size(); ++i) payloads[i] = 0.25f * (i % 977) - 3.0f;
+    std::vector<char> unaligned(payloads.size() * sizeof(float) + 1);
+    std::memcpy(unaligned.data() + 1, payloads.data(), payloads.size() * sizeof(float));
+    uint32_t generation[2];
+    for (int t = 0; t < 2; ++t) generation[t] = tables[t]->AdvanceGeneration();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      tables[0]->RestoreRow(keys[i], payloads.data() + i * stride);
+    }
+    tables[1]->RestoreRows(keys.data(), unaligned.data() + 1, keys.size());
+
+    const TableCounters a = tables[0]->Counters(), b = tables[1]->Counters();
+    EXPECT_EQ(b.live_rows, n);
+    EXPECT_EQ(b.pending_rows, 0u);
+    EXPECT_EQ(a.live_rows, b.live_rows);
+    EXPECT_EQ(a.admitted_rows, b.admitted_rows);
+    for (int t = 0; t < 2; ++t) {
+      size_t changed = 0;
+      tables[t]->ForEachChangedRow(
+          generation[t], [&](uint64_t, const float*) { ++changed; }, [](uint64_t) {});
+      EXPECT_EQ(changed, n) << "table " << t << ", n " << n;
+      std::vector<uint32_t> shared;
+      tables[t]->ForEachSharedRow(generation[t], [&](uint32_t p, uint64_t, const float* row) {
+        shared.push_back(p);
+        EXPECT_EQ(0, std::memcmp(row, payloads.data() + (n + (p == 5 ? 0 : 1)) * stride,
+                                 stride * sizeof(float)));
+      });
+      EXPECT_EQ(shared, (std::vector<uint32_t>{5, 9})) << "table " << t;
+    }
+    // Weights and optimizer state as restored.
+    const size_t width = tables[0]->dim() + tables[0]->state_size();
+    std::vector<float> rows_a(n * width), rows_b(n * width);
+    tables[0]->PullWithState(keys.data(), n, rows_a.data());
+    tables[1]->PullWithState(keys.data(), n, rows_b.data());
+    EXPECT_EQ(rows_a, rows_b);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(0, std::memcmp(rows_b.data() + i * width, payloads.data() + i * stride,
+                               width * sizeof(float)))
+          << "key " << keys[i];
     }
   }
 }

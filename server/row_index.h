@@ -79,6 +79,14 @@ class RowIndex {
     return &buckets_[i];
   }
 
+  // Grows the capacity (never shrinks it) so that `n` keys fit without a
+  // rehash.
+  void Reserve(size_t n) {
+    size_t capacity = this->capacity() == 0 ? 16 : this->capacity();
+    while (n * 4 > capacity * 3) capacity *= 2;
+    if (capacity != this->capacity()) Rehash(capacity);
+  }
+
   // Removes `key`; false if it was not present.
   bool Erase(uint64_t key) {
     Bucket* b = Find(key);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,7 @@
 #include "common/checkpoint/manifest.h"
 #include "common/partition.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
@@ -225,30 +227,42 @@ absl::StatusOr<LoadedFiles> LoadLinkFiles(const std::string& checkpoint_dir,
   return loaded;
 }
 
-// Applies one link's files: per file, the deletions, then the rows.
+// Applies one link's files: per file, the deletions, then the rows (a
+// block's rows in one Table::RestoreRows).
 uint64_t ApplyLink(const LoadedFiles& files, const std::vector<bool>& owned, TableStore* store) {
   uint64_t rows = 0;
-  std::vector<float> payload;
+  std::vector<uint64_t> keys;
   for (const auto& file : files.files) {
     for (const bool deletions : {true, false}) {
       for (const ckpt::RecordBlock& block : file->blocks()) {
         if (block.deleted() != deletions || !owned[block.partition()]) continue;
         Table* table = store->FindTable(block.table_id());
-        payload.resize(table->row_stride());
-        for (size_t i = 0; i < block.size(); ++i) {
-          if (deletions) {
-            table->DeleteRow(block.key(i));
-            continue;
-          }
-          const absl::string_view bytes = block.payload(i);
-          std::memcpy(payload.data(), bytes.data(), bytes.size());
-          table->RestoreRow(block.key(i), payload.data());
-          ++rows;
+        if (deletions) {
+          for (size_t i = 0; i < block.size(); ++i) table->DeleteRow(block.key(i));
+          continue;
         }
+        // The reader checked the payload size against the table's schema.
+        CHECK_EQ(block.payloads().size(), block.size() * table->row_stride() * sizeof(float));
+        keys.resize(block.size());
+        for (size_t i = 0; i < block.size(); ++i) keys[i] = block.key(i);
+        table->RestoreRows(keys.data(), block.payloads().data(), block.size());
+        rows += block.size();
       }
     }
   }
   return rows;
+}
+
+// Before restoring a full link into tables without those rows: room in each
+// table's index for the rows the link holds for it.
+void ReserveFor(const LoadedFiles& files, const std::vector<bool>& owned, TableStore* store) {
+  std::map<uint32_t, size_t> rows;
+  for (const auto& file : files.files) {
+    for (const ckpt::RecordBlock& block : file->blocks()) {
+      if (!block.deleted() && owned[block.partition()]) rows[block.table_id()] += block.size();
+    }
+  }
+  for (const auto& [table_id, n] : rows) store->FindTable(table_id)->ReserveRows(n);
 }
 
 }  // namespace
@@ -289,6 +303,7 @@ absl::StatusOr<std::vector<LoadedFiles>> LoadOwnedChain(
 
 uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned, TableStore* store) {
   for (Table* table : store->tables()) table->Clear();
+  ReserveFor(files, owned, store);
   return ApplyLink(files, owned, store);
 }
 
@@ -302,12 +317,14 @@ uint64_t CatchUpPartitions(const std::vector<LoadedFiles>& links,
 uint64_t AddPartitionsFromChain(const std::vector<LoadedFiles>& chain,
                                 const std::vector<bool>& partitions, TableStore* store) {
   for (Table* table : store->tables()) table->DropPartitions(partitions);
+  if (!chain.empty()) ReserveFor(chain.front(), partitions, store);
   return CatchUpPartitions(chain, partitions, store);
 }
 
 uint64_t ApplyChain(const std::vector<LoadedFiles>& chain, const std::vector<bool>& owned,
                     TableStore* store) {
   for (Table* table : store->tables()) table->Clear();
+  if (!chain.empty()) ReserveFor(chain.front(), owned, store);
   uint64_t rows = 0;
   for (const LoadedFiles& link : chain) rows += ApplyLink(link, owned, store);
   return rows;

@@ -142,8 +142,20 @@ void Table::PrefetchRow(const float* row, bool write) const {
   }
 }
 
-float* Table::NewRow(Stripe& stripe, uint64_t key, const float* values)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Caller holds stripe.mu.
+float* Table::NewRow(Stripe& stripe, uint64_t key, const float* values) {
+  float* row = NewSlot(stripe, key);
+  if (values != nullptr) {
+    std::memcpy(row, values, dim_ * sizeof(float));
+  } else {
+    initializer_.Fill(key, row);
+  }
+  optimizer_->InitState(row + dim_);
+  admitted_.fetch_add(1, std::memory_order_relaxed);
+  return row;
+}
+
+float* Table::NewSlot(Stripe& stripe,
+                      uint64_t key) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Caller holds stripe.mu.
   uint32_t slot;
   if (!stripe.free_slots.empty()) {
     slot = stripe.free_slots.back();
@@ -155,15 +167,7 @@ float* Table::NewRow(Stripe& stripe, uint64_t key, const float* values)
     }
   }
   stripe.index.Insert(key, slot, CurrentGeneration());
-  float* row = RowAt(stripe, slot);
-  if (values != nullptr) {
-    std::memcpy(row, values, dim_ * sizeof(float));
-  } else {
-    initializer_.Fill(key, row);
-  }
-  optimizer_->InitState(row + dim_);
-  admitted_.fetch_add(1, std::memory_order_relaxed);
-  return row;
+  return RowAt(stripe, slot);
 }
 
 float* Table::TouchRow(Stripe& stripe, uint64_t key, bool push, uint32_t now_seconds,

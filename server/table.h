@@ -221,6 +221,14 @@ class Table {
   // shared unadmitted rows, a reserved key (SharedRowKey) writes its
   // partition's shared row instead.
   void RestoreRow(uint64_t key, const float* payload);
+  // RestoreRow for n rows: keys[i]'s payload is the row_stride() floats at
+  // payloads + i * row_stride() * sizeof(float) (need not be aligned: a
+  // checkpoint block's layout). Stripe by stripe as a push is, each lock
+  // taken once, the lookups and row writes of a stripe overlapping.
+  void RestoreRows(const uint64_t* keys, const char* payloads, size_t n);
+  // Makes room in the index for `rows` more rows spread over the stripes,
+  // so a restore of that many does not rehash as it goes.
+  void ReserveRows(size_t rows);
   // Drops every row, pending count and logged deletion (before a restore).
   void Clear();
   // Drops the rows and pending admission counts of the keys whose partition
@@ -312,6 +320,8 @@ class Table {
   void PullRows(const uint64_t* keys, size_t n, bool train, Encoding encoding, bool with_state,
                 char* out);
   float* NewRow(Stripe& stripe, uint64_t key, const float* values);
+  // A new row's slot for `key`, indexed, its contents unset.
+  float* NewSlot(Stripe& stripe, uint64_t key);
   void Stamp(float* row, uint32_t now_seconds) const;
   uint32_t CurrentGeneration() const { return generation_.load(std::memory_order_relaxed); }
   // Calls fn(first, last) over ranges of stripes that together cover all of

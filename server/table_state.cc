@@ -1,5 +1,7 @@
 // Table: whole-table operations (table.h): eviction, checkpoint iteration
 // and restore, change tracking for delta checkpoints, counters.
+#include <atomic>
+#include <cmath>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -83,6 +85,69 @@ void Table::RestoreRow(uint64_t key, const float* payload) {
     row = NewRow(stripe, key, payload);
   }
   std::memcpy(row, payload, stride_ * sizeof(float));
+}
+
+void Table::RestoreRows(const uint64_t* keys, const char* payloads, size_t n) {
+  const size_t bytes = stride_ * sizeof(float);
+  Batch& b = GroupByStripe(keys, n);
+  std::atomic<uint64_t> created{0};
+  ForStripes(n, [&](int first, int last) {
+    uint64_t added = 0;
+    StagedStripes(
+        b, keys, first, last,
+        [&](Stripe& stripe, uint32_t begin, uint32_t end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          for (uint32_t j = begin; j < end; ++j) {
+            const uint64_t key = keys[b.order[j]];
+            uint32_t partition;
+            b.to_shared[j] = shared_rows_ && shared_.IsKey(key, &partition);
+            if (b.to_shared[j]) {
+              b.rows[j] = nullptr;
+              continue;
+            }
+            if (!stripe.pending.empty()) stripe.pending.erase(key);
+            float* row;
+            if (RowIndex::Bucket* entry = stripe.index.Find(key)) {
+              row = RowAt(stripe, entry->slot);
+              entry->generation = CurrentGeneration();
+            } else {
+              row = NewSlot(stripe, key);
+              ++added;
+            }
+            PrefetchRow(row, /*write=*/true);
+            b.rows[j] = row;
+          }
+        },
+        [&](Stripe&, uint32_t begin, uint32_t end) {
+          for (uint32_t j = begin; j < end; ++j) {
+            if (b.rows[j] != nullptr) {
+              std::memcpy(b.rows[j], payloads + size_t{b.order[j]} * bytes, bytes);
+            }
+          }
+        });
+    created.fetch_add(added, std::memory_order_relaxed);
+  });
+  admitted_.fetch_add(created.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  if (!shared_rows_) return;
+  std::vector<float> payload;
+  for (size_t j = 0; j < n; ++j) {
+    if (!b.to_shared[j]) continue;
+    uint32_t partition;
+    const uint64_t key = keys[b.order[j]];
+    CHECK(shared_.IsKey(key, &partition));
+    payload.resize(stride_);
+    std::memcpy(payload.data(), payloads + size_t{b.order[j]} * bytes, bytes);
+    shared_.Restore(partition, payload.data());
+  }
+}
+
+void Table::ReserveRows(size_t rows) {
+  const double expected = static_cast<double>(rows) / kNumStripes;
+  const size_t per_stripe = static_cast<size_t>(expected + 3 * std::sqrt(expected) + 4);
+  for (int s = 0; s < kNumStripes; ++s) {
+    Stripe& stripe = stripes_[s];
+    MutexLock lock(&stripe.mu);
+    stripe.index.Reserve(stripe.index.size() + per_stripe);
+  }
 }
 
 void Table::Clear() {

@@ -191,6 +191,12 @@ class RecordBlock {
     if (deleted_) return absl::string_view();
     return raw_.substr(8 * num_records_ + payload_bytes_ * i, payload_bytes_);
   }
+  // Every payload, record i's at i * payload_bytes (unaligned). Empty for
+  // deletions. Valid as long as the reader.
+  absl::string_view payloads() const {
+    if (deleted_) return absl::string_view();
+    return raw_.substr(8 * num_records_, payload_bytes_ * num_records_);
+  }
 
  private:
   uint32_t partition_;
