@@ -1,7 +1,6 @@
 #include "scheduler/reshard_plan.h"
 
 #include <algorithm>
-#include <queue>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -66,29 +65,32 @@ absl::StatusOr<ReshardPlan> PlanReshard(const ReshardInput& input) {
       continue;
     }
     if (load[s] * n <= high) continue;
-    std::vector<uint32_t> order = held[s];
-    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-      return weight(a) != weight(b) ? weight(a) > weight(b) : a > b;
-    });
-    for (uint32_t p : order) {
+    // Highest index first (held[s] is in index order).
+    for (auto it = held[s].rbegin(); it != held[s].rend(); ++it) {
       if (load[s] * n <= high) break;
+      const uint32_t p = *it;
       // Shed p only if the server keeps at least T.
       if (Wide{weight(p)} * n > load[s] * n - total) continue;
       load[s] -= weight(p);
       pool.push_back(p);
     }
   }
-  std::sort(pool.begin(), pool.end(), [&](uint32_t a, uint32_t b) {
-    return weight(a) != weight(b) ? weight(a) > weight(b) : a < b;
-  });
-  using Entry = std::pair<Wide, uint32_t>;  // (load, server): least first.
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> least;
-  for (uint32_t s = 0; s < n; ++s) least.emplace(load[s], s);
+  // Index order; each receiver takes a contiguous run until it reaches T.
+  std::sort(pool.begin(), pool.end());
+  auto least_below_t = [&]() {
+    uint32_t best = n;
+    for (uint32_t s = 0; s < n; ++s) {
+      if (load[s] * n < total && (best == n || load[s] < load[best])) best = s;
+    }
+    return best;
+  };
+  uint32_t to = least_below_t();
   for (uint32_t p : pool) {
-    auto [l, s] = least.top();
-    least.pop();
-    plan.owner[p] = s;
-    least.emplace(l + weight(p), s);
+    // While partitions are left, the assigned loads sum below N * T, so
+    // some server is below T.
+    if (to == n || load[to] * n >= total) to = least_below_t();
+    plan.owner[p] = to;
+    load[to] += weight(p);
   }
 
   plan.server_rows.assign(n, 0);

@@ -84,6 +84,47 @@ TEST(ReshardPlanTest, TwoToThreeToTwoEndsBalancedWithEveryPartitionOwned) {
   EXPECT_EQ(rows, total);
 }
 
+// Runs of moves with consecutive partitions and the same source and
+// destination.
+int MoveRuns(const ReshardPlan& plan) {
+  int runs = 0;
+  for (size_t i = 0; i < plan.moves.size(); ++i) {
+    const PartitionMove& m = plan.moves[i];
+    if (i == 0 || m.partition != plan.moves[i - 1].partition + 1 ||
+        m.from != plan.moves[i - 1].from || m.to != plan.moves[i - 1].to) {
+      ++runs;
+    }
+  }
+  return runs;
+}
+
+// With rows that differ per partition (as hashing spreads them), what moves
+// is one contiguous range per source and destination, so a destination
+// reads only the checkpoint files of what it takes.
+TEST(ReshardPlanTest, MovesStayInContiguousRanges) {
+  ReshardInput in;
+  in.owner = Contiguous(4096, 2);
+  in.rows.resize(4096);
+  for (uint32_t p = 0; p < 4096; ++p) in.rows[p] = 2400 + (p * 7919) % 97;
+  in.target_servers = 3;
+  const ReshardPlan up = *PlanReshard(in);
+  ExpectBalanced(in, up);
+  EXPECT_EQ(MoveRuns(up), 2);  // The top of each old server's range.
+  ReshardInput back = in;
+  back.owner = up.owner;
+  back.target_servers = 2;
+  const ReshardPlan down = *PlanReshard(back);
+  ExpectBalanced(back, down);
+  // Server 2's partitions form two runs; each destination takes a run from
+  // the start of one of them or the end of one before switching over.
+  EXPECT_LE(MoveRuns(down), 3);
+  for (uint32_t to : {0u, 1u}) {
+    EXPECT_TRUE(std::any_of(down.moves.begin(), down.moves.end(),
+                            [to](const PartitionMove& m) { return m.to == to; }))
+        << "server " << to << " takes part of the drained server's rows";
+  }
+}
+
 TEST(ReshardPlanTest, BalancesByRowsNotByPartitionCount) {
   // Server 0 holds two heavy partitions, server 1 many light ones.
   ReshardInput in;
