@@ -49,7 +49,7 @@ at 10M rows). Figures of two runs: docs/benchmarks.md, "Resharding".
 
   bazel build -c opt //scheduler:ps_scheduler //scheduler:ps_status \\
       //server:ps_server //bench:reshard_bench_worker
-  python3 bench/reshard_bench.py [--rows 1000000,10000000] [--bin_dir DIR]
+  python3 bench/reshard_bench.py [--rows 1000000,10000000] [--bin_dir DIR] [--move_mb_per_s N]
       [--config opt] [--work_dir /tmp/shardps_reshard_bench] [--no_back]
 """
 import argparse
@@ -76,7 +76,7 @@ def binary(bin_dir, name):
     sys.exit("%s not found in %s (build it: see --help)" % (name, bin_dir))
 
 
-def config_text(name, ckpt, fill_batch, step_keys):
+def config_text(name, ckpt, fill_batch, step_keys, move_mb_per_s):
     return """name: "%s"
 tables {
   id: 1 name: "emb" kind: SPARSE dim: 16 seed: 7
@@ -87,10 +87,11 @@ tables {
 data { train_files: "unused" }
 cluster {
   num_servers: 2 max_servers: 3 num_workers: 1 num_partitions: 4096 mode: ASP
-  heartbeat_ms: 200 dead_after_ms: 2000 server_deadline_ms: 60000
+  heartbeat_ms: 200 dead_after_ms: 2000 server_deadline_ms: 60000%s
 }
 checkpoint { dir: "%s" keep: 10 }
-""" % (name, max(fill_batch, step_keys), ckpt)
+""" % (name, max(fill_batch, step_keys),
+       " move_mb_per_s: %d" % move_mb_per_s if move_mb_per_s else "", ckpt)
 
 
 def wait_line(proc, log, prefix, timeout):
@@ -198,7 +199,7 @@ def breakdown(work, clock):
                 "switch_s": moved[-1][0] - max(added)}
     c1 = int(first.group(1))
     pre = cut_line(c1)
-    precopied = [t for t, m in servers if "(a pre-copy)" in m and "ckpt-%012d" % c1 in m]
+    precopied = [t for t, m in servers if "(a pre-copy" in m and "ckpt-%012d" % c1 in m]
     caught = [t for t, m in servers if " caught up " in m and "ckpt-%012d" % clock in m]
     # A recent cut reused: the pre-copy starts at the scheduler's line saying so.
     reused = [t for t, m in sched if m.startswith("the move pre-copies from the cut at clock %d " % c1)]
@@ -218,7 +219,8 @@ def run_size(args, bins, rows):
     os.makedirs(ckpt)
     config = os.path.join(work, "job.pbtxt")
     with open(config, "w") as f:
-        f.write(config_text("reshard-bench-%d" % rows, ckpt, args.fill_batch, args.step_keys))
+        f.write(config_text("reshard-bench-%d" % rows, ckpt, args.fill_batch, args.step_keys,
+                            args.move_mb_per_s))
     procs = []
 
     def start(argv, name):
@@ -332,6 +334,8 @@ def main():
                    help="steps slide over the first this many percent of the rows (100: all)")
     p.add_argument("--settle", type=float, default=10, help="seconds of steady stepping first")
     p.add_argument("--no_back", action="store_true", help="only 2 -> 3, not 3 -> 2 after it")
+    p.add_argument("--move_mb_per_s", type=int, default=0,
+                   help="cluster.move_mb_per_s: the pre-copy's pace (0: unpaced)")
     p.add_argument("--config", default="opt", choices=["fastbuild", "opt"])
     p.add_argument("--bin_dir", default="",
                    help="binaries laid out like bazel-bin, or flat (default: bazel info of "
@@ -350,8 +354,9 @@ def main():
 
     print("\n" + " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]))
     print("binaries %s; load average before %s, after %s; GB = 1e9 bytes; a step = pull + "
-          "push of %d keys, sliding over %d%% of the rows" % (
-              bin_dir, load_before, load_after, args.step_keys, args.hot_percent))
+          "push of %d keys, sliding over %d%% of the rows; pre-copy pace %s" % (
+              bin_dir, load_before, load_after, args.step_keys, args.hot_percent,
+              "%d MB/s" % args.move_mb_per_s if args.move_mb_per_s else "none"))
     print("%-9s %-6s %8s %9s %8s %8s %8s %8s %8s %9s %9s %7s" % (
         "rows", "move", "move s", "MB moved", "GB/s", "ckpt", "memcpy", "stall s", "steady",
         "steps/s", "steps/s", "ratio"))

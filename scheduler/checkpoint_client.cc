@@ -240,6 +240,7 @@ class GrpcServerOps final : public ServerOps {
     stats.rows = response.rows();
     stats.bytes = response.bytes_read();
     stats.files = response.files_read();
+    stats.paced = absl::Milliseconds(response.paced_ms());
     return stats;
   }
 

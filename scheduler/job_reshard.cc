@@ -101,11 +101,17 @@ absl::Status JobControl::Precopy(uint64_t clock, uint32_t target) {
     }
     precopy_->stats.rows += stats->rows;
     precopy_->stats.bytes += stats->bytes;
+    precopy_->stats.paced += stats->paced;
   }
+  const std::string paced =
+      precopy_->stats.paced > absl::ZeroDuration()
+          ? absl::StrCat(", paced to ", config_.cluster().move_mb_per_s(),
+                         " MB/s: ", absl::FormatDuration(precopy_->stats.paced), " slept")
+          : "";
   LOG(INFO) << "pre-copied " << plan.moves.size() << " partitions (" << precopy_->stats.rows
-            << " rows, " << precopy_->stats.bytes << " bytes read) from the cut at clock " << clock
-            << " for the move " << servers << " -> " << target
-            << " servers; the catch-up and the switch follow at the next clock";
+            << " rows, " << precopy_->stats.bytes << " bytes read" << paced
+            << ") from the cut at clock " << clock << " for the move " << servers << " -> "
+            << target << " servers; the catch-up and the switch follow at the next clock";
   return absl::OkStatus();
 }
 

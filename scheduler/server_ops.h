@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/scheduler.pb.h"
 
 namespace shardps {
@@ -45,6 +46,7 @@ struct RestoreStats {
   uint64_t rows = 0;
   uint64_t bytes = 0;  // Checkpoint file bytes read (0 for initial).
   uint64_t files = 0;
+  absl::Duration paced;  // A pre-copy's sleeps (cluster.move_mb_per_s).
 };
 
 class ServerOps {

@@ -348,8 +348,10 @@ absl::Status ParameterServerCore::RestorePartitions(const RestoreRequest& reques
     resolved.chain.erase(resolved.chain.begin(), resolved.chain.begin() + after);
     resolved.chain_dirs.erase(resolved.chain_dirs.begin(), resolved.chain_dirs.begin() + after);
   }
+  // The pre-copy goes on while the workers train: at the configured pace.
+  RestorePace pace(request.precopy() ? uint64_t{config_.cluster().move_mb_per_s()} * 1000000 : 0);
   ASSIGN_OR_RETURN(const std::vector<LoadedFiles> chain,
-                   LoadOwnedChain(resolved, adding, TableSchemas(*store_)));
+                   LoadOwnedChain(resolved, adding, TableSchemas(*store_), &pace));
   size_t files_read = 0;
   uint64_t bytes_read = 0;
   for (const LoadedFiles& link : chain) {
@@ -375,7 +377,7 @@ absl::Status ParameterServerCore::RestorePartitions(const RestoreRequest& reques
     RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
     auto add = [&] {
       rows = catch_up ? CatchUpPartitions(chain, adding, store_.get())
-                      : AddPartitionsFromChain(chain, adding, store_.get());
+                      : AddPartitionsFromChain(chain, adding, store_.get(), &pace);
     };
     if (bsp_ && !request.precopy()) {
       // The rows must be of the clock this server is at: exactly the
@@ -396,12 +398,19 @@ absl::Status ParameterServerCore::RestorePartitions(const RestoreRequest& reques
     }
   }
   MaybeStall(catch_up ? "caught_up" : "partitions_added");
+  std::string step;
+  if (request.precopy()) {
+    step = pace.slept() > absl::ZeroDuration()
+               ? absl::StrCat(" (a pre-copy, paced to ", config_.cluster().move_mb_per_s(),
+                              " MB/s: slept ", absl::FormatDuration(pace.slept()), ")")
+               : " (a pre-copy)";
+  } else if (catch_up) {
+    step = absl::StrCat(" after clock ", request.catch_up_from());
+  }
   LOG(INFO) << "server " << server_index_ << (catch_up ? " caught up " : " added ")
             << request.partitions_size() << " partitions (" << rows << " rows) from " << files_read
-            << " files of " << dir
-            << (request.precopy() ? " (a pre-copy)"
-                : catch_up        ? absl::StrCat(" after clock ", request.catch_up_from())
-                                  : std::string());
+            << " files of " << dir << step;
+  response->set_paced_ms(absl::ToInt64Milliseconds(pace.slept()));
   response->set_rows(rows);
   response->set_clock(clock);
   response->set_checkpoint_dir(dir);

@@ -48,9 +48,10 @@ void Switch(testing::Job& job, const std::vector<uint32_t>& new_owner) {
 
 // Restores on every destination the partitions `new_owner` gives it from
 // the checkpoint at `clock`: in one step, as a pre-copy (`precopy`), or as
-// the catch-up of the links after `catch_up_from`.
+// the catch-up of the links after `catch_up_from`. Adds the time the
+// destinations slept for cluster.move_mb_per_s to `*paced_ms`.
 void Add(testing::Job& job, uint64_t clock, const std::vector<uint32_t>& new_owner, bool precopy,
-         std::optional<uint64_t> catch_up_from) {
+         std::optional<uint64_t> catch_up_from, uint64_t* paced_ms = nullptr) {
   std::vector<RestoreRequest> adds(job.size());
   for (uint32_t p = 0; p < kParts; ++p) {
     if (job.map().OwnerOfPartition(p) != new_owner[p]) adds[new_owner[p]].add_partitions(p);
@@ -64,6 +65,7 @@ void Add(testing::Job& job, uint64_t clock, const std::vector<uint32_t>& new_own
     const absl::Status st = job.core(s).Restore(adds[s], &response);
     ASSERT_TRUE(st.ok()) << "server " << s << ": " << st;
     EXPECT_EQ(response.clock(), clock);
+    if (paced_ms != nullptr) *paced_ms += response.paced_ms();
   }
 }
 
@@ -158,22 +160,26 @@ uint64_t EvictionStep(testing::Job& job, uint64_t clock) {
 // destinations, which must keep them), the rest caught up from a delta cut
 // on it (the rows changed and the keys evicted since), then the switch:
 // every row bit-identical to the job that never moved, 2 -> 3 -> 2.
-TEST(PartitionMoveTest, TwoStepMoveWithEvictionsIsBitIdenticalToNoMove) {
-  testing::Job still(2, EvictionConfig());
+// 2 -> 3 -> 2 in two steps each, with evictions between them, under
+// `config` (EvictionConfig and more): bit-identical to no move. Returns the
+// time the pre-copies slept for cluster.move_mb_per_s, in ms.
+uint64_t ExpectTwoStepMovesBitIdentical(const JobConfig& config) {
+  uint64_t paced_ms = 0;
+  testing::Job still(2, config);
   uint64_t still_evicted = 0;
   for (uint64_t clock = 0; clock < 20; ++clock) still_evicted += EvictionStep(still, clock);
   const Dump expected = still.DumpAll();
-  ASSERT_GT(still_evicted, 0u);
+  EXPECT_GT(still_evicted, 0u);
 
   const std::string root = testing::NewRoot("partition_move_two_step");
-  testing::Job moved(2, EvictionConfig());
+  testing::Job moved(2, config);
   moved.SetRoot(root);
   for (uint64_t clock = 0; clock < 4; ++clock) EvictionStep(moved, clock);
   // 2 -> 3: pre-copy from the cut at 4, catch up from a delta at 9.
   const checkpoint::CheckpointManifest first =
       testing::CheckpointCores(moved.cores(), root, 4, nullptr, testing::kJob, kParts);
   moved.AddCore(Join(moved, root, 4, 2));
-  Add(moved, 4, ContiguousOwners(3), /*precopy=*/true, std::nullopt);
+  Add(moved, 4, ContiguousOwners(3), /*precopy=*/true, std::nullopt, &paced_ms);
   for (uint64_t clock = 4; clock < 9; ++clock) EvictionStep(moved, clock);
   testing::CheckpointCores(moved.cores(), root, 9, &first, testing::kJob, kParts);
   Add(moved, 9, ContiguousOwners(3), /*precopy=*/false, /*catch_up_from=*/4);
@@ -183,7 +189,7 @@ TEST(PartitionMoveTest, TwoStepMoveWithEvictionsIsBitIdenticalToNoMove) {
   // 3 -> 2: server 2 drained the same way.
   const checkpoint::CheckpointManifest third =
       testing::CheckpointCores(moved.cores(), root, 12, nullptr, testing::kJob, kParts);
-  Add(moved, 12, ContiguousOwners(2), /*precopy=*/true, std::nullopt);
+  Add(moved, 12, ContiguousOwners(2), /*precopy=*/true, std::nullopt, &paced_ms);
   for (uint64_t clock = 12; clock < 15; ++clock) EvictionStep(moved, clock);
   testing::CheckpointCores(moved.cores(), root, 15, &third, testing::kJob, kParts);
   Add(moved, 15, ContiguousOwners(2), /*precopy=*/false, /*catch_up_from=*/12);
@@ -193,6 +199,19 @@ TEST(PartitionMoveTest, TwoStepMoveWithEvictionsIsBitIdenticalToNoMove) {
   }
   for (uint64_t clock = 15; clock < 20; ++clock) EvictionStep(moved, clock);
   EXPECT_EQ(moved.DumpAll(), expected);  // DumpAll also fails on a row held twice.
+  return paced_ms;
+}
+
+TEST(PartitionMoveTest, TwoStepMoveWithEvictionsIsBitIdenticalToNoMove) {
+  EXPECT_EQ(ExpectTwoStepMovesBitIdentical(EvictionConfig()), 0u) << "no pace configured";
+}
+
+// cluster.move_mb_per_s paces the pre-copies (the destinations sleep) and
+// changes nothing else.
+TEST(PartitionMoveTest, APacedPreCopyIsBitIdenticalToo) {
+  JobConfig config = EvictionConfig();
+  config.mutable_cluster()->set_move_mb_per_s(1);
+  EXPECT_GT(ExpectTwoStepMovesBitIdentical(config), 0u);
 }
 
 // A pre-copied partition is the source's until the switch: the

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "common/checkpoint/crc32c.h"
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
@@ -195,7 +196,8 @@ namespace {
 absl::StatusOr<LoadedFiles> LoadLinkFiles(const std::string& checkpoint_dir,
                                           const ckpt::CheckpointManifest& manifest,
                                           const std::vector<bool>& owned,
-                                          const std::vector<ckpt::TableSchema>& tables) {
+                                          const std::vector<ckpt::TableSchema>& tables,
+                                          RestorePace* pace) {
   if (manifest.num_partitions() != owned.size()) {
     return absl::FailedPreconditionError(absl::StrCat(checkpoint_dir, ": checkpoint has ",
                                                       manifest.num_partitions(),
@@ -220,6 +222,7 @@ absl::StatusOr<LoadedFiles> LoadLinkFiles(const std::string& checkpoint_dir,
     expect.tables = tables;
     expect.check_key_partitions = true;
     loaded.bytes += contents.size();
+    if (pace != nullptr) pace->Done(contents.size() / 2);
     ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointFileReader> reader,
                      ckpt::CheckpointFileReader::Parse(std::move(contents), path, expect));
     loaded.files.push_back(std::move(reader));
@@ -229,7 +232,8 @@ absl::StatusOr<LoadedFiles> LoadLinkFiles(const std::string& checkpoint_dir,
 
 // Applies one link's files: per file, the deletions, then the rows (a
 // block's rows in one Table::RestoreRows).
-uint64_t ApplyLink(const LoadedFiles& files, const std::vector<bool>& owned, TableStore* store) {
+uint64_t ApplyLink(const LoadedFiles& files, const std::vector<bool>& owned, TableStore* store,
+                   RestorePace* pace = nullptr) {
   uint64_t rows = 0;
   std::vector<uint64_t> keys;
   for (const auto& file : files.files) {
@@ -247,6 +251,7 @@ uint64_t ApplyLink(const LoadedFiles& files, const std::vector<bool>& owned, Tab
         for (size_t i = 0; i < block.size(); ++i) keys[i] = block.key(i);
         table->RestoreRows(keys.data(), block.payloads().data(), block.size());
         rows += block.size();
+        if (pace != nullptr) pace->Done((block.payloads().size() + 8 * block.size()) / 2);
       }
     }
   }
@@ -276,12 +281,12 @@ absl::StatusOr<LoadedFiles> LoadOwnedFiles(const std::string& checkpoint_dir,
         absl::StrCat(checkpoint_dir, ": a delta checkpoint (on ", manifest.base_id(),
                      "): restore its whole chain (LoadOwnedChain)"));
   }
-  return LoadLinkFiles(checkpoint_dir, manifest, owned, tables);
+  return LoadLinkFiles(checkpoint_dir, manifest, owned, tables, /*pace=*/nullptr);
 }
 
 absl::StatusOr<std::vector<LoadedFiles>> LoadOwnedChain(
     const ckpt::ResolvedCheckpoint& checkpoint, const std::vector<bool>& owned,
-    const std::vector<ckpt::TableSchema>& tables) {
+    const std::vector<ckpt::TableSchema>& tables, RestorePace* pace) {
   if (checkpoint.chain.empty() || checkpoint.chain.size() != checkpoint.chain_dirs.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(checkpoint.dir, ": the checkpoint's chain is not resolved"));
@@ -289,7 +294,7 @@ absl::StatusOr<std::vector<LoadedFiles>> LoadOwnedChain(
   std::vector<LoadedFiles> links;
   for (size_t i = 0; i < checkpoint.chain.size(); ++i) {
     absl::StatusOr<LoadedFiles> link =
-        LoadLinkFiles(checkpoint.chain_dirs[i], checkpoint.chain[i], owned, tables);
+        LoadLinkFiles(checkpoint.chain_dirs[i], checkpoint.chain[i], owned, tables, pace);
     if (!link.ok()) {
       if (i + 1 == checkpoint.chain.size()) return link.status();
       return absl::Status(link.status().code(),
@@ -315,10 +320,28 @@ uint64_t CatchUpPartitions(const std::vector<LoadedFiles>& links,
 }
 
 uint64_t AddPartitionsFromChain(const std::vector<LoadedFiles>& chain,
-                                const std::vector<bool>& partitions, TableStore* store) {
+                                const std::vector<bool>& partitions, TableStore* store,
+                                RestorePace* pace) {
   for (Table* table : store->tables()) table->DropPartitions(partitions);
   if (!chain.empty()) ReserveFor(chain.front(), partitions, store);
-  return CatchUpPartitions(chain, partitions, store);
+  uint64_t rows = 0;
+  for (const LoadedFiles& link : chain) rows += ApplyLink(link, partitions, store, pace);
+  return rows;
+}
+
+RestorePace::RestorePace(uint64_t bytes_per_sec)
+    : bytes_per_sec_(bytes_per_sec), start_(absl::Now()) {}
+
+void RestorePace::Done(uint64_t bytes) {
+  if (bytes_per_sec_ == 0) return;
+  bytes_ += bytes;
+  const absl::Time due =
+      start_ + absl::Seconds(static_cast<double>(bytes_) / static_cast<double>(bytes_per_sec_));
+  const absl::Duration ahead = due - absl::Now();
+  // Small leads are kept for later: fewer, longer sleeps.
+  if (ahead < absl::Milliseconds(2)) return;
+  absl::SleepFor(ahead);
+  slept_ += ahead;
 }
 
 uint64_t ApplyChain(const std::vector<LoadedFiles>& chain, const std::vector<bool>& owned,

@@ -53,6 +53,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/checkpoint_file.h"
 #include "proto/checkpoint.pb.h"
@@ -143,6 +144,24 @@ struct SnapshotWriteOptions {
 absl::StatusOr<std::vector<checkpoint::WrittenFile>> WriteSnapshot(
     const StoreSnapshot& snapshot, const SnapshotWriteOptions& options);
 
+// Paces a restore to a rate: Done(bytes) sleeps until `bytes` more of the
+// work, counted from construction, are due at `bytes_per_sec`. A restore
+// counts each file's bytes once as it is read and verified and once as its
+// rows are applied, at half weight each, so B bytes take at least B / rate.
+// 0 bytes_per_sec: no pace. Not thread-safe (one restore's thread).
+class RestorePace {
+ public:
+  explicit RestorePace(uint64_t bytes_per_sec);
+  void Done(uint64_t bytes);
+  absl::Duration slept() const { return slept_; }
+
+ private:
+  const uint64_t bytes_per_sec_;
+  const absl::Time start_;
+  uint64_t bytes_ = 0;
+  absl::Duration slept_;
+};
+
 // The verified files of one checkpoint that a server needs.
 struct LoadedFiles {
   std::vector<std::unique_ptr<checkpoint::CheckpointFileReader>> files;
@@ -167,9 +186,10 @@ absl::StatusOr<LoadedFiles> LoadOwnedFiles(const std::string& checkpoint_dir,
 // LoadCheckpoint / LatestComplete): element i holds the files of chain[i].
 // Every file of every link is verified before it returns; an error names the
 // file of the link at fault. Memory: the files of the whole chain.
+// With `pace`, each file read counts towards it.
 absl::StatusOr<std::vector<LoadedFiles>> LoadOwnedChain(
     const checkpoint::ResolvedCheckpoint& checkpoint, const std::vector<bool>& owned,
-    const std::vector<checkpoint::TableSchema>& tables);
+    const std::vector<checkpoint::TableSchema>& tables, RestorePace* pace = nullptr);
 
 // Clears every table of `store`, then writes the rows of `files` whose
 // partition p has owned[p]. Returns the rows written. `files` must come from
@@ -188,8 +208,10 @@ uint64_t ApplyChain(const std::vector<LoadedFiles>& chain, const std::vector<boo
 // `chain` (from LoadOwnedChain with `partitions` as its owned set and the
 // same store's schemas) for those partitions only. Rows of every other
 // partition stay as they are. Returns the rows written.
+// With `pace`, each block applied counts towards it.
 uint64_t AddPartitionsFromChain(const std::vector<LoadedFiles>& chain,
-                                const std::vector<bool>& partitions, TableStore* store);
+                                const std::vector<bool>& partitions, TableStore* store,
+                                RestorePace* pace = nullptr);
 
 // Resharding, a move's catch-up: applies `links` (the links of a chain after
 // the checkpoint the partitions were added from, from LoadOwnedChain as

@@ -70,6 +70,17 @@ TEST(SnapshotTest, RestoresOntoOtherServerCounts) {
   }
 }
 
+// A pace sleeps until the work done is due: 1 MB at 1 MB/s right after it
+// starts is about a second of sleep; without a rate, none.
+TEST(SnapshotTest, RestorePaceSleepsUntilTheBytesAreDue) {
+  RestorePace paced(1000000);
+  paced.Done(1000000);
+  EXPECT_GT(paced.slept(), absl::Milliseconds(500));
+  RestorePace unpaced(0);
+  unpaced.Done(1000000);
+  EXPECT_EQ(unpaced.slept(), absl::ZeroDuration());
+}
+
 TEST(SnapshotTest, FileNamesFollowPartitionGroups) {
   Job two(2);
   two.Step(0);
