@@ -57,6 +57,29 @@ TEST(Crc32cTest, HardwareAndPortableAgree) {
   std::printf("CRC32C hardware path: %s\n", Crc32cHardware() ? "yes" : "no");
 }
 
+// Lengths around the three-stream runs (3 x 4096 bytes) of the hardware
+// path, at every alignment, from a non-zero CRC: the same as the portable
+// code.
+TEST(Crc32cTest, HardwareStreamsAgreeWithPortable) {
+  std::string data;
+  uint64_t x = 0x2545f4914f6cdd1dULL;
+  for (int i = 0; i < 5 * 12288 + 64; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    data.push_back(static_cast<char>(x));
+  }
+  for (size_t start = 0; start < 9; ++start) {
+    for (size_t len : {12287, 12288, 12289, 12295, 24576, 24583, 3 * 12288 + 17, 5 * 12288}) {
+      const absl::string_view view = absl::string_view(data).substr(start, len);
+      ASSERT_EQ(view.size(), len);
+      EXPECT_EQ(Crc32cExtend(0x12345678u, view.data(), view.size()),
+                Crc32cExtendPortable(0x12345678u, view.data(), view.size()))
+          << "start " << start << " len " << len;
+    }
+  }
+}
+
 TEST(Crc32cTest, DetectsEverySingleBitFlip) {
   std::string data(64, 'x');
   const uint32_t good = Crc32c(data);
