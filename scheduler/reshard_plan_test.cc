@@ -63,19 +63,32 @@ TEST(ReshardPlanTest, ShrinkMovesOnlyTheDrainedServersPartitions) {
   EXPECT_EQ(plan.server_partitions[0] + plan.server_partitions[1], 4096u);
 }
 
+// 4096 partitions on 2 servers with rows(p) = base + (p * 7919) % spread,
+// planned to 3 servers and back to 2, both plans checked balanced.
+struct UpAndDown {
+  ReshardInput in, back;
+  ReshardPlan up, down;
+};
+UpAndDown PlanUpAndDown(uint64_t base, uint64_t spread) {
+  UpAndDown r;
+  r.in.owner = Contiguous(4096, 2);
+  r.in.rows.resize(4096);
+  for (uint32_t p = 0; p < 4096; ++p) r.in.rows[p] = base + (p * 7919) % spread;
+  r.in.target_servers = 3;
+  r.up = *PlanReshard(r.in);
+  ExpectBalanced(r.in, r.up);
+  r.back = r.in;
+  r.back.owner = r.up.owner;
+  r.back.target_servers = 2;
+  r.down = *PlanReshard(r.back);
+  ExpectBalanced(r.back, r.down);
+  return r;
+}
+
 TEST(ReshardPlanTest, TwoToThreeToTwoEndsBalancedWithEveryPartitionOwned) {
-  ReshardInput in;
-  in.owner = Contiguous(4096, 2);
-  in.rows.resize(4096);
-  for (uint32_t p = 0; p < 4096; ++p) in.rows[p] = 100 + (p * 7919) % 50;
-  in.target_servers = 3;
-  const ReshardPlan up = *PlanReshard(in);
-  ExpectBalanced(in, up);
-  ReshardInput back = in;
-  back.owner = up.owner;
-  back.target_servers = 2;
-  const ReshardPlan down = *PlanReshard(back);
-  ExpectBalanced(back, down);
+  const UpAndDown plans = PlanUpAndDown(100, 50);
+  const ReshardInput& in = plans.in;
+  const ReshardPlan& down = plans.down;
   for (const PartitionMove& m : down.moves) EXPECT_EQ(m.from, 2u) << m.partition;
   uint64_t rows = 0;
   for (uint64_t r : down.server_rows) rows += r;
@@ -102,19 +115,9 @@ int MoveRuns(const ReshardPlan& plan) {
 // is one contiguous range per source and destination, so a destination
 // reads only the checkpoint files of what it takes.
 TEST(ReshardPlanTest, MovesStayInContiguousRanges) {
-  ReshardInput in;
-  in.owner = Contiguous(4096, 2);
-  in.rows.resize(4096);
-  for (uint32_t p = 0; p < 4096; ++p) in.rows[p] = 2400 + (p * 7919) % 97;
-  in.target_servers = 3;
-  const ReshardPlan up = *PlanReshard(in);
-  ExpectBalanced(in, up);
-  EXPECT_EQ(MoveRuns(up), 2);  // The top of each old server's range.
-  ReshardInput back = in;
-  back.owner = up.owner;
-  back.target_servers = 2;
-  const ReshardPlan down = *PlanReshard(back);
-  ExpectBalanced(back, down);
+  const UpAndDown plans = PlanUpAndDown(2400, 97);
+  EXPECT_EQ(MoveRuns(plans.up), 2);  // The top of each old server's range.
+  const ReshardPlan& down = plans.down;
   // Server 2's partitions form two runs; each destination takes a run from
   // the start of one of them or the end of one before switching over.
   EXPECT_LE(MoveRuns(down), 3);

@@ -270,6 +270,14 @@ void ReserveFor(const LoadedFiles& files, const std::vector<bool>& owned, TableS
   for (const auto& [table_id, n] : rows) store->FindTable(table_id)->ReserveRows(n);
 }
 
+// ApplyLink for each link in order.
+uint64_t ApplyLinks(const std::vector<LoadedFiles>& links, const std::vector<bool>& owned,
+                    TableStore* store, RestorePace* pace) {
+  uint64_t rows = 0;
+  for (const LoadedFiles& link : links) rows += ApplyLink(link, owned, store, pace);
+  return rows;
+}
+
 }  // namespace
 
 absl::StatusOr<LoadedFiles> LoadOwnedFiles(const std::string& checkpoint_dir,
@@ -314,9 +322,7 @@ uint64_t ApplyFiles(const LoadedFiles& files, const std::vector<bool>& owned, Ta
 
 uint64_t CatchUpPartitions(const std::vector<LoadedFiles>& links,
                            const std::vector<bool>& partitions, TableStore* store) {
-  uint64_t rows = 0;
-  for (const LoadedFiles& link : links) rows += ApplyLink(link, partitions, store);
-  return rows;
+  return ApplyLinks(links, partitions, store, /*pace=*/nullptr);
 }
 
 uint64_t AddPartitionsFromChain(const std::vector<LoadedFiles>& chain,
@@ -324,9 +330,7 @@ uint64_t AddPartitionsFromChain(const std::vector<LoadedFiles>& chain,
                                 RestorePace* pace) {
   for (Table* table : store->tables()) table->DropPartitions(partitions);
   if (!chain.empty()) ReserveFor(chain.front(), partitions, store);
-  uint64_t rows = 0;
-  for (const LoadedFiles& link : chain) rows += ApplyLink(link, partitions, store, pace);
-  return rows;
+  return ApplyLinks(chain, partitions, store, pace);
 }
 
 RestorePace::RestorePace(uint64_t bytes_per_sec)
@@ -348,9 +352,7 @@ uint64_t ApplyChain(const std::vector<LoadedFiles>& chain, const std::vector<boo
                     TableStore* store) {
   for (Table* table : store->tables()) table->Clear();
   if (!chain.empty()) ReserveFor(chain.front(), owned, store);
-  uint64_t rows = 0;
-  for (const LoadedFiles& link : chain) rows += ApplyLink(link, owned, store);
-  return rows;
+  return ApplyLinks(chain, owned, store, /*pace=*/nullptr);
 }
 
 }  // namespace shardps

@@ -145,10 +145,12 @@ absl::StatusOr<std::vector<checkpoint::WrittenFile>> WriteSnapshot(
     const StoreSnapshot& snapshot, const SnapshotWriteOptions& options);
 
 // Paces a restore to a rate: Done(bytes) sleeps until `bytes` more of the
-// work, counted from construction, are due at `bytes_per_sec`. A restore
-// counts each file's bytes once as it is read and verified and once as its
-// rows are applied, at half weight each, so B bytes take at least B / rate.
-// 0 bytes_per_sec: no pace. Not thread-safe (one restore's thread).
+// work, counted from construction, are due at `bytes_per_sec` (a lead
+// under 2 ms is kept for later). A restore counts half of each file's bytes
+// as it is read and verified and half of its applied blocks' bytes (keys
+// and payloads, a little less than the file) as its rows go in, so B bytes
+// of files take a little under B / rate at least. 0 bytes_per_sec: no
+// pace. Not thread-safe (one restore's thread).
 class RestorePace {
  public:
   explicit RestorePace(uint64_t bytes_per_sec);
