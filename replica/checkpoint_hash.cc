@@ -25,7 +25,10 @@ using Rows = absl::flat_hash_map<std::pair<uint32_t, uint64_t>, std::string>;
 absl::Status ApplyFile(const ckpt::CheckpointFileReader& file, Rows* rows) {
   for (const bool deletions : {true, false}) {
     for (const ckpt::RecordBlock& block : file.blocks()) {
-      if (block.deleted() != deletions) continue;
+      // Admission counts are not rows: not in the hash.
+      if (block.deleted() != deletions || block.kind() == ckpt::BlockKind::kAdmissionCounts) {
+        continue;
+      }
       const ckpt::TableSchema* schema = file.FindTable(block.table_id());
       if (schema == nullptr || size_t{schema->dim} * 4 > schema->payload_bytes) {
         return absl::DataLossError(absl::StrCat(file.name(), ": table ", block.table_id(),

@@ -8,6 +8,7 @@
 // bit for bit and onto another server count with each partition reading
 // the row its server trained.
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -246,6 +247,62 @@ TEST(AdmissionTest, RestoreRowsIsRestoreRowForEachRow) {
   }
 }
 
+// Pending admission counts carry their last change's generation (for
+// deltas), a count evicted is logged as a deletion, and a restored count
+// admits its key when the original would.
+TEST(AdmissionTest, AdmissionCountsAreTrackedForDeltasAndRestored) {
+  TableConfig t = AdmissionTable(3);
+  t.mutable_eviction()->set_ttl_clocks(5);
+  auto table = MakeTable(t);
+  const std::vector<float> grad = {0.5f, -1.0f};
+  const auto push = [&](Table& into, uint64_t key) { into.Push(&key, 1, grad.data(), 1.0f); };
+  table->SetClock(0);
+  push(*table, 3);
+  push(*table, 1);
+  const uint32_t cut = table->AdvanceGeneration();
+  table->SetClock(8);
+  push(*table, 1);
+  push(*table, 2);
+  EXPECT_EQ(table->Evict(10, 0), 0u);  // Key 3's pending count only: no row.
+  std::map<uint64_t, std::pair<uint32_t, uint64_t>> all, changed;
+  table->ForEachAdmissionCount(std::nullopt, [&](uint64_t key, const AdmissionCount& c) {
+    all[key] = {c.count, c.last_clock};
+  });
+  table->ForEachAdmissionCount(cut, [&](uint64_t key, const AdmissionCount& c) {
+    changed[key] = {c.count, c.last_clock};
+  });
+  using Count = std::pair<uint32_t, uint64_t>;
+  EXPECT_EQ(all, (std::map<uint64_t, Count>{{1, {2, 8}}, {2, {1, 8}}}));
+  EXPECT_EQ(changed, all);
+  std::vector<uint64_t> deleted;
+  table->ForEachChangedRow(
+      cut, [](uint64_t, const float*) {}, [&](uint64_t key) { deleted.push_back(key); });
+  EXPECT_EQ(deleted, std::vector<uint64_t>({3})) << "the evicted count is a deletion";
+  changed.clear();
+  const uint32_t later = table->AdvanceGeneration();
+  table->ForEachAdmissionCount(later,
+                               [&](uint64_t key, const AdmissionCount&) { changed[key] = {}; });
+  EXPECT_TRUE(changed.empty());
+
+  auto restored = MakeTable(t);
+  restored->SetClock(8);
+  table->ForEachAdmissionCount(std::nullopt, [&](uint64_t key, const AdmissionCount& c) {
+    restored->RestoreAdmissionCount(key, c);
+  });
+  EXPECT_EQ(restored->Counters().pending_rows, 2u);
+  for (Table* each : {table.get(), restored.get()}) {
+    push(*each, 1);  // Count 3: admitted.
+    push(*each, 2);  // Count 2.
+    EXPECT_TRUE(each->Contains(1));
+    EXPECT_FALSE(each->Contains(2));
+    EXPECT_EQ(each->Counters().pending_rows, 1u);
+  }
+  EXPECT_EQ(EvalPull(*restored, 1), EvalPull(*table, 1));
+  // A key with a row takes no count: a row is admitted.
+  restored->RestoreAdmissionCount(1, AdmissionCount{1, 0, 0});
+  EXPECT_EQ(restored->Counters().pending_rows, 1u);
+}
+
 // ---- Through ParameterServerCore ----
 
 constexpr uint32_t kParts = 16;
@@ -391,6 +448,39 @@ TEST(AdmissionCoreTest, SharedRowsTravelThroughFullAndDeltaCheckpoints) {
   ASSERT_TRUE(one->Push(MakePush(0, 2, {unseen[1][0]}, 1.0f), &resp).ok());
   EXPECT_EQ(CorePull(*one, unseen[0]), want0);  // Only server 1's row moved.
   EXPECT_EQ(CorePull(*one, {unseen[1][1]})[0], -9.5f);
+}
+
+// Pending counts travel through FULL and DELTA checkpoints: a server
+// restored from the chain admits each key on the same push as the one that
+// wrote it, for counts of the full link unchanged since (`early`) as for
+// counts of the delta (`late`).
+TEST(AdmissionCoreTest, AdmissionCountsTravelThroughFullAndDeltaCheckpoints) {
+  const std::string root = ::testing::TempDir() + "/admission_counts_ckpt";
+  ASSERT_TRUE(ckpt::RemoveAll(root).ok());
+  const JobConfig config = CoreConfig(ASP, 1, 3);
+  std::vector<std::unique_ptr<ParameterServerCore>> cores;
+  cores.push_back(MakeCore(config, 0));
+  const std::vector<uint64_t> early = OwnedKeys(1, 0, 5), late = OwnedKeys(1, 0, 5, 1000);
+  PushResponse resp;
+  ASSERT_TRUE(cores[0]->Push(MakePush(0, 0, early, 1.0f), &resp).ok());
+  ASSERT_TRUE(cores[0]->Push(MakePush(1, 0, early, 1.0f), &resp).ok());  // Count 2.
+  const ckpt::CheckpointManifest full = Checkpoint(cores, root, 1, nullptr);
+  ASSERT_TRUE(cores[0]->Push(MakePush(0, 1, late, 1.0f), &resp).ok());  // Count 1.
+  Checkpoint(cores, root, 2, &full);
+  auto restored = MakeCore(config, 0);
+  Restore(*restored, root, 2);
+  for (ParameterServerCore* core : {cores[0].get(), restored.get()}) {
+    Table* table = core->store()->FindTable(1);
+    EXPECT_EQ(table->Counters().pending_rows, 10u);
+    ASSERT_TRUE(core->Push(MakePush(0, 2, early, 1.0f), &resp).ok());  // Count 3: admitted.
+    ASSERT_TRUE(core->Push(MakePush(0, 2, late, 1.0f), &resp).ok());   // Count 2.
+    ASSERT_TRUE(core->Push(MakePush(1, 2, late, 1.0f), &resp).ok());   // Count 3: admitted.
+    for (uint64_t key : early) EXPECT_TRUE(table->Contains(key)) << key;
+    for (uint64_t key : late) EXPECT_TRUE(table->Contains(key)) << key;
+    EXPECT_EQ(table->Counters().pending_rows, 0u);
+  }
+  EXPECT_EQ(CorePull(*restored, early), CorePull(*cores[0], early));
+  EXPECT_EQ(CorePull(*restored, late), CorePull(*cores[0], late));
 }
 
 }  // namespace

@@ -160,10 +160,13 @@ JobConfig EvictionConfig() {
   return c;
 }
 
-// A step of the eviction job, then a sweep on every server; the rows
-// evicted.
-uint64_t EvictionStep(testing::Job& job, uint64_t clock) {
-  job.Push(clock, [clock](uint32_t table) { return EvictionKeys(clock, table); });
+// The keys a step pushes: (clock, table) -> keys.
+using StepKeys = std::vector<uint64_t> (*)(uint64_t clock, uint32_t table);
+
+// A step of the eviction job (the keys of `keys`), then a sweep on every
+// server; the rows evicted.
+uint64_t EvictionStep(testing::Job& job, uint64_t clock, StepKeys keys = EvictionKeys) {
+  job.Push(clock, [clock, keys](uint32_t table) { return keys(clock, table); });
   return job.Evict();
 }
 
@@ -175,42 +178,45 @@ uint64_t EvictionStep(testing::Job& job, uint64_t clock) {
 // every row bit-identical to the job that never moved, 2 -> 3 -> 2.
 // 2 -> 3 -> 2 in two steps each, with evictions between them, under
 // `config` (EvictionConfig and more): bit-identical to no move. Returns the
-// time the pre-copies slept for cluster.move_mb_per_s, in ms.
-uint64_t ExpectTwoStepMovesBitIdentical(const JobConfig& config) {
+// time the pre-copies slept for cluster.move_mb_per_s, in ms. `keys`: what
+// each step pushes; `rows_evicted`: whether the job evicts rows then.
+uint64_t ExpectTwoStepMovesBitIdentical(const JobConfig& config, StepKeys keys = EvictionKeys,
+                                        bool rows_evicted = true) {
   uint64_t paced_ms = 0;
   testing::Job still(2, config);
   uint64_t still_evicted = 0;
-  for (uint64_t clock = 0; clock < 20; ++clock) still_evicted += EvictionStep(still, clock);
+  for (uint64_t clock = 0; clock < 20; ++clock) still_evicted += EvictionStep(still, clock, keys);
   const Dump expected = still.DumpAll();
-  EXPECT_GT(still_evicted, 0u);
+  EXPECT_EQ(still_evicted > 0, rows_evicted);
+  EXPECT_FALSE(expected.empty());
 
   const std::string root = testing::NewRoot("partition_move_two_step");
   testing::Job moved(2, config);
   moved.SetRoot(root);
-  for (uint64_t clock = 0; clock < 4; ++clock) EvictionStep(moved, clock);
+  for (uint64_t clock = 0; clock < 4; ++clock) EvictionStep(moved, clock, keys);
   // 2 -> 3: pre-copy from the cut at 4, catch up from a delta at 9.
   const checkpoint::CheckpointManifest first =
       testing::CheckpointCores(moved.cores(), root, 4, nullptr, testing::kJob, kParts);
   moved.AddCore(Join(moved, root, 4, 2));
   Add(moved, 4, ContiguousOwners(3), /*precopy=*/true, std::nullopt, &paced_ms);
-  for (uint64_t clock = 4; clock < 9; ++clock) EvictionStep(moved, clock);
+  for (uint64_t clock = 4; clock < 9; ++clock) EvictionStep(moved, clock, keys);
   testing::CheckpointCores(moved.cores(), root, 9, &first, testing::kJob, kParts);
   Add(moved, 9, ContiguousOwners(3), /*precopy=*/false, /*catch_up_from=*/4);
   Switch(moved, ContiguousOwners(3));
   EXPECT_EQ(moved.core(2).applied_clock(), 9u) << "the joining spare takes the catch-up's clock";
-  for (uint64_t clock = 9; clock < 12; ++clock) EvictionStep(moved, clock);
+  for (uint64_t clock = 9; clock < 12; ++clock) EvictionStep(moved, clock, keys);
   // 3 -> 2: server 2 drained the same way.
   const checkpoint::CheckpointManifest third =
       testing::CheckpointCores(moved.cores(), root, 12, nullptr, testing::kJob, kParts);
   Add(moved, 12, ContiguousOwners(2), /*precopy=*/true, std::nullopt, &paced_ms);
-  for (uint64_t clock = 12; clock < 15; ++clock) EvictionStep(moved, clock);
+  for (uint64_t clock = 12; clock < 15; ++clock) EvictionStep(moved, clock, keys);
   testing::CheckpointCores(moved.cores(), root, 15, &third, testing::kJob, kParts);
   Add(moved, 15, ContiguousOwners(2), /*precopy=*/false, /*catch_up_from=*/12);
   Switch(moved, ContiguousOwners(2));
   for (Table* table : moved.core(2).store()->tables()) {
     EXPECT_EQ(table->Counters().live_rows, 0u) << "drained server, table " << table->id();
   }
-  for (uint64_t clock = 15; clock < 20; ++clock) EvictionStep(moved, clock);
+  for (uint64_t clock = 15; clock < 20; ++clock) EvictionStep(moved, clock, keys);
   EXPECT_EQ(moved.DumpAll(), expected);  // DumpAll also fails on a row held twice.
   return paced_ms;
 }
@@ -225,6 +231,33 @@ TEST(PartitionMoveTest, APacedPreCopyIsBitIdenticalToo) {
   JobConfig config = EvictionConfig();
   config.mutable_cluster()->set_move_mb_per_s(1);
   ExpectTwoStepMovesBitIdentical(config);
+}
+
+// The keys of the admission job: every other key at every clock; the rest
+// at clocks 0-3 and from 9 on, not between a 2 -> 3 move's steps (4 and 9).
+std::vector<uint64_t> AdmissionKeys(uint64_t clock, uint32_t table) {
+  std::vector<uint64_t> keys = testing::Job::Keys(table);
+  if (clock < 4 || clock >= 9) return keys;
+  std::vector<uint64_t> half;
+  for (size_t i = 0; i < keys.size(); i += 2) half.push_back(keys[i]);
+  return half;
+}
+
+// With admission (min_count 8, unadmitted keys reading their initial value,
+// so no per-server shared row) and no eviction: every key is pending at
+// the 2 -> 3 move's pre-copy (count 4). Half of them reach 8 between the
+// steps (rows in the catch-up's delta); the other half keep their count of
+// 4 until the switch (not in the delta: only the pre-copy carries it), then
+// are admitted at clock 12 on their destinations. A destination that
+// counted them from zero would admit them at clock 16, with other rows.
+TEST(PartitionMoveTest, AdmissionCountsMoveWithTheirPartitions) {
+  JobConfig config = testing::Config(2);
+  for (TableConfig& t : *config.mutable_tables()) {
+    if (t.kind() != TableConfig::SPARSE) continue;
+    t.mutable_admission()->set_min_count(8);
+    t.mutable_admission()->set_unadmitted(AdmissionConfig::INITIAL);
+  }
+  ExpectTwoStepMovesBitIdentical(config, AdmissionKeys, /*rows_evicted=*/false);
 }
 
 // A pre-copied partition is the source's until the switch: the

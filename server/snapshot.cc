@@ -100,6 +100,13 @@ std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(const TableStore& store,
     const auto add_shared = [&](uint32_t, uint64_t key, const float* payload) {
       add_row(key, payload);
     };
+    const auto add_count = [&](uint64_t key, const AdmissionCount& count) {
+      const int64_t i = index_of[PartitionOf(table_id, key, parts)];
+      if (i < 0) return;
+      Rows& rows = snap->rows_of_[i * num_tables + t];
+      rows.count_keys.push_back(key);
+      rows.counts.push_back(count);
+    };
     if (since.has_value()) {  // A delta: few rows, let the buffers grow.
       tables[t]->ForEachChangedRow(*since, add_row, [&](uint64_t key) {
         const int64_t i = index_of[PartitionOf(table_id, key, parts)];
@@ -108,6 +115,7 @@ std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(const TableStore& store,
         ++snap->deletions_;
       });
       tables[t]->ForEachSharedRow(since, add_shared);
+      tables[t]->ForEachAdmissionCount(since, add_count);
       continue;
     }
     // Rows spread evenly over partitions: reserve the expected count plus
@@ -121,11 +129,29 @@ std::unique_ptr<StoreSnapshot> StoreSnapshot::Take(const TableStore& store,
     }
     tables[t]->ForEachRow(add_row);
     tables[t]->ForEachSharedRow(std::nullopt, add_shared);
+    tables[t]->ForEachAdmissionCount(std::nullopt, add_count);
   }
   return snap;
 }
 
 namespace {
+
+// An admission-count record's payload (snapshot.h): u32 count, u32
+// last_seconds, u64 last_clock, little-endian (checkpoint_format.h asserts
+// the byte order).
+static_assert(ckpt::kAdmissionCountBytes == 16);
+void EncodeAdmissionCount(const AdmissionCount& c, char* out) {
+  std::memcpy(out, &c.count, 4);
+  std::memcpy(out + 4, &c.last_seconds, 4);
+  std::memcpy(out + 8, &c.last_clock, 8);
+}
+AdmissionCount DecodeAdmissionCount(absl::string_view in) {
+  AdmissionCount c;
+  std::memcpy(&c.count, in.data(), 4);
+  std::memcpy(&c.last_seconds, in.data() + 4, 4);
+  std::memcpy(&c.last_clock, in.data() + 8, 8);
+  return c;
+}
 
 absl::StatusOr<ckpt::WrittenFile> WriteGroup(const StoreSnapshot& snapshot, size_t first,
                                              size_t last, const SnapshotWriteOptions& options) {
@@ -138,6 +164,11 @@ absl::StatusOr<ckpt::WrittenFile> WriteGroup(const StoreSnapshot& snapshot, size
   header.tables = options.tables;
   header.partitions.assign(snapshot.partitions().begin() + first,
                            snapshot.partitions().begin() + last);
+  for (size_t i = first; i < last && !header.admission_counts; ++i) {
+    for (size_t t = 0; t < snapshot.table_ids().size(); ++t) {
+      if (!snapshot.rows_of(i, t).counts.empty()) header.admission_counts = true;
+    }
+  }
   const std::string path =
       ckpt::JoinPath(options.dir, SnapshotFileName(header.partitions, snapshot.num_partitions()));
   ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointFileWriter> writer,
@@ -154,6 +185,13 @@ absl::StatusOr<ckpt::WrittenFile> WriteGroup(const StoreSnapshot& snapshot, size
       for (size_t r = 0; r < rows.keys.size(); ++r) {
         RETURN_IF_ERROR(writer->Add(partition, snapshot.table_ids()[t], rows.keys[r],
                                     absl::string_view(payloads + r * bytes, bytes)));
+      }
+      for (size_t r = 0; r < rows.counts.size(); ++r) {
+        char count[ckpt::kAdmissionCountBytes];
+        EncodeAdmissionCount(rows.counts[r], count);
+        RETURN_IF_ERROR(writer->AddAdmissionCount(partition, snapshot.table_ids()[t],
+                                                  rows.count_keys[r],
+                                                  absl::string_view(count, sizeof count)));
       }
     }
   }
@@ -231,18 +269,25 @@ absl::StatusOr<LoadedFiles> LoadLinkFiles(const std::string& checkpoint_dir,
 }
 
 // Applies one link's files: per file, the deletions, then the rows (a
-// block's rows in one Table::RestoreRows).
+// block's rows in one Table::RestoreRows), then the admission counts.
 uint64_t ApplyLink(const LoadedFiles& files, const std::vector<bool>& owned, TableStore* store,
                    RestorePace* pace = nullptr) {
   uint64_t rows = 0;
   std::vector<uint64_t> keys;
   for (const auto& file : files.files) {
-    for (const bool deletions : {true, false}) {
+    for (const ckpt::BlockKind kind :
+         {ckpt::BlockKind::kDeletions, ckpt::BlockKind::kRows, ckpt::BlockKind::kAdmissionCounts}) {
       for (const ckpt::RecordBlock& block : file->blocks()) {
-        if (block.deleted() != deletions || !owned[block.partition()]) continue;
+        if (block.kind() != kind || !owned[block.partition()]) continue;
         Table* table = store->FindTable(block.table_id());
-        if (deletions) {
+        if (kind == ckpt::BlockKind::kDeletions) {
           for (size_t i = 0; i < block.size(); ++i) table->DeleteRow(block.key(i));
+          continue;
+        }
+        if (kind == ckpt::BlockKind::kAdmissionCounts) {
+          for (size_t i = 0; i < block.size(); ++i) {
+            table->RestoreAdmissionCount(block.key(i), DecodeAdmissionCount(block.payload(i)));
+          }
           continue;
         }
         // The reader checked the payload size against the table's schema.
@@ -264,7 +309,7 @@ void ReserveFor(const LoadedFiles& files, const std::vector<bool>& owned, TableS
   std::map<uint32_t, size_t> rows;
   for (const auto& file : files.files) {
     for (const ckpt::RecordBlock& block : file->blocks()) {
-      if (!block.deleted() && owned[block.partition()]) rows[block.table_id()] += block.size();
+      if (block.rows() && owned[block.partition()]) rows[block.table_id()] += block.size();
     }
   }
   for (const auto& [table_id, n] : rows) store->FindTable(table_id)->ReserveRows(n);

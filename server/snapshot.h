@@ -20,9 +20,13 @@
 // metadata, bit for bit). A table with shared unadmitted rows also writes,
 // per partition, its shared row under the partition's reserved key
 // (Table::ForEachSharedRow; deltas: those changed since the base), which
-// Table::RestoreRow puts back as the shared row. Pending admission counts
-// of keys that have no row yet are NOT saved (the Table does not expose
-// them): after a restore such keys count from zero again.
+// Table::RestoreRow puts back as the shared row. A table with admission
+// also writes its pending admission counts (keys seen, not yet given a row;
+// Table::ForEachAdmissionCount) as admission-count records
+// (checkpoint_file.h: version 3 files, written only when a file holds some),
+// after the partition's rows: count, last push's seconds, last push's clock
+// (u32, u32, u64); a restore sets them again (RestoreAdmissionCount), so a
+// key counts towards admission from where it was.
 //
 // ## Deltas
 //
@@ -30,10 +34,13 @@
 // rows changed after table generation `since` (table.h, change tracking) and
 // the keys deleted (evicted) since then. Its files are delta files
 // (checkpoint_file.h, version 2) naming the base checkpoint's clock; each
-// (partition, table) writes its deletions before its rows. A restore
+// (partition, table) writes its deletions before its rows, and its
+// admission counts changed since the base after them (a count dropped by
+// eviction is a deletion). A restore
 // applies a chain (ResolvedCheckpoint in checkpoint_dir.h): the FULL
 // checkpoint's rows into cleared tables, then each delta in order, its
-// deletions first, then its rows (LoadOwnedChain + ApplyChain).
+// deletions first, then its rows, then its admission counts (LoadOwnedChain
+// + ApplyChain).
 //
 // A table's schema fingerprint is TableSchemaFingerprint: a hash of the
 // TableConfig's deterministic serialization and the row stride, so a restore
@@ -106,6 +113,9 @@ class StoreSnapshot {
     std::vector<uint64_t> keys;
     std::vector<float> payloads;
     std::vector<uint64_t> deleted;  // Deltas: keys deleted since the base.
+    // Pending admission counts (deltas: those changed since the base).
+    std::vector<uint64_t> count_keys;
+    std::vector<AdmissionCount> counts;
   };
   const Rows& rows_of(size_t partition_index, size_t table_index) const {
     return rows_of_[partition_index * table_ids_.size() + table_index];

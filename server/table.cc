@@ -190,6 +190,7 @@ float* Table::TouchRow(Stripe& stripe, uint64_t key, bool push, uint32_t now_sec
     Pending& p = stripe.pending[key];
     p.last_clock = clock_.load(std::memory_order_relaxed);
     p.last_seconds = now_seconds;
+    p.generation = CurrentGeneration();
     p.count += std::min(occurrences, min_count_ - std::min(p.count, min_count_));
     if (p.count < min_count_) return nullptr;
     // The new row starts at its initial value, not at the shared row's

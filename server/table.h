@@ -68,7 +68,9 @@
 //    to the row, the row's creation (pull, push, InitRows, RestoreRow) and,
 //    with eviction on, a training touch (it rewrites the payload's
 //    last-touch stamp). Rows dropped by Evict() are logged (per stripe) as
-//    deletions with the generation. The hot path pays one relaxed atomic
+//    deletions with the generation. A pending admission count carries the
+//    generation of its last change too (a push counting it, a restore), and
+//    one Evict() drops is logged as a deletion. The hot path pays one relaxed atomic
 //    load and one 4-byte store into the bucket it has just found, under
 //    the stripe lock it holds anyway; no allocation. A delta scan reads only
 //    the buckets, and the rows that changed.
@@ -117,6 +119,14 @@ struct TableCounters {
   uint64_t pushes = 0;          // Push calls.
   uint64_t shared_rows = 0;     // Shared unadmitted rows some partition uses.
   uint64_t shared_updates = 0;  // Optimizer steps applied to them.
+};
+
+// A key seen by pushes but not admitted yet (admission.min_count > 1): its
+// count and when it was last pushed (what eviction's ttl reads).
+struct AdmissionCount {
+  uint32_t count = 0;
+  uint32_t last_seconds = 0;
+  uint64_t last_clock = 0;
 };
 
 // What one Push did.
@@ -210,7 +220,8 @@ class Table {
 
   // Checkpoint support. A row's payload is row_stride() floats: weights,
   // optimizer state, then (eviction on) the last-touch clock and time, bit
-  // for bit. Pending admission counts are not part of it.
+  // for bit. Pending admission counts are saved apart
+  // (ForEachAdmissionCount, RestoreAdmissionCount).
   //
   // Calls `visit(key, payload)` for every row, one stripe at a time under its
   // lock (the payload pointer is valid only during the call; `visit` must not
@@ -229,6 +240,16 @@ class Table {
   // Makes room in the index for `rows` more rows spread over the stripes,
   // so a restore of that many does not rehash as it goes.
   void ReserveRows(size_t rows);
+  // Calls `visit(key, count)` for every pending admission count (keys seen,
+  // not admitted, no row), or, with `since`, for those that changed after
+  // that generation (see change tracking at the top), one stripe at a time
+  // under its lock (`visit` must not call back into the table).
+  void ForEachAdmissionCount(
+      std::optional<uint32_t> since,
+      const std::function<void(uint64_t key, const AdmissionCount& count)>& visit) const;
+  // Sets `key`'s pending admission count (a restore), unless the key has a
+  // row: a row is admitted, and a checkpoint never holds both.
+  void RestoreAdmissionCount(uint64_t key, const AdmissionCount& count);
   // Drops every row, pending count and logged deletion (before a restore).
   void Clear();
   // Drops the rows and pending admission counts of the keys whose partition
@@ -249,9 +270,10 @@ class Table {
   // generation > `since` that has no row now, and `visit(key, payload)` for
   // each row whose generation is > `since`; one stripe at a time under its
   // lock (the callbacks must not call back into the table). Applying
-  // the deletions, then the rows, to a table equal to this one at the end of
-  // generation `since` makes it equal to this one (pending admission counts
-  // aside).
+  // the deletions, then the rows, then the admission counts changed since
+  // (ForEachAdmissionCount), to a table equal to this one at the end of
+  // generation `since` makes it equal to this one. (A deletion is also
+  // logged for a pending count Evict() drops, so the delta drops it too.)
   void ForEachChangedRow(uint32_t since,
                          const std::function<void(uint64_t key, const float* payload)>& visit,
                          const std::function<void(uint64_t key)>& deleted) const;
@@ -292,10 +314,8 @@ class Table {
   bool Contains(uint64_t key) const;
 
  private:
-  struct Pending {
-    uint32_t count = 0;
-    uint32_t last_seconds = 0;
-    uint64_t last_clock = 0;
+  struct Pending : AdmissionCount {
+    uint32_t generation = 0;  // The table's generation when it last changed.
   };
   struct Stripe;
   class BlockArena;

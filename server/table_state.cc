@@ -49,6 +49,8 @@ uint64_t Table::Evict(uint64_t now_clock, int64_t now_seconds, const std::vector
     dropped += drop.size();
     for (auto it = stripe.pending.begin(); it != stripe.pending.end();) {
       if (expired(it->second.last_clock, it->second.last_seconds) && ours(it->first)) {
+        // Logged, so that a delta drops the count on its restore too.
+        stripe.deleted.emplace_back(it->first, generation);
         stripe.pending.erase(it++);
       } else {
         ++it;
@@ -148,6 +150,27 @@ void Table::ReserveRows(size_t rows) {
     MutexLock lock(&stripe.mu);
     stripe.index.Reserve(stripe.index.size() + per_stripe);
   }
+}
+
+void Table::ForEachAdmissionCount(
+    std::optional<uint32_t> since,
+    const std::function<void(uint64_t key, const AdmissionCount& count)>& visit) const {
+  for (int s = 0; s < kNumStripes; ++s) {
+    const Stripe& stripe = stripes_[s];
+    MutexLock lock(&stripe.mu);
+    for (const auto& [key, pending] : stripe.pending) {
+      if (!since.has_value() || pending.generation > *since) visit(key, pending);
+    }
+  }
+}
+
+void Table::RestoreAdmissionCount(uint64_t key, const AdmissionCount& count) {
+  Stripe& stripe = StripeOf(key);
+  MutexLock lock(&stripe.mu);
+  if (stripe.index.Contains(key)) return;
+  Pending& p = stripe.pending[key];
+  static_cast<AdmissionCount&>(p) = count;
+  p.generation = CurrentGeneration();
 }
 
 void Table::Clear() {

@@ -48,13 +48,15 @@ std::string EncodeHeader(const FileHeader& h) {
   }
   PutU32(&body, static_cast<uint32_t>(h.partitions.size()));
   for (uint32_t p : h.partitions) PutU32(&body, p);
-  if (h.delta) {  // Version 2: the file kind and the base.
-    PutU32(&body, internal::kFileKindDelta);
+  if (h.delta || h.admission_counts) {  // Versions 2 and 3: the file kind and the base.
+    PutU32(&body, h.delta ? internal::kFileKindDelta : internal::kFileKindFull);
     PutU64(&body, h.base_clock);
   }
 
   std::string out(kFileMagic, kMagicSize);
-  PutU32(&out, h.delta ? kFileFormatVersion : kFullFileFormatVersion);
+  PutU32(&out, h.admission_counts ? kFileFormatVersion
+               : h.delta          ? kDeltaFileFormatVersion
+                                  : kFullFileFormatVersion);
   PutU32(&out, static_cast<uint32_t>(body.size()));
   out += body;
   PutU32(&out, Crc32c(out));
@@ -116,7 +118,7 @@ struct CheckpointFileWriter::Impl {
   // The open block.
   bool open = false;
   uint32_t partition = 0, table_id = 0, payload_bytes = 0;
-  bool deleted = false;
+  BlockKind kind = BlockKind::kRows;
   uint32_t count = 0;
   std::string keys, payloads, raw, stored, block_header;
   ZSTD_CCtx* cctx = nullptr;
@@ -130,7 +132,7 @@ struct CheckpointFileWriter::Impl {
   }
   absl::Status FlushBlock();
   absl::Status AddRecord(uint32_t partition, uint32_t table_id, uint64_t key,
-                         absl::string_view payload, bool deleted);
+                         absl::string_view payload, BlockKind kind);
 };
 
 absl::Status CheckpointFileWriter::Impl::FlushBlock() {
@@ -140,7 +142,9 @@ absl::Status CheckpointFileWriter::Impl::FlushBlock() {
   raw += payloads;
   keys.clear();
   payloads.clear();
-  uint32_t flags = deleted ? kFlagDeleted : 0;
+  uint32_t flags = kind == BlockKind::kDeletions         ? kFlagDeleted
+                   : kind == BlockKind::kAdmissionCounts ? internal::kFlagAdmissionCounts
+                                                         : 0;
   absl::string_view data = raw;
   if (options.compression == Compression::kZstd) {
     stored.resize(ZSTD_compressBound(raw.size()));
@@ -174,10 +178,14 @@ absl::Status CheckpointFileWriter::Impl::FlushBlock() {
 }
 
 absl::Status CheckpointFileWriter::Impl::AddRecord(uint32_t part, uint32_t table, uint64_t key,
-                                                   absl::string_view payload, bool del) {
+                                                   absl::string_view payload, BlockKind what) {
   RETURN_IF_ERROR(failed);
   if (finished) return absl::FailedPreconditionError("add after Finish()");
-  if (!open || part != partition || table != table_id || del != deleted) {
+  if (what == BlockKind::kAdmissionCounts && !header.admission_counts) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(file->path(), ": an admission count in a file whose header has none"));
+  }
+  if (!open || part != partition || table != table_id || what != kind) {
     if (!std::binary_search(header.partitions.begin(), header.partitions.end(), part)) {
       return absl::InvalidArgumentError(
           absl::StrCat(file->path(), ": partition ", part, " is not in the file's header"));
@@ -192,18 +200,20 @@ absl::Status CheckpointFileWriter::Impl::AddRecord(uint32_t part, uint32_t table
     open = true;
     partition = part;
     table_id = table;
-    deleted = del;
-    payload_bytes = it->payload_bytes;
+    kind = what;
+    payload_bytes = what == BlockKind::kRows              ? it->payload_bytes
+                    : what == BlockKind::kAdmissionCounts ? kAdmissionCountBytes
+                                                          : 0;
   }
-  if (!del && payload.size() != payload_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(file->path(), ": table ", table, " payload of ",
-                                                   payload.size(), " bytes, the schema says ",
-                                                   payload_bytes));
+  if (payload.size() != payload_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file->path(), ": table ", table, " payload of ", payload.size(), " bytes, ",
+        what == BlockKind::kRows ? "the schema says " : "an admission count has ", payload_bytes));
   }
   PutU64(&keys, key);
-  payloads.append(payload.data(), del ? 0 : payload.size());
+  payloads.append(payload.data(), payload.size());
   ++count;
-  const size_t record = 8 + (del ? 0 : payload_bytes);
+  const size_t record = 8 + payload_bytes;
   if (keys.size() + payloads.size() + record > options.block_bytes) {
     return FlushBlock();
   }
@@ -235,11 +245,16 @@ absl::StatusOr<std::unique_ptr<CheckpointFileWriter>> CheckpointFileWriter::Crea
 
 absl::Status CheckpointFileWriter::Add(uint32_t partition, uint32_t table_id, uint64_t key,
                                        absl::string_view payload) {
-  return impl_->AddRecord(partition, table_id, key, payload, false);
+  return impl_->AddRecord(partition, table_id, key, payload, BlockKind::kRows);
 }
 
 absl::Status CheckpointFileWriter::AddDeleted(uint32_t partition, uint32_t table_id, uint64_t key) {
-  return impl_->AddRecord(partition, table_id, key, absl::string_view(), true);
+  return impl_->AddRecord(partition, table_id, key, absl::string_view(), BlockKind::kDeletions);
+}
+
+absl::Status CheckpointFileWriter::AddAdmissionCount(uint32_t partition, uint32_t table_id,
+                                                     uint64_t key, absl::string_view count) {
+  return impl_->AddRecord(partition, table_id, key, count, BlockKind::kAdmissionCounts);
 }
 
 absl::StatusOr<WrittenFile> CheckpointFileWriter::Finish() {

@@ -4,9 +4,11 @@
 // The layer knows nothing of tables or optimizers: a record is a uint64 key
 // and an opaque payload of a fixed size per table (the caller packs weights,
 // optimizer state and row metadata into it). A delta checkpoint can also hold
-// deletions (a key and no payload: "this row no longer exists").
+// deletions (a key and no payload: "this row no longer exists"), and a file of
+// version 3 admission counts (a key and a fixed 16-byte payload the caller
+// packs: a key seen but not yet given a row).
 //
-// ## Format (versions 1 and 2; all integers little-endian)
+// ## Format (versions 1 to 3; all integers little-endian)
 //
 //   file    := header block* footer                  (nothing after footer)
 //   header  := "SHPSCKPT" u32 version u32 body_len body u32 crc
@@ -15,7 +17,7 @@
 //              u32 n_tables, n_tables x { u32 id, str name, u32 kind,
 //              u32 dim, u32 payload_bytes, u64 fingerprint },
 //              u32 n_parts, n_parts x u32 partition id (strictly increasing)
-//              [version 2 only:] u32 file_kind (1 = FULL, 2 = DELTA),
+//              [versions 2 and 3:] u32 file_kind (1 = FULL, 2 = DELTA),
 //              u64 base_clock (DELTA: the clock of the checkpoint it is a
 //              delta on, < clock; FULL: 0)
 //   str     := u32 length, bytes
@@ -24,10 +26,13 @@
 //              stored_len bytes, u32 crc   (CRC32C of the block's bytes
 //              before it, i.e. of its header and stored bytes)
 //              flags: bit 0 = stored bytes are one zstd frame of the raw
-//              bytes; bit 1 = deletions (keys only). Other bits must be 0.
+//              bytes; bit 1 = deletions (keys only); bit 2 (version 3
+//              only, not with bit 1) = admission counts. Other bits must
+//              be 0.
 //              raw = num_records u64 keys, then num_records payloads
-//              (payload_bytes each; none for deletions), so
-//              raw_len = num_records * (8 + payload_bytes) exactly.
+//              (payload_bytes each; none for deletions; 16 bytes for
+//              admission counts), so raw_len = num_records * (8 + payload
+//              size) exactly.
 //   footer  := u32 "END1", u64 num_blocks, u64 num_records, u32 crc
 //
 // Every block belongs to one (partition, table); a group may span several
@@ -77,10 +82,15 @@ namespace shardps {
 namespace checkpoint {
 
 inline constexpr char kFileMagic[] = "SHPSCKPT";  // 8 bytes on disk.
-// The newest version this build reads and writes (see "Versions" above).
-inline constexpr uint32_t kFileFormatVersion = 2;
-// The version of FULL files (what builds before deltas read).
+// The newest version this build reads and writes. A writer picks the oldest
+// version that can hold its file, so older builds read what they can: 1 for
+// a full file, 2 for a delta, 3 for a file that may hold admission counts
+// (FileHeader::admission_counts).
+inline constexpr uint32_t kFileFormatVersion = 3;
+inline constexpr uint32_t kDeltaFileFormatVersion = 2;
 inline constexpr uint32_t kFullFileFormatVersion = 1;
+// The payload size of an admission-count record.
+inline constexpr size_t kAdmissionCountBytes = 16;
 // Upper bound of a block's raw size; the reader refuses bigger blocks, so a
 // forged length cannot make it allocate without bound.
 inline constexpr size_t kMaxBlockRawBytes = size_t{64} << 20;
@@ -105,6 +115,8 @@ struct FileHeader {
   // at base_clock (< clock), plus deletions. False: a full file (version 1).
   bool delta = false;
   uint64_t base_clock = 0;  // 0 unless delta.
+  // The file may hold admission-count blocks (written as version 3).
+  bool admission_counts = false;
 };
 
 // OK if `header` can be written: lengths fit, ids/names unique, payload
@@ -129,7 +141,7 @@ struct WrittenFile {
   uint32_t crc32c = 0;  // Of the whole file.
   std::vector<uint32_t> partitions;
   uint64_t num_blocks = 0;
-  uint64_t num_records = 0;  // Rows and deletions.
+  uint64_t num_records = 0;  // Rows, deletions and admission counts.
 };
 
 class CheckpointFileWriter {
@@ -152,6 +164,10 @@ class CheckpointFileWriter {
   absl::Status Add(uint32_t partition, uint32_t table_id, uint64_t key, absl::string_view payload);
   // Appends a deletion (delta checkpoints: the row was removed).
   absl::Status AddDeleted(uint32_t partition, uint32_t table_id, uint64_t key);
+  // Appends an admission count: `count` is kAdmissionCountBytes long.
+  // FAILED_PRECONDITION unless the header has admission_counts.
+  absl::Status AddAdmissionCount(uint32_t partition, uint32_t table_id, uint64_t key,
+                                 absl::string_view count);
 
   // Writes the last block and the footer, fsyncs, renames to `path`, fsyncs
   // the directory. Once only.
@@ -163,30 +179,42 @@ class CheckpointFileWriter {
   std::unique_ptr<Impl> impl_;
 };
 
+// What a block's records are.
+enum class BlockKind {
+  kRows,             // Keys and the table's payloads.
+  kDeletions,        // Keys only, empty payloads.
+  kAdmissionCounts,  // Keys and kAdmissionCountBytes payloads.
+};
+
 // One block of a verified file: records of one (partition, table).
 class RecordBlock {
  public:
-  RecordBlock(uint32_t partition, uint32_t table_id, bool deleted, size_t num_records,
+  RecordBlock(uint32_t partition, uint32_t table_id, BlockKind kind, size_t num_records,
               size_t payload_bytes, absl::string_view raw)
       : partition_(partition),
         table_id_(table_id),
-        deleted_(deleted),
+        kind_(kind),
+        deleted_(kind == BlockKind::kDeletions),
         num_records_(num_records),
         payload_bytes_(payload_bytes),
         raw_(raw) {}
 
   uint32_t partition() const { return partition_; }
   uint32_t table_id() const { return table_id_; }
+  BlockKind kind() const { return kind_; }
   // True: the records are deletions (keys only, empty payloads).
   bool deleted() const { return deleted_; }
+  // True: the records are rows (not deletions or admission counts).
+  bool rows() const { return kind_ == BlockKind::kRows; }
   size_t size() const { return num_records_; }
   uint64_t key(size_t i) const {
     uint64_t k;
     std::memcpy(&k, raw_.data() + 8 * i, 8);
     return k;
   }
-  // payload_bytes bytes (unaligned; memcpy before reading floats). Empty for
-  // deletions. Valid as long as the reader.
+  // payload_bytes bytes (kAdmissionCountBytes for admission counts;
+  // unaligned: memcpy before reading floats). Empty for deletions. Valid as
+  // long as the reader.
   absl::string_view payload(size_t i) const {
     if (deleted_) return absl::string_view();
     return raw_.substr(8 * num_records_ + payload_bytes_ * i, payload_bytes_);
@@ -201,6 +229,7 @@ class RecordBlock {
  private:
   uint32_t partition_;
   uint32_t table_id_;
+  BlockKind kind_;
   bool deleted_;
   size_t num_records_;
   size_t payload_bytes_;

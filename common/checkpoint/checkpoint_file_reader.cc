@@ -21,6 +21,7 @@ namespace checkpoint {
 // The format's constants and helpers.
 using internal::kBlockHeaderSize;
 using internal::kBlockTag;
+using internal::kFlagAdmissionCounts;
 using internal::kFlagDeleted;
 using internal::kFlagZstd;
 using internal::kFooterSize;
@@ -123,7 +124,7 @@ absl::Status CheckpointFileReader::ParseHeader(size_t* pos) {
     return Error(absl::StatusCode::kDataLoss, "bad magic: not a shardps checkpoint file");
   }
   const uint32_t version = LoadU32(in.data() + kMagicSize);
-  if (version != kFullFileFormatVersion && version != kFileFormatVersion) {
+  if (version < kFullFileFormatVersion || version > kFileFormatVersion) {
     return Error(
         absl::StatusCode::kFailedPrecondition,
         absl::StrCat("format version ", version, " is not supported (this build reads versions ",
@@ -170,6 +171,7 @@ absl::Status CheckpointFileReader::ParseHeader(size_t* pos) {
          (kind == internal::kFileKindFull || kind == internal::kFileKindDelta);
     h.delta = kind == internal::kFileKindDelta;
   }
+  h.admission_counts = version >= 3;
   if (!ok || d.remaining() != 0) {
     return Error(absl::StatusCode::kDataLoss, "header body is malformed");
   }
@@ -214,12 +216,18 @@ absl::Status CheckpointFileReader::ParseBlock(size_t* pos) {
   }
   const TableSchema* table = FindTable(table_id);
   const bool deleted = (flags & kFlagDeleted) != 0;
+  const bool counts = (flags & kFlagAdmissionCounts) != 0;
   if (table == nullptr) return fail(absl::StrCat("unknown table ", table_id));
   if (!std::binary_search(header_.partitions.begin(), header_.partitions.end(), partition)) {
     return fail(absl::StrCat("partition ", partition, " not in the header"));
   }
-  const uint64_t record = 8 + (deleted ? 0 : uint64_t{table->payload_bytes});
-  if ((flags & ~(kFlagZstd | kFlagDeleted)) != 0 || count == 0 || raw_len > kMaxBlockRawBytes ||
+  const uint32_t known =
+      kFlagZstd | kFlagDeleted | (header_.admission_counts ? kFlagAdmissionCounts : 0);
+  const uint64_t payload = deleted  ? 0
+                           : counts ? kAdmissionCountBytes
+                                    : uint64_t{table->payload_bytes};
+  const uint64_t record = 8 + payload;
+  if ((flags & ~known) != 0 || (deleted && counts) || count == 0 || raw_len > kMaxBlockRawBytes ||
       uint64_t{count} * record != raw_len || ((flags & kFlagZstd) == 0 && stored_len != raw_len)) {
     return fail(absl::StrCat("inconsistent lengths or flags (flags ", flags, ", ", count,
                              " records, raw ", raw_len, " bytes, stored ", stored_len, ")"));
@@ -234,8 +242,11 @@ absl::Status CheckpointFileReader::ParseBlock(size_t* pos) {
     }
     raw = out;
   }
-  blocks_.emplace_back(partition, table_id, deleted, count, deleted ? 0 : table->payload_bytes,
-                       raw);
+  blocks_.emplace_back(partition, table_id,
+                       deleted  ? BlockKind::kDeletions
+                       : counts ? BlockKind::kAdmissionCounts
+                                : BlockKind::kRows,
+                       count, payload, raw);
   num_records_ += count;
   *pos = start + crc_at + 4;
   return absl::OkStatus();

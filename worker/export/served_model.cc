@@ -107,7 +107,11 @@ void ApplyLink(const LoadedFiles& files, uint32_t num_partitions, TableStore* st
   for (const auto& file : files.files) {
     for (const bool deletions : {true, false}) {
       for (const checkpoint::RecordBlock& block : file->blocks()) {
-        if (block.deleted() != deletions) continue;
+        // Admission counts are the trainer's: a model serves its rows only.
+        if (block.deleted() != deletions ||
+            block.kind() == checkpoint::BlockKind::kAdmissionCounts) {
+          continue;
+        }
         Table* table = store->FindTable(block.table_id());  // The reader checked the schemas.
         if (state == nullptr) {
           scratch.payload.resize(table->row_stride());

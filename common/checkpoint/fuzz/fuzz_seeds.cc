@@ -12,14 +12,18 @@ namespace {
 
 constexpr uint32_t kPartitions = 4;
 
+// What a seed file holds besides rows.
+enum class Extra { kNone, kDeletions, kAdmissionCounts };
+
 absl::StatusOr<WrittenFile> WriteSeedFile(const std::string& path, Compression compression,
-                                          bool deletions) {
+                                          Extra extra) {
   FileHeader h;
   h.job_name = "fuzz";
   h.clock = 42;
   h.num_partitions = kPartitions;
   h.tables = FuzzSeedTables();
   h.partitions = {0, 1, 2, 3};
+  h.admission_counts = extra == Extra::kAdmissionCounts;
   WriterOptions options;
   options.compression = compression;
   options.block_bytes = 128;
@@ -27,8 +31,11 @@ absl::StatusOr<WrittenFile> WriteSeedFile(const std::string& path, Compression c
   for (const TableSchema& t : h.tables) {
     for (uint64_t key = 0; key < 12; ++key) {
       const uint32_t p = PartitionOf(t.id, key, kPartitions);
-      if (deletions && key % 3 == 0) {
+      if (extra == Extra::kDeletions && key % 3 == 0) {
         RETURN_IF_ERROR(writer->AddDeleted(p, t.id, key));
+      } else if (extra == Extra::kAdmissionCounts && key % 3 == 0) {
+        RETURN_IF_ERROR(
+            writer->AddAdmissionCount(p, t.id, key, std::string(kAdmissionCountBytes, char(key))));
       } else {
         RETURN_IF_ERROR(
             writer->Add(p, t.id, key, std::string(t.payload_bytes, char('a' + key % 4))));
@@ -61,9 +68,9 @@ absl::StatusOr<std::vector<std::string>> MakeFuzzSeeds(const std::string& scratc
   m.add_chain(m.checkpoint_id());
   int n = 0;
   for (Compression c : {Compression::kNone, Compression::kZstd}) {
-    for (bool deletions : {false, true}) {
+    for (Extra extra : {Extra::kNone, Extra::kDeletions, Extra::kAdmissionCounts}) {
       const std::string path = JoinPath(scratch_dir, absl::StrCat("seed-", n++, ".shard"));
-      ASSIGN_OR_RETURN(WrittenFile file, WriteSeedFile(path, c, deletions));
+      ASSIGN_OR_RETURN(WrittenFile file, WriteSeedFile(path, c, extra));
       ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
       seeds.push_back(WithMode(0, bytes));
       seeds.push_back(WithMode(1, bytes));

@@ -1,6 +1,6 @@
 // Seed inputs for the checkpoint fuzz target (checkpoint_file_fuzz.cc): valid
-// checkpoint files (plain, zstd, with deletions) and manifests, each prefixed
-// with the mode byte the target expects.
+// checkpoint files (plain, zstd; with deletions, with admission counts) and
+// manifests, each prefixed with the mode byte the target expects.
 #ifndef SHARDPS_COMMON_CHECKPOINT_FUZZ_FUZZ_SEEDS_H_
 #define SHARDPS_COMMON_CHECKPOINT_FUZZ_FUZZ_SEEDS_H_
 
