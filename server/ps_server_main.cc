@@ -226,13 +226,16 @@ class TableMetrics {
   std::vector<Series> series_;
 };
 
-// Prints "PS_SERVER_RESULT index=I rows=N weights_checksum=H": H is the XOR
-// over this server's rows of a hash of (table, key, weight bits), so the XOR
-// of every server's H fingerprints the job's weights whatever the sharding
-// (tests compare jobs with it; optimizer state is not included).
+// Prints "PS_SERVER_RESULT index=I rows=N weights_checksum=H updates=U": H
+// is the XOR over this server's rows of a hash of (table, key, weight bits),
+// so the XOR of every server's H fingerprints the job's weights whatever the
+// sharding (tests compare jobs with it; optimizer state is not included). U
+// counts the optimizer steps this process's pushes applied to rows: summed
+// over the servers, every row of every push applied once, wherever it was.
 void PrintWeightsChecksum(uint32_t index, TableStore* store) {
-  uint64_t h = 0, rows = 0;
+  uint64_t h = 0, rows = 0, updates = 0;
   for (const Table* table : store->tables()) {
+    updates += table->Counters().rows_updated;
     const uint32_t dim = table->dim();
     const uint64_t salt = Mix64(uint64_t{table->id()} + 0x51ed270b27af1d3bULL);
     table->ForEachRow([&](uint64_t key, const float* payload) {
@@ -246,8 +249,9 @@ void PrintWeightsChecksum(uint32_t index, TableStore* store) {
       ++rows;
     });
   }
-  std::printf("PS_SERVER_RESULT index=%u rows=%llu weights_checksum=%016llx\n", index,
-              static_cast<unsigned long long>(rows), static_cast<unsigned long long>(h));
+  std::printf("PS_SERVER_RESULT index=%u rows=%llu weights_checksum=%016llx updates=%llu\n", index,
+              static_cast<unsigned long long>(rows), static_cast<unsigned long long>(h),
+              static_cast<unsigned long long>(updates));
   std::fflush(stdout);
 }
 

@@ -357,6 +357,7 @@ PushCounts Table::Push(const uint64_t* keys, size_t n, const float* grads, float
     shared_.Push(keys, b.order.data(), b.to_shared.data(), n, grads, lr_scale);
   }
   skipped_nonfinite_.fetch_add(counts.skipped_nonfinite, std::memory_order_relaxed);
+  rows_updated_.fetch_add(counts.applied, std::memory_order_relaxed);
   return counts;
 }
 

@@ -117,6 +117,7 @@ struct TableCounters {
   uint64_t rows_skipped_nonfinite = 0;
   uint64_t pulls = 0;           // Pull calls.
   uint64_t pushes = 0;          // Push calls.
+  uint64_t rows_updated = 0;    // Optimizer steps pushes applied to rows.
   uint64_t shared_rows = 0;     // Shared unadmitted rows some partition uses.
   uint64_t shared_updates = 0;  // Optimizer steps applied to them.
 };
@@ -387,6 +388,7 @@ class Table {
   std::atomic<uint64_t> skipped_nonfinite_{0};
   std::atomic<uint64_t> pulls_{0};
   std::atomic<uint64_t> pushes_{0};
+  std::atomic<uint64_t> rows_updated_{0};
 
   // Shared unadmitted rows (used only if shared_rows_). Their lock is never
   // held while a stripe lock is taken.

@@ -290,6 +290,7 @@ TableCounters Table::Counters() const {
   c.rows_skipped_nonfinite = skipped_nonfinite_.load(std::memory_order_relaxed);
   c.pulls = pulls_.load(std::memory_order_relaxed);
   c.pushes = pushes_.load(std::memory_order_relaxed);
+  c.rows_updated = rows_updated_.load(std::memory_order_relaxed);
   if (shared_rows_) {
     c.shared_rows = shared_.RowsInUse();
     c.shared_updates = shared_.Updates();
