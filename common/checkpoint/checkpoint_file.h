@@ -111,8 +111,9 @@ struct FileHeader {
   uint32_t num_partitions = 0;       // P of the job (> 0), not this file's count.
   std::vector<TableSchema> tables;   // Unique ids and names; may be empty.
   std::vector<uint32_t> partitions;  // This file's: strictly increasing, < P.
-  // A delta file (written as version 2): rows changed since the checkpoint
-  // at base_clock (< clock), plus deletions. False: a full file (version 1).
+  // A delta file (written as version 2, or 3 with admission counts): rows
+  // changed since the checkpoint at base_clock (< clock), plus deletions.
+  // False: a full file (version 1, or 3).
   bool delta = false;
   uint64_t base_clock = 0;  // 0 unless delta.
   // The file may hold admission-count blocks (written as version 3).

@@ -21,8 +21,8 @@
 // - format_version stays 1 with deltas: kind, base_id and chain were part of
 //   version 1 from the start, and builds before delta support refuse to
 //   restore a DELTA (UNIMPLEMENTED, naming the checkpoint). The files of a
-//   DELTA are file format version 2, which those builds refuse as well
-//   (checkpoint_file.h, "Versions").
+//   DELTA are file format version 2 (3 with admission counts), which those
+//   builds refuse as well (checkpoint_file.h, kFileFormatVersion).
 // - FULL: no base_id; chain == {checkpoint_id}.
 //   DELTA: base_id is an older checkpoint id; chain starts with a FULL
 //   checkpoint (checked when the chain is resolved, see checkpoint_dir.h),
