@@ -168,7 +168,7 @@ Link ReadLink(const std::string& dir, const checkpoint::CheckpointManifest& mani
     EXPECT_TRUE(reader.ok()) << reader.status();
     if (!reader.ok()) continue;
     for (const checkpoint::RecordBlock& b : (*reader)->blocks()) {
-      if (b.table_id() != table_id) continue;
+      if (b.table_id() != table_id || b.kind() == checkpoint::BlockKind::kAdmissionCounts) continue;
       for (size_t r = 0; r < b.size(); ++r) {
         if (b.deleted()) {
           link.deleted.insert(b.key(r));
