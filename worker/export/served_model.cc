@@ -59,7 +59,8 @@ struct Scratch {
 // Records [begin, end) of `block` (their keys unique) onto `table`: what the
 // table held for each key leaves `state`, what is written enters it. A
 // shared row always exists (a write replaces it; the row count keeps it);
-// a deletion drops a row only (a shared key has none after a restore).
+// a deletion drops a row only (a shared key has none after a restore). The
+// rows are written in one Table::RestoreRows.
 void ApplyRecords(const checkpoint::RecordBlock& block, const uint64_t* keys, size_t begin,
                   size_t end, uint32_t num_partitions, Table* table, Scratch* s, HashState* state) {
   const uint32_t id = table->id();
@@ -88,11 +89,14 @@ void ApplyRecords(const checkpoint::RecordBlock& block, const uint64_t* keys, si
       table->DeleteRow(key);
       continue;
     }
-    const absl::string_view bytes = block.payload(begin + i);
-    std::memcpy(s->payload.data(), bytes.data(), bytes.size());
-    table->RestoreRow(key, s->payload.data());
+    // The weights lead the payload (unaligned in the block).
+    std::memcpy(s->payload.data(), block.payload(begin + i).data(), dim * sizeof(float));
     state->hash += RowHash(id, key, s->payload.data(), dim);
     if (!shared) ++state->rows;
+  }
+  if (!deletions) {
+    const size_t bytes = table->row_stride() * sizeof(float);
+    table->RestoreRows(keys + begin, block.payloads().data() + begin * bytes, n);
   }
 }
 
@@ -113,21 +117,17 @@ void ApplyLink(const LoadedFiles& files, uint32_t num_partitions, TableStore* st
           continue;
         }
         Table* table = store->FindTable(block.table_id());  // The reader checked the schemas.
+        keys.resize(block.size());
+        for (size_t i = 0; i < block.size(); ++i) keys[i] = block.key(i);
         if (state == nullptr) {
-          scratch.payload.resize(table->row_stride());
-          for (size_t i = 0; i < block.size(); ++i) {
-            if (deletions) {
-              table->DeleteRow(block.key(i));
-              continue;
-            }
-            const absl::string_view bytes = block.payload(i);
-            std::memcpy(scratch.payload.data(), bytes.data(), bytes.size());
-            table->RestoreRow(block.key(i), scratch.payload.data());
+          if (deletions) {
+            for (uint64_t key : keys) table->DeleteRow(key);
+          } else {
+            // A key twice in a block: RestoreRows writes them in order too.
+            table->RestoreRows(keys.data(), block.payloads().data(), keys.size());
           }
           continue;
         }
-        keys.resize(block.size());
-        for (size_t i = 0; i < block.size(); ++i) keys[i] = block.key(i);
         uint64_t dup;
         if (!table->FindDuplicateKey(keys.data(), keys.size(), &dup)) {
           ApplyRecords(block, keys.data(), 0, keys.size(), num_partitions, table, &scratch, state);
