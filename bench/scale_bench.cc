@@ -30,6 +30,7 @@
 //   bazel build -c opt //bench:scale_bench
 //   bazel-bin/bench/scale_bench [--rows=1000000,10000000,50000000]
 //       [--dims=16,64] [--dir=/tmp/scale_bench] [--steps=1000]
+//       [--pending_keys=N]  (N admission counts in the copy and restore too)
 #include <unistd.h>
 
 #include <cstdio>
@@ -56,6 +57,10 @@ ABSL_FLAG(std::string, dir, "/tmp/scale_bench", "Checkpoint and disk-test direct
 ABSL_FLAG(int, steps, 1000, "Timed W steps per case.");
 ABSL_FLAG(int, warmup, 100, "Untimed W steps first.");
 ABSL_FLAG(double, max_gib, 18, "Skip cases whose estimated peak memory exceeds this.");
+ABSL_FLAG(uint64_t, pending_keys, 0,
+          "With N > 0 the table admits keys at their second push (admission.min_count 2, "
+          "unadmitted INITIAL; the fill pushes each key twice) and N more keys are pushed once "
+          "before the checkpoint: its copy and restore carry N pending admission counts.");
 
 namespace shardps {
 namespace {
@@ -83,6 +88,10 @@ JobConfig Config(uint32_t dim) {
   AdagradConfig* a = t->mutable_optimizer()->mutable_adagrad();
   a->set_learning_rate(0.01f);
   a->set_eps(1e-10f);
+  if (absl::GetFlag(FLAGS_pending_keys) > 0) {
+    t->mutable_admission()->set_min_count(2);
+    t->mutable_admission()->set_unadmitted(AdmissionConfig::INITIAL);
+  }
   ClusterConfig* k = c.mutable_cluster();
   k->set_num_servers(1);
   k->set_num_workers(1);
@@ -168,17 +177,37 @@ std::vector<float> Sample(ParameterServerCore* core, const std::vector<uint64_t>
   return out;
 }
 
-// Creates rows 0..rows-1 (keys ZipfBatches::KeyOf) with training pulls.
+constexpr uint64_t kChunk = 1 << 16;
+
+// Pushes a zero gradient for keys ZipfBatches::KeyOf(first..first+count-1)
+// `times` times (with admission: counts them; a zero Adagrad step changes
+// no value).
+void PushZeros(ParameterServerCore* core, uint32_t dim, uint64_t first, uint64_t count, int times) {
+  std::vector<uint64_t> keys(kChunk);
+  const std::vector<float> zeros(kChunk * dim, 0.0f);
+  Table* table = core->store()->FindTable(kTable);
+  for (uint64_t r = 0; r < count; r += kChunk) {
+    const uint64_t n = std::min(kChunk, count - r);
+    for (uint64_t i = 0; i < n; ++i) keys[i] = bench::ZipfBatches::KeyOf(first + r + i);
+    for (int k = 0; k < times; ++k) table->Push(keys.data(), n, zeros.data(), 1.0f);
+  }
+}
+
+// Creates rows 0..rows-1 (keys ZipfBatches::KeyOf) with training pulls
+// (with --pending_keys: two pushes each).
 void Fill(ParameterServerCore* core, Case* c) {
-  constexpr uint64_t kChunk = 1 << 16;
   std::vector<uint64_t> keys(kChunk);
   std::vector<float> out(kChunk * c->dim);
   const uint64_t rss0 = ResidentBytes();
   const absl::Time t0 = absl::Now();
-  for (uint64_t r = 0; r < c->rows; r += kChunk) {
-    const uint64_t n = std::min(kChunk, c->rows - r);
-    for (uint64_t i = 0; i < n; ++i) keys[i] = bench::ZipfBatches::KeyOf(r + i);
-    BENCH_CHECK_OK(core->store()->Pull(kTable, keys.data(), n, /*train=*/true, out.data()));
+  if (absl::GetFlag(FLAGS_pending_keys) > 0) {
+    PushZeros(core, c->dim, 0, c->rows, 2);
+  } else {
+    for (uint64_t r = 0; r < c->rows; r += kChunk) {
+      const uint64_t n = std::min(kChunk, c->rows - r);
+      for (uint64_t i = 0; i < n; ++i) keys[i] = bench::ZipfBatches::KeyOf(r + i);
+      BENCH_CHECK_OK(core->store()->Pull(kTable, keys.data(), n, /*train=*/true, out.data()));
+    }
   }
   c->fill_rows_per_s = c->rows / Secs(absl::Now() - t0);
   c->bytes_per_row = static_cast<double>(ResidentBytes() - rss0) / c->rows;
@@ -258,6 +287,19 @@ Case RunCase(uint64_t num_rows, uint32_t dim, const std::string& dir) {
   sample_keys.erase(std::unique(sample_keys.begin(), sample_keys.end()), sample_keys.end());
   const std::vector<float> before = Sample(core.get(), sample_keys, dim);
 
+  const uint64_t pending = absl::GetFlag(FLAGS_pending_keys);
+  if (pending > 0) {
+    Progress("pending keys");
+    PushZeros(core.get(), dim, num_rows, pending, 1);
+    const uint64_t counted = core->store()->FindTable(kTable)->Counters().pending_rows;
+    if (counted != pending) {
+      std::fprintf(stderr, "%llu pending admission counts, want %llu\n",
+                   static_cast<unsigned long long>(counted),
+                   static_cast<unsigned long long>(pending));
+      std::exit(1);
+    }
+  }
+
   Progress("checkpoint");
   constexpr uint64_t kClock = 1;
   CheckpointRequest request;
@@ -309,7 +351,8 @@ Case RunCase(uint64_t num_rows, uint32_t dim, const std::string& dir) {
   t = absl::Now();
   BENCH_CHECK_OK(fresh->Restore(restore, &restored));
   c.restore_s = Secs(absl::Now() - t);
-  if (restored.rows() != num_rows || Sample(fresh.get(), sample_keys, dim) != before) {
+  if (restored.rows() != num_rows || Sample(fresh.get(), sample_keys, dim) != before ||
+      fresh->store()->FindTable(kTable)->Counters().pending_rows != pending) {
     std::fprintf(stderr, "restore of %s differs from the checkpointed rows\n",
                  written.checkpoint_dir().c_str());
     std::exit(1);
@@ -317,14 +360,16 @@ Case RunCase(uint64_t num_rows, uint32_t dim, const std::string& dir) {
   fresh.reset();
   std::filesystem::remove_all(root);
   std::printf(
-      "rows=%llu dim=%u bytes_per_row=%.1f table_bytes_per_row=%.0f fill_rows_per_s=%.0f "
-      "unique_per_step=%.0f pull_rows_per_s=%.0f push_rows_per_s=%.0f w_rows_per_s=%.0f "
-      "ckpt_gb=%.3f copy_s=%.2f write_s=%.2f write_gbps=%.2f disk_write_gbps=%.2f "
-      "restore_s=%.2f restore_gbps=%.2f disk_read_gbps=%.2f resident_before_restore=%.2f\n",
-      static_cast<unsigned long long>(num_rows), dim, c.bytes_per_row, c.table_bytes_per_row,
-      c.fill_rows_per_s, c.unique_per_step, c.pull_rows_per_s, c.push_rows_per_s, c.w_rows_per_s,
-      c.ckpt_gb, c.copy_s, c.write_s, c.ckpt_gb / c.write_s, c.disk_write_gbps, c.restore_s,
-      c.ckpt_gb / c.restore_s, c.disk_read_gbps, c.resident_before_restore);
+      "rows=%llu dim=%u pending=%llu bytes_per_row=%.1f table_bytes_per_row=%.0f "
+      "fill_rows_per_s=%.0f unique_per_step=%.0f pull_rows_per_s=%.0f push_rows_per_s=%.0f "
+      "w_rows_per_s=%.0f ckpt_gb=%.3f copy_s=%.2f write_s=%.2f write_gbps=%.2f "
+      "disk_write_gbps=%.2f restore_s=%.2f restore_gbps=%.2f disk_read_gbps=%.2f "
+      "resident_before_restore=%.2f\n",
+      static_cast<unsigned long long>(num_rows), dim, static_cast<unsigned long long>(pending),
+      c.bytes_per_row, c.table_bytes_per_row, c.fill_rows_per_s, c.unique_per_step,
+      c.pull_rows_per_s, c.push_rows_per_s, c.w_rows_per_s, c.ckpt_gb, c.copy_s, c.write_s,
+      c.ckpt_gb / c.write_s, c.disk_write_gbps, c.restore_s, c.ckpt_gb / c.restore_s,
+      c.disk_read_gbps, c.resident_before_restore);
   std::fflush(stdout);
   return c;
 }

@@ -287,7 +287,7 @@ TEST(AdmissionTest, AdmissionCountsAreTrackedForDeltasAndRestored) {
   auto restored = MakeTable(t);
   restored->SetClock(8);
   table->ForEachAdmissionCount(std::nullopt, [&](uint64_t key, const AdmissionCount& c) {
-    restored->RestoreAdmissionCount(key, c);
+    restored->RestoreAdmissionCounts(&key, &c, 1);
   });
   EXPECT_EQ(restored->Counters().pending_rows, 2u);
   for (Table* each : {table.get(), restored.get()}) {
@@ -298,9 +298,24 @@ TEST(AdmissionTest, AdmissionCountsAreTrackedForDeltasAndRestored) {
     EXPECT_EQ(each->Counters().pending_rows, 1u);
   }
   EXPECT_EQ(EvalPull(*restored, 1), EvalPull(*table, 1));
-  // A key with a row takes no count: a row is admitted.
-  restored->RestoreAdmissionCount(1, AdmissionCount{1, 0, 0});
-  EXPECT_EQ(restored->Counters().pending_rows, 1u);
+  // A key with a row takes no count: a row is admitted. A batch of many
+  // keys sets the rest.
+  std::vector<uint64_t> keys = {1};
+  std::vector<AdmissionCount> counts = {AdmissionCount{1, 0, 0}};
+  for (uint64_t k = 100; k < 100 + 2 * Table::kParallelMinKeys; ++k) {
+    keys.push_back(k);
+    counts.push_back(AdmissionCount{static_cast<uint32_t>(k % 2 + 1), 0, k});
+  }
+  restored->RestoreAdmissionCounts(keys.data(), counts.data(), keys.size());
+  EXPECT_EQ(restored->Counters().pending_rows, 1 + 2 * Table::kParallelMinKeys);
+  std::map<uint64_t, std::pair<uint32_t, uint64_t>> got;
+  restored->ForEachAdmissionCount(std::nullopt, [&](uint64_t key, const AdmissionCount& c) {
+    if (key >= 100) got[key] = {c.count, c.last_clock};
+  });
+  ASSERT_EQ(got.size(), 2 * Table::kParallelMinKeys);
+  for (const auto& [key, count] : got) {
+    EXPECT_EQ(count, std::make_pair(static_cast<uint32_t>(key % 2 + 1), key)) << key;
+  }
 }
 
 // ---- Through ParameterServerCore ----

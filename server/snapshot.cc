@@ -274,6 +274,7 @@ uint64_t ApplyLink(const LoadedFiles& files, const std::vector<bool>& owned, Tab
                    RestorePace* pace = nullptr) {
   uint64_t rows = 0;
   std::vector<uint64_t> keys;
+  std::vector<AdmissionCount> counts;
   for (const auto& file : files.files) {
     for (const ckpt::BlockKind kind :
          {ckpt::BlockKind::kDeletions, ckpt::BlockKind::kRows, ckpt::BlockKind::kAdmissionCounts}) {
@@ -285,9 +286,13 @@ uint64_t ApplyLink(const LoadedFiles& files, const std::vector<bool>& owned, Tab
           continue;
         }
         if (kind == ckpt::BlockKind::kAdmissionCounts) {
+          keys.resize(block.size());
+          counts.resize(block.size());
           for (size_t i = 0; i < block.size(); ++i) {
-            table->RestoreAdmissionCount(block.key(i), DecodeAdmissionCount(block.payload(i)));
+            keys[i] = block.key(i);
+            counts[i] = DecodeAdmissionCount(block.payload(i));
           }
+          table->RestoreAdmissionCounts(keys.data(), counts.data(), block.size());
           continue;
         }
         // The reader checked the payload size against the table's schema.
@@ -304,15 +309,22 @@ uint64_t ApplyLink(const LoadedFiles& files, const std::vector<bool>& owned, Tab
 }
 
 // Before restoring a full link into tables without those rows: room in each
-// table's index for the rows the link holds for it.
+// table's index for the rows the link holds for it, and in its pending
+// maps for its admission counts.
 void ReserveFor(const LoadedFiles& files, const std::vector<bool>& owned, TableStore* store) {
-  std::map<uint32_t, size_t> rows;
+  std::map<uint32_t, std::pair<size_t, size_t>> records;  // Rows, admission counts.
   for (const auto& file : files.files) {
     for (const ckpt::RecordBlock& block : file->blocks()) {
-      if (block.rows() && owned[block.partition()]) rows[block.table_id()] += block.size();
+      if (!owned[block.partition()]) continue;
+      if (block.rows()) records[block.table_id()].first += block.size();
+      if (block.kind() == ckpt::BlockKind::kAdmissionCounts) {
+        records[block.table_id()].second += block.size();
+      }
     }
   }
-  for (const auto& [table_id, n] : rows) store->FindTable(table_id)->ReserveRows(n);
+  for (const auto& [table_id, n] : records) {
+    store->FindTable(table_id)->ReserveRows(n.first, n.second);
+  }
 }
 
 // ApplyLink for each link in order.

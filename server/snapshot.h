@@ -25,7 +25,7 @@
 // Table::ForEachAdmissionCount) as admission-count records
 // (checkpoint_file.h: version 3 files, written only when a file holds some),
 // after the partition's rows: count, last push's seconds, last push's clock
-// (u32, u32, u64); a restore sets them again (RestoreAdmissionCount), so a
+// (u32, u32, u64); a restore sets them again (RestoreAdmissionCounts), so a
 // key counts towards admission from where it was.
 //
 // ## Deltas

@@ -222,7 +222,7 @@ class Table {
   // Checkpoint support. A row's payload is row_stride() floats: weights,
   // optimizer state, then (eviction on) the last-touch clock and time, bit
   // for bit. Pending admission counts are saved apart
-  // (ForEachAdmissionCount, RestoreAdmissionCount).
+  // (ForEachAdmissionCount, RestoreAdmissionCounts).
   //
   // Calls `visit(key, payload)` for every row, one stripe at a time under its
   // lock (the payload pointer is valid only during the call; `visit` must not
@@ -239,8 +239,9 @@ class Table {
   // taken once, the lookups and row writes of a stripe overlapping.
   void RestoreRows(const uint64_t* keys, const char* payloads, size_t n);
   // Makes room in the index for `rows` more rows spread over the stripes,
-  // so a restore of that many does not rehash as it goes.
-  void ReserveRows(size_t rows);
+  // and for `admission_counts` more pending counts, so a restore of that
+  // many does not rehash as it goes.
+  void ReserveRows(size_t rows, size_t admission_counts = 0);
   // Calls `visit(key, count)` for every pending admission count (keys seen,
   // not admitted, no row), or, with `since`, for those that changed after
   // that generation (see change tracking at the top), one stripe at a time
@@ -248,9 +249,11 @@ class Table {
   void ForEachAdmissionCount(
       std::optional<uint32_t> since,
       const std::function<void(uint64_t key, const AdmissionCount& count)>& visit) const;
-  // Sets `key`'s pending admission count (a restore), unless the key has a
-  // row: a row is admitted, and a checkpoint never holds both.
-  void RestoreAdmissionCount(uint64_t key, const AdmissionCount& count);
+  // Sets keys[i]'s pending admission count to counts[i] (a restore), unless
+  // the key has a row: a row is admitted, and a checkpoint never holds both.
+  // Stripe by stripe, each lock taken once, the stripes spread over the
+  // helper pool as a push's are.
+  void RestoreAdmissionCounts(const uint64_t* keys, const AdmissionCount* counts, size_t n);
   // Drops every row, pending count and logged deletion (before a restore).
   void Clear();
   // Drops the rows and pending admission counts of the keys whose partition

@@ -142,13 +142,18 @@ void Table::RestoreRows(const uint64_t* keys, const char* payloads, size_t n) {
   }
 }
 
-void Table::ReserveRows(size_t rows) {
-  const double expected = static_cast<double>(rows) / kNumStripes;
-  const size_t per_stripe = static_cast<size_t>(expected + 3 * std::sqrt(expected) + 4);
+void Table::ReserveRows(size_t rows, size_t admission_counts) {
+  const auto per_stripe = [](size_t n) -> size_t {
+    if (n == 0) return 0;
+    const double expected = static_cast<double>(n) / kNumStripes;
+    return static_cast<size_t>(expected + 3 * std::sqrt(expected) + 4);
+  };
+  const size_t rows_each = per_stripe(rows), counts_each = per_stripe(admission_counts);
   for (int s = 0; s < kNumStripes; ++s) {
     Stripe& stripe = stripes_[s];
     MutexLock lock(&stripe.mu);
-    stripe.index.Reserve(stripe.index.size() + per_stripe);
+    if (rows_each > 0) stripe.index.Reserve(stripe.index.size() + rows_each);
+    if (counts_each > 0) stripe.pending.reserve(stripe.pending.size() + counts_each);
   }
 }
 
@@ -164,13 +169,25 @@ void Table::ForEachAdmissionCount(
   }
 }
 
-void Table::RestoreAdmissionCount(uint64_t key, const AdmissionCount& count) {
-  Stripe& stripe = StripeOf(key);
-  MutexLock lock(&stripe.mu);
-  if (stripe.index.Contains(key)) return;
-  Pending& p = stripe.pending[key];
-  static_cast<AdmissionCount&>(p) = count;
-  p.generation = CurrentGeneration();
+void Table::RestoreAdmissionCounts(const uint64_t* keys, const AdmissionCount* counts, size_t n) {
+  Batch& b = GroupByStripe(keys, n);
+  const uint32_t generation = CurrentGeneration();
+  ForStripes(n, [&](int first, int last) {
+    for (int s = first; s < last; ++s) {
+      const uint32_t begin = b.start[s], end = b.start[s + 1];
+      if (begin == end) continue;
+      Stripe& stripe = stripes_[s];
+      MutexLock lock(&stripe.mu);
+      stripe.pending.reserve(stripe.pending.size() + (end - begin));
+      for (uint32_t j = begin; j < end; ++j) {
+        const uint32_t i = b.order[j];
+        if (stripe.index.Contains(keys[i])) continue;
+        Pending& p = stripe.pending[keys[i]];
+        static_cast<AdmissionCount&>(p) = counts[i];
+        p.generation = generation;
+      }
+    }
+  });
 }
 
 void Table::Clear() {
