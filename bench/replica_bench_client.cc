@@ -180,9 +180,8 @@ int Rows() {
         return 1;
       }
       for (const checkpoint::RecordBlock& b : (*reader)->blocks()) {
-        if (b.kind() != checkpoint::BlockKind::kAdmissionCounts) {
-          (b.deleted() ? deleted : rows) += b.size();
-        }
+        if (b.rows()) rows += b.size();
+        if (b.deleted()) deleted += b.size();
       }
     }
     std::printf("PS_CHECKPOINT_ROWS clock=%" PRIu64 " kind=%s rows=%" PRIu64 " deleted=%" PRIu64

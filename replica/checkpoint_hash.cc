@@ -23,12 +23,11 @@ using Rows = absl::flat_hash_map<std::pair<uint32_t, uint64_t>, std::string>;
 
 // Applies one file: its deletions, then its rows (as a restore does).
 absl::Status ApplyFile(const ckpt::CheckpointFileReader& file, Rows* rows) {
-  for (const bool deletions : {true, false}) {
+  // Admission counts are not rows: not in the hash.
+  for (const ckpt::BlockKind kind : {ckpt::BlockKind::kDeletions, ckpt::BlockKind::kRows}) {
+    const bool deletions = kind == ckpt::BlockKind::kDeletions;
     for (const ckpt::RecordBlock& block : file.blocks()) {
-      // Admission counts are not rows: not in the hash.
-      if (block.deleted() != deletions || block.kind() == ckpt::BlockKind::kAdmissionCounts) {
-        continue;
-      }
+      if (block.kind() != kind) continue;
       const ckpt::TableSchema* schema = file.FindTable(block.table_id());
       if (schema == nullptr || size_t{schema->dim} * 4 > schema->payload_bytes) {
         return absl::DataLossError(absl::StrCat(file.name(), ": table ", block.table_id(),

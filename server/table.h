@@ -70,10 +70,10 @@
 //    last-touch stamp). Rows dropped by Evict() are logged (per stripe) as
 //    deletions with the generation. A pending admission count carries the
 //    generation of its last change too (a push counting it, a restore), and
-//    one Evict() drops is logged as a deletion. The hot path pays one relaxed atomic
-//    load and one 4-byte store into the bucket it has just found, under
-//    the stripe lock it holds anyway; no allocation. A delta scan reads only
-//    the buckets, and the rows that changed.
+//    one Evict() drops is logged as a deletion. The hot path pays one
+//    relaxed atomic load and one 4-byte store into the bucket it has just
+//    found, under the stripe lock it holds anyway; no allocation. A delta
+//    scan reads only the buckets, and the rows that changed.
 //
 // The Table does not validate: its caller (TableStore) has checked that push
 // keys are unique, dense keys in range, and gradients finite and within

@@ -195,7 +195,6 @@ class RecordBlock {
       : partition_(partition),
         table_id_(table_id),
         kind_(kind),
-        deleted_(kind == BlockKind::kDeletions),
         num_records_(num_records),
         payload_bytes_(payload_bytes),
         raw_(raw) {}
@@ -204,7 +203,7 @@ class RecordBlock {
   uint32_t table_id() const { return table_id_; }
   BlockKind kind() const { return kind_; }
   // True: the records are deletions (keys only, empty payloads).
-  bool deleted() const { return deleted_; }
+  bool deleted() const { return kind_ == BlockKind::kDeletions; }
   // True: the records are rows (not deletions or admission counts).
   bool rows() const { return kind_ == BlockKind::kRows; }
   size_t size() const { return num_records_; }
@@ -217,13 +216,13 @@ class RecordBlock {
   // unaligned: memcpy before reading floats). Empty for deletions. Valid as
   // long as the reader.
   absl::string_view payload(size_t i) const {
-    if (deleted_) return absl::string_view();
+    if (deleted()) return absl::string_view();
     return raw_.substr(8 * num_records_ + payload_bytes_ * i, payload_bytes_);
   }
   // Every payload, record i's at i * payload_bytes (unaligned). Empty for
   // deletions. Valid as long as the reader.
   absl::string_view payloads() const {
-    if (deleted_) return absl::string_view();
+    if (deleted()) return absl::string_view();
     return raw_.substr(8 * num_records_, payload_bytes_ * num_records_);
   }
 
@@ -231,7 +230,6 @@ class RecordBlock {
   uint32_t partition_;
   uint32_t table_id_;
   BlockKind kind_;
-  bool deleted_;
   size_t num_records_;
   size_t payload_bytes_;
   absl::string_view raw_;

@@ -69,7 +69,7 @@ void ApplyRecords(const checkpoint::RecordBlock& block, const uint64_t* keys, si
   const bool deletions = block.deleted();
   s->held.resize(n);
   s->old.resize(n * dim);
-  s->payload.resize(table->row_stride());
+  s->payload.resize(dim);
   for (size_t i = 0; i < n; ++i) {
     const uint64_t key = keys[begin + i];
     s->held[i] = table->Contains(key) || (!deletions && IsSharedKey(*table, key, num_partitions));
@@ -109,13 +109,12 @@ void ApplyLink(const LoadedFiles& files, uint32_t num_partitions, TableStore* st
   Scratch scratch;
   std::vector<uint64_t> keys;
   for (const auto& file : files.files) {
-    for (const bool deletions : {true, false}) {
+    // Admission counts are the trainer's: a model serves its rows only.
+    for (const checkpoint::BlockKind kind :
+         {checkpoint::BlockKind::kDeletions, checkpoint::BlockKind::kRows}) {
+      const bool deletions = kind == checkpoint::BlockKind::kDeletions;
       for (const checkpoint::RecordBlock& block : file->blocks()) {
-        // Admission counts are the trainer's: a model serves its rows only.
-        if (block.deleted() != deletions ||
-            block.kind() == checkpoint::BlockKind::kAdmissionCounts) {
-          continue;
-        }
+        if (block.kind() != kind) continue;
         Table* table = store->FindTable(block.table_id());  // The reader checked the schemas.
         keys.resize(block.size());
         for (size_t i = 0; i < block.size(); ++i) keys[i] = block.key(i);
