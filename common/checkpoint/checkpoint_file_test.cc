@@ -390,6 +390,30 @@ TEST_F(CheckpointFileTest, AdmissionCountsAreVersion3Blocks) {
     EXPECT_EQ(blocks[2].table_id(), 7u);
     EXPECT_EQ(blocks[2].payloads(), std::string(16, 'd'));
 
+    // A block of deletions relabelled as deletions and admission counts
+    // (flags 6; lengths still those of deletions), its CRC made right:
+    // refused as corrupt.
+    {
+      const std::string del_path = JoinPath(dir_, "deletions.shard");
+      auto del = CheckpointFileWriter::Create(del_path, h);
+      ASSERT_TRUE(del.ok()) << del.status();
+      ASSERT_TRUE((*del)->AddDeleted(5, 1, 9).ok());
+      ASSERT_TRUE((*del)->Finish().ok());
+      std::string both = testing::ReadAll(del_path);
+      ASSERT_TRUE(CheckpointFileReader::Parse(both, "f").ok());
+      uint32_t body_len;
+      std::memcpy(&body_len, both.data() + 12, 4);
+      const size_t block = 16 + body_len + 4;
+      const uint32_t flags = 6;
+      std::memcpy(&both[block + 12], &flags, 4);
+      const size_t crc_at = block + 28 + 8;
+      const uint32_t crc = Crc32c(both.data() + block, crc_at - block);
+      std::memcpy(&both[crc_at], &crc, 4);
+      absl::Status st = CheckpointFileReader::Parse(both, "f").status();
+      EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+      EXPECT_THAT(st.message(), HasSubstr("inconsistent lengths or flags (flags 6"));
+    }
+
     // The same bytes labelled version 2 (a delta) or 1: the flag is unknown
     // there. Version 1 has no file kind either, so its header is malformed.
     std::string old = bytes;
