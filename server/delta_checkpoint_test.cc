@@ -4,11 +4,14 @@
 // FULL checkpoint of the same state; evictions are applied as deletions; a
 // corrupt or missing link is refused naming its file; GC keeps the chain; a
 // restored server continues the chain. Core-level, no network.
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "server/parameter_server_core.h"
 #include "server/snapshot_test_util.h"
+#include "server/version_log.h"
 
 namespace shardps {
 namespace {
@@ -240,6 +244,126 @@ TEST(DeltaCheckpointTest, DeltaWithoutItsBaseIsRefusedAndWritesNothing) {
             absl::StatusCode::kFailedPrecondition);
   request.set_base_clock(3);
   EXPECT_EQ(job.core(0).Checkpoint(request, &response).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The replicas' versions (version_log.h): once a follower has asked, each
+// cut's copy publishes a part per server; the FULL part's weights, then
+// each DELTA part's deletions and weights applied in order, equal the
+// weights the servers hold at each cut (evicted rows gone).
+TEST(VersionPartsTest, PartsOfEveryCutRebuildTheServersWeights) {
+  const std::string root = NewRoot("versions");
+  Job job;
+  for (uint32_t s = 0; s < kServers; ++s) {
+    // A follower's first ask: nothing kept yet, and parts are wanted now.
+    EXPECT_EQ(job.core(s).versions()->Next(0, 0, absl::InfinitePast()), nullptr);
+    EXPECT_TRUE(job.core(s).versions()->wanted());
+  }
+  // (table, key) -> weights, as a replica applies the parts.
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> served;
+  const auto apply = [&](uint64_t clock, bool full, uint64_t base) {
+    std::vector<uint32_t> covered;
+    for (uint32_t s = 0; s < kServers; ++s) {
+      const auto part = job.core(s).versions()->Next(0, clock - 1, absl::InfinitePast());
+      ASSERT_NE(part, nullptr) << "server " << s << " published no part at " << clock;
+      EXPECT_EQ(part->clock(), clock);
+      EXPECT_EQ(part->full(), full);
+      EXPECT_EQ(part->server_index(), s);
+      EXPECT_EQ(part->num_partitions(), kParts);
+      if (!full) {
+        EXPECT_EQ(part->base_clock(), base);
+        EXPECT_EQ(part->base_generation(), part->generation());
+      }
+      covered.insert(covered.end(), part->partitions().begin(), part->partitions().end());
+      for (const VersionRows& t : part->tables()) {
+        for (uint64_t key : t.deleted()) served.erase({t.table_id(), key});
+        ASSERT_EQ(t.weights().size(), t.keys_size() * t.dim() * sizeof(float));
+        for (int k = 0; k < t.keys_size(); ++k) {
+          std::vector<float> w(t.dim());
+          std::memcpy(w.data(), t.weights().data() + k * t.dim() * sizeof(float),
+                      t.dim() * sizeof(float));
+          served[{t.table_id(), t.keys(k)}] = w;
+        }
+      }
+    }
+    std::sort(covered.begin(), covered.end());
+    EXPECT_EQ(covered.size(), kParts);
+    EXPECT_EQ(std::unique(covered.begin(), covered.end()), covered.end());
+    // The servers' rows, weights only (the shared rows are not in DumpAll).
+    std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> trained;
+    for (const auto& [id, payload] : job.DumpAll()) {
+      const size_t dim = job.core(0).store()->FindTable(id.first)->dim();
+      trained[id] = std::vector<float>(payload.begin(), payload.begin() + dim);
+    }
+    EXPECT_TRUE(served == trained) << "version " << clock << ": " << served.size()
+                                   << " rows served, " << trained.size() << " trained";
+  };
+  for (uint64_t c = 0; c < 2; ++c) job.Step(c);
+  const ckpt::CheckpointManifest full = job.Checkpoint(root, 2, nullptr);
+  apply(2, /*full=*/true, 0);
+  for (uint64_t c = 2; c < 4; ++c) job.Step(c);
+  const ckpt::CheckpointManifest delta4 = job.Checkpoint(root, 4, &full);
+  apply(4, /*full=*/false, 2);
+  const uint64_t evicted_before = job.evicted();
+  for (uint64_t c = 4; c < 7; ++c) job.Step(c);
+  ASSERT_GT(job.evicted(), evicted_before);  // The last part deletes rows.
+  job.Checkpoint(root, 7, &delta4);
+  apply(7, /*full=*/false, 4);
+  for (uint32_t s = 0; s < kServers; ++s) {
+    EXPECT_EQ(job.core(s).versions()->parts(), 3u);
+    // A follower at the newest version waits for the next.
+    EXPECT_EQ(job.core(s).versions()->Next(0, 7, absl::Now() + absl::Milliseconds(10)), nullptr);
+  }
+}
+
+// Without a follower no part is built; the log keeps the newest parts in
+// (generation, clock) order, replaces a retried cut, and wakes waiters.
+TEST(VersionPartsTest, LogKeepsTheNewestPartsInOrder) {
+  {
+    const std::string root = NewRoot("no_follower");
+    Job job;
+    for (uint64_t c = 0; c < 2; ++c) job.Step(c);
+    job.Checkpoint(root, 2, nullptr);
+    EXPECT_EQ(job.core(0).versions()->parts(), 0u);
+  }
+  VersionLog log(/*max_bytes=*/1 << 20);
+  const auto part = [](uint64_t generation, uint64_t clock, size_t bytes) {
+    auto p = std::make_shared<VersionPart>();
+    p->set_generation(generation);
+    p->set_clock(clock);
+    p->add_tables()->mutable_weights()->resize(bytes);
+    return p;
+  };
+  for (uint64_t c = 1; c <= VersionLog::kMaxParts + 2; ++c) log.Publish(part(1, c, 10));
+  EXPECT_EQ(log.parts(), VersionLog::kMaxParts);
+  // The oldest kept is handed to a follower further behind.
+  EXPECT_EQ(log.Next(1, 0, absl::InfinitePast())->clock(), 3u);
+  EXPECT_EQ(log.Next(1, 5, absl::InfinitePast())->clock(), 6u);
+  // A new generation (a rollback to an older clock) orders after.
+  log.Publish(part(2, 4, 10));
+  EXPECT_EQ(log.Next(1, VersionLog::kMaxParts + 2, absl::InfinitePast())->generation(), 2u);
+  // A retried cut replaces its part.
+  log.Publish(part(2, 4, 20));
+  EXPECT_EQ(log.Next(1, 100, absl::InfinitePast())->tables(0).weights().size(), 20u);
+  // Over max_bytes the oldest go; the newest stays even alone.
+  log.Publish(part(2, 5, 2 << 20));
+  EXPECT_EQ(log.parts(), 1u);
+  EXPECT_EQ(log.Next(0, 0, absl::InfinitePast())->clock(), 5u);
+  // A waiting follower is woken by a publish, and by Stop.
+  std::thread publisher([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    log.Publish(part(2, 6, 10));
+  });
+  const auto next = log.Next(2, 5, absl::InfiniteFuture());
+  publisher.join();
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(next->clock(), 6u);
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    log.Stop();
+  });
+  EXPECT_EQ(log.Next(2, 6, absl::InfiniteFuture()), nullptr);
+  stopper.join();
+  EXPECT_TRUE(log.stopped());
 }
 
 }  // namespace

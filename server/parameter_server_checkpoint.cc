@@ -2,6 +2,7 @@
 // has the contract; server/snapshot.h the file layout): the copy of a cut,
 // its background write, delta bases, and Restore into a job generation.
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -111,8 +112,11 @@ absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
   DropCheckpointWrite();
   const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
   std::optional<uint32_t> since;
+  uint64_t base_generation = 0;
   if (request.delta()) {
-    ASSIGN_OR_RETURN(since, DeltaBase(root, request, owned));
+    ASSIGN_OR_RETURN(const CheckpointBase base, DeltaBase(root, request, owned));
+    since = base.generation;
+    base_generation = base.job_generation;
   }
   ASSIGN_OR_RETURN(const std::string dir, checkpoint::CreateCheckpointDir(root, request.clock()));
   std::shared_ptr<const StoreSnapshot> snapshot;
@@ -129,7 +133,8 @@ absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
   }
   // Rows changed from now on are newer than `generation`: a delta on this
   // checkpoint holds them (once the scheduler has made it complete).
-  RememberBase({root, request.clock(), generation, owned});
+  const absl::Time cut = absl::Now();
+  RememberBase({root, request.clock(), generation, owned, request.generation()});
   SnapshotWriteOptions options;
   options.dir = dir;
   options.job_name = config_.name();
@@ -141,7 +146,19 @@ absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
   write_->dir = dir;
   write_->rows = snapshot->rows();
   CheckpointWrite* write = write_.get();
-  write_->thread = std::thread([write, snapshot, options, delay = checkpoint_write_delay_] {
+  // The cut is also a version for serving replicas (version_log.h), built
+  // here, off the workers' hold, and before the files.
+  std::function<void()> publish;
+  if (versions_.wanted()) {
+    publish = [this, snapshot, clock = request.clock(), generation = request.generation(),
+               base_clock = request.base_clock(), base_generation, cut] {
+      versions_.Publish(MakeVersionPart(*snapshot, *store_, clock, generation, base_clock,
+                                        base_generation, server_index_, cut));
+    };
+  }
+  write_->thread = std::thread([write, snapshot, options, publish = std::move(publish),
+                                delay = checkpoint_write_delay_] {
+    if (publish) publish();
     if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
     absl::StatusOr<std::vector<checkpoint::WrittenFile>> files = WriteSnapshot(*snapshot, options);
     if (files.ok()) {
@@ -250,7 +267,8 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
     // The tables now equal the checkpoint: the only base for the next delta
     // (deltas on earlier bases would miss the deletions Clear() forgot).
     bases_.clear();
-    RememberBase({source.root, clock, store_->AdvanceGeneration(), owned});
+    RememberBase({source.root, clock, store_->AdvanceGeneration(), owned,
+                  source.checkpoint.manifest.generation()});
     max_clock_.store(clock, std::memory_order_relaxed);
     store_->ResetClock(clock);
     generation_.store(request.generation(), std::memory_order_release);
@@ -419,9 +437,9 @@ absl::Status ParameterServerCore::RestorePartitions(const RestoreRequest& reques
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint32_t> ParameterServerCore::DeltaBase(const std::string& root,
-                                                        const CheckpointRequest& request,
-                                                        const std::vector<bool>& owned) const {
+absl::StatusOr<ParameterServerCore::CheckpointBase> ParameterServerCore::DeltaBase(
+    const std::string& root, const CheckpointRequest& request,
+    const std::vector<bool>& owned) const {
   for (const CheckpointBase& base : bases_) {
     if (base.root != root || base.clock != request.base_clock()) continue;
     if (base.owned != owned) {
@@ -430,7 +448,7 @@ absl::StatusOr<uint32_t> ParameterServerCore::DeltaBase(const std::string& root,
                        " owned other partitions at its base ",
                        checkpoint::CheckpointId(request.base_clock()), "; take a full checkpoint"));
     }
-    return base.generation;
+    return base;
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "delta checkpoint at clock ", request.clock(), ": server ", server_index_,

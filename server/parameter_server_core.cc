@@ -543,7 +543,10 @@ uint64_t ParameterServerCore::Evict() {
                        OwnedPartitions(*CurrentMap()));
 }
 
-void ParameterServerCore::Shutdown() { bsp_clocks_.Shutdown(); }
+void ParameterServerCore::Shutdown() {
+  bsp_clocks_.Shutdown();
+  versions_.Stop();
+}
 
 absl::Status ParameterServerCore::BufferBspPush(const PushRequest& request, float lr_scale,
                                                 const std::vector<DecodedTable>& tables,

@@ -174,6 +174,7 @@
 #include "proto/ps.pb.h"
 #include "server/bsp_aggregator.h"
 #include "server/table_store.h"
+#include "server/version_log.h"
 
 namespace shardps {
 
@@ -272,6 +273,9 @@ class ParameterServerCore {
   uint64_t applied_clock() const;
   uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
   TableStore* store() { return store_.get(); }
+  // The versions this server cut for serving replicas (version_log.h): each
+  // checkpoint copy publishes its part once a follower has asked.
+  VersionLog* versions() { return &versions_; }
 
  private:
   // SSP/ASP: how far one push may move the eviction clock forward.
@@ -359,12 +363,14 @@ class ParameterServerCore {
     uint64_t clock = 0;
     uint32_t generation = 0;  // The table generation that ended then.
     std::vector<bool> owned;
+    uint64_t job_generation = 0;  // The job generation of the cut.
   };
   static constexpr size_t kRememberedBases = 4;
-  // The generation a delta on request.base_clock starts after, or
+  // The base a delta on request.base_clock starts after, or
   // FAILED_PRECONDITION.
-  absl::StatusOr<uint32_t> DeltaBase(const std::string& root, const CheckpointRequest& request,
-                                     const std::vector<bool>& owned) const
+  absl::StatusOr<CheckpointBase> DeltaBase(const std::string& root,
+                                           const CheckpointRequest& request,
+                                           const std::vector<bool>& owned) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
   // Records a base (replacing one of the same root and clock), forgets the
   // oldest beyond kRememberedBases and trims deletions no base needs.
@@ -404,6 +410,10 @@ class ParameterServerCore {
   // BSP: the clocks, the buffered pushes, the active workers (used in
   // every mode for applied_clock(), which stays 0 outside BSP).
   BspAggregator bsp_clocks_;
+  // Serving replicas' versions (at most kVersionLogBytes kept, the newest
+  // always).
+  static constexpr uint64_t kVersionLogBytes = uint64_t{256} << 20;
+  VersionLog versions_{kVersionLogBytes};
   // GrantClock's; no bound until the first call.
   std::atomic<uint64_t> granted_clock_{UINT64_MAX};
 };

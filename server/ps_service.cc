@@ -500,4 +500,32 @@ grpc::Status PsService::Control(grpc::ServerContext* context, const ControlReque
   return ToGrpcStatus(st);
 }
 
+grpc::Status PsService::FollowVersions(grpc::ServerContext* context,
+                                       const FollowVersionsRequest* request,
+                                       grpc::ServerWriter<VersionPart>* writer) {
+  if (absl::Status st = CheckJobSecret("FollowVersions", *context); !st.ok()) {
+    return ToGrpcStatus(st);
+  }
+  uint64_t generation = request->after_generation();
+  uint64_t clock = request->after_clock();
+  VersionLog* log = core_->versions();
+  while (!context->IsCancelled()) {
+    // Wakes every 200 ms to see a cancelled call.
+    const std::shared_ptr<const VersionPart> part =
+        log->Next(generation, clock, absl::Now() + absl::Milliseconds(200));
+    if (part == nullptr) {
+      if (log->stopped()) break;
+      continue;
+    }
+    if (!writer->Write(*part)) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "FollowVersions: the follower is gone");
+    }
+    generation = part->generation();
+    clock = part->clock();
+  }
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      absl::StrCat("FollowVersions: server ", core_->server_index(),
+                                   " is shutting down or the call was cancelled"));
+}
+
 }  // namespace shardps

@@ -1,0 +1,85 @@
+// VersionLog: the versions a server published for serving replicas, kept
+// for its followers (proto/ps.proto FollowVersions; docs/design.md "Serving
+// replicas").
+//
+// Each checkpoint cut's copy is also a version: MakeVersionPart turns the
+// copy (a StoreSnapshot) into this server's part of it, the weights of the
+// rows it holds (dim floats a row, no optimizer state, shared unadmitted rows
+// under their reserved keys) and the keys it deletes, per table. The log
+// keeps the newest parts, ordered by (job generation, clock): at most
+// kMaxParts, and fewer while they hold more than max_bytes (the newest is
+// always kept). A part published again at the same (generation, clock) (a
+// cut retried) replaces the one before.
+//
+// Parts are built only once a follower has asked (Next): a job no replica
+// follows pays nothing beyond a flag check per cut. A replica that comes
+// later loads a checkpoint first, then follows from there.
+//
+// Next hands a follower the oldest kept part after the one it holds, so a
+// follower behind by more than the log sees the first part it gets skip
+// versions (a base it does not hold) and loads a checkpoint instead: a slow
+// follower never holds up the server beyond its own sending thread, and
+// memory stays bounded.
+//
+// Thread-safety: thread-safe. Parts are immutable once published; a
+// follower keeps the one it is sending alive after the log dropped it.
+#ifndef SHARDPS_SERVER_VERSION_LOG_H_
+#define SHARDPS_SERVER_VERSION_LOG_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <utility>
+
+#include "absl/time/time.h"
+#include "common/mutex.h"
+#include "proto/ps.pb.h"
+#include "server/snapshot.h"
+#include "server/table_store.h"
+
+namespace shardps {
+
+// This server's part of the version cut by `snapshot` (taken from `store`
+// at the cut): `full` for a full snapshot, else a delta on (base_clock,
+// base_generation).
+std::shared_ptr<const VersionPart> MakeVersionPart(const StoreSnapshot& snapshot,
+                                                   const TableStore& store, uint64_t clock,
+                                                   uint64_t generation, uint64_t base_clock,
+                                                   uint64_t base_generation, uint32_t server_index,
+                                                   absl::Time cut);
+
+class VersionLog {
+ public:
+  static constexpr size_t kMaxParts = 8;
+  explicit VersionLog(uint64_t max_bytes) : max_bytes_(max_bytes) {}
+
+  // Whether a follower has ever asked: parts are worth building.
+  bool wanted() const;
+  // Adds a part (see the top) and wakes the followers.
+  void Publish(std::shared_ptr<const VersionPart> part);
+  // The oldest kept part whose (generation, clock) is after the given one;
+  // waits for one until `deadline` (nullptr then, or once Stop was called).
+  std::shared_ptr<const VersionPart> Next(uint64_t after_generation, uint64_t after_clock,
+                                          absl::Time deadline);
+  // Wakes every waiting Next; later ones return nullptr at once.
+  void Stop();
+  bool stopped() const;
+
+  // Parts kept and their bytes (tests, stats).
+  size_t parts() const;
+  uint64_t bytes() const;
+
+ private:
+  using Key = std::pair<uint64_t, uint64_t>;  // (generation, clock).
+  const uint64_t max_bytes_;
+  mutable Mutex mu_;
+  CondVar published_;
+  bool wanted_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::pair<Key, std::shared_ptr<const VersionPart>>> parts_ ABSL_GUARDED_BY(mu_);
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace shardps
+
+#endif  // SHARDPS_SERVER_VERSION_LOG_H_
