@@ -34,6 +34,7 @@
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/init.h"
+#include "common/job_secret.h"
 #include "common/metrics.h"
 #include "common/tls.h"
 #include "glog/logging.h"
@@ -49,6 +50,10 @@ ABSL_FLAG(std::string, listen, shardps::EnvOr("SHARDPS_LISTEN", "127.0.0.1:0"),
 ABSL_FLAG(int, port, -1, "If >= 0: the port to serve on, replacing --listen's.");
 ABSL_FLAG(std::string, port_file, "", "Write the chosen port here once serving.");
 ABSL_FLAG(int, poll_ms, 100, "How often to look for a new complete checkpoint (ms).");
+ABSL_FLAG(std::string, scheduler, shardps::EnvOr("SHARDPS_SCHEDULER", ""),
+          "The job's scheduler (host:port): follow the servers' delta stream, reading "
+          "checkpoint files only to load one (replica/replica.h). Empty: follow the files. "
+          "Needs the job's --job_secret_file when the job has one.");
 
 namespace {
 
@@ -73,6 +78,7 @@ int Run() {
   options.config = *config;
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.poll_interval = absl::Milliseconds(absl::GetFlag(FLAGS_poll_ms));
+  options.scheduler = absl::GetFlag(FLAGS_scheduler);
   auto replica = shardps::replica::Replica::Create(std::move(options));
   if (!replica.ok()) {
     LOG(ERROR) << replica.status();
@@ -130,6 +136,10 @@ int Run() {
 int main(int argc, char** argv) {
   shardps::InitProcess(argc, argv, "ps_replica --config job.pbtxt [--checkpoint_dir DIR]");
   if (absl::Status st = shardps::InitTlsFromFlags(); !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
+  }
+  if (absl::Status st = shardps::InitJobSecretFromFlags(); !st.ok()) {
     LOG(ERROR) << st;
     return 2;
   }

@@ -43,7 +43,16 @@ Replica::~Replica() {
 
 void Replica::Start() {
   PollOnce();
-  follower_ = std::thread([this] { Follow(); });
+  if (options_.scheduler.empty()) {
+    follower_ = std::thread([this] { Follow(); });
+  } else {
+    follower_ = std::thread([this] { FollowStream(); });
+  }
+}
+
+bool Replica::stopping() const {
+  MutexLock lock(&mu_);
+  return stop_;
 }
 
 void Replica::Follow() {
@@ -99,6 +108,16 @@ struct Metrics {
       "Time to build one version (the deltas after the served one, in place or on a copy, or "
       "its whole chain).",
       metrics::LatencyBuckets());
+  prometheus::Counter& stream_versions =
+      metrics::GetCounter("shardps_replica_stream_versions_total",
+                          "Versions applied from the servers' delta stream (of versions_applied).");
+  prometheus::Counter& stream_bytes =
+      metrics::GetCounter("shardps_replica_stream_bytes_total",
+                          "Bytes of the stream's version parts received and applied (wire size).");
+  prometheus::Counter& resyncs = metrics::GetCounter(
+      "shardps_replica_resyncs_total",
+      "Loads of a checkpoint to follow the stream from again (a rollback, parts the servers "
+      "no longer keep).");
   prometheus::Histogram& train_to_serve = metrics::GetHistogram(
       "shardps_replica_train_to_serve_seconds",
       "From the cut's time in the manifest (cut_unix_micros, else created_unix_micros) to "
@@ -225,7 +244,9 @@ absl::StatusOr<Replica::Built> Replica::Build(const checkpoint::CheckpointEntry&
   return built;
 }
 
-bool Replica::PollOnce() {
+bool Replica::PollOnce() { return Poll(/*resync=*/false); }
+
+bool Replica::Poll(bool resync) {
   MutexLock poll(&poll_mu_);
   absl::StatusOr<std::vector<checkpoint::CheckpointEntry>> entries =
       checkpoint::ListCheckpoints(root_);
@@ -240,8 +261,9 @@ bool Replica::PollOnce() {
   // Is the checkpoint served still on disk as it was loaded? If not (set
   // aside, or written again after a rollback), any complete checkpoint,
   // older ones included, replaces it.
-  const bool served_on_disk = current != nullptr && CreatedMicros(checkpoint::CheckpointPath(
-                                                        root_, served.first)) == served.second;
+  const bool served_on_disk =
+      !resync && current != nullptr &&
+      CreatedMicros(checkpoint::CheckpointPath(root_, served.first)) == served.second;
   uint64_t newest = 0;
   for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
     const std::optional<int64_t> created = CreatedMicros(it->dir);
@@ -284,6 +306,7 @@ bool Replica::PollOnce() {
     std::shared_ptr<exporter::ServedModel> next =
         models_.Serve(std::move(built->model), /*keep_previous=*/built->incremental);
     idle_lacks_ = std::move(built->links);
+    idle_lacks_stream_.clear();
     const absl::Time done = absl::Now();
     const checkpoint::CheckpointManifest& manifest = built->resolved.manifest;
     const uint64_t own_bytes = FileBytes(manifest);
@@ -307,6 +330,7 @@ bool Replica::PollOnce() {
       current_generation_ = manifest.generation();
       ++versions_applied_;
       if (rollback) ++rollbacks_;
+      if (resync) ++resyncs_;
       cut_to_serve = absl::Now() - absl::FromUnixMicros(CutMicros(manifest));
       M().version.Set(static_cast<double>(it->clock));
       M().lag.Set(newest > it->clock ? static_cast<double>(newest - it->clock) : 0.0);
@@ -314,6 +338,7 @@ bool Replica::PollOnce() {
       if (built->incremental) M().incremental.Increment();
       if (built->in_place) M().in_place.Increment();
       if (rollback) M().rollbacks.Increment();
+      if (resync) M().resyncs.Increment();
       M().rows.Set(static_cast<double>(rows));
       M().bytes.Set(static_cast<double>(own_bytes));
       M().bytes_read.Increment(static_cast<double>(built->bytes_read));
@@ -338,13 +363,107 @@ bool Replica::PollOnce() {
     // still holding it keep it alive.
     return true;
   }
-  if (current != nullptr && !served_on_disk) {
+  if (current != nullptr && !served_on_disk && !resync) {
     MutexLock lock(&mu_);
     last_error_ = absl::StrCat("version ", served.first,
                                " is no longer on disk as it was loaded and no other complete "
                                "checkpoint loads; still serving it");
   }
   return false;
+}
+
+absl::StatusOr<bool> Replica::ApplyStreamVersion(exporter::ServedModel::StreamLink version,
+                                                 uint64_t generation, int64_t cut_micros,
+                                                 uint64_t bytes) {
+  MutexLock poll(&poll_mu_);
+  const absl::Time start = absl::Now();
+  const exporter::ServedModel* served = models_.served();
+  uint64_t served_generation;
+  {
+    MutexLock lock(&mu_);
+    served_generation = current_generation_;
+  }
+  const VersionPart& first = *version->parts.front();
+  const bool full = first.full();
+  if (!full) {
+    if (served == nullptr) return false;
+    // Every part a delta on the same base the version served can take.
+    for (const auto& part : version->parts) {
+      const bool same_history =
+          part->generation() == served_generation && part->base_clock() <= served->clock();
+      const bool on_base =
+          part->base_generation() == served_generation && part->base_clock() == served->clock();
+      if (part->full() || !(same_history || on_base)) return false;
+    }
+  } else {
+    for (const auto& part : version->parts) {
+      if (!part->full()) return false;  // Mixed: not one cut's parts.
+    }
+  }
+  std::unique_ptr<exporter::ServedModel> model;
+  bool in_place = false;
+  if (full) {
+    ASSIGN_OR_RETURN(model, exporter::ServedModel::FromStream(options_.config, *version));
+  } else {
+    absl::StatusOr<exporter::ServedModel*> idle = models_.Idle(absl::Now() + options_.reader_wait);
+    if (idle.ok() && *idle != nullptr && idle_lacks_.empty() && !idle_lacks_stream_.empty()) {
+      const absl::Status st = (*idle)->CatchUpStream(idle_lacks_stream_, *served, {version});
+      if (st.ok()) {
+        in_place = true;
+      } else {
+        LOG(WARNING) << "replica: stream version " << version->clock << " in place failed (" << st
+                     << "); on a copy of version " << served->clock();
+        models_.DropIdle();
+      }
+    } else if (idle.ok() && *idle != nullptr) {
+      models_.DropIdle();  // Behind by file links: not caught up from the stream.
+    }
+    if (!in_place) {
+      ASSIGN_OR_RETURN(model, served->Copy());
+      RETURN_IF_ERROR(model->AdvanceStream({version}));
+    }
+  }
+  const uint64_t from = served == nullptr ? 0 : served->clock();
+  std::shared_ptr<exporter::ServedModel> next =
+      models_.Serve(std::move(model), /*keep_previous=*/!full);
+  idle_lacks_.clear();
+  idle_lacks_stream_.clear();
+  if (!full) idle_lacks_stream_.push_back(version);
+  current_chain_.clear();  // Not a checkpoint's chain: a later poll loads one whole.
+  const absl::Time done = absl::Now();
+  const uint64_t rows = next->rows();
+  const uint64_t hash = next->table_hash();
+  absl::Duration cut_to_serve;
+  {
+    MutexLock lock(&mu_);
+    current_.swap(next);
+    current_id_ = Identity(version->clock, kStreamVersion);
+    current_bytes_ = bytes;
+    current_generation_ = generation;
+    ++versions_applied_;
+    ++stream_versions_;
+    stream_bytes_ += bytes;
+    cut_to_serve = done - absl::FromUnixMicros(cut_micros);
+    M().version.Set(static_cast<double>(version->clock));
+    M().applied.Increment();
+    if (!full) M().incremental.Increment();
+    if (in_place) M().in_place.Increment();
+    M().stream_versions.Increment();
+    M().stream_bytes.Increment(static_cast<double>(bytes));
+    M().rows.Set(static_cast<double>(rows));
+    M().bytes.Set(static_cast<double>(bytes));
+    M().build.Observe(absl::ToDoubleSeconds(done - start));
+    M().train_to_serve.Observe(absl::ToDoubleSeconds(cut_to_serve));
+  }
+  changed_.SignalAll();
+  LOG(INFO) << "replica: serving version " << version->clock << " (" << rows << " rows, table hash "
+            << absl::StrCat(absl::Hex(hash, absl::kZeroPad16)) << ") from the stream, generation "
+            << generation << ", built in " << (done - start)
+            << (full ? std::string(" (full)")
+                     : absl::StrCat(" (version ", from, " plus a delta on ", first.base_clock(),
+                                    in_place ? ", in place)" : ", on a copy)"))
+            << " from " << bytes << " bytes; cut to serve " << cut_to_serve;
+  return true;
 }
 
 std::shared_ptr<exporter::ServedModel> Replica::Current() const {
@@ -365,6 +484,11 @@ ReplicaStatus Replica::Status() const {
     s.generation = current_generation_;
     s.created_unix_micros = current_id_.second;
     s.last_error = last_error_;
+    s.streaming = !options_.scheduler.empty();
+    s.stream_error = stream_error_;
+    s.stream_versions = stream_versions_;
+    s.stream_bytes = stream_bytes_;
+    s.resyncs = resyncs_;
   }
   if (current != nullptr) {
     s.loaded = true;

@@ -80,11 +80,35 @@
 // it (the job generation of the cut, rising at each rollback; 0 in manifests
 // written before it was recorded), beside the rollbacks seen.
 //
-// ## What this slice does not do
+// ## Following the servers' delta stream (options.scheduler set)
 //
-// It follows checkpoint FILES: a version appears once the scheduler has
-// written its MANIFEST, so serving lags training by the checkpoint cadence
-// plus the restore. The server-side delta stream of issue 34 is not built.
+// Every checkpoint cut is also a version the servers publish at once, from
+// their copy, before any file is written (proto/ps.proto FollowVersions,
+// server/version_log.h): per server the weights of the rows it copied and
+// the keys it deleted, a FULL part or a DELTA on the cut at base_clock (of
+// base_generation). The replica asks the scheduler for the servers
+// (GetPartitionMap, as a member: the job secret and TLS flags), follows
+// every server from the version it serves, and applies a version once parts
+// holding every partition once have arrived (each checked first,
+// ServedModel::CheckStreamPart): a FULL one as a new model, a DELTA one as
+// the files' deltas are applied (on the idle model in place, catching up
+// the version before first, or on a copy). A DELTA version applies when the
+// version served is of the same job generation and at or after its base
+// (a delta since the base holds every change since any later cut of the
+// same history), or is exactly its base (clock and generation: the first
+// delta after a rollback, on the restore point). Otherwise (a rollback: a
+// newer generation; parts the servers no longer keep; a restarted server
+// whose deltas the replica cannot place) the replica loads the newest
+// complete checkpoint from the files, as at its start, and follows from
+// there (counted in `resyncs`; also in `rollbacks` when that checkpoint is
+// older than the version served).
+// Files are read only then: a version so costs its rows once on the wire
+// and no read, and is served without waiting for the files, the MANIFEST
+// or a poll. A version so served is the trainer's state at the cut; when
+// the cut's checkpoint completes, its files hold the same rows
+// (ps_table_hash of it equals the version's table hash). A lost stream (a
+// server restarted, moved, unreachable) is opened again from the version
+// served, after the scheduler names the servers again.
 //
 // A checkpoint that fails to load (corrupt, removed by GC mid-read) is
 // skipped, logged, and reported as last_error; the replica keeps serving the
@@ -142,6 +166,10 @@ struct ReplicaOptions {
   // How long a build waits for the readers of the idle model (answers
   // begun before the last swap) before it builds on a copy instead.
   absl::Duration reader_wait = absl::Milliseconds(200);
+  // Non-empty: the job's scheduler (host:port); the replica follows the
+  // servers' delta stream (see the top) and reads files only to load a
+  // checkpoint. Empty: it follows the checkpoint files.
+  std::string scheduler;
 };
 
 struct ReplicaStatus {
@@ -157,6 +185,15 @@ struct ReplicaStatus {
   uint64_t version_bytes = 0;       // Bytes of the served checkpoint's own files.
   int64_t created_unix_micros = 0;  // The served checkpoint's manifest.
   std::string last_error;
+  // Following the stream: versions applied from it, their wire bytes, and
+  // loads of a checkpoint to follow it from again (see the top).
+  bool streaming = false;
+  // Why the stream is not followed now (a server or the scheduler lost,
+  // unreachable); empty while it is.
+  std::string stream_error;
+  uint64_t stream_versions = 0;
+  uint64_t stream_bytes = 0;
+  uint64_t resyncs = 0;
 };
 
 class Replica {
@@ -193,10 +230,24 @@ class Replica {
  private:
   explicit Replica(ReplicaOptions options);
   void Follow();
+  // options_.scheduler set: the stream (replica_stream.cc).
+  void FollowStream();
+  // PollOnce; `resync` (the stream): the newest complete checkpoint
+  // replaces the version served, whatever its clock (an older one counts
+  // as a rollback, as in PollOnce).
+  bool Poll(bool resync);
+  // A stream version whose parts hold every partition: applied (true),
+  // or it does not continue the version served (false: load a checkpoint).
+  // Errors: the build failed.
+  absl::StatusOr<bool> ApplyStreamVersion(exporter::ServedModel::StreamLink version,
+                                          uint64_t generation, int64_t cut_micros, uint64_t bytes);
+  bool stopping() const;
 
   // A checkpoint's identity: its clock and its manifest's
-  // created_unix_micros (-1: a MANIFEST that does not parse).
+  // created_unix_micros (-1: a MANIFEST that does not parse;
+  // kStreamVersion: a version from the stream, no checkpoint).
   using Identity = std::pair<uint64_t, int64_t>;
+  static constexpr int64_t kStreamVersion = -2;
 
   // A version built, not yet served.
   struct Built {
@@ -245,6 +296,8 @@ class Replica {
   // The links the idle model lacks to be the served version (the idle
   // model's chain plus these is current_chain_).
   std::vector<exporter::ServedModel::Link> idle_lacks_ ABSL_GUARDED_BY(poll_mu_);
+  // The same for a version from the stream (the idle model lacks these).
+  std::vector<exporter::ServedModel::StreamLink> idle_lacks_stream_ ABSL_GUARDED_BY(poll_mu_);
 
   mutable Mutex mu_;
   mutable CondVar changed_;  // Signalled on a new version and on stop.
@@ -256,6 +309,10 @@ class Replica {
   uint64_t rollbacks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t newest_on_disk_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
+  std::string stream_error_ ABSL_GUARDED_BY(mu_);
+  uint64_t stream_versions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t stream_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t resyncs_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   std::thread follower_;

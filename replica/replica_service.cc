@@ -99,6 +99,11 @@ grpc::Status ReplicaService::Status(grpc::ServerContext*, const ReplicaStatusReq
   response->set_last_error(s.last_error);
   response->set_rollbacks(s.rollbacks);
   response->set_newest_checkpoint(s.newest_on_disk);
+  response->set_streaming(s.streaming);
+  response->set_stream_error(s.stream_error);
+  response->set_stream_versions(s.stream_versions);
+  response->set_stream_bytes(s.stream_bytes);
+  response->set_resyncs(s.resyncs);
   return grpc::Status::OK;
 }
 

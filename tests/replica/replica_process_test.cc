@@ -13,6 +13,13 @@
 // files' weights; Predict equals ps_score on the same checkpoint and lines to
 // 6 digits; bad requests get INVALID_ARGUMENT naming the line.
 //
+// Each test runs twice: the replica follows the checkpoint files (Files),
+// and the servers' delta stream (Stream: --scheduler; its first version,
+// and its first after a restart, come from the files). In Stream the
+// versions are the same cuts, served before their files are written, and
+// the same checks hold (the table hash at every version against
+// ps_table_hash of that checkpoint's files), bar those about files.
+//
 // FollowsARestartAndARollback: the replica is SIGKILLed after two versions
 // and started again with the same flags once a newer checkpoint exists: it
 // bootstraps at the newest one (catches up). Then the server is SIGKILLed 5
@@ -183,13 +190,18 @@ Link ReadLink(const std::string& dir, const checkpoint::CheckpointManifest& mani
   return link;
 }
 
-class ReplicaProcessTest : public ::testing::Test {
+// The parameter: the replica follows the servers' delta stream
+// (--scheduler) rather than the checkpoint files.
+class ReplicaProcessTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(testing::MakeSyntheticData(DataDir(), 20000, 2000).ok());
     job_ = std::make_unique<SupervisedJob>(testing::ManualJob(
         // A directory of its own per test: a job resumes from checkpoints it finds.
-        absl::StrCat("replica_", ::testing::UnitTest::GetInstance()->current_test_info()->name()),
+        absl::StrCat(
+            "replica_",
+            absl::StrReplaceAll(::testing::UnitTest::GetInstance()->current_test_info()->name(),
+                                {{"/", "_"}})),
         Config(), 1, 1, {"--step_delay_ms=150"}));
     ASSERT_TRUE(job_->Start().ok()) << job_->Logs();
     StartReplica();
@@ -199,12 +211,7 @@ class ReplicaProcessTest : public ::testing::Test {
   // metrics; sets stub_ and metrics_.
   void StartReplica() {
     replica_ = std::make_unique<Subprocess>();
-    ASSERT_TRUE(replica_
-                    ->Start({RunfilePath("replica/ps_replica"), "--config=" + job_->config_path(),
-                             "--checkpoint_dir=" + job_->ckpt(), "--poll_ms=50",
-                             "--metrics_listen=127.0.0.1:0"},
-                            job_->dir() + "/replica.log")
-                    .ok());
+    ASSERT_TRUE(replica_->Start(ReplicaArgv(), job_->dir() + "/replica.log").ok());
     auto metrics = replica_->WaitForLine("PS_METRICS_LISTENING ", absl::Minutes(2));
     ASSERT_TRUE(metrics.ok()) << metrics.status()
                               << testing::ReadFile(job_->dir() + "/replica.log");
@@ -214,6 +221,28 @@ class ReplicaProcessTest : public ::testing::Test {
                                 << testing::ReadFile(job_->dir() + "/replica.log");
     stub_ = Replica::NewStub(grpc::CreateChannel(
         std::string(absl::StripAsciiWhitespace(*listening)), grpc::InsecureChannelCredentials()));
+  }
+
+  std::vector<std::string> ReplicaArgv() const {
+    std::vector<std::string> argv = {
+        RunfilePath("replica/ps_replica"), "--config=" + job_->config_path(),
+        "--checkpoint_dir=" + job_->ckpt(), "--poll_ms=50", "--metrics_listen=127.0.0.1:0"};
+    if (GetParam()) argv.push_back("--scheduler=" + job_->address());
+    return argv;
+  }
+
+  // In stream mode: the versions came from the stream (after a first one
+  // loaded from the files, and once more after each restart).
+  void ExpectStreamed(int at_least) {
+    if (!GetParam()) return;
+    ReplicaStatusResponse status;
+    ASSERT_TRUE(Call(&status).ok());
+    EXPECT_TRUE(status.streaming());
+    EXPECT_GE(status.stream_versions(), static_cast<uint64_t>(at_least))
+        << testing::ReadFile(job_->dir() + "/replica.log");
+    EXPECT_GT(status.stream_bytes(), 0u);
+    const std::string metrics = Metrics();
+    EXPECT_GE(Metric(metrics, "shardps_replica_stream_versions_total"), at_least) << metrics;
   }
 
   std::string Metrics() const { return HttpGet(metrics_, "/metrics"); }
@@ -280,7 +309,10 @@ class ReplicaProcessTest : public ::testing::Test {
     if (replica_ != nullptr) {
       replica_->Signal(SIGTERM);
       auto code = replica_->Wait(absl::Seconds(30));
-      EXPECT_TRUE(code.ok() && *code == 0) << "ps_replica did not exit cleanly";
+      EXPECT_TRUE(code.ok() && *code == 0)
+          << "ps_replica did not exit cleanly: "
+          << (code.ok() ? absl::StrCat("exit status ", *code) : code.status().ToString()) << "\n"
+          << testing::ReadFile(job_->dir() + "/replica.log").substr(0, 20000);
     }
     if (job_ != nullptr) job_->KillAll();
   }
@@ -307,7 +339,7 @@ class ReplicaProcessTest : public ::testing::Test {
   std::unique_ptr<Replica::Stub> stub_;
 };
 
-TEST_F(ReplicaProcessTest, FollowsTheCheckpointsExactly) {
+TEST_P(ReplicaProcessTest, FollowsTheCheckpointsExactly) {
   // Every version the replica serves while the job runs, until it serves
   // the job's last complete checkpoint after the job ended.
   std::map<uint64_t, uint64_t> hash_at;  // Version -> table hash.
@@ -318,6 +350,7 @@ TEST_F(ReplicaProcessTest, FollowsTheCheckpointsExactly) {
   auto code = job_->WaitScheduler(absl::Minutes(1));
   ASSERT_TRUE(code.ok() && *code == 0) << job_->Logs();
   ASSERT_GE(hash_at.size(), 3u) << "the replica served fewer than 3 versions";
+  ExpectStreamed(2);
 
   // The replica's hash at each version it served equals the hash of that
   // checkpoint's files; some of those versions are deltas.
@@ -447,7 +480,7 @@ TEST_F(ReplicaProcessTest, FollowsTheCheckpointsExactly) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
 }
 
-TEST_F(ReplicaProcessTest, FollowsARestartAndARollback) {
+TEST_P(ReplicaProcessTest, FollowsARestartAndARollback) {
   std::map<uint64_t, uint64_t> hash_at;  // Version -> table hash, every replica.
   // Two versions, then the metrics say so.
   RecordUntil("two versions", &hash_at, [&](uint64_t) { return hash_at.size() >= 2; });
@@ -534,7 +567,8 @@ TEST_F(ReplicaProcessTest, FollowsARestartAndARollback) {
   ReplicaStatusResponse status;
   Record(&hash_at, &status);
   EXPECT_EQ(status.rollbacks(), 0u) << "the restore point was complete: nothing to move back to";
-  EXPECT_EQ(status.newest_checkpoint(), last);
+  // (A replica on the stream lists the directory only to load a checkpoint.)
+  if (!GetParam()) EXPECT_EQ(status.newest_checkpoint(), last);
   // The post-rollback versions are of the new generation.
   EXPECT_EQ(status.generation(), rolled->generation());
   EXPECT_GT(status.generation(), before_rollback.generation());
@@ -543,6 +577,11 @@ TEST_F(ReplicaProcessTest, FollowsARestartAndARollback) {
               static_cast<unsigned long long>(restore_point), hash_at.size(),
               static_cast<unsigned long long>(last));
 
+  ExpectStreamed(2);
+  // The rest is about files: a replica on the stream serves the trainer's
+  // state at each cut, whatever happens to the checkpoint written from it
+  // later, and reads files only to load a checkpoint.
+  if (GetParam()) return;
   // The newest checkpoint set aside as the scheduler does with a corrupt one
   // on a rollback: the replica moves back to the one before it.
   auto entries = checkpoint::ListCheckpoints(job_->ckpt());
@@ -590,4 +629,9 @@ TEST_F(ReplicaProcessTest, FollowsARestartAndARollback) {
 }
 
 }  // namespace
+INSTANTIATE_TEST_SUITE_P(FilesOrStream, ReplicaProcessTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Stream" : "Files";
+                         });
+
 }  // namespace shardps

@@ -56,30 +56,32 @@ struct Scratch {
   std::vector<float> payload;
 };
 
-// Records [begin, end) of `block` (their keys unique) onto `table`: what the
-// table held for each key leaves `state`, what is written enters it. A
-// shared row always exists (a write replaces it; the row count keeps it);
-// a deletion drops a row only (a shared key has none after a restore). The
-// rows are written in one Table::RestoreRows.
-void ApplyRecords(const checkpoint::RecordBlock& block, const uint64_t* keys, size_t begin,
-                  size_t end, uint32_t num_partitions, Table* table, Scratch* s, HashState* state) {
+// Records `keys[0, n)` (unique) onto `table`: deletions when `payloads` is
+// null, else rows of row_stride() floats each from `payloads` (unaligned
+// bytes; the weights lead). What the table held for each key leaves
+// `state`, what is written enters it. A shared row always exists (a write
+// replaces it; the row count keeps it); a deletion drops a row only (a
+// shared key has none after a restore). The rows are written in one
+// Table::RestoreRows.
+void ApplyRecords(const uint64_t* keys, size_t n, const char* payloads, uint32_t num_partitions,
+                  Table* table, Scratch* s, HashState* state) {
   const uint32_t id = table->id();
   const size_t dim = table->dim();
-  const size_t n = end - begin;
-  const bool deletions = block.deleted();
+  const size_t bytes = table->row_stride() * sizeof(float);
+  const bool deletions = payloads == nullptr;
   s->held.resize(n);
   s->old.resize(n * dim);
   s->payload.resize(dim);
   for (size_t i = 0; i < n; ++i) {
-    const uint64_t key = keys[begin + i];
-    s->held[i] = table->Contains(key) || (!deletions && IsSharedKey(*table, key, num_partitions));
+    s->held[i] =
+        table->Contains(keys[i]) || (!deletions && IsSharedKey(*table, keys[i], num_partitions));
   }
   // The old weights, in one batch: an evaluation pull changes nothing, and a
   // key without a row reads its shared row (a shared key's old value) or its
   // initial value (not held: ignored).
-  table->Pull(keys + begin, n, /*train=*/false, s->old.data());
+  table->Pull(keys, n, /*train=*/false, s->old.data());
   for (size_t i = 0; i < n; ++i) {
-    const uint64_t key = keys[begin + i];
+    const uint64_t key = keys[i];
     const bool shared = !deletions && IsSharedKey(*table, key, num_partitions);
     if (s->held[i]) {
       state->hash -= RowHash(id, key, s->old.data() + i * dim, dim);
@@ -89,14 +91,26 @@ void ApplyRecords(const checkpoint::RecordBlock& block, const uint64_t* keys, si
       table->DeleteRow(key);
       continue;
     }
-    // The weights lead the payload (unaligned in the block).
-    std::memcpy(s->payload.data(), block.payload(begin + i).data(), dim * sizeof(float));
+    std::memcpy(s->payload.data(), payloads + i * bytes, dim * sizeof(float));
     state->hash += RowHash(id, key, s->payload.data(), dim);
     if (!shared) ++state->rows;
   }
-  if (!deletions) {
-    const size_t bytes = table->row_stride() * sizeof(float);
-    table->RestoreRows(keys + begin, block.payloads().data() + begin * bytes, n);
+  if (!deletions) table->RestoreRows(keys, payloads, n);
+}
+
+// ApplyRecords of keys that may repeat: one record at a time when they do,
+// so the second sees the first.
+void ApplyRecordsInOrder(const uint64_t* keys, size_t n, const char* payloads,
+                         uint32_t num_partitions, Table* table, Scratch* s, HashState* state) {
+  uint64_t dup;
+  if (!table->FindDuplicateKey(keys, n, &dup)) {
+    ApplyRecords(keys, n, payloads, num_partitions, table, s, state);
+    return;
+  }
+  const size_t bytes = table->row_stride() * sizeof(float);
+  for (size_t i = 0; i < n; ++i) {
+    ApplyRecords(keys + i, 1, payloads == nullptr ? nullptr : payloads + i * bytes, num_partitions,
+                 table, s, state);
   }
 }
 
@@ -127,15 +141,44 @@ void ApplyLink(const LoadedFiles& files, uint32_t num_partitions, TableStore* st
           }
           continue;
         }
-        uint64_t dup;
-        if (!table->FindDuplicateKey(keys.data(), keys.size(), &dup)) {
-          ApplyRecords(block, keys.data(), 0, keys.size(), num_partitions, table, &scratch, state);
-          continue;
-        }
-        // A key twice: one record at a time, so the second sees the first.
-        for (size_t i = 0; i < keys.size(); ++i) {
-          ApplyRecords(block, keys.data(), i, i + 1, num_partitions, table, &scratch, state);
-        }
+        ApplyRecordsInOrder(keys.data(), keys.size(), deletions ? nullptr : block.payloads().data(),
+                            num_partitions, table, &scratch, state);
+      }
+    }
+  }
+}
+
+// One stream version on top of what `store` holds: per part and table, its
+// deletions, then its rows (the weights, the optimizer state zero: a model
+// serves weights only); `state` follows each record (null: nothing read).
+// The parts hold disjoint partitions, so their order does not matter.
+void ApplyStreamVersion(const ServedModel::StreamVersion& version, uint32_t num_partitions,
+                        TableStore* store, HashState* state) {
+  Scratch scratch;
+  std::vector<float> payloads;
+  for (const auto& part : version.parts) {
+    for (const VersionRows& rows : part->tables()) {
+      Table* table = store->FindTable(rows.table_id());  // CheckStreamPart checked it.
+      const uint64_t* deleted = rows.deleted().data();
+      const size_t num_deleted = rows.deleted_size();
+      if (state == nullptr) {
+        for (size_t i = 0; i < num_deleted; ++i) table->DeleteRow(deleted[i]);
+      } else {
+        ApplyRecordsInOrder(deleted, num_deleted, nullptr, num_partitions, table, &scratch, state);
+      }
+      const size_t n = rows.keys_size();
+      const size_t dim = table->dim();
+      const size_t stride = table->row_stride();
+      payloads.assign(n * stride, 0.0f);
+      for (size_t i = 0; i < n; ++i) {
+        std::memcpy(payloads.data() + i * stride, rows.weights().data() + i * dim * sizeof(float),
+                    dim * sizeof(float));
+      }
+      const char* bytes = reinterpret_cast<const char*>(payloads.data());
+      if (state == nullptr) {
+        table->RestoreRows(rows.keys().data(), bytes, n);
+      } else {
+        ApplyRecordsInOrder(rows.keys().data(), n, bytes, num_partitions, table, &scratch, state);
       }
     }
   }
@@ -288,6 +331,102 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::WithDeltas(
   ASSIGN_OR_RETURN(std::unique_ptr<ServedModel> m, Copy());
   RETURN_IF_ERROR(m->Advance(next, links));
   return m;
+}
+
+absl::Status ServedModel::CheckStreamPart(const VersionPart& part) const {
+  const uint32_t parts = config_.cluster().num_partitions();
+  const auto where = [&] {
+    return absl::StrCat("version part of clock ", part.clock(), " from server ",
+                        part.server_index());
+  };
+  if (part.num_partitions() != parts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": ", part.num_partitions(), " partitions, this job has ", parts));
+  }
+  std::vector<bool> holds(parts, false);
+  for (uint32_t p : part.partitions()) {
+    if (p >= parts || holds[p]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(), ": partition ", p, " out of range or named twice"));
+    }
+    holds[p] = true;
+  }
+  for (const VersionRows& rows : part.tables()) {
+    const Table* table = params_->local_tables()->FindTable(rows.table_id());
+    if (table == nullptr || rows.dim() != table->dim()) {
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": table ", rows.table_id(),
+                                                     " of dim ", rows.dim(),
+                                                     " is not a table of this job"));
+    }
+    if (rows.weights().size() != static_cast<size_t>(rows.keys_size()) * rows.dim() * 4) {
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": table ", rows.table_id(), " has ",
+                                                     rows.keys_size(), " keys and ",
+                                                     rows.weights().size(), " bytes of weights"));
+    }
+    for (const auto* keys : {&rows.keys(), &rows.deleted()}) {
+      for (uint64_t key : *keys) {
+        if (!holds[PartitionOf(rows.table_id(), key, parts)]) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where(), ": table ", rows.table_id(), " key ", key,
+                           " is in a partition the part does not hold"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::FromStream(const JobConfig& config,
+                                                                     const StreamVersion& full) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ServedModel> m, Empty(config));
+  TableStore* store = m->params_->local_tables();
+  ApplyStreamVersion(full, config.cluster().num_partitions(), store, nullptr);
+  store->SetClock(full.clock);
+  m->clock_ = full.clock;
+  m->Index();
+  return m;
+}
+
+absl::Status ServedModel::AdvanceStream(absl::Span<const StreamLink> links) {
+  if (links.empty()) return absl::InvalidArgumentError("no stream version to apply");
+  TableStore* store = params_->local_tables();
+  HashState state{table_hash_, rows_};
+  for (const StreamLink& link : links) {
+    ApplyStreamVersion(*link, config_.cluster().num_partitions(), store, &state);
+  }
+  clock_ = links.back()->clock;
+  store->SetClock(clock_);
+  dir_.clear();
+  table_hash_ = state.hash;
+  rows_ = state.rows;
+#ifndef NDEBUG
+  const uint64_t hash = table_hash_, rows = rows_;
+  Index();
+  if (hash != table_hash_ || rows != rows_) {
+    return absl::InternalError(absl::StrCat("stream version ", clock_, ": incremental table hash ",
+                                            hash, " (", rows, " rows) differs from the walk's ",
+                                            table_hash_, " (", rows_, " rows)"));
+  }
+#endif
+  return absl::OkStatus();
+}
+
+absl::Status ServedModel::CatchUpStream(absl::Span<const StreamLink> catch_up,
+                                        const ServedModel& to, absl::Span<const StreamLink> links) {
+  if (catch_up.empty() || catch_up.back()->clock != to.clock_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stream versions from ", clock_, " do not lead to version ", to.clock_));
+  }
+  TableStore* store = params_->local_tables();
+  for (const StreamLink& link : catch_up) {
+    ApplyStreamVersion(*link, config_.cluster().num_partitions(), store, nullptr);
+  }
+  // The tables now equal `to`'s: so do hash and rows.
+  clock_ = to.clock_;
+  dir_ = to.dir_;
+  table_hash_ = to.table_hash_;
+  rows_ = to.rows_;
+  return AdvanceStream(links);
 }
 
 ServedModel::~ServedModel() {

@@ -82,6 +82,7 @@
 #include "common/mutex.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
+#include "proto/ps.pb.h"
 #include "server/snapshot.h"
 #include "worker/data/batch.h"
 #include "worker/data/line_parser.h"
@@ -125,6 +126,35 @@ class ServedModel {
                        const checkpoint::ResolvedCheckpoint& next, absl::Span<const Link> links);
   // A model holding this version (see the top).
   absl::StatusOr<std::unique_ptr<ServedModel>> Copy() const;
+
+  // The servers' delta stream (proto/ps.proto VersionPart; the replica
+  // follows it). A stream version is every server's part of one cut,
+  // together holding every partition once, each checked by CheckStreamPart.
+  // Its rows carry weights only: the model writes them with zero optimizer
+  // state (it serves weights), so the table hash, a hash of weights, is the
+  // one the cut's checkpoint files give.
+  struct StreamVersion {
+    uint64_t clock = 0;
+    std::vector<std::shared_ptr<const VersionPart>> parts;
+  };
+  using StreamLink = std::shared_ptr<const StreamVersion>;
+  // INVALID_ARGUMENT naming the part and what is wrong unless it fits this
+  // job: its partition count, partitions in range and unique, tables of this
+  // job with their dim, weights of keys * dim floats, every key in a
+  // partition the part holds.
+  absl::Status CheckStreamPart(const VersionPart& part) const;
+  // A model holding exactly `full`, a version of FULL parts.
+  static absl::StatusOr<std::unique_ptr<ServedModel>> FromStream(const JobConfig& config,
+                                                                 const StreamVersion& full);
+  // Applies DELTA versions in order, in place (per part its deletions, then
+  // its rows), the hash following as in Advance. The caller guarantees this
+  // model holds a state each link's delta applies to (a cut at or after the
+  // delta's base, in the same lineage). As Advance, the model must be alone.
+  absl::Status AdvanceStream(absl::Span<const StreamLink> links);
+  // As CatchUp: `catch_up` (ending at `to`'s clock) applied without reading
+  // a row, then AdvanceStream(links).
+  absl::Status CatchUpStream(absl::Span<const StreamLink> catch_up, const ServedModel& to,
+                             absl::Span<const StreamLink> links);
   // The version at `next` from this one plus next.chain[first..], as a new
   // model: ReadDeltas, Copy, Advance.
   absl::StatusOr<std::unique_ptr<ServedModel>> WithDeltas(
