@@ -22,8 +22,8 @@ resumed). Without it, a config whose checkpoint.dir is relative (the default
 config's) gets <run_dir>/checkpoints, emptied first: each run is a new job.
 
 Serving replicas: --replicas N starts N ps_replica processes (supervised like
-the others) that follow the job's checkpoint directory and serve its model
-on 127.0.0.1 (each prints its address: "[replica-0 ] PS_REPLICA_LISTENING
+the others) that follow the job (--replica_source: the servers' delta stream
+by default, or the checkpoint files) and serve its model on 127.0.0.1 (each prints its address: "[replica-0 ] PS_REPLICA_LISTENING
 ..."). At the job's end the launcher waits (up to --replica_wait_sec) for each
 to serve the job's last complete checkpoint, then prints for each one its
 last version and whether its table hash equals ps_table_hash's of that
@@ -183,7 +183,11 @@ def parse_args():
                    help="extra flag for every worker (repeatable)")
     p.add_argument("--server_flag", action="append", default=[])
     p.add_argument("--replicas", type=int, default=0,
-                   help="serving replicas (ps_replica) following the job's checkpoints")
+                   help="serving replicas (ps_replica) following the job")
+    p.add_argument("--replica_source", choices=["stream", "files"], default="stream",
+                   help="what replicas follow: the servers' delta stream (each checkpoint cut, "
+                        "served before its files are written; the job secret and TLS flags) or "
+                        "the checkpoint files")
     p.add_argument("--replica_flag", action="append", default=[],
                    help="extra flag for every replica (repeatable), e.g. --replica_flag=--poll_ms=50")
     p.add_argument("--replica_wait_sec", type=float, default=60,
@@ -217,9 +221,12 @@ def tls_flags(args):
     return flags
 
 
-def replica_flags(args):
-    """A replica's TLS flags: it only reads checkpoint files and serves, so it
-    takes no job secret."""
+def replica_flags(args, address):
+    """A replica's flags: on the stream, the scheduler's address and a
+    member's flags (it reads the servers' versions, as a worker pulls);
+    on the files, the TLS flags alone (it only reads files and serves)."""
+    if args.replica_source == "stream":
+        return ["--scheduler=" + address] + tls_flags(args)
     if not args.tls_cert:
         return []
     return ["--tls_cert=" + os.path.abspath(args.tls_cert),
@@ -326,7 +333,8 @@ def supervise(args, job_config, num_servers, num_workers, procs, stop_all, stopp
         replicas.append(Proc("replica", i, [find_binary("ps_replica", args.bin_dir),
                                             "--config=" + job_config, "--checkpoint_dir=" + ckpt_dir,
                                             "--listen=127.0.0.1:0"]
-                             + replica_flags(args) + args.replica_flag, log_lock, args.quiet))
+                             + replica_flags(args, address) + args.replica_flag, log_lock,
+                             args.quiet))
     for p in procs + replicas:
         say("started %s (pid %d)" % (p.name, p.popen.pid))
     last_progress = 0

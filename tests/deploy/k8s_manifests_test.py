@@ -262,8 +262,9 @@ class ManifestsTest(unittest.TestCase):
                              {"replica": ckpt_dir}, overlay)
 
     def test_every_member_holds_the_job_secret(self):
-        # docs/security.md, "Membership": the scheduler, every server and
-        # every worker read the job's secret from the shardps-job-secret
+        # docs/security.md, "Membership": the scheduler, every server, every
+        # worker and every serving replica (it follows the servers' stream)
+        # read the job's secret from the shardps-job-secret
         # Secret, mounted read-only and closed to others (the binaries refuse
         # a file others may read).
         for overlay in OVERLAYS:
@@ -274,7 +275,7 @@ class ManifestsTest(unittest.TestCase):
                     continue
                 volumes = {v["name"]: v for v in spec.get("volumes", [])}
                 for c in spec.get("containers", []):
-                    if c["name"] not in ("scheduler", "server", "worker"):
+                    if c["name"] not in ("scheduler", "server", "worker", "replica"):
                         continue
                     members += 1
                     path = env_of(c).get("SHARDPS_JOB_SECRET_FILE", {}).get("value", "")
@@ -287,7 +288,7 @@ class ManifestsTest(unittest.TestCase):
                                      (overlay, c["name"]))
                     self.assertEqual(secret.get("defaultMode", 0o644) & 0o027, 0,
                                      (overlay, c["name"]))
-            self.assertEqual(members, 3, overlay)
+            self.assertEqual(members, 4, overlay)
 
     def test_gpu_only_in_the_gpu_overlay(self):
         self.assertNotIn("nvidia.com/gpu", yaml.safe_dump_all(self.rendered["cpu"]))
@@ -329,9 +330,9 @@ class ManifestsTest(unittest.TestCase):
                     self.assertEqual(svc["spec"]["selector"],
                                      obj["spec"]["selector"]["matchLabels"])
                     self.assertIn(7100, [p["port"] for p in svc["spec"]["ports"]])
-                    # Not a member of the job: no secret, no scheduler.
-                    self.assertNotIn("SHARDPS_JOB_SECRET_FILE", env_of(main))
-                    self.assertNotIn("SHARDPS_SCHEDULER", env_of(main))
+                    # It follows the servers' stream: the scheduler names them.
+                    self.assertEqual(env_of(main)["SHARDPS_SCHEDULER"]["value"],
+                                     "ps-scheduler:7070")
                 if main["name"] in ("scheduler", "server"):
                     port = [p["containerPort"] for p in main["ports"] if p["name"] == "grpc"][0]
                     for probe in ("readinessProbe", "livenessProbe"):

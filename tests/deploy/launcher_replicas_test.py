@@ -1,6 +1,6 @@
 """ps_launch.py --replicas (deploy/local/ps_launch.py): a small BSP job with
 delta checkpoints every 10 clocks runs through the launcher with two serving
-replicas. At the job's end the launcher must say, for each replica, that its
+replicas (on the servers' delta stream, the launcher's default). At the job's end the launcher must say, for each replica, that its
 last version is the job's last checkpoint and that its table hash equals
 ps_table_hash's of that checkpoint's files; the test checks that line against
 ps_table_hash itself, and that the launcher exits 0 with no process left.
