@@ -8,6 +8,8 @@
 // refused. Two models advanced in place, alternately, give the same versions.
 #include "worker/export/served_model.h"
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,9 +20,11 @@
 #include "common/checkpoint/file_io.h"
 #include "common/checkpoint/manifest.h"
 #include "common/config.h"
+#include "common/partition.h"
 #include "gtest/gtest.h"
 #include "server/snapshot.h"
 #include "server/table_store.h"
+#include "server/version_log.h"
 #include "worker/param_store.h"
 #include "worker/trainer.h"
 
@@ -135,7 +139,18 @@ class Job {
     chain_.push_back(m.checkpoint_id());
     m.add_chain(m.checkpoint_id());
     ASSERT_TRUE(checkpoint::WriteManifest(*dir, m).ok());
+    // The same cut as a version of the servers' stream (one server: every
+    // partition).
+    auto version = std::make_shared<ServedModel::StreamVersion>();
+    version->clock = clock;
+    version->parts.push_back(MakeVersionPart(*snapshot, *store(), clock, /*generation=*/1,
+                                             base.value_or(0), /*base_generation=*/1,
+                                             /*server_index=*/0, absl::Now()));
+    versions_[clock] = version;
   }
+
+  // The stream version of each checkpoint written.
+  const std::map<uint64_t, ServedModel::StreamLink>& versions() const { return versions_; }
 
  private:
   const JobConfig config_;
@@ -143,6 +158,7 @@ class Job {
   std::unique_ptr<Trainer> trainer_;
   uint32_t generation_ = 0;
   std::vector<std::string> chain_;
+  std::map<uint64_t, ServedModel::StreamLink> versions_;
 };
 
 std::string Root(const std::string& name) {
@@ -204,10 +220,12 @@ std::vector<float> Predict(ServedModel& model) {
   return probs;
 }
 
-// `incremental` and `full` serve the same version, answer for answer.
-void ExpectSameVersion(ServedModel& incremental, ServedModel& full) {
+// `incremental` and `full` serve the same version, answer for answer (and
+// name the same checkpoint directory unless `streamed`: a stream version has
+// none).
+void ExpectSameVersion(ServedModel& incremental, ServedModel& full, bool streamed = false) {
   EXPECT_EQ(incremental.clock(), full.clock());
-  EXPECT_EQ(incremental.dir(), full.dir());
+  if (!streamed) EXPECT_EQ(incremental.dir(), full.dir());
   EXPECT_EQ(incremental.table_hash(), full.table_hash()) << "version " << full.clock();
   EXPECT_EQ(incremental.rows(), full.rows()) << "version " << full.clock();
   const std::vector<uint64_t> keys = Keys(0, 400);
@@ -224,20 +242,22 @@ void ExpectSameVersion(ServedModel& incremental, ServedModel& full) {
 // A job's history as four checkpoints under `root`: FULL at 10, then DELTAs
 // at 20, 30 and 40, each on the one before, with overwritten, new, evicted
 // and re-admitted rows (shared rows move).
-void WriteFourVersions(const JobConfig& config, const std::string& root) {
+std::map<uint64_t, ServedModel::StreamLink> WriteFourVersions(const JobConfig& config,
+                                                              const std::string& root) {
   Job job(config);
   job.Train(1, 0, 300);
   job.Checkpoint(root, 10, std::nullopt);
   job.Train(15, 100, 200);         // Changed rows.
   job.Train(16, 300, 350);         // New rows.
-  ASSERT_EQ(job.Evict(20), 200u);  // Keys [0, 100) and [200, 300): last touched at clock 1.
+  EXPECT_EQ(job.Evict(20), 200u);  // Keys [0, 100) and [200, 300): last touched at clock 1.
   job.Checkpoint(root, 20, 10);
   job.Train(25, 100, 150);         // Rows only: no shared row changes, they come from the copy.
-  ASSERT_EQ(job.Evict(30), 100u);  // [150, 200) and [300, 350), last touched at 15 and 16.
+  EXPECT_EQ(job.Evict(30), 100u);  // [150, 200) and [300, 350), last touched at 15 and 16.
   job.Checkpoint(root, 30, 20);
   job.Train(35, 0, 50);  // Evicted at 20, written again (admitted again: shared rows move).
-  ASSERT_EQ(job.Evict(40), 50u);  // [100, 150), last touched at 25.
+  EXPECT_EQ(job.Evict(40), 50u);  // [100, 150), last touched at 25.
   job.Checkpoint(root, 40, 30);
+  return job.versions();
 }
 
 TEST(ServedModelTest, ADeltaOnTheVersionServedGivesTheVersionOfItsChain) {
@@ -329,6 +349,84 @@ TEST(ServedModelTest, AdvancingInPlaceGivesTheVersionOfItsChain) {
   const absl::Status st = behind->Advance(at40, two);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_EQ(behind->clock(), 30u);
+}
+
+// The stream's versions of the same cuts (server/version_log.h parts): a
+// FULL one builds the version of its checkpoint; DELTA ones applied in
+// place, the model behind catching up (as the replica's idle model does),
+// give each checkpoint's version, hash, lookups and predictions included.
+TEST(ServedModelTest, StreamVersionsGiveTheVersionOfTheirCut) {
+  const JobConfig config = Config();
+  const std::string root = Root("stream");
+  const std::map<uint64_t, ServedModel::StreamLink> versions = WriteFourVersions(config, root);
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_EQ(versions.size(), 4u);
+  auto a = ServedModel::FromStream(config, *versions.at(10));
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::unique_ptr<ServedModel> at10 = Load(config, root, 10);
+  ASSERT_TRUE(at10);
+  ExpectSameVersion(**a, *at10, /*streamed=*/true);
+  auto b = (*a)->Copy();
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::vector<ServedModel::StreamLink> lacking;
+  ServedModel* ahead = a->get();
+  ServedModel* behind = b->get();
+  for (const uint64_t clock : {20, 30, 40}) {
+    const ServedModel::StreamLink& link = versions.at(clock);
+    ASSERT_TRUE(ahead->CheckStreamPart(*link->parts[0]).ok());
+    const absl::Status st = lacking.empty() ? behind->AdvanceStream({link})
+                                            : behind->CatchUpStream(lacking, *ahead, {link});
+    ASSERT_TRUE(st.ok()) << "version " << clock << ": " << st;
+    std::unique_ptr<ServedModel> full = Load(config, root, clock);
+    ASSERT_TRUE(full);
+    ExpectSameVersion(*behind, *full, /*streamed=*/true);
+    lacking = {link};
+    std::swap(ahead, behind);
+  }
+  // A catch-up that does not end at the model ahead is refused.
+  const absl::Status st = behind->CatchUpStream({versions.at(20)}, *ahead, {versions.at(40)});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+}
+
+// A part that does not fit the job is refused naming what is wrong, before
+// any row is written.
+TEST(ServedModelTest, StreamPartsThatDoNotFitTheJobAreRefused) {
+  const JobConfig config = Config();
+  const std::string root = Root("stream_bad");
+  const std::map<uint64_t, ServedModel::StreamLink> versions = WriteFourVersions(config, root);
+  if (::testing::Test::HasFatalFailure()) return;
+  std::unique_ptr<ServedModel> model = Load(config, root, 10);
+  ASSERT_TRUE(model);
+  const VersionPart& good = *versions.at(20)->parts[0];
+  ASSERT_TRUE(model->CheckStreamPart(good).ok());
+  ASSERT_GT(good.tables(0).keys_size(), 0);
+  const std::vector<std::pair<std::string, std::function<void(VersionPart*)>>> cases = {
+      {"partitions, this job has", [](VersionPart* p) { p->set_num_partitions(7); }},
+      {"out of range", [](VersionPart* p) { p->set_partitions(0, 1u << 20); }},
+      {"named twice", [](VersionPart* p) { p->add_partitions(p->partitions(0)); }},
+      {"is not a table of this job",
+       [](VersionPart* p) { p->mutable_tables(0)->set_table_id(99); }},
+      {"is not a table of this job", [](VersionPart* p) { p->mutable_tables(0)->set_dim(3); }},
+      {"bytes of weights",
+       [](VersionPart* p) { p->mutable_tables(0)->mutable_weights()->pop_back(); }},
+      {"a partition the part does not hold",
+       [](VersionPart* p) {
+         // Only the partitions after the first key's.
+         const uint32_t first =
+             PartitionOf(p->tables(0).table_id(), p->tables(0).keys(0), p->num_partitions());
+         p->clear_partitions();
+         for (uint32_t q = 0; q < p->num_partitions(); ++q) {
+           if (q != first) p->add_partitions(q);
+         }
+       }},
+  };
+  for (const auto& [want, damage] : cases) {
+    VersionPart bad = good;
+    damage(&bad);
+    const absl::Status st = model->CheckStreamPart(bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << want << ": " << st;
+    EXPECT_NE(st.message().find(want), absl::string_view::npos) << st;
+  }
 }
 
 TEST(ServedModelTest, LinksThatDoNotContinueTheVersionAreRefused) {
