@@ -12,8 +12,12 @@ on the same machine and load:
             checkpoint settings (checkpoint { dir } alone: no periodic cut)
   replica   the job with the replica's cadence (delta checkpoints every
             --every clocks, a FULL one every 9) and one ps_replica following
-            its directory (ps_launch.py --replicas 1, polling every
-            --poll_ms), and the probe (below) reading servers and replica
+            the servers' delta stream (ps_launch.py --replicas 1: each cut is
+            a version, served before its files), and the probe (below)
+            reading servers and replica
+  replica_files (with --files_arm) the same with the replica following the
+            checkpoint directory instead (--replica_source files, polling
+            every --poll_ms)
   cadence   (with --cadence_arm) the replica's cadence without a replica:
             what the checkpoints cost apart from the replica and the probe
 
@@ -100,18 +104,26 @@ def quantile(values, q):
 
 # replica: serving version 40 (... rows, table hash ...) from DIR, built in X [(how)] from B
 # bytes (own files O); cut to serve D
-VERSION_LINE = re.compile(r"replica: serving version (\d+) .*?, built in (\S+)(?: \(([^)]*)\))? from "
-                          r"(\d+) bytes \(own files (\d+)\); cut to serve (\S+)")
+# replica: serving version 40 (... rows, table hash ...) from the stream, generation G, built
+# in X (how) from B bytes; cut to serve D
+VERSION_LINE = re.compile(r"replica: serving version (\d+) .*?\) from (the stream|\S+), .*?built in "
+                          r"(\S+)(?: \(([^)]*)\))? from (\d+) bytes(?: \(own files (\d+)\))?; "
+                          r"cut to serve (\S+)")
 
 
 def versions(text):
-    """[{version, build_s, how, read, own, cut_to_serve_s}] of a replica's log."""
+    """[{version, build_s, how, read, own, cut_to_serve_s}] of a replica's log;
+    how: incremental or chain (from files), stream or stream full (from the
+    servers' stream; read: the bytes received)."""
     out = []
-    for v, built, how, read, own, d in VERSION_LINE.findall(text):
-        out.append({"version": int(v), "build_s": seconds(built),
-                    "how": "incremental" if how.startswith("incremental") else "chain",
+    for v, source, built, how, read, own, d in VERSION_LINE.findall(text):
+        if source == "the stream":
+            kind = "stream full" if how == "full" else "stream"
+        else:
+            kind = "incremental" if how.startswith("incremental") else "chain"
+        out.append({"version": int(v), "build_s": seconds(built), "how": kind,
                     "in_place": "in place" in how,
-                    "read": int(read), "own": int(own), "cut_to_serve_s": seconds(d)})
+                    "read": int(read), "own": int(own or 0), "cut_to_serve_s": seconds(d)})
     return out
 
 
@@ -146,10 +158,10 @@ def summary(vs):
         parts.append("cut to MANIFEST p50 %.3f s p99 %.3f s, MANIFEST to served p50 %.3f s p99 "
                      "%.3f s" % (quantile(write, 0.5), quantile(write, 0.99),
                                  quantile(after, 0.5), quantile(after, 0.99)))
-    for how in ("incremental", "chain"):
+    for how in ("incremental", "chain", "stream", "stream full"):
         k = [v for v in vs if v["how"] == how]
         if k:
-            parts.append("%d %s: build p50 %.3f s, read p50 %.0f KiB" % (
+            parts.append("%d %s: build p50 %.3f s, read/received p50 %.0f KiB" % (
                 len(k), how, quantile([v["build_s"] for v in k], 0.5),
                 statistics.median(v["read"] for v in k) / 1024))
             inplace = [v["build_s"] for v in k if v.get("in_place")]
@@ -238,7 +250,8 @@ def run_job(args, bin_dir, data, run_dir, arm, every):
             "--data_dir=" + data, "--bin_dir=" + bin_dir, "--run_dir=" + run_dir]
     other = None
     if replica:
-        argv += ["--replicas=1", "--replica_flag=--poll_ms=%d" % args.poll_ms]
+        argv += ["--replicas=1", "--replica_flag=--poll_ms=%d" % args.poll_ms,
+                 "--replica_source=" + ("files" if arm == "replica_files" else "stream")]
         if args.compare_replica:
             other_log = open(os.path.join(run_dir, "compare_replica.log"), "w")
             other = subprocess.Popen([args.compare_replica, "--config=" + config,
@@ -302,7 +315,7 @@ def run_job(args, bin_dir, data, run_dir, arm, every):
         if other is not None:
             res["compare"] = versions(open(os.path.join(run_dir, "compare_replica.log")).read())
         for v in res["versions"] + res.get("compare", []):
-            if v["version"] in written:
+            if v["version"] in written and not v["how"].startswith("stream"):
                 v["write_s"] = written[v["version"]]
         m = re.search(r"PS_PROBE_RESULT (.*)", probe_out)
         if not m:
@@ -335,6 +348,9 @@ def main():
     p.add_argument("--probe_keys", type=int, default=2, help="DENSE rows the probe follows")
     p.add_argument("--probe_table", type=int, default=2, help="the job's DENSE table id")
     p.add_argument("--verbose", action="store_true", help="print the probe's log")
+    p.add_argument("--files_arm", action="store_true",
+                   help="also a replica following the checkpoint files, not the stream "
+                        "(arms replica_files@N)")
     p.add_argument("--cadence_arm", action="store_true",
                    help="also run the cadence without a replica (see the top)")
     p.add_argument("--batch", type=int, default=64, help="lines per Predict call")
@@ -357,7 +373,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="replica_bench_")
     everies = [int(x) for x in args.every.split(",")]
     kinds = (["cadence"] if args.cadence_arm else []) + ["replica"] + (
-        ["replica_b"] if args.bin_dir_b else [])
+        ["replica_files"] if args.files_arm else []) + (["replica_b"] if args.bin_dir_b else [])
     arms = [("default", 0)] + [(kind, n) for n in everies for kind in kinds]
     bins = {"replica_b": args.bin_dir_b}
     name = lambda arm: arm[0] if arm[0] == "default" else "%s@%d" % arm
@@ -386,7 +402,8 @@ def main():
         print("A/B: replica arms with %s, replica_b arms with %s" % (bin_dir, args.bin_dir_b))
     for n, kind in [(n, kind) for n in everies for kind in kinds if kind != "cadence"]:
         reps = results[(kind, n)]
-        label = "every %d clocks%s" % (n, " (B)" if kind == "replica_b" else "")
+        label = "every %d clocks%s" % (n, {"replica_b": " (B)", "replica_files": " (files)"}.get(
+            kind, ""))
         print("%s: train-to-serve from the apply (probe, %d DENSE rows, every %d ms): "
               "%s" % (label, args.probe_keys, args.probe_ms,
                       probe_summary([res["probe"] for res in reps if "probe" in res])))
@@ -465,7 +482,8 @@ def main():
         print("  %s: %.0f, x%.3f of default (rounds: %s)" % (
             "cadence every %d clocks, no replica" % arm[1] if arm[0] == "cadence" else
             "cadence every %d clocks with the replica%s" % (
-                arm[1], " (B)" if arm[0] == "replica_b" else ""), med[arm], med[arm] / default,
+                arm[1], {"replica_b": " (B)", "replica_files": " on the files"}.get(arm[0], "")),
+            med[arm], med[arm] / default,
             rounds))
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -121,6 +121,7 @@ absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
   ASSIGN_OR_RETURN(const std::string dir, checkpoint::CreateCheckpointDir(root, request.clock()));
   std::shared_ptr<const StoreSnapshot> snapshot;
   uint32_t generation = 0;
+  const absl::Time cut = absl::Now();  // The copy's start: a version's cut time.
   if (bsp_) {
     // Under the clock lock: no clock can be applied half-way through the copy.
     RETURN_IF_ERROR(bsp_clocks_.AtClock(request.clock(), [&] {
@@ -133,7 +134,6 @@ absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
   }
   // Rows changed from now on are newer than `generation`: a delta on this
   // checkpoint holds them (once the scheduler has made it complete).
-  const absl::Time cut = absl::Now();
   RememberBase({root, request.clock(), generation, owned, request.generation()});
   SnapshotWriteOptions options;
   options.dir = dir;
