@@ -1,17 +1,19 @@
 // ps_replica: a serving replica of a job's model that follows the job's
-// checkpoint directory (replica/replica.h; docs/operations.md "Serving
-// replicas").
+// servers' delta stream or its checkpoint directory (replica/replica.h;
+// docs/operations.md "Serving replicas").
 //
 //   ps_replica --config job.pbtxt [--checkpoint_dir DIR] [--listen 127.0.0.1:0]
 //              [--port N] [--port_file F] [--poll_ms 100] [--metrics_listen H:P]
-//              [TLS flags]
+//              [--scheduler H:P --job_secret_file F] [TLS flags]
 //
 // Serves shardps.Replica (Predict, Lookup, Status; proto/replica.proto), the
 // gRPC health service (NOT_SERVING until the first version is loaded) and
 // reflection. It bootstraps from the newest complete
 // checkpoint of --checkpoint_dir (default: the config's checkpoint.dir),
-// waiting for one if there is none yet, and moves to each newer complete
-// checkpoint (FULL or DELTA) as a new version. Prints
+// waiting for one if there is none yet, then moves to each later cut as a
+// new version: from the servers' stream with --scheduler (the job's
+// scheduler names them), else to each newer complete checkpoint (FULL or
+// DELTA) in the directory. Prints
 //
 //   PS_REPLICA_LISTENING <host:port>
 //

@@ -244,9 +244,10 @@ absl::StatusOr<Replica::Built> Replica::Build(const checkpoint::CheckpointEntry&
   return built;
 }
 
-bool Replica::PollOnce() { return Poll(/*resync=*/false); }
+bool Replica::PollOnce() { return Poll(PollMode::kFiles); }
 
-bool Replica::Poll(bool resync) {
+bool Replica::Poll(PollMode mode) {
+  const bool resync = mode == PollMode::kResync;
   MutexLock poll(&poll_mu_);
   absl::StatusOr<std::vector<checkpoint::CheckpointEntry>> entries =
       checkpoint::ListCheckpoints(root_);
@@ -260,10 +261,13 @@ bool Replica::Poll(bool resync) {
   }
   // Is the checkpoint served still on disk as it was loaded? If not (set
   // aside, or written again after a rollback), any complete checkpoint,
-  // older ones included, replaces it.
+  // older ones included, replaces it. (A version from the stream: only
+  // newer ones, unless resyncing.)
   const bool served_on_disk =
-      !resync && current != nullptr &&
-      CreatedMicros(checkpoint::CheckpointPath(root_, served.first)) == served.second;
+      current != nullptr &&
+      (mode == PollMode::kNewer ||
+       (mode == PollMode::kFiles &&
+        CreatedMicros(checkpoint::CheckpointPath(root_, served.first)) == served.second));
   uint64_t newest = 0;
   for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
     const std::optional<int64_t> created = CreatedMicros(it->dir);

@@ -1,17 +1,24 @@
-// Replica: a serving copy of a job's model that follows the job's checkpoint
-// directory (issue 34; docs/design.md "Serving replicas").
+// Replica: a serving copy of a job's model that follows the job's servers'
+// delta stream or its checkpoint directory (issue 34; docs/design.md
+// "Serving replicas").
 //
 // ## What it serves
 //
-// A *version* is a complete checkpoint (FULL, or DELTA with its chain; see
-// common/checkpoint/checkpoint_dir.h): version v holds exactly the rows of the
-// cut at clock v, weights only for lookups, the whole model for predictions
-// (exporter::ServedModel, worker/export/served_model.h: the trainer's own
-// model code, as ps_score). Start() bootstraps from the newest complete
-// checkpoint; a follower thread then polls the directory every
-// `poll_interval` and moves to the newest complete checkpoint newer than the
-// one served, FULL or DELTA. Rows a delta deletes (evicted on the servers
-// before the cut) are gone from the next version.
+// A *version* is a checkpoint cut: from the files, a complete checkpoint
+// (FULL, or DELTA with its chain; see common/checkpoint/checkpoint_dir.h);
+// from the stream (below), the servers' parts of the cut. Version v holds
+// exactly the rows of the cut at clock v, weights only for lookups, the
+// whole model for predictions (exporter::ServedModel,
+// worker/export/served_model.h: the trainer's own model code, as ps_score).
+// Start() bootstraps from the newest complete checkpoint; a follower thread
+// then follows the stream (options.scheduler set), or polls the directory
+// every `poll_interval` and moves to the newest complete checkpoint newer
+// than the one served, FULL or DELTA. Rows a delta deletes (evicted on the
+// servers before the cut) are gone from the next version.
+//
+// The rest of this comment up to the stream's section is about versions
+// from the files; a version from the stream is built the same way from the
+// parts received (see "Following the servers' delta stream").
 //
 // ## Building a version
 //
@@ -232,10 +239,14 @@ class Replica {
   void Follow();
   // options_.scheduler set: the stream (replica_stream.cc).
   void FollowStream();
-  // PollOnce; `resync` (the stream): the newest complete checkpoint
-  // replaces the version served, whatever its clock (an older one counts
-  // as a rollback, as in PollOnce).
-  bool Poll(bool resync);
+  // How Poll treats the version served.
+  enum class PollMode {
+    kFiles,   // PollOnce: newer checkpoints, or any when it left the disk.
+    kResync,  // The stream cannot continue it: the newest complete checkpoint
+              // replaces it, whatever its clock (older: a rollback).
+    kNewer,   // The stream is lost: a complete checkpoint newer than it.
+  };
+  bool Poll(PollMode mode);
   // A stream version whose parts hold every partition: applied (true),
   // or it does not continue the version served (false: load a checkpoint).
   // Errors: the build failed.

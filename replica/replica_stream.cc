@@ -159,11 +159,16 @@ void Replica::FollowStream() {
     MutexLock lock(&mu_);
     last_error_ = error;
   };
-  // The stream lost: the replica keeps its version and tries again.
+  // The stream lost: the replica keeps its version, takes a newer complete
+  // checkpoint from the files if there is one meanwhile (a job that ended,
+  // servers it cannot reach), and tries again.
   const auto lost = [this](const std::string& why) {
     LOG_EVERY_N(WARNING, 10) << "replica: " << why;
-    MutexLock lock(&mu_);
-    stream_error_ = why;
+    {
+      MutexLock lock(&mu_);
+      stream_error_ = why;
+    }
+    Poll(PollMode::kNewer);
   };
   const auto following = [this] {
     MutexLock lock(&mu_);
@@ -273,7 +278,7 @@ void Replica::FollowStream() {
     if (resync) {
       // The session has ended: nothing is read while the checkpoint loads.
       const uint64_t before = Current()->clock();
-      Poll(/*resync=*/true);
+      Poll(PollMode::kResync);
       if (Current()->clock() == before) wait(options_.poll_interval);
     }
   }

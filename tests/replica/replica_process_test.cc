@@ -34,6 +34,11 @@
 // applied, bytes read, rows, train-to-serve and Predict latency
 // observations, rollbacks, newest checkpoint and lag.
 //
+// AStoppedReplicaDoesNotHoldTrainingBack: the replica SIGSTOPped after its
+// first version; the job cuts 9 more checkpoints meanwhile (more than the
+// servers keep for the stream); resumed, the replica catches up and ends
+// hash-equal on the job's last checkpoint.
+//
 // The worker sleeps 150 ms a step (--step_delay_ms): the job's 157 steps
 // then last over 20 s, long enough for the replica (polling every 50 ms) to
 // serve several versions and for the server's eviction sweep, which runs
@@ -629,6 +634,43 @@ TEST_P(ReplicaProcessTest, FollowsARestartAndARollback) {
 }
 
 }  // namespace
+// A replica that stops reading (SIGSTOP: a stuck or overloaded serving
+// host) does not hold training back: the job cuts 9 more checkpoints while
+// it is stopped (on the stream the servers' sending threads wait, the
+// parts it lacks leave their logs). Resumed (SIGCONT), it catches up: on the
+// stream by loading a checkpoint (the first part it gets does not continue
+// its version, or the stream is gone with the job), on the files by its
+// next poll; it ends on the job's last checkpoint, hash-equal at every
+// version.
+TEST_P(ReplicaProcessTest, AStoppedReplicaDoesNotHoldTrainingBack) {
+  std::map<uint64_t, uint64_t> hash_at;
+  const uint64_t first = RecordUntil("a version", &hash_at, [](uint64_t v) { return v > 0; });
+  replica_->Signal(SIGSTOP);
+  auto ahead = job_->WaitFor(
+      "9 more checkpoints while the replica is stopped",
+      [&](const JobStatusResponse&) {
+        return testing::Checkpoints(job_->ckpt()).complete >= first + 90;
+      },
+      absl::Minutes(5));
+  replica_->Signal(SIGCONT);
+  ASSERT_TRUE(ahead.ok()) << ahead.status() << job_->Logs();
+  const uint64_t last =
+      RecordUntil("the replica to serve the job's last checkpoint", &hash_at, [&](uint64_t v) {
+        return job_->Ended() && v > 0 && v == testing::Checkpoints(job_->ckpt()).complete;
+      });
+  auto code = job_->WaitScheduler(absl::Minutes(1));
+  ASSERT_TRUE(code.ok() && *code == 0) << job_->Logs();
+  CheckHashes(hash_at);
+  ReplicaStatusResponse status;
+  Record(&hash_at, &status);
+  std::printf(
+      "stopped at version %llu, resumed with checkpoint %llu complete; served %llu at the "
+      "end (%llu loads of a checkpoint to follow the stream again)\n",
+      static_cast<unsigned long long>(first),
+      static_cast<unsigned long long>(ahead.ok() ? first + 90 : 0),
+      static_cast<unsigned long long>(last), static_cast<unsigned long long>(status.resyncs()));
+}
+
 INSTANTIATE_TEST_SUITE_P(FilesOrStream, ReplicaProcessTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "Stream" : "Files";
