@@ -433,6 +433,20 @@ def main():
               "%.1f bytes a row" % (kind, len(k), statistics.median(b) / 1024,
                                     statistics.median(n), sum(int(x["deleted"]) for x in k),
                                     sum(b) / max(1, sum(n))))
+    # The stream's versions of the same cuts: the bytes received (every
+    # server's part) against the rows the cut's checkpoint holds.
+    touched = {int(x["clock"]): int(x["rows"]) + int(x["deleted"]) for x in per}
+    streamed = [v for v in last["versions"] if v["how"].startswith("stream") and
+                v["version"] in touched]
+    for kind in ("stream full", "stream"):
+        k = [v for v in streamed if v["how"] == kind]
+        if k:
+            b = [v["read"] for v in k]
+            n = [touched[v["version"]] for v in k]
+            print("%s versions (%d): median %.0f KiB received for %d rows touched, %.1f bytes a "
+                  "row" % ("full" if kind == "stream full" else "delta", len(k),
+                           statistics.median(b) / 1024, statistics.median(n),
+                           sum(b) / max(1, sum(n))))
     # Predict: a replica alone on the last job's checkpoints.
     lines = os.path.join(tmp, "predict.tsv")
     with open(os.path.join(data, "eval.tsv")) as f, open(lines, "w") as out:
