@@ -33,7 +33,7 @@ TSAN_TARGETS=(
   //common:mutex_test
   //server:table_test //server:table_store_test //server:optimizer_test //server:helper_pool_test
   //server:parameter_server_core_test //server:state_pull_test //server:bsp_aggregator_test
-  //server:shared_rows_test //server:partition_move_test
+  //server:shared_rows_test //server:partition_move_test //server:delta_checkpoint_test
   //scheduler:clock_test //scheduler:membership_test //scheduler:job_test
   //scheduler:job_recovery_test //scheduler:job_worker_loss_test //scheduler:worker_loss_test
   //scheduler:cut_book_test //scheduler:recovery_book_test //scheduler:takeover_test
