@@ -139,11 +139,17 @@ absl::StatusOr<PartitionMapProto> ServerAddresses(const std::string& address,
   return map;
 }
 
-// The parts of one version received so far.
+// The parts of one version received so far (each server's part in one or
+// more chunks).
 struct Pending {
   std::shared_ptr<exporter::ServedModel::StreamVersion> version;
   std::vector<bool> held;  // By partition.
   uint32_t partitions = 0;
+  // By server index: the chunks received, and the partitions its first
+  // chunk named (every chunk of a part names the same).
+  std::map<uint32_t, std::vector<bool>> chunks;
+  std::map<uint32_t, std::vector<uint32_t>> partitions_of;
+  uint64_t chunks_missing = 0;
   uint64_t bytes = 0;
   int64_t cut_micros = 0;  // The earliest server's copy.
 };
@@ -241,22 +247,43 @@ void Replica::FollowStream() {
           p.held.assign(num_partitions, false);
           p.cut_micros = part->cut_unix_micros();
         }
-        bool overlap = false;
-        for (uint32_t q : part->partitions()) overlap = overlap || p.held[q];
-        if (overlap) {
-          // Two parts claim a partition: not one cut (a map that moved
-          // between them); drop the version.
-          record(absl::StrCat("version ", part->clock(), ": server ", part->server_index(),
-                              "'s part holds a partition another part holds; dropped"));
+        const uint32_t server = part->server_index();
+        const uint32_t num_chunks = std::max<uint32_t>(1, part->num_chunks());
+        const std::vector<uint32_t> partitions(part->partitions().begin(),
+                                               part->partitions().end());
+        auto [received, first_chunk] = p.chunks.try_emplace(server, num_chunks, false);
+        std::string refused;
+        if (first_chunk) {
+          for (uint32_t q : partitions) {
+            if (p.held[q]) refused = "holds a partition another server's part holds";
+          }
+        } else if (received->second.size() != num_chunks || partitions != p.partitions_of[server]) {
+          refused = "does not name the chunks and partitions of its first chunk";
+        }
+        if (refused.empty() && (part->chunk() >= num_chunks || received->second[part->chunk()])) {
+          refused = absl::StrCat("chunk ", part->chunk(), " of ", num_chunks,
+                                 " is out of range or came twice");
+        }
+        if (!refused.empty()) {
+          // Not one cut's parts (a map that moved between them, a faulty
+          // server): drop the version.
+          record(absl::StrCat("version ", part->clock(), ": server ", server, "'s part ", refused,
+                              "; dropped"));
           pending.erase(key);
           continue;
         }
-        for (uint32_t q : part->partitions()) p.held[q] = true;
-        p.partitions += part->partitions_size();
+        if (first_chunk) {
+          for (uint32_t q : partitions) p.held[q] = true;
+          p.partitions += partitions.size();
+          p.partitions_of[server] = partitions;
+          p.chunks_missing += num_chunks;
+        }
+        received->second[part->chunk()] = true;
+        --p.chunks_missing;
         p.bytes += part->ByteSizeLong();
         p.cut_micros = std::min(p.cut_micros, part->cut_unix_micros());
         p.version->parts.push_back(part);
-        if (p.partitions < num_partitions) {
+        if (p.partitions < num_partitions || p.chunks_missing > 0) {
           if (pending.size() > kMaxPendingVersions) pending.erase(pending.begin());
           continue;
         }

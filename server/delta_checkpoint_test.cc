@@ -263,8 +263,10 @@ TEST(VersionPartsTest, PartsOfEveryCutRebuildTheServersWeights) {
   const auto apply = [&](uint64_t clock, bool full, uint64_t base) {
     std::vector<uint32_t> covered;
     for (uint32_t s = 0; s < kServers; ++s) {
-      const auto part = job.core(s).versions()->Next(0, clock - 1, absl::InfinitePast());
-      ASSERT_NE(part, nullptr) << "server " << s << " published no part at " << clock;
+      const auto chunks = job.core(s).versions()->Next(0, clock - 1, absl::InfinitePast());
+      ASSERT_NE(chunks, nullptr) << "server " << s << " published no part at " << clock;
+      ASSERT_EQ(chunks->size(), 1u);  // Under the default message size.
+      const std::shared_ptr<const VersionPart>& part = chunks->front();
       EXPECT_EQ(part->clock(), clock);
       EXPECT_EQ(part->full(), full);
       EXPECT_EQ(part->server_index(), s);
@@ -315,6 +317,51 @@ TEST(VersionPartsTest, PartsOfEveryCutRebuildTheServersWeights) {
   }
 }
 
+// A part larger than a message is sent in chunks: each under the limit (a
+// row at least), numbered in order, naming the part's partitions; together
+// they hold the rows and deletions of the part in one message.
+TEST(VersionPartsTest, APartIsChunkedUnderTheMessageLimit) {
+  Job job;
+  for (uint64_t c = 0; c < 2; ++c) job.Step(c);
+  const TableStore& store = *job.core(0).store();
+  std::vector<bool> owned(kParts);
+  for (uint32_t p = 0; p < kParts; ++p) owned[p] = job.core(0).map()->OwnerOfPartition(p) == 0;
+  const std::unique_ptr<StoreSnapshot> snapshot = StoreSnapshot::Take(store, owned);
+  const VersionChunks whole =
+      MakeVersionPart(*snapshot, store, 2, 1, 0, 0, 0, absl::Now(), size_t{1} << 30);
+  ASSERT_EQ(whole.size(), 1u);
+  constexpr size_t kLimit = 512;
+  const VersionChunks chunks =
+      MakeVersionPart(*snapshot, store, 2, 1, 0, 0, 0, absl::Now(), kLimit);
+  ASSERT_GT(chunks.size(), 4u);
+  std::map<std::pair<uint32_t, uint64_t>, std::string> rows, rows_whole;
+  const auto collect = [](const VersionChunks& parts, auto* out) {
+    for (const auto& part : parts) {
+      for (const VersionRows& t : part->tables()) {
+        const size_t bytes = t.dim() * sizeof(float);
+        for (int k = 0; k < t.keys_size(); ++k) {
+          (*out)[{t.table_id(), t.keys(k)}] = t.weights().substr(k * bytes, bytes);
+        }
+      }
+    }
+  };
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    EXPECT_EQ(chunks[c]->chunk(), c);
+    EXPECT_EQ(chunks[c]->num_chunks(), chunks.size());
+    EXPECT_EQ(chunks[c]->partitions_size(), whole[0]->partitions_size());
+    EXPECT_EQ(chunks[c]->clock(), 2u);
+    size_t payload = 0;
+    for (const VersionRows& t : chunks[c]->tables()) {
+      payload += t.keys_size() * sizeof(uint64_t) + t.weights().size();
+    }
+    EXPECT_LE(payload, kLimit) << "chunk " << c;
+  }
+  collect(chunks, &rows);
+  collect(whole, &rows_whole);
+  EXPECT_EQ(rows.size(), snapshot->rows());
+  EXPECT_TRUE(rows == rows_whole);
+}
+
 // Without a follower no part is built; the log keeps the newest parts in
 // (generation, clock) order, replaces a retried cut, and wakes waiters.
 TEST(VersionPartsTest, LogKeepsTheNewestPartsInOrder) {
@@ -331,23 +378,24 @@ TEST(VersionPartsTest, LogKeepsTheNewestPartsInOrder) {
     p->set_generation(generation);
     p->set_clock(clock);
     p->add_tables()->mutable_weights()->resize(bytes);
-    return p;
+    return VersionChunks{p};
   };
   for (uint64_t c = 1; c <= VersionLog::kMaxParts + 2; ++c) log.Publish(part(1, c, 10));
   EXPECT_EQ(log.parts(), VersionLog::kMaxParts);
   // The oldest kept is handed to a follower further behind.
-  EXPECT_EQ(log.Next(1, 0, absl::InfinitePast())->clock(), 3u);
-  EXPECT_EQ(log.Next(1, 5, absl::InfinitePast())->clock(), 6u);
+  EXPECT_EQ(log.Next(1, 0, absl::InfinitePast())->front()->clock(), 3u);
+  EXPECT_EQ(log.Next(1, 5, absl::InfinitePast())->front()->clock(), 6u);
   // A new generation (a rollback to an older clock) orders after.
   log.Publish(part(2, 4, 10));
-  EXPECT_EQ(log.Next(1, VersionLog::kMaxParts + 2, absl::InfinitePast())->generation(), 2u);
+  EXPECT_EQ(log.Next(1, VersionLog::kMaxParts + 2, absl::InfinitePast())->front()->generation(),
+            2u);
   // A retried cut replaces its part.
   log.Publish(part(2, 4, 20));
-  EXPECT_EQ(log.Next(1, 100, absl::InfinitePast())->tables(0).weights().size(), 20u);
+  EXPECT_EQ(log.Next(1, 100, absl::InfinitePast())->front()->tables(0).weights().size(), 20u);
   // Over max_bytes the oldest go; the newest stays even alone.
   log.Publish(part(2, 5, 2 << 20));
   EXPECT_EQ(log.parts(), 1u);
-  EXPECT_EQ(log.Next(0, 0, absl::InfinitePast())->clock(), 5u);
+  EXPECT_EQ(log.Next(0, 0, absl::InfinitePast())->front()->clock(), 5u);
   // A waiting follower is woken by a publish, and by Stop.
   std::thread publisher([&] {
     absl::SleepFor(absl::Milliseconds(20));
@@ -356,7 +404,7 @@ TEST(VersionPartsTest, LogKeepsTheNewestPartsInOrder) {
   const auto next = log.Next(2, 5, absl::InfiniteFuture());
   publisher.join();
   ASSERT_NE(next, nullptr);
-  EXPECT_EQ(next->clock(), 6u);
+  EXPECT_EQ(next->front()->clock(), 6u);
   std::thread stopper([&] {
     absl::SleepFor(absl::Milliseconds(20));
     log.Stop();

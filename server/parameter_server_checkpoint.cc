@@ -153,7 +153,8 @@ absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
     publish = [this, snapshot, clock = request.clock(), generation = request.generation(),
                base_clock = request.base_clock(), base_generation, cut] {
       versions_.Publish(MakeVersionPart(*snapshot, *store_, clock, generation, base_clock,
-                                        base_generation, server_index_, cut));
+                                        base_generation, server_index_, cut,
+                                        config_.cluster().max_message_bytes() / 2));
     };
   }
   write_->thread = std::thread([write, snapshot, options, publish = std::move(publish),

@@ -511,17 +511,19 @@ grpc::Status PsService::FollowVersions(grpc::ServerContext* context,
   VersionLog* log = core_->versions();
   while (!context->IsCancelled()) {
     // Wakes every 200 ms to see a cancelled call.
-    const std::shared_ptr<const VersionPart> part =
+    const std::shared_ptr<const VersionChunks> part =
         log->Next(generation, clock, absl::Now() + absl::Milliseconds(200));
     if (part == nullptr) {
       if (log->stopped()) break;
       continue;
     }
-    if (!writer->Write(*part)) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "FollowVersions: the follower is gone");
+    for (const auto& chunk : *part) {
+      if (!writer->Write(*chunk)) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "FollowVersions: the follower is gone");
+      }
     }
-    generation = part->generation();
-    clock = part->clock();
+    generation = part->front()->generation();
+    clock = part->front()->clock();
   }
   return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                       absl::StrCat("FollowVersions: server ", core_->server_index(),

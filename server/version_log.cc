@@ -7,52 +7,70 @@
 
 namespace shardps {
 
-std::shared_ptr<const VersionPart> MakeVersionPart(const StoreSnapshot& snapshot,
-                                                   const TableStore& store, uint64_t clock,
-                                                   uint64_t generation, uint64_t base_clock,
-                                                   uint64_t base_generation, uint32_t server_index,
-                                                   absl::Time cut) {
-  auto part = std::make_shared<VersionPart>();
-  part->set_clock(clock);
-  part->set_generation(generation);
-  part->set_full(!snapshot.delta());
-  if (snapshot.delta()) {
-    part->set_base_clock(base_clock);
-    part->set_base_generation(base_generation);
-  }
-  part->set_server_index(server_index);
-  part->set_num_partitions(snapshot.num_partitions());
-  for (uint32_t p : snapshot.partitions()) part->add_partitions(p);
-  part->set_cut_unix_micros(absl::ToUnixMicros(cut));
-  for (size_t t = 0; t < snapshot.table_ids().size(); ++t) {
-    const Table* table = store.FindTable(snapshot.table_ids()[t]);
-    const size_t dim = table->dim();
-    const size_t stride = snapshot.stride(t);
-    size_t rows = 0, deleted = 0;
-    for (size_t i = 0; i < snapshot.partitions().size(); ++i) {
-      rows += snapshot.rows_of(i, t).keys.size();
-      deleted += snapshot.rows_of(i, t).deleted.size();
+VersionChunks MakeVersionPart(const StoreSnapshot& snapshot, const TableStore& store,
+                              uint64_t clock, uint64_t generation, uint64_t base_clock,
+                              uint64_t base_generation, uint32_t server_index, absl::Time cut,
+                              size_t max_chunk_bytes) {
+  if (max_chunk_bytes == 0) max_chunk_bytes = size_t{32} << 20;  // No limit configured.
+  std::vector<std::shared_ptr<VersionPart>> chunks;
+  size_t bytes = 0;  // Of the rows and deletions in the last chunk.
+  const auto new_chunk = [&] {
+    auto part = std::make_shared<VersionPart>();
+    part->set_clock(clock);
+    part->set_generation(generation);
+    part->set_full(!snapshot.delta());
+    if (snapshot.delta()) {
+      part->set_base_clock(base_clock);
+      part->set_base_generation(base_generation);
     }
-    VersionRows* out = part->add_tables();
-    out->set_table_id(snapshot.table_ids()[t]);
-    out->set_dim(static_cast<uint32_t>(dim));
-    out->mutable_keys()->Reserve(static_cast<int>(rows));
-    out->mutable_deleted()->Reserve(static_cast<int>(deleted));
-    std::string* weights = out->mutable_weights();
-    weights->resize(rows * dim * sizeof(float));
-    char* w = weights->data();
+    part->set_server_index(server_index);
+    part->set_num_partitions(snapshot.num_partitions());
+    for (uint32_t p : snapshot.partitions()) part->add_partitions(p);
+    part->set_cut_unix_micros(absl::ToUnixMicros(cut));
+    chunks.push_back(std::move(part));
+    bytes = 0;
+  };
+  new_chunk();
+  for (size_t t = 0; t < snapshot.table_ids().size(); ++t) {
+    const uint32_t id = snapshot.table_ids()[t];
+    const size_t dim = store.FindTable(id)->dim();
+    const size_t stride = snapshot.stride(t);
+    const size_t row_bytes = sizeof(uint64_t) + dim * sizeof(float);
+    VersionRows* out = nullptr;
+    // The table's entry in the last chunk, a new chunk first when it is full.
+    const auto room = [&](size_t need) -> VersionRows* {
+      if (bytes > 0 && bytes + need > max_chunk_bytes) {
+        new_chunk();
+        out = nullptr;
+      }
+      if (out == nullptr) {
+        out = chunks.back()->add_tables();
+        out->set_table_id(id);
+        out->set_dim(static_cast<uint32_t>(dim));
+      }
+      bytes += need;
+      return out;
+    };
     for (size_t i = 0; i < snapshot.partitions().size(); ++i) {
       const StoreSnapshot::Rows& r = snapshot.rows_of(i, t);
-      for (uint64_t key : r.deleted) out->add_deleted(key);
+      for (uint64_t key : r.deleted) room(sizeof(uint64_t))->add_deleted(key);
       for (size_t k = 0; k < r.keys.size(); ++k) {
-        out->add_keys(r.keys[k]);
+        VersionRows* rows = room(row_bytes);
+        rows->add_keys(r.keys[k]);
         // The weights lead each row's payload.
-        std::memcpy(w, r.payloads.data() + k * stride, dim * sizeof(float));
-        w += dim * sizeof(float);
+        rows->mutable_weights()->append(
+            reinterpret_cast<const char*>(r.payloads.data() + k * stride), dim * sizeof(float));
       }
     }
+    if (out == nullptr) room(0);  // Every table named, even without rows.
   }
-  return part;
+  VersionChunks result;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    chunks[c]->set_chunk(static_cast<uint32_t>(c));
+    chunks[c]->set_num_chunks(static_cast<uint32_t>(chunks.size()));
+    result.push_back(std::move(chunks[c]));
+  }
+  return result;
 }
 
 bool VersionLog::wanted() const {
@@ -60,36 +78,37 @@ bool VersionLog::wanted() const {
   return wanted_;
 }
 
-void VersionLog::Publish(std::shared_ptr<const VersionPart> part) {
-  const Key key(part->generation(), part->clock());
-  const uint64_t size = part->ByteSizeLong();
+void VersionLog::Publish(VersionChunks part) {
+  const Key key(part.front()->generation(), part.front()->clock());
+  uint64_t size = 0;
+  for (const auto& chunk : part) size += chunk->ByteSizeLong();
   {
     MutexLock lock(&mu_);
     // A cut taken again at the same (generation, clock) replaces the part
     // before; one older than the newest (a generation that went back) drops
     // every newer part: they belong to a history the job left.
-    while (!parts_.empty() && parts_.back().first >= key) {
-      bytes_ -= parts_.back().second->ByteSizeLong();
+    while (!parts_.empty() && parts_.back().key >= key) {
+      bytes_ -= parts_.back().bytes;
       parts_.pop_back();
     }
-    parts_.emplace_back(key, std::move(part));
+    parts_.push_back({key, std::make_shared<const VersionChunks>(std::move(part)), size});
     bytes_ += size;
     while (parts_.size() > kMaxParts || (parts_.size() > 1 && bytes_ > max_bytes_)) {
-      bytes_ -= parts_.front().second->ByteSizeLong();
+      bytes_ -= parts_.front().bytes;
       parts_.pop_front();
     }
   }
   published_.SignalAll();
 }
 
-std::shared_ptr<const VersionPart> VersionLog::Next(uint64_t after_generation, uint64_t after_clock,
-                                                    absl::Time deadline) {
+std::shared_ptr<const VersionChunks> VersionLog::Next(uint64_t after_generation,
+                                                      uint64_t after_clock, absl::Time deadline) {
   const Key after(after_generation, after_clock);
   MutexLock lock(&mu_);
   wanted_ = true;
   while (!stopped_) {
-    for (const auto& [key, part] : parts_) {
-      if (key > after) return part;
+    for (const Kept& kept : parts_) {
+      if (kept.key > after) return kept.chunks;
     }
     if (absl::Now() >= deadline) break;
     published_.WaitUntil(&mu_, deadline);

@@ -5,7 +5,9 @@
 // Each checkpoint cut's copy is also a version: MakeVersionPart turns the
 // copy (a StoreSnapshot) into this server's part of it, the weights of the
 // rows it holds (dim floats a row, no optimizer state, shared unadmitted rows
-// under their reserved keys) and the keys it deletes, per table. The log
+// under their reserved keys) and the keys it deletes, per table, as chunks
+// of at most about half the job's cluster.max_message_bytes (a part of any
+// size fits the messages gRPC sends). The log
 // keeps the newest parts, ordered by (job generation, clock): at most
 // kMaxParts, and fewer while they hold more than max_bytes (the newest is
 // always kept). A part published again at the same (generation, clock) (a
@@ -30,6 +32,7 @@
 #include <deque>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "common/mutex.h"
@@ -41,12 +44,13 @@ namespace shardps {
 
 // This server's part of the version cut by `snapshot` (taken from `store`
 // at the cut): `full` for a full snapshot, else a delta on (base_clock,
-// base_generation).
-std::shared_ptr<const VersionPart> MakeVersionPart(const StoreSnapshot& snapshot,
-                                                   const TableStore& store, uint64_t clock,
-                                                   uint64_t generation, uint64_t base_clock,
-                                                   uint64_t base_generation, uint32_t server_index,
-                                                   absl::Time cut);
+// base_generation). As chunks (proto/ps.proto VersionPart.chunk) of at
+// most about `max_chunk_bytes` each (one row at least).
+using VersionChunks = std::vector<std::shared_ptr<const VersionPart>>;
+VersionChunks MakeVersionPart(const StoreSnapshot& snapshot, const TableStore& store,
+                              uint64_t clock, uint64_t generation, uint64_t base_clock,
+                              uint64_t base_generation, uint32_t server_index, absl::Time cut,
+                              size_t max_chunk_bytes);
 
 class VersionLog {
  public:
@@ -55,12 +59,12 @@ class VersionLog {
 
   // Whether a follower has ever asked: parts are worth building.
   bool wanted() const;
-  // Adds a part (see the top) and wakes the followers.
-  void Publish(std::shared_ptr<const VersionPart> part);
+  // Adds a part (its chunks, see the top) and wakes the followers.
+  void Publish(VersionChunks part);
   // The oldest kept part whose (generation, clock) is after the given one;
   // waits for one until `deadline` (nullptr then, or once Stop was called).
-  std::shared_ptr<const VersionPart> Next(uint64_t after_generation, uint64_t after_clock,
-                                          absl::Time deadline);
+  std::shared_ptr<const VersionChunks> Next(uint64_t after_generation, uint64_t after_clock,
+                                            absl::Time deadline);
   // Wakes every waiting Next; later ones return nullptr at once.
   void Stop();
   bool stopped() const;
@@ -76,7 +80,12 @@ class VersionLog {
   CondVar published_;
   bool wanted_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<std::pair<Key, std::shared_ptr<const VersionPart>>> parts_ ABSL_GUARDED_BY(mu_);
+  struct Kept {
+    Key key;
+    std::shared_ptr<const VersionChunks> chunks;
+    uint64_t bytes = 0;
+  };
+  std::deque<Kept> parts_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -96,6 +96,7 @@ training { batch_size: 128 epochs: 1 shuffle_seed: 7 intra_op_threads: 1 }
 cluster {
   num_servers: 1 num_workers: 1 num_partitions: 64 mode: BSP
   heartbeat_ms: 200 dead_after_ms: 2000 server_deadline_ms: 30000
+  max_message_bytes: 1048576  # The stream's parts then come in several chunks.
 }
 checkpoint { dir: "@CKPT@" every_steps: 10 keep: 100 delta: true }
 )pb";

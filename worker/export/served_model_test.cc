@@ -143,9 +143,10 @@ class Job {
     // partition).
     auto version = std::make_shared<ServedModel::StreamVersion>();
     version->clock = clock;
-    version->parts.push_back(MakeVersionPart(*snapshot, *store(), clock, /*generation=*/1,
-                                             base.value_or(0), /*base_generation=*/1,
-                                             /*server_index=*/0, absl::Now()));
+    // Small chunks: a version of many messages.
+    version->parts = MakeVersionPart(*snapshot, *store(), clock, /*generation=*/1, base.value_or(0),
+                                     /*base_generation=*/1,
+                                     /*server_index=*/0, absl::Now(), /*max_chunk_bytes=*/4096);
     versions_[clock] = version;
   }
 
@@ -373,7 +374,8 @@ TEST(ServedModelTest, StreamVersionsGiveTheVersionOfTheirCut) {
   ServedModel* behind = b->get();
   for (const uint64_t clock : {20, 30, 40}) {
     const ServedModel::StreamLink& link = versions.at(clock);
-    ASSERT_TRUE(ahead->CheckStreamPart(*link->parts[0]).ok());
+    ASSERT_GT(link->parts.size(), 1u);
+    for (const auto& part : link->parts) ASSERT_TRUE(ahead->CheckStreamPart(*part).ok());
     const absl::Status st = lacking.empty() ? behind->AdvanceStream({link})
                                             : behind->CatchUpStream(lacking, *ahead, {link});
     ASSERT_TRUE(st.ok()) << "version " << clock << ": " << st;
