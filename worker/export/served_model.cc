@@ -277,17 +277,7 @@ absl::Status ServedModel::Advance(const checkpoint::ResolvedCheckpoint& next,
   dir_ = next.dir;
   table_hash_ = state.hash;
   rows_ = state.rows;
-#ifndef NDEBUG
-  // Debug builds (tests) check the running sum against a walk of every row.
-  const uint64_t hash = table_hash_, rows = rows_;
-  Index();
-  if (hash != table_hash_ || rows != rows_) {
-    return absl::InternalError(absl::StrCat(next.dir, ": incremental table hash ", hash, " (", rows,
-                                            " rows) differs from the walk's ", table_hash_, " (",
-                                            rows_, " rows)"));
-  }
-#endif
-  return absl::OkStatus();
+  return CheckRunningHash(next.dir);
 }
 
 absl::Status ServedModel::CatchUp(absl::Span<const Link> catch_up, const ServedModel& to,
@@ -306,11 +296,29 @@ absl::Status ServedModel::CatchUp(absl::Span<const Link> catch_up, const ServedM
     ApplyLink(*link, config_.cluster().num_partitions(), store, nullptr);
   }
   // The tables now equal `to`'s (the same chain): so do hash and rows.
+  TakeVersionOf(to);
+  return Advance(next, links);
+}
+
+void ServedModel::TakeVersionOf(const ServedModel& to) {
   clock_ = to.clock_;
   dir_ = to.dir_;
   table_hash_ = to.table_hash_;
   rows_ = to.rows_;
-  return Advance(next, links);
+}
+
+absl::Status ServedModel::CheckRunningHash(absl::string_view what) {
+#ifndef NDEBUG
+  // Debug builds (tests) check the running sum against a walk of every row.
+  const uint64_t hash = table_hash_, rows = rows_;
+  Index();
+  if (hash != table_hash_ || rows != rows_) {
+    return absl::InternalError(absl::StrCat(what, ": incremental table hash ", hash, " (", rows,
+                                            " rows) differs from the walk's ", table_hash_, " (",
+                                            rows_, " rows)"));
+  }
+#endif
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Copy() const {
@@ -399,16 +407,7 @@ absl::Status ServedModel::AdvanceStream(absl::Span<const StreamLink> links) {
   dir_.clear();
   table_hash_ = state.hash;
   rows_ = state.rows;
-#ifndef NDEBUG
-  const uint64_t hash = table_hash_, rows = rows_;
-  Index();
-  if (hash != table_hash_ || rows != rows_) {
-    return absl::InternalError(absl::StrCat("stream version ", clock_, ": incremental table hash ",
-                                            hash, " (", rows, " rows) differs from the walk's ",
-                                            table_hash_, " (", rows_, " rows)"));
-  }
-#endif
-  return absl::OkStatus();
+  return CheckRunningHash(absl::StrCat("stream version ", clock_));
 }
 
 absl::Status ServedModel::CatchUpStream(absl::Span<const StreamLink> catch_up,
@@ -422,10 +421,7 @@ absl::Status ServedModel::CatchUpStream(absl::Span<const StreamLink> catch_up,
     ApplyStreamVersion(*link, config_.cluster().num_partitions(), store, nullptr);
   }
   // The tables now equal `to`'s: so do hash and rows.
-  clock_ = to.clock_;
-  dir_ = to.dir_;
-  table_hash_ = to.table_hash_;
-  rows_ = to.rows_;
+  TakeVersionOf(to);
   return AdvanceStream(links);
 }
 

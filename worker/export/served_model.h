@@ -184,6 +184,11 @@ class ServedModel {
   static absl::StatusOr<std::unique_ptr<ServedModel>> Empty(const JobConfig& config);
   uint64_t NumDenseChunks() const;
   void Index();  // Table hash and rows, from a walk of every row.
+  // The version of `to`, whose tables this model's now equal.
+  void TakeVersionOf(const ServedModel& to);
+  // Debug builds: INTERNAL naming `what` unless the running hash and row
+  // count equal a walk's (Index). Release builds: OK.
+  absl::Status CheckRunningHash(absl::string_view what);
 
   // Written by Load, Copy and Advance only (see Thread-safety). Destroyed
   // bottom-up: the trainer before its store.
