@@ -114,8 +114,10 @@
 // or a poll. A version so served is the trainer's state at the cut; when
 // the cut's checkpoint completes, its files hold the same rows
 // (ps_table_hash of it equals the version's table hash). A lost stream (a
-// server restarted, moved, unreachable) is opened again from the version
-// served, after the scheduler names the servers again.
+// server restarted, moved, unreachable, or silent for 15 s: a server sends
+// an idle message every 2 s between cuts) is opened again from the version
+// served, after the scheduler names the servers again; meanwhile a newer
+// complete checkpoint in the files is taken.
 //
 // A checkpoint that fails to load (corrupt, removed by GC mid-read) is
 // skipped, logged, and reported as last_error; the replica keeps serving the

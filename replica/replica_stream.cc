@@ -28,6 +28,9 @@ namespace {
 // stream is opened again.
 constexpr absl::Duration kSchedulerTimeout = absl::Seconds(5);
 constexpr absl::Duration kReconnectWait = absl::Milliseconds(500);
+// A server sends a message at least every 2 s (an idle one between cuts:
+// PsService::kFollowIdle); one silent this long is cut off or stopped.
+constexpr absl::Duration kSilentServer = absl::Seconds(15);
 // Parts received and not yet taken, per session: a reader stops reading
 // beyond it (the server's sending thread then waits, not training).
 constexpr size_t kMaxQueuedParts = 64;
@@ -63,11 +66,18 @@ class Session {
   }
 
   // The next part, nullptr at `deadline`; `broken` gets why a stream ended
-  // (then the session is done).
+  // or is silent (then the session is done).
   std::shared_ptr<const VersionPart> Next(absl::Time deadline, std::string* broken) {
     MutexLock lock(&mu_);
     while (queue_.empty() && broken_.empty() && absl::Now() < deadline) {
       changed_.WaitUntil(&mu_, deadline);
+    }
+    for (const auto& s : streams_) {
+      if (broken_.empty() && queue_.empty() && absl::Now() - s->heard > kSilentServer) {
+        broken_ = absl::StrCat("the server at ", s->address, " sent nothing for ",
+                               absl::FormatDuration(kSilentServer),
+                               " (it sends a message every 2 s: cut off or stopped)");
+      }
     }
     *broken = broken_;
     if (queue_.empty()) return nullptr;
@@ -82,6 +92,7 @@ class Session {
     std::string address;
     grpc::ClientContext context;
     std::thread thread;
+    absl::Time heard = absl::Now();  // The last message (mu_).
   };
 
   void Read(Stream* s, const FollowVersionsRequest& request) {
@@ -97,6 +108,8 @@ class Session {
         auto part = std::make_shared<VersionPart>();
         if (!reader->Read(part.get())) break;
         MutexLock lock(&mu_);
+        s->heard = absl::Now();
+        if (part->idle()) continue;
         while (queue_.size() >= kMaxQueuedParts && !closed_) changed_.Wait(&mu_);
         if (closed_) break;
         queue_.push_back(std::move(part));

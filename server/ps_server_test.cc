@@ -371,6 +371,24 @@ TEST_F(PsServerTest, EveryBadRequestGetsItsStatusAndChangesNothing) {
             grpc::StatusCode::PERMISSION_DENIED);
 }
 
+// A serving replica's follow of a server that cuts nothing: the server says
+// it is alive with an idle message (proto/ps.proto VersionPart.idle), so a
+// follower can tell a silent server from a job between cuts.
+TEST_F(PsServerTest, AFollowerOfAServerWithoutCutsHearsIdleMessages) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = stub_->FollowVersions(&ctx, FollowVersionsRequest());
+  for (int i = 0; i < 2; ++i) {
+    VersionPart part;
+    ASSERT_TRUE(reader->Read(&part)) << reader->Finish().error_message();
+    EXPECT_TRUE(part.idle());
+    EXPECT_EQ(part.clock(), 0u);
+    EXPECT_EQ(part.tables_size(), 0);
+  }
+  ctx.TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
 TEST_F(PsServerTest, ExitsCleanlyOnSigterm) { EXPECT_EQ(server_.Stop(), 0); }
 
 TEST(PsServerStartTest, ATakenPortIsAnErrorExitNotACrash) {

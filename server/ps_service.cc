@@ -509,12 +509,23 @@ grpc::Status PsService::FollowVersions(grpc::ServerContext* context,
   uint64_t generation = request->after_generation();
   uint64_t clock = request->after_clock();
   VersionLog* log = core_->versions();
+  VersionPart idle;
+  idle.set_idle(true);
+  idle.set_server_index(core_->server_index());
+  absl::Time last_write = absl::Now();
   while (!context->IsCancelled()) {
     // Wakes every 200 ms to see a cancelled call.
     const std::shared_ptr<const VersionChunks> part =
         log->Next(generation, clock, absl::Now() + absl::Milliseconds(200));
     if (part == nullptr) {
       if (log->stopped()) break;
+      if (absl::Now() - last_write >= kFollowIdle) {
+        if (!writer->Write(idle)) {
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "FollowVersions: the follower is gone");
+        }
+        last_write = absl::Now();
+      }
       continue;
     }
     for (const auto& chunk : *part) {
@@ -524,6 +535,7 @@ grpc::Status PsService::FollowVersions(grpc::ServerContext* context,
     }
     generation = part->front()->generation();
     clock = part->front()->clock();
+    last_write = absl::Now();
   }
   return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                       absl::StrCat("FollowVersions: server ", core_->server_index(),

@@ -115,9 +115,11 @@ class PsService final : public PsServiceBase {
   // A serving replica's follow (proto/ps.proto): the job secret only (a
   // member's read, as a pull), then every part the core's VersionLog has
   // after the request's version and each new one, until the caller cancels
-  // or the server shuts down (UNAVAILABLE). A thread per follower.
+  // or the server shuts down (UNAVAILABLE); an `idle` message after
+  // kFollowIdle without a part. A thread per follower.
   grpc::Status FollowVersions(grpc::ServerContext* context, const FollowVersionsRequest* request,
                               grpc::ServerWriter<VersionPart>* writer) override;
+  static constexpr absl::Duration kFollowIdle = absl::Seconds(2);
 
   // The token control RPCs must carry; 0 refuses every control RPC. Wakes
   // the control RPCs that wait for it (await_control_token).
