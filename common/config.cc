@@ -366,6 +366,10 @@ void ValidateData(const JobConfig& c, Validator* v) {
   if (!CheckpointConfig::OnCorrupt_IsValid(c.checkpoint().on_corrupt())) {
     v->Error({{"checkpoint"}, {"on_corrupt"}}, "must be FAIL or FALL_BACK");
   }
+  if (c.checkpoint().version_every_steps() > 0 && c.checkpoint().dir().empty()) {
+    v->Error({{"checkpoint"}, {"version_every_steps"}},
+             "versions between checkpoints are deltas on the last checkpoint: set checkpoint.dir");
+  }
 }
 
 void ValidateTraining(const JobConfig& c, Validator* v) {

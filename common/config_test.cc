@@ -216,6 +216,15 @@ TEST(ConfigTest, OnCorruptDefaultsToFailAndTakesFallBack) {
   ExpectRefused(std::string(kValid) + "checkpoint { on_corrupt: 7 }\n", {"checkpoint.on_corrupt"});
 }
 
+TEST(ConfigTest, VersionsBetweenCheckpointsNeedACheckpointDir) {
+  ExpectRefused(std::string(kValid) + "checkpoint { version_every_steps: 5 }\n",
+                {"checkpoint.version_every_steps", "set checkpoint.dir"});
+  EXPECT_TRUE(
+      ParseJobConfig(std::string(kValid) + "checkpoint { dir: \"/c\" version_every_steps: 5 }",
+                     "job.pbtxt")
+          .ok());
+}
+
 TEST(ConfigTest, DenseCompressionRatioMustBeAShare) {
   const std::string with =
       Replace(kValid, "data {", "training { dense_compression { ratio: R } }\ndata {");

@@ -56,6 +56,9 @@ ABSL_FLAG(std::string, scheduler, shardps::EnvOr("SHARDPS_SCHEDULER", ""),
           "The job's scheduler (host:port): follow the servers' delta stream, reading "
           "checkpoint files only to load one (replica/replica.h). Empty: follow the files. "
           "Needs the job's --job_secret_file when the job has one.");
+ABSL_FLAG(bool, verify_stream, false,
+          "With --scheduler: check each stream version against the servers' hash of their rows "
+          "at the cut before serving it (costs the servers a full copy a cut; an audit).");
 
 namespace {
 
@@ -81,6 +84,7 @@ int Run() {
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.poll_interval = absl::Milliseconds(absl::GetFlag(FLAGS_poll_ms));
   options.scheduler = absl::GetFlag(FLAGS_scheduler);
+  options.verify_stream = absl::GetFlag(FLAGS_verify_stream);
   auto replica = shardps::replica::Replica::Create(std::move(options));
   if (!replica.ok()) {
     LOG(ERROR) << replica.status();

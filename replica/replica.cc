@@ -376,6 +376,25 @@ bool Replica::Poll(PollMode mode) {
   return false;
 }
 
+absl::Status Replica::VerifyStreamVersion(const exporter::ServedModel::StreamVersion& version,
+                                          const exporter::ServedModel* built) {
+  uint64_t servers = 0;
+  for (const auto& part : version.parts) {
+    if (!part->has_state_hash()) return absl::OkStatus();   // Cut before anyone asked.
+    if (part->chunk() == 0) servers += part->state_hash();  // Each chunk carries it.
+  }
+  MutexLock lock(&mu_);
+  if (built->table_hash() == servers) {
+    ++verified_versions_;
+    return absl::OkStatus();
+  }
+  ++hash_mismatches_;
+  return absl::DataLossError(absl::StrCat(
+      "version ", version.clock, " built from the stream has table hash ",
+      absl::Hex(built->table_hash(), absl::kZeroPad16), ", the servers' rows at the cut hash to ",
+      absl::Hex(servers, absl::kZeroPad16), "; not served"));
+}
+
 absl::StatusOr<bool> Replica::ApplyStreamVersion(exporter::ServedModel::StreamLink version,
                                                  uint64_t generation, int64_t cut_micros,
                                                  uint64_t bytes) {
@@ -406,14 +425,17 @@ absl::StatusOr<bool> Replica::ApplyStreamVersion(exporter::ServedModel::StreamLi
   }
   std::unique_ptr<exporter::ServedModel> model;
   bool in_place = false;
+  const exporter::ServedModel* built = nullptr;  // The version, before it is served.
   if (full) {
     ASSIGN_OR_RETURN(model, exporter::ServedModel::FromStream(options_.config, *version));
+    built = model.get();
   } else {
     absl::StatusOr<exporter::ServedModel*> idle = models_.Idle(absl::Now() + options_.reader_wait);
     if (idle.ok() && *idle != nullptr && idle_lacks_.empty() && !idle_lacks_stream_.empty()) {
       const absl::Status st = (*idle)->CatchUpStream(idle_lacks_stream_, *served, {version});
       if (st.ok()) {
         in_place = true;
+        built = *idle;
       } else {
         LOG(WARNING) << "replica: stream version " << version->clock << " in place failed (" << st
                      << "); on a copy of version " << served->clock();
@@ -425,7 +447,12 @@ absl::StatusOr<bool> Replica::ApplyStreamVersion(exporter::ServedModel::StreamLi
     if (!in_place) {
       ASSIGN_OR_RETURN(model, served->Copy());
       RETURN_IF_ERROR(model->AdvanceStream({version}));
+      built = model.get();
     }
+  }
+  if (absl::Status st = VerifyStreamVersion(*version, built); !st.ok()) {
+    if (in_place) models_.DropIdle();  // It holds the version that differs.
+    return st;
   }
   const uint64_t from = served == nullptr ? 0 : served->clock();
   std::shared_ptr<exporter::ServedModel> next =
@@ -493,6 +520,8 @@ ReplicaStatus Replica::Status() const {
     s.stream_versions = stream_versions_;
     s.stream_bytes = stream_bytes_;
     s.resyncs = resyncs_;
+    s.verified_versions = verified_versions_;
+    s.hash_mismatches = hash_mismatches_;
   }
   if (current != nullptr) {
     s.loaded = true;

@@ -179,6 +179,12 @@ struct ReplicaOptions {
   // servers' delta stream (see the top) and reads files only to load a
   // checkpoint. Empty: it follows the checkpoint files.
   std::string scheduler;
+  // With scheduler: ask the servers for the hash of their rows at each cut
+  // (FollowVersionsRequest.verify, a full copy a cut on every server) and
+  // compare the version built with it before serving it; a version that
+  // differs is not served (the replica loads a checkpoint instead). An
+  // audit of exactness: tests, an operator's check.
+  bool verify_stream = false;
 };
 
 struct ReplicaStatus {
@@ -203,6 +209,10 @@ struct ReplicaStatus {
   uint64_t stream_versions = 0;
   uint64_t stream_bytes = 0;
   uint64_t resyncs = 0;
+  // With verify_stream: stream versions whose table hash equalled the
+  // servers' at the cut, and those that did not (not served).
+  uint64_t verified_versions = 0;
+  uint64_t hash_mismatches = 0;
 };
 
 class Replica {
@@ -249,9 +259,15 @@ class Replica {
     kNewer,   // The stream is lost: a complete checkpoint newer than it.
   };
   bool Poll(PollMode mode);
+  // verify_stream: OK if `built` (the version before it is served) hashes to
+  // the sum of its parts' state_hash, or if a part has none; else DATA_LOSS
+  // (counted). Counts the verified ones.
+  absl::Status VerifyStreamVersion(const exporter::ServedModel::StreamVersion& version,
+                                   const exporter::ServedModel* built);
   // A stream version whose parts hold every partition: applied (true),
   // or it does not continue the version served (false: load a checkpoint).
-  // Errors: the build failed.
+  // Errors: the build failed, or (verify_stream) its hash is not the
+  // servers'.
   absl::StatusOr<bool> ApplyStreamVersion(exporter::ServedModel::StreamLink version,
                                           uint64_t generation, int64_t cut_micros, uint64_t bytes);
   bool stopping() const;
@@ -326,6 +342,8 @@ class Replica {
   uint64_t stream_versions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t stream_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t resyncs_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t verified_versions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t hash_mismatches_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   std::thread follower_;

@@ -104,6 +104,8 @@ grpc::Status ReplicaService::Status(grpc::ServerContext*, const ReplicaStatusReq
   response->set_stream_versions(s.stream_versions);
   response->set_stream_bytes(s.stream_bytes);
   response->set_resyncs(s.resyncs);
+  response->set_verified_versions(s.verified_versions);
+  response->set_hash_mismatches(s.hash_mismatches);
   return grpc::Status::OK;
 }
 

@@ -42,10 +42,11 @@ constexpr size_t kMaxPendingVersions = 16;
 class Session {
  public:
   Session(const std::vector<std::string>& addresses, uint64_t after_generation,
-          uint64_t after_clock) {
+          uint64_t after_clock, bool verify) {
     FollowVersionsRequest request;
     request.set_after_generation(after_generation);
     request.set_after_clock(after_clock);
+    request.set_verify(verify);
     for (const std::string& address : addresses) {
       auto stream = std::make_unique<Stream>();
       stream->address = address;
@@ -228,7 +229,7 @@ void Replica::FollowStream() {
     // from a checkpoint.
     bool resync = false;
     {
-      Session session(addresses, generation, clock);
+      Session session(addresses, generation, clock, options_.verify_stream);
       std::map<std::pair<uint64_t, uint64_t>, Pending> pending;
       while (!stopping() && !resync) {
         std::string broken;

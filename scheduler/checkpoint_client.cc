@@ -88,6 +88,23 @@ class GrpcServerOps final : public ServerOps {
     return st;
   }
 
+  absl::Status VersionCut(const PartitionMapProto& map, uint64_t generation,
+                          uint64_t clock) override {
+    if (chain_.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("version at clock ", clock, ": no complete checkpoint to be a delta on"));
+    }
+    return ForEachServer(map, std::nullopt, [&](uint32_t i, const std::string& address) {
+      CheckpointRequest request = Request(generation, clock, /*delta=*/true);
+      request.set_phase(CheckpointRequest::VERSION);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(10)));
+      CheckpointResponse response;
+      return NameServer(FromGrpcStatus(Stub(address)->Checkpoint(&ctx, request, &response)), i,
+                        address);
+    });
+  }
+
   absl::Status FinishCut(const PartitionMapProto& map, uint64_t generation, uint64_t clock,
                          const Positions& positions) override {
     std::vector<CheckpointResponse> responses(map.server_addresses_size());

@@ -3,11 +3,14 @@
 namespace shardps {
 
 CutBook::CutBook(const JobConfig& config)
-    : every_(absl::Seconds(config.checkpoint().every_seconds())) {
+    : version_every_(config.checkpoint().version_every_steps()),
+      every_(absl::Seconds(config.checkpoint().every_seconds())) {
   for (uint64_t k :
        {config.checkpoint().every_steps(), uint64_t{config.training().eval_every_steps()}}) {
-    if (k > 0) multiples_.push_back(k);
+    if (k > 0) checkpoint_multiples_.push_back(k);
   }
+  multiples_ = checkpoint_multiples_;
+  if (version_every_ > 0) multiples_.push_back(version_every_);
 }
 
 uint64_t CutBook::NextAfter(uint64_t clock) const {
@@ -21,6 +24,22 @@ uint64_t CutBook::NextAfter(uint64_t clock) const {
 
 bool CutBook::TimeDue(absl::Time now) const {
   return every_ > absl::ZeroDuration() && now - last_time_ >= every_;
+}
+
+bool CutBook::VersionOnly(uint64_t clock, absl::Time now) const {
+  if (version_every_ == 0 || clock % version_every_ != 0) return false;
+  for (uint64_t k : checkpoint_multiples_) {
+    if (clock % k == 0) return false;
+  }
+  return last_complete_ > 0 && last_complete_ < clock && failures_ == 0 && requested_ <= served_ &&
+         !TimeDue(now);
+}
+
+void CutBook::VersionCompleted(uint64_t clock, const absl::Status& status, absl::Duration hold) {
+  if (!status.ok()) return;
+  ++versions_;
+  last_version_ = clock;
+  last_version_hold_sec_ = absl::ToDoubleSeconds(hold);
 }
 
 absl::StatusOr<uint64_t> CutBook::LastCut() const {

@@ -4,6 +4,8 @@
 //   - where cuts go: at multiples of checkpoint.every_steps and
 //     training.eval_every_steps, after checkpoint.every_seconds, and for
 //     on-demand requests (numbered; a cut placed after a request serves it);
+//     and which of them are versions only (checkpoint.version_every_steps:
+//     no files, VersionOnly);
 //   - what the cuts did: the last one's clock, outcome and timings, the
 //     checkpoints written, the last complete one, and whether the job's
 //     final cut is taken (in this generation);
@@ -48,6 +50,17 @@ class CutBook {
   uint64_t NextAfter(uint64_t clock) const;
   // every_seconds have passed since the last cut (never when it is 0).
   bool TimeDue(absl::Time now) const;
+  // The cut at `clock` is a version for the serving replicas only
+  // (config.proto CheckpointConfig.version_every_steps): `clock` is a
+  // multiple of version_every_steps and of no checkpoint multiple, a
+  // complete checkpoint of this generation exists to be its base, and no
+  // checkpoint is due otherwise (by time, a retry, a request not served).
+  bool VersionOnly(uint64_t clock, absl::Time now) const;
+  // A version-only cut at `clock` ended with `status` after holding the
+  // workers for `hold` (it does not count as a cut for the others).
+  void VersionCompleted(uint64_t clock, const absl::Status& status, absl::Duration hold);
+  uint64_t versions() const { return versions_; }
+  uint64_t last_version() const { return last_version_; }
   // A failed cut waits to be tried again and its time has come.
   bool RetryDue(absl::Time now) const { return failures_ > 0 && now >= retry_at_; }
   // The final cut is still to be taken and no failed cut waits.
@@ -88,10 +101,16 @@ class CutBook {
   // The last written cut's timings.
   double last_hold_sec() const { return last_hold_sec_; }
   double last_write_sec() const { return last_write_sec_; }
+  double last_version_hold_sec() const { return last_version_hold_sec_; }
 
  private:
-  std::vector<uint64_t> multiples_;
-  absl::Duration every_;  // every_seconds; zero: off.
+  std::vector<uint64_t> multiples_;  // Versions' included.
+  std::vector<uint64_t> checkpoint_multiples_;
+  uint64_t version_every_ = 0;
+  absl::Duration every_;   // every_seconds; zero: off.
+  uint64_t versions_ = 0;  // Version-only cuts that succeeded.
+  uint64_t last_version_ = 0;
+  double last_version_hold_sec_ = 0;
 
   uint64_t requested_ = 0;
   uint64_t served_ = 0;

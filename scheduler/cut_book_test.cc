@@ -30,6 +30,45 @@ TEST(CutBookTest, CutsGoAtTheFirstMultipleOfEitherCadence) {
   EXPECT_FALSE(none.TimeDue(kT0));
 }
 
+TEST(CutBookTest, VersionsGoBetweenCheckpointsOnceOneIsComplete) {
+  JobConfig config = Config(30, 0, 0);
+  config.mutable_checkpoint()->set_version_every_steps(10);
+  CutBook book(config);
+  EXPECT_EQ(book.NextAfter(0), 10u);
+  EXPECT_EQ(book.NextAfter(20), 30u);
+  // No complete checkpoint to be a delta on: the first cut is a checkpoint.
+  EXPECT_FALSE(book.VersionOnly(10, kT0));
+  book.Completed(10, absl::OkStatus(), 0, absl::Milliseconds(10), absl::Seconds(1), kT0);
+  EXPECT_TRUE(book.VersionOnly(20, kT0));
+  EXPECT_FALSE(book.VersionOnly(30, kT0));  // A checkpoint multiple.
+  EXPECT_FALSE(book.VersionOnly(25, kT0));  // No multiple (a time-due cut).
+  book.VersionCompleted(20, absl::OkStatus(), absl::Milliseconds(5));
+  book.VersionCompleted(40, absl::UnavailableError("server 1 gone"), absl::Milliseconds(5));
+  EXPECT_EQ(book.versions(), 1u);
+  EXPECT_EQ(book.last_version(), 20u);
+  EXPECT_EQ(book.last_complete(), 10u);  // Versions are no checkpoints.
+  // A request not served yet, or a failed checkpoint to retry: a checkpoint.
+  book.Request();
+  EXPECT_FALSE(book.VersionOnly(40, kT0));
+  book.Completed(30, absl::InternalError("disk full"), book.requested(), absl::ZeroDuration(),
+                 absl::ZeroDuration(), kT0);
+  ASSERT_TRUE(book.CountFailure(kT0).has_value());
+  EXPECT_FALSE(book.VersionOnly(40, kT0));
+  book.Completed(30, absl::OkStatus(), book.requested(), absl::Milliseconds(10), absl::Seconds(1),
+                 kT0);
+  EXPECT_TRUE(book.VersionOnly(40, kT0));
+  // Due by time: a checkpoint.
+  JobConfig timed = config;
+  timed.mutable_checkpoint()->set_every_seconds(60);
+  CutBook by_time(timed);
+  by_time.Completed(10, absl::OkStatus(), 0, absl::Milliseconds(10), absl::Seconds(1), kT0);
+  EXPECT_TRUE(by_time.VersionOnly(20, kT0 + absl::Seconds(59)));
+  EXPECT_FALSE(by_time.VersionOnly(20, kT0 + absl::Seconds(60)));
+  // A rollback to the initial values: no base until a checkpoint again.
+  book.StartFrom(0);
+  EXPECT_FALSE(book.VersionOnly(40, kT0));
+}
+
 TEST(CutBookTest, EverySecondsCountsFromTheLastCutWhateverItsOutcome) {
   CutBook book(Config(0, 0, 30));
   EXPECT_TRUE(book.TimeDue(kT0));  // No cut yet: at once.

@@ -105,9 +105,15 @@ void JobControl::Run() {
         continue;
       }
       uint64_t next;
+      bool version_only;
       {
         MutexLock lock(&state_.mu);
         next = state_.cuts.NextAfter(*held);
+        version_only = state_.cuts.VersionOnly(*held, absl::Now());
+      }
+      if (version_only) {
+        CutVersion(*held, next);
+        continue;
       }
       AfterCut(*held, Cut(*held, next, serving));
     }

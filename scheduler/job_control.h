@@ -140,6 +140,11 @@ class JobControl {
   // catch-up; ServerOps::CopyCut).
   absl::Status Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final = false,
                    bool delta_on_last = false);
+  // A version-only cut at `clock` (CutBook::VersionOnly) for the serving
+  // replicas: the servers copy and publish, nothing is written; releases the
+  // hold after the copy as Cut does. A failed one is logged and skipped (the
+  // replicas wait for the next cut; a server gone is the recovery's).
+  void CutVersion(uint64_t clock, uint64_t next);
   // After a cut at `clock` that ended with `st`: removes a failed cut's
   // directory, counts failures not due to a server being gone, fails the
   // job at the CutBook::kAttempts-th in a row. True if the cut is to be

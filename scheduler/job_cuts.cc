@@ -104,6 +104,34 @@ absl::Status JobControl::Cut(uint64_t clock, uint64_t next, uint64_t serving, bo
   return st;
 }
 
+void JobControl::CutVersion(uint64_t clock, uint64_t next) {
+  uint64_t generation;
+  {
+    MutexLock lock(&state_.mu);
+    generation = state_.generation;
+  }
+  const std::optional<PartitionMapProto> map = members_.Map();
+  const absl::Time start = absl::Now();
+  const absl::Status st = map ? ops_->VersionCut(*map, generation, clock)
+                              : absl::FailedPreconditionError("version: no partition map");
+  const absl::Duration hold = absl::Now() - start;
+  if (next > 0) {
+    clock_.Hold(next);
+  } else {
+    clock_.Release();
+  }
+  MutexLock lock(&state_.mu);
+  state_.cuts.VersionCompleted(clock, st, hold);
+  if (st.ok()) {
+    LOG(INFO) << "version at clock " << clock << " (no files): workers held "
+              << absl::FormatDuration(hold) << " for the copy";
+  } else {
+    LOG(WARNING) << "version at clock " << clock
+                 << " failed; the replicas wait for the next cut: " << st;
+  }
+  state_.changed.SignalAll();
+}
+
 bool JobControl::AfterCut(uint64_t clock, const absl::Status& st) {
   if (st.ok()) return false;  // Cut reset the failures.
   // No orphan part files: a directory without MANIFEST is no checkpoint.

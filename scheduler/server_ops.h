@@ -73,6 +73,18 @@ class ServerOps {
   virtual absl::Status FinishCut(const PartitionMapProto& map, uint64_t generation, uint64_t clock,
                                  const Positions& positions) = 0;
 
+  // A version between checkpoints at `clock` (CheckpointRequest VERSION):
+  // every server of `map` copies the rows changed since the last complete
+  // checkpoint and publishes them to the replicas that follow it; nothing
+  // is written and the last complete checkpoint stays the next delta's
+  // base. Every worker is held at `clock` meanwhile. FAILED_PRECONDITION
+  // without a complete checkpoint.
+  virtual absl::Status VersionCut(const PartitionMapProto& map, uint64_t generation,
+                                  uint64_t clock) {
+    (void)map, (void)generation, (void)clock;
+    return absl::UnimplementedError("VersionCut");
+  }
+
   // The checkpoints FinishCut's garbage collection keeps whatever
   // checkpoint.keep says (the best evaluated one, those not evaluated yet).
   virtual void PinCheckpoints(const std::vector<uint64_t>& clocks) { (void)clocks; }

@@ -91,6 +91,7 @@ absl::Status ParameterServerCore::Checkpoint(const CheckpointRequest& request,
   MutexLock checkpoint_lock(&checkpoint_mu_);
   ASSIGN_OR_RETURN(const std::string root, CheckpointRoot("Checkpoint"));
   RETURN_IF_ERROR(CheckJobGeneration(request.generation()));
+  if (request.phase() == CheckpointRequest::VERSION) return CutVersion(root, request);
   if (request.phase() != CheckpointRequest::COLLECT) {
     RETURN_IF_ERROR(StartCheckpointWrite(root, request, response));
     if (request.phase() == CheckpointRequest::COPY) return absl::OkStatus();
@@ -99,11 +100,60 @@ absl::Status ParameterServerCore::Checkpoint(const CheckpointRequest& request,
 }
 
 void ParameterServerCore::DropCheckpointWrite() {
+  JoinVersionPublish();
   if (write_ == nullptr) return;
   write_->thread.join();
   LOG(WARNING) << "server " << server_index_ << ": checkpoint " << write_->dir
                << " was written but never collected (" << write_->status << ")";
   write_.reset();
+}
+
+void ParameterServerCore::JoinVersionPublish() {
+  if (version_thread_.joinable()) version_thread_.join();
+}
+
+std::function<void()> ParameterServerCore::VersionPublisher(
+    std::shared_ptr<const StoreSnapshot> snapshot, std::shared_ptr<const StoreSnapshot> whole,
+    const CheckpointRequest& request, uint64_t base_generation, absl::Time cut) {
+  return
+      [this, snapshot = std::move(snapshot), whole = std::move(whole), clock = request.clock(),
+       generation = request.generation(), base_clock = request.base_clock(), base_generation, cut] {
+        std::optional<uint64_t> state_hash;
+        if (whole != nullptr) state_hash = SnapshotWeightsHash(*whole, *store_);
+        versions_.Publish(MakeVersionPart(*snapshot, *store_, clock, generation, base_clock,
+                                          base_generation, server_index_, cut,
+                                          config_.cluster().max_message_bytes() / 2, state_hash));
+      };
+}
+
+absl::Status ParameterServerCore::CutVersion(const std::string& root,
+                                             const CheckpointRequest& request) {
+  if (!request.delta()) {
+    return absl::InvalidArgumentError(
+        "Checkpoint VERSION: a version between checkpoints is a delta on the last complete "
+        "checkpoint (set delta and base_clock)");
+  }
+  JoinVersionPublish();  // Versions are published in the order they are cut.
+  if (!versions_.wanted()) return absl::OkStatus();  // No replica follows.
+  const std::vector<bool> owned = OwnedPartitions(*CurrentMap());
+  ASSIGN_OR_RETURN(const CheckpointBase base, DeltaBase(root, request, owned));
+  const bool hashes = versions_.hashes_wanted();
+  std::shared_ptr<const StoreSnapshot> snapshot, whole;
+  const absl::Time cut = absl::Now();
+  // The store's generation is not advanced: rows written from now on are
+  // still newer than the base, for the next delta on it.
+  const auto copy = [&] {
+    snapshot = StoreSnapshot::Take(*store_, owned, base.generation);
+    if (hashes) whole = StoreSnapshot::Take(*store_, owned, std::nullopt);
+  };
+  if (bsp_) {
+    RETURN_IF_ERROR(bsp_clocks_.AtClock(request.clock(), copy));
+  } else {
+    copy();
+  }
+  version_thread_ = std::thread(
+      VersionPublisher(std::move(snapshot), std::move(whole), request, base.job_generation, cut));
+  return absl::OkStatus();
 }
 
 absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
@@ -119,19 +169,24 @@ absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
     base_generation = base.job_generation;
   }
   ASSIGN_OR_RETURN(const std::string dir, checkpoint::CreateCheckpointDir(root, request.clock()));
-  std::shared_ptr<const StoreSnapshot> snapshot;
+  std::shared_ptr<const StoreSnapshot> snapshot, whole;
   uint32_t generation = 0;
   const absl::Time cut = absl::Now();  // The copy's start: a version's cut time.
-  if (bsp_) {
-    // Under the clock lock: no clock can be applied half-way through the copy.
-    RETURN_IF_ERROR(bsp_clocks_.AtClock(request.clock(), [&] {
-      generation = store_->AdvanceGeneration();
-      snapshot = StoreSnapshot::Take(*store_, owned, since);
-    }));
-  } else {
+  // A follower that verifies gets the hash of every owned row; a full copy
+  // is that already.
+  const bool hashes = versions_.wanted() && versions_.hashes_wanted() && since.has_value();
+  const auto copy = [&] {
     generation = store_->AdvanceGeneration();
     snapshot = StoreSnapshot::Take(*store_, owned, since);
+    if (hashes) whole = StoreSnapshot::Take(*store_, owned, std::nullopt);
+  };
+  if (bsp_) {
+    // Under the clock lock: no clock can be applied half-way through the copy.
+    RETURN_IF_ERROR(bsp_clocks_.AtClock(request.clock(), copy));
+  } else {
+    copy();
   }
+  if (!since && versions_.hashes_wanted()) whole = snapshot;
   // Rows changed from now on are newer than `generation`: a delta on this
   // checkpoint holds them (once the scheduler has made it complete).
   RememberBase({root, request.clock(), generation, owned, request.generation()});
@@ -149,14 +204,8 @@ absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
   // The cut is also a version for serving replicas (version_log.h), built
   // here, off the workers' hold, and before the files.
   std::function<void()> publish;
-  if (versions_.wanted()) {
-    publish = [this, snapshot, clock = request.clock(), generation = request.generation(),
-               base_clock = request.base_clock(), base_generation, cut] {
-      versions_.Publish(MakeVersionPart(*snapshot, *store_, clock, generation, base_clock,
-                                        base_generation, server_index_, cut,
-                                        config_.cluster().max_message_bytes() / 2));
-    };
-  }
+  if (versions_.wanted())
+    publish = VersionPublisher(snapshot, whole, request, base_generation, cut);
   write_->thread = std::thread([write, snapshot, options, publish = std::move(publish),
                                 delay = checkpoint_write_delay_] {
     if (publish) publish();

@@ -50,6 +50,9 @@
 // background thread, a later COLLECT waits for them (COPY_AND_WRITE does
 // both in one call). One background write at a time: a new COPY or a
 // Restore first waits for (and drops the result of) an uncollected one.
+// Each copy is also a version for serving replicas (versions()). Phase
+// VERSION copies only the rows changed since a delta base and publishes
+// them as a version, writing nothing and remembering no base.
 // Requests name checkpoints by clock only: every file this server reads or
 // writes is under its own config's checkpoint.dir, never a path from the
 // wire. Restore verifies every file it needs first (memory: those files), then,
@@ -155,6 +158,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -354,8 +358,22 @@ class ParameterServerCore {
   absl::Status CollectCheckpointWrite(const CheckpointRequest& request,
                                       CheckpointResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
-  // Waits for an uncollected write and drops it.
+  // Waits for an uncollected write and drops it (and for a version cut's
+  // publication).
   void DropCheckpointWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
+  // Phase VERSION: copies the rows changed since the base and publishes
+  // them on version_thread_ (nothing with no follower).
+  absl::Status CutVersion(const std::string& root, const CheckpointRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
+  // Waits for the last version cut's part to be published.
+  void JoinVersionPublish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
+  // What publishes a cut's part: `snapshot` the cut's copy, `whole` (with
+  // FollowVersionsRequest.verify, else null) a full copy for its
+  // state_hash.
+  std::function<void()> VersionPublisher(std::shared_ptr<const StoreSnapshot> snapshot,
+                                         std::shared_ptr<const StoreSnapshot> whole,
+                                         const CheckpointRequest& request, uint64_t base_generation,
+                                         absl::Time cut);
 
   // A checkpoint this server copied or restored: a possible delta base.
   struct CheckpointBase {
@@ -380,6 +398,9 @@ class ParameterServerCore {
   Mutex checkpoint_mu_;
   std::string checkpoint_root_ ABSL_GUARDED_BY(checkpoint_mu_);
   std::unique_ptr<CheckpointWrite> write_ ABSL_GUARDED_BY(checkpoint_mu_);
+  // Publishes the last VERSION cut's part (the checkpoints' parts are
+  // published by their write's thread).
+  std::thread version_thread_ ABSL_GUARDED_BY(checkpoint_mu_);
   std::vector<CheckpointBase> bases_ ABSL_GUARDED_BY(checkpoint_mu_);
   // Resharding: partition -> the checkpoint clock a Restore `precopy` added
   // it from; forgotten by a drop, a one-step add, a catch-up and a full

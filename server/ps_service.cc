@@ -509,6 +509,7 @@ grpc::Status PsService::FollowVersions(grpc::ServerContext* context,
   uint64_t generation = request->after_generation();
   uint64_t clock = request->after_clock();
   VersionLog* log = core_->versions();
+  if (request->verify()) log->WantHashes();
   VersionPart idle;
   idle.set_idle(true);
   idle.set_server_index(core_->server_index());

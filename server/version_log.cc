@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/table_hash.h"
 #include "server/table.h"
 
 namespace shardps {
@@ -10,7 +11,7 @@ namespace shardps {
 VersionChunks MakeVersionPart(const StoreSnapshot& snapshot, const TableStore& store,
                               uint64_t clock, uint64_t generation, uint64_t base_clock,
                               uint64_t base_generation, uint32_t server_index, absl::Time cut,
-                              size_t max_chunk_bytes) {
+                              size_t max_chunk_bytes, std::optional<uint64_t> state_hash) {
   if (max_chunk_bytes == 0) max_chunk_bytes = size_t{32} << 20;  // No limit configured.
   std::vector<std::shared_ptr<VersionPart>> chunks;
   size_t bytes = 0;  // Of the rows and deletions in the last chunk.
@@ -27,6 +28,7 @@ VersionChunks MakeVersionPart(const StoreSnapshot& snapshot, const TableStore& s
     part->set_num_partitions(snapshot.num_partitions());
     for (uint32_t p : snapshot.partitions()) part->add_partitions(p);
     part->set_cut_unix_micros(absl::ToUnixMicros(cut));
+    if (state_hash) part->set_state_hash(*state_hash);
     chunks.push_back(std::move(part));
     bytes = 0;
   };
@@ -73,9 +75,35 @@ VersionChunks MakeVersionPart(const StoreSnapshot& snapshot, const TableStore& s
   return result;
 }
 
+uint64_t SnapshotWeightsHash(const StoreSnapshot& snapshot, const TableStore& store) {
+  TableHash hash;
+  for (size_t t = 0; t < snapshot.table_ids().size(); ++t) {
+    const uint32_t id = snapshot.table_ids()[t];
+    const size_t dim = store.FindTable(id)->dim();
+    const size_t stride = snapshot.stride(t);
+    for (size_t i = 0; i < snapshot.partitions().size(); ++i) {
+      const StoreSnapshot::Rows& r = snapshot.rows_of(i, t);
+      for (size_t k = 0; k < r.keys.size(); ++k) {
+        hash.Add(id, r.keys[k], r.payloads.data() + k * stride, dim);
+      }
+    }
+  }
+  return hash.value();
+}
+
 bool VersionLog::wanted() const {
   MutexLock lock(&mu_);
   return wanted_;
+}
+
+bool VersionLog::hashes_wanted() const {
+  MutexLock lock(&mu_);
+  return hashes_wanted_;
+}
+
+void VersionLog::WantHashes() {
+  MutexLock lock(&mu_);
+  hashes_wanted_ = true;
 }
 
 void VersionLog::Publish(VersionChunks part) {

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -45,12 +46,18 @@ namespace shardps {
 // This server's part of the version cut by `snapshot` (taken from `store`
 // at the cut): `full` for a full snapshot, else a delta on (base_clock,
 // base_generation). As chunks (proto/ps.proto VersionPart.chunk) of at
-// most about `max_chunk_bytes` each (one row at least).
+// most about `max_chunk_bytes` each (one row at least), each carrying
+// `state_hash` when set.
 using VersionChunks = std::vector<std::shared_ptr<const VersionPart>>;
 VersionChunks MakeVersionPart(const StoreSnapshot& snapshot, const TableStore& store,
                               uint64_t clock, uint64_t generation, uint64_t base_clock,
                               uint64_t base_generation, uint32_t server_index, absl::Time cut,
-                              size_t max_chunk_bytes);
+                              size_t max_chunk_bytes,
+                              std::optional<uint64_t> state_hash = std::nullopt);
+
+// The TableHash (common/table_hash.h) of the weights a full `snapshot`
+// holds, as a version part carries them (VersionPart.state_hash).
+uint64_t SnapshotWeightsHash(const StoreSnapshot& snapshot, const TableStore& store);
 
 class VersionLog {
  public:
@@ -59,6 +66,10 @@ class VersionLog {
 
   // Whether a follower has ever asked: parts are worth building.
   bool wanted() const;
+  // Whether a follower has ever asked for VersionPart.state_hash
+  // (FollowVersionsRequest.verify): each cut then hashes every owned row.
+  bool hashes_wanted() const;
+  void WantHashes();
   // Adds a part (its chunks, see the top) and wakes the followers.
   void Publish(VersionChunks part);
   // The oldest kept part whose (generation, clock) is after the given one;
@@ -79,6 +90,7 @@ class VersionLog {
   mutable Mutex mu_;
   CondVar published_;
   bool wanted_ ABSL_GUARDED_BY(mu_) = false;
+  bool hashes_wanted_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   struct Kept {
     Key key;

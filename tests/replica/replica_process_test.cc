@@ -208,10 +208,13 @@ class ReplicaProcessTest : public ::testing::TestWithParam<bool> {
             "replica_",
             absl::StrReplaceAll(::testing::UnitTest::GetInstance()->current_test_info()->name(),
                                 {{"/", "_"}})),
-        Config(), 1, 1, {"--step_delay_ms=150"}));
+        JobConfigText(), 1, 1, {"--step_delay_ms=150"}));
     ASSERT_TRUE(job_->Start().ok()) << job_->Logs();
     StartReplica();
   }
+
+  virtual std::string JobConfigText() const { return Config(); }
+  virtual std::vector<std::string> ExtraReplicaFlags() const { return {}; }
 
   // Starts ps_replica on the job's directory (again: the same flags), with
   // metrics; sets stub_ and metrics_.
@@ -234,6 +237,7 @@ class ReplicaProcessTest : public ::testing::TestWithParam<bool> {
         RunfilePath("replica/ps_replica"), "--config=" + job_->config_path(),
         "--checkpoint_dir=" + job_->ckpt(), "--poll_ms=50", "--metrics_listen=127.0.0.1:0"};
     if (GetParam()) argv.push_back("--scheduler=" + job_->address());
+    for (const std::string& flag : ExtraReplicaFlags()) argv.push_back(flag);
     return argv;
   }
 
@@ -287,10 +291,18 @@ class ReplicaProcessTest : public ::testing::TestWithParam<bool> {
   }
 
   // The replica's hash at each version equals ps_table_hash of that
-  // checkpoint's files; returns how many of them are deltas.
-  int CheckHashes(const std::map<uint64_t, uint64_t>& hash_at) {
+  // checkpoint's files; returns how many of them are deltas. `versions_only`
+  // gets the versions without a checkpoint (only versions_every_steps cuts
+  // make them; otherwise they fail).
+  int CheckHashes(const std::map<uint64_t, uint64_t>& hash_at,
+                  std::vector<uint64_t>* versions_only = nullptr) {
     int deltas = 0;
     for (const auto& [version, hash] : hash_at) {
+      if (versions_only != nullptr &&
+          !std::filesystem::exists(checkpoint::CheckpointPath(job_->ckpt(), version))) {
+        versions_only->push_back(version);
+        continue;
+      }
       auto resolved = checkpoint::LoadCheckpoint(job_->ckpt(), version);
       EXPECT_TRUE(resolved.ok()) << resolved.status();
       if (!resolved.ok()) continue;
@@ -671,6 +683,59 @@ TEST_P(ReplicaProcessTest, AStoppedReplicaDoesNotHoldTrainingBack) {
       static_cast<unsigned long long>(ahead.ok() ? first + 90 : 0),
       static_cast<unsigned long long>(last), static_cast<unsigned long long>(status.resyncs()));
 }
+
+// Versions between checkpoints (checkpoint.version_every_steps): the job
+// checkpoints every 30 clocks and cuts a version for the stream every 5
+// (the servers copy and publish, no files). The replica, with
+// --verify_stream, compares each stream version it builds with the
+// servers' hash of their rows at the cut before serving it. It serves
+// versions that exist only on the stream, each verified (and none refused);
+// at the versions that are checkpoints, its hash also equals ps_table_hash
+// of the files, so the servers' hash is the files' hash too.
+class ReplicaVersionsTest : public ReplicaProcessTest {
+ protected:
+  std::string JobConfigText() const override {
+    return absl::StrReplaceAll(Config(),
+                               {{"every_steps: 10", "every_steps: 30 version_every_steps: 5"}});
+  }
+  std::vector<std::string> ExtraReplicaFlags() const override { return {"--verify_stream"}; }
+};
+
+TEST_P(ReplicaVersionsTest, VersionsBetweenCheckpointsAreTheTrainersState) {
+  std::map<uint64_t, uint64_t> hash_at;
+  RecordUntil("the replica to serve the job's last checkpoint", &hash_at, [&](uint64_t v) {
+    return job_->Ended() && v > 0 && v == testing::Checkpoints(job_->ckpt()).complete;
+  });
+  auto code = job_->WaitScheduler(absl::Minutes(1));
+  ASSERT_TRUE(code.ok() && *code == 0) << job_->Logs();
+  std::vector<uint64_t> versions_only;
+  CheckHashes(hash_at, &versions_only);
+  ASSERT_GE(versions_only.size(), 3u)
+      << "fewer than 3 versions served that are no checkpoint\n"
+      << testing::ReadFile(job_->dir() + "/replica.log") << job_->Logs();
+  for (uint64_t v : versions_only) {
+    EXPECT_EQ(v % 5, 0u) << "version " << v << " is no multiple of version_every_steps";
+    EXPECT_NE(v % 30, 0u) << "checkpoint " << v << " has no files";
+  }
+  ReplicaStatusResponse status;
+  Record(&hash_at, &status);
+  EXPECT_EQ(status.hash_mismatches(), 0u) << testing::ReadFile(job_->dir() + "/replica.log");
+  // Every version served from the stream was verified (the first ones may
+  // have been cut before the replica asked for hashes).
+  EXPECT_GE(status.verified_versions(), versions_only.size());
+  EXPECT_GE(status.stream_versions(), versions_only.size());
+  EXPECT_NE(job_->SchedulerLog().find("(no files)"), std::string::npos)
+      << "no version-only cut logged";
+  std::printf(
+      "%zu versions served, %zu of them on the stream only; %llu verified against the "
+      "servers' hash, %llu mismatches\n",
+      hash_at.size(), versions_only.size(),
+      static_cast<unsigned long long>(status.verified_versions()),
+      static_cast<unsigned long long>(status.hash_mismatches()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Stream, ReplicaVersionsTest, ::testing::Values(true),
+                         [](const ::testing::TestParamInfo<bool>&) { return "Stream"; });
 
 INSTANTIATE_TEST_SUITE_P(FilesOrStream, ReplicaProcessTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
