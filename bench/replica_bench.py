@@ -20,6 +20,12 @@ on the same machine and load:
             every --poll_ms)
   cadence   (with --cadence_arm) the replica's cadence without a replica:
             what the checkpoints cost apart from the replica and the probe
+  replica_versions (with --versions_arm) the replica on the stream with
+            versions between checkpoints: checkpoint.version_every_steps
+            --every, checkpoints every --versions_checkpoint_every clocks (0:
+            none periodic, as the default arm; the first version is then a
+            checkpoint, the versions' base); --versions_only runs it
+            without the replica arm
 
 Prints, over the replica runs:
   - train-to-serve from a push's apply (the probe: replica_bench_client
@@ -239,7 +245,14 @@ def run_job(args, bin_dir, data, run_dir, arm, every):
     if args.epochs != 1:
         text = re.sub(r"\n  epochs: \d+", "\n  epochs: %d" % args.epochs, open(config).read())
         open(config, "w").write(text)
-    if arm != "default":
+    if arm == "replica_versions":
+        text = re.sub(r"\n  keep: \d+", "", open(config).read())
+        k = args.versions_checkpoint_every
+        text = text.replace(
+            "checkpoint {", "checkpoint {\n  version_every_steps: %d\n  delta: true\n  keep: 100000%s"
+            % (every, "\n  every_steps: %d" % k if k else ""), 1)
+        open(config, "w").write(text)
+    elif arm != "default":
         text = re.sub(r"\n  keep: \d+", "", open(config).read())
         text = text.replace(
             "checkpoint {", "checkpoint {\n  every_steps: %d\n  delta: true\n  keep: 100000" %
@@ -353,6 +366,12 @@ def main():
                         "(arms replica_files@N)")
     p.add_argument("--cadence_arm", action="store_true",
                    help="also run the cadence without a replica (see the top)")
+    p.add_argument("--versions_arm", action="store_true",
+                   help="also the replica with versions between checkpoints (see the top)")
+    p.add_argument("--versions_only", action="store_true",
+                   help="with --versions_arm: no replica arm on checkpoints")
+    p.add_argument("--versions_checkpoint_every", type=int, default=0,
+                   help="checkpoint.every_steps of the versions arm (0: none periodic)")
     p.add_argument("--batch", type=int, default=64, help="lines per Predict call")
     p.add_argument("--predict_seconds", type=float, default=10)
     p.add_argument("--config", default="opt", choices=["fastbuild", "opt"])
@@ -372,7 +391,9 @@ def main():
     load_before = "%.2f %.2f %.2f" % os.getloadavg()
     tmp = tempfile.mkdtemp(prefix="replica_bench_")
     everies = [int(x) for x in args.every.split(",")]
-    kinds = (["cadence"] if args.cadence_arm else []) + ["replica"] + (
+    kinds = (["cadence"] if args.cadence_arm else []) + (
+        [] if args.versions_only else ["replica"]) + (
+        ["replica_versions"] if args.versions_arm else []) + (
         ["replica_files"] if args.files_arm else []) + (["replica_b"] if args.bin_dir_b else [])
     arms = [("default", 0)] + [(kind, n) for n in everies for kind in kinds]
     bins = {"replica_b": args.bin_dir_b}
@@ -402,8 +423,8 @@ def main():
         print("A/B: replica arms with %s, replica_b arms with %s" % (bin_dir, args.bin_dir_b))
     for n, kind in [(n, kind) for n in everies for kind in kinds if kind != "cadence"]:
         reps = results[(kind, n)]
-        label = "every %d clocks%s" % (n, {"replica_b": " (B)", "replica_files": " (files)"}.get(
-            kind, ""))
+        label = "every %d clocks%s" % (n, {"replica_b": " (B)", "replica_files": " (files)",
+                                           "replica_versions": " (versions)"}.get(kind, ""))
         print("%s: train-to-serve from the apply (probe, %d DENSE rows, every %d ms): "
               "%s" % (label, args.probe_keys, args.probe_ms,
                       probe_summary([res["probe"] for res in reps if "probe" in res])))
@@ -420,7 +441,7 @@ def main():
                 n, args.compare_replica, summary([v for res in reps
                                                   for v in res.get("compare", [])])))
     # Bytes against rows, from the last replica run's files.
-    last = results[("replica", everies[0])][-1]
+    last = results[("replica_versions" if args.versions_only else "replica", everies[0])][-1]
     rows = subprocess.run([client, "--rows=" + last["ckpt"]], capture_output=True, text=True)
     per = [fields(m) for m in re.findall(r"PS_CHECKPOINT_ROWS (.*)", rows.stdout)]
     for kind in ("full", "delta"):
@@ -496,7 +517,8 @@ def main():
         print("  %s: %.0f, x%.3f of default (rounds: %s)" % (
             "cadence every %d clocks, no replica" % arm[1] if arm[0] == "cadence" else
             "cadence every %d clocks with the replica%s" % (
-                arm[1], {"replica_b": " (B)", "replica_files": " on the files"}.get(arm[0], "")),
+                arm[1], {"replica_b": " (B)", "replica_files": " on the files",
+                         "replica_versions": " (versions between checkpoints)"}.get(arm[0], "")),
             med[arm], med[arm] / default,
             rounds))
     shutil.rmtree(tmp, ignore_errors=True)
