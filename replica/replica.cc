@@ -323,33 +323,19 @@ bool Replica::Poll(PollMode mode) {
     for (const checkpoint::CheckpointManifest& link : built->resolved.chain) {
       current_chain_.emplace_back(link.clock(), link.created_unix_micros());
     }
-    // The metrics change in the same critical section as the served version,
-    // so a scrape after a Status that shows a version also counts it.
-    absl::Duration cut_to_serve;
-    {
-      MutexLock lock(&mu_);
-      current_.swap(next);
-      current_id_ = id;
-      current_bytes_ = own_bytes;
-      current_generation_ = manifest.generation();
-      ++versions_applied_;
-      if (rollback) ++rollbacks_;
-      if (resync) ++resyncs_;
-      cut_to_serve = absl::Now() - absl::FromUnixMicros(CutMicros(manifest));
-      M().version.Set(static_cast<double>(it->clock));
-      M().lag.Set(newest > it->clock ? static_cast<double>(newest - it->clock) : 0.0);
-      M().applied.Increment();
-      if (built->incremental) M().incremental.Increment();
-      if (built->in_place) M().in_place.Increment();
-      if (rollback) M().rollbacks.Increment();
-      if (resync) M().resyncs.Increment();
-      M().rows.Set(static_cast<double>(rows));
-      M().bytes.Set(static_cast<double>(own_bytes));
-      M().bytes_read.Increment(static_cast<double>(built->bytes_read));
-      M().build.Observe(absl::ToDoubleSeconds(done - start));
-      M().train_to_serve.Observe(absl::ToDoubleSeconds(cut_to_serve));
-    }
-    changed_.SignalAll();
+    ServedVersion served_version;
+    served_version.id = id;
+    served_version.bytes = own_bytes;
+    served_version.generation = manifest.generation();
+    served_version.cut = absl::FromUnixMicros(CutMicros(manifest));
+    served_version.build = done - start;
+    served_version.incremental = built->incremental;
+    served_version.in_place = built->in_place;
+    served_version.rollback = rollback;
+    served_version.resync = resync;
+    served_version.bytes_read = built->bytes_read;
+    served_version.newest = newest;
+    const absl::Duration cut_to_serve = MakeCurrent(&next, served_version);
     LOG(INFO) << "replica: serving version " << it->clock << " (" << rows << " rows, table hash "
               << absl::StrCat(absl::Hex(hash, absl::kZeroPad16)) << ") from " << it->dir
               << ", generation " << manifest.generation() << ", built in " << (done - start)
@@ -374,6 +360,49 @@ bool Replica::Poll(PollMode mode) {
                                "checkpoint loads; still serving it");
   }
   return false;
+}
+
+absl::Duration Replica::MakeCurrent(std::shared_ptr<exporter::ServedModel>* next,
+                                    const ServedVersion& v) {
+  const uint64_t clock = v.id.first;
+  const uint64_t rows = (*next)->rows();
+  absl::Duration cut_to_serve;
+  {
+    // The metrics change in the same critical section as the served
+    // version, so a scrape after a Status that shows a version also counts
+    // it.
+    MutexLock lock(&mu_);
+    current_.swap(*next);
+    current_id_ = v.id;
+    current_bytes_ = v.bytes;
+    current_generation_ = v.generation;
+    ++versions_applied_;
+    if (v.rollback) ++rollbacks_;
+    if (v.resync) ++resyncs_;
+    if (v.stream) {
+      ++stream_versions_;
+      stream_bytes_ += v.bytes;
+    }
+    cut_to_serve = absl::Now() - v.cut;
+    M().version.Set(static_cast<double>(clock));
+    if (v.newest) M().lag.Set(*v.newest > clock ? static_cast<double>(*v.newest - clock) : 0.0);
+    M().applied.Increment();
+    if (v.incremental) M().incremental.Increment();
+    if (v.in_place) M().in_place.Increment();
+    if (v.rollback) M().rollbacks.Increment();
+    if (v.resync) M().resyncs.Increment();
+    if (v.stream) {
+      M().stream_versions.Increment();
+      M().stream_bytes.Increment(static_cast<double>(v.bytes));
+    }
+    M().rows.Set(static_cast<double>(rows));
+    M().bytes.Set(static_cast<double>(v.bytes));
+    M().bytes_read.Increment(static_cast<double>(v.bytes_read));
+    M().build.Observe(absl::ToDoubleSeconds(v.build));
+    M().train_to_serve.Observe(absl::ToDoubleSeconds(cut_to_serve));
+  }
+  changed_.SignalAll();
+  return cut_to_serve;
 }
 
 absl::Status Replica::VerifyStreamVersion(const exporter::ServedModel::StreamVersion& version,
@@ -464,29 +493,16 @@ absl::StatusOr<bool> Replica::ApplyStreamVersion(exporter::ServedModel::StreamLi
   const absl::Time done = absl::Now();
   const uint64_t rows = next->rows();
   const uint64_t hash = next->table_hash();
-  absl::Duration cut_to_serve;
-  {
-    MutexLock lock(&mu_);
-    current_.swap(next);
-    current_id_ = Identity(version->clock, kStreamVersion);
-    current_bytes_ = bytes;
-    current_generation_ = generation;
-    ++versions_applied_;
-    ++stream_versions_;
-    stream_bytes_ += bytes;
-    cut_to_serve = done - absl::FromUnixMicros(cut_micros);
-    M().version.Set(static_cast<double>(version->clock));
-    M().applied.Increment();
-    if (!full) M().incremental.Increment();
-    if (in_place) M().in_place.Increment();
-    M().stream_versions.Increment();
-    M().stream_bytes.Increment(static_cast<double>(bytes));
-    M().rows.Set(static_cast<double>(rows));
-    M().bytes.Set(static_cast<double>(bytes));
-    M().build.Observe(absl::ToDoubleSeconds(done - start));
-    M().train_to_serve.Observe(absl::ToDoubleSeconds(cut_to_serve));
-  }
-  changed_.SignalAll();
+  ServedVersion served_version;
+  served_version.id = Identity(version->clock, kStreamVersion);
+  served_version.bytes = bytes;
+  served_version.generation = generation;
+  served_version.cut = absl::FromUnixMicros(cut_micros);
+  served_version.build = done - start;
+  served_version.incremental = !full;
+  served_version.in_place = in_place;
+  served_version.stream = true;
+  const absl::Duration cut_to_serve = MakeCurrent(&next, served_version);
   LOG(INFO) << "replica: serving version " << version->clock << " (" << rows << " rows, table hash "
             << absl::StrCat(absl::Hex(hash, absl::kZeroPad16)) << ") from the stream, generation "
             << generation << ", built in " << (done - start)

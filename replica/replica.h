@@ -119,6 +119,14 @@
 // served, after the scheduler names the servers again; meanwhile a newer
 // complete checkpoint in the files is taken.
 //
+// With checkpoint.version_every_steps the servers also cut versions between
+// checkpoints, each a delta on the last complete checkpoint: they apply as
+// any delta does, and a replica that loads that checkpoint continues with
+// any of them. With verify_stream each version's parts carry the hash of
+// every row their server owned at the cut; the replica compares the
+// version it built with their sum before serving it and, if they differ,
+// serves nothing of it and loads a checkpoint (hash_mismatches).
+//
 // A checkpoint that fails to load (corrupt, removed by GC mid-read) is
 // skipped, logged, and reported as last_error; the replica keeps serving the
 // version it has and tries newer checkpoints as they appear.
@@ -148,6 +156,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -277,6 +286,22 @@ class Replica {
   // kStreamVersion: a version from the stream, no checkpoint).
   using Identity = std::pair<uint64_t, int64_t>;
   static constexpr int64_t kStreamVersion = -2;
+  // What serving a built version records besides the model.
+  struct ServedVersion {
+    Identity id;
+    uint64_t bytes = 0;  // Its own files', or received from the stream.
+    uint64_t generation = 0;
+    absl::Time cut;        // When its cut began.
+    absl::Duration build;  // Its build's time.
+    bool incremental = false, in_place = false, rollback = false, resync = false, stream = false;
+    uint64_t bytes_read = 0;         // Checkpoint files read.
+    std::optional<uint64_t> newest;  // The newest checkpoint on disk (the lag), if polled.
+  };
+  // Makes `next` (Serve's result) the current version and counts it in the
+  // status and the metrics, in one critical section; `next` then holds the
+  // version served before. Returns cut to serve.
+  absl::Duration MakeCurrent(std::shared_ptr<exporter::ServedModel>* next, const ServedVersion& v)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
 
   // A version built, not yet served.
   struct Built {
