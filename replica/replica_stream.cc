@@ -183,11 +183,14 @@ void Replica::FollowStream() {
   // checkpoint from the files if there is one meanwhile (a job that ended,
   // servers it cannot reach), and tries again.
   const auto lost = [this](const std::string& why) {
-    LOG_EVERY_N(WARNING, 10) << "replica: " << why;
+    bool new_reason;
     {
       MutexLock lock(&mu_);
+      new_reason = stream_error_ != why;
       stream_error_ = why;
     }
+    // Each reason once while it lasts (the replica retries every poll).
+    if (new_reason) LOG(WARNING) << "replica: " << why;
     Poll(PollMode::kNewer);
   };
   const auto following = [this] {
