@@ -53,7 +53,9 @@ Prints, over the replica runs:
     of --batch lines (replica_bench_client --predict), idle machine;
   - training samples/s (the workers', PS_WORKER_RESULT) of the replica runs
     against the default ones (and the cadence ones): medians, their ratio,
-    and each round's ratio.
+    and each round's ratio. The probe's reads (servers and replica, every
+    --probe_ms) take CPU from training too: --probe_ms 0 gives the replica's
+    own cost.
   - per version: how it was built (incremental: the version before plus the
     new delta, in place on the idle model or on a copy; or from its whole
     chain), the build time and the checkpoint bytes read;
@@ -509,8 +511,9 @@ def main():
     rep.wait(timeout=30)
     med = {a: statistics.median(x["train_sps"] for x in results[a]) for a in arms}
     default = med[("default", 0)]
-    print("training samples/s (workers, medians): default checkpoints (no periodic cut) %.0f" %
-          default)
+    print("training samples/s (workers, medians%s): default checkpoints (no periodic cut) %.0f" % (
+        "; the replica arms with the probe, whose reads take CPU too: --probe_ms 0 measures the "
+        "replica alone" if args.probe_ms > 0 else "; no probe", default))
     for arm in arms[1:]:
         rounds = ", ".join("%.3f" % (x["train_sps"] / d["train_sps"])
                            for d, x in zip(results[("default", 0)], results[arm]))
