@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "common/checkpoint/manifest.h"
 #include "common/codec.h"
 #include "common/partition.h"
+#include "common/table_hash.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server_core.h"
 #include "server/snapshot_test_util.h"
@@ -315,6 +317,110 @@ TEST(VersionPartsTest, PartsOfEveryCutRebuildTheServersWeights) {
     // A follower at the newest version waits for the next.
     EXPECT_EQ(job.core(s).versions()->Next(0, 7, absl::Now() + absl::Milliseconds(10)), nullptr);
   }
+}
+
+// Versions between checkpoints (Checkpoint phase VERSION): with no
+// follower a cut copies and publishes nothing; with one, each cut publishes
+// a DELTA part on the last complete checkpoint and writes nothing (no
+// directory). A later version is again a delta on that checkpoint, so it
+// holds the rows of the earlier one too, and the next checkpoint's delta
+// still holds every row changed since its base (its chain restores the
+// servers' rows). With hashes asked for, the parts' state_hash add up to
+// the hash of every row the servers hold at the cut. Without delta a
+// version is refused.
+TEST(VersionPartsTest, VersionCutsAreDeltasOnTheCheckpointAndWriteNothing) {
+  const std::string root = NewRoot("version_cuts");
+  Job job;
+  for (uint64_t c = 0; c < 2; ++c) job.Step(c);
+  const ckpt::CheckpointManifest full = job.Checkpoint(root, 2, nullptr);
+  const auto cut = [&](uint64_t clock, bool delta) {
+    absl::Status first;
+    for (uint32_t s = 0; s < kServers; ++s) {
+      CheckpointRequest request;
+      request.set_clock(clock);
+      request.set_delta(delta);
+      request.set_base_clock(2);
+      request.set_phase(CheckpointRequest::VERSION);
+      CheckpointResponse response;
+      const absl::Status st = job.core(s).Checkpoint(request, &response);
+      if (first.ok()) first = st;
+    }
+    return first;
+  };
+  // No follower yet: nothing is published.
+  ASSERT_TRUE(cut(3, true).ok());
+  for (uint32_t s = 0; s < kServers; ++s) {
+    EXPECT_EQ(job.core(s).versions()->parts(), 0u);
+    EXPECT_EQ(job.core(s).versions()->Next(0, 0, absl::InfinitePast()), nullptr);
+    job.core(s).versions()->WantHashes();
+  }
+  EXPECT_EQ(cut(3, false).code(), absl::StatusCode::kInvalidArgument);
+
+  // The keys every server's part of version `clock` writes or deletes
+  // (published by a thread of the server's: waited for), after checking
+  // its header and that its hashes add up to the hash of the servers' rows.
+  const auto keys_of = [&](uint64_t clock) {
+    std::set<std::pair<uint32_t, uint64_t>> keys;
+    uint64_t hashes = 0;
+    for (uint32_t s = 0; s < kServers; ++s) {
+      const auto chunks =
+          job.core(s).versions()->Next(0, clock - 1, absl::Now() + absl::Minutes(1));
+      EXPECT_NE(chunks, nullptr) << "server " << s << " published no part at " << clock;
+      if (chunks == nullptr) continue;
+      for (const auto& part : *chunks) {
+        EXPECT_EQ(part->clock(), clock);
+        EXPECT_FALSE(part->full());
+        EXPECT_EQ(part->base_clock(), 2u);
+        EXPECT_TRUE(part->has_state_hash());
+        if (part->chunk() == 0) hashes += part->state_hash();
+        for (const VersionRows& t : part->tables()) {
+          for (uint64_t key : t.keys()) keys.insert({t.table_id(), key});
+          for (uint64_t key : t.deleted()) keys.insert({t.table_id(), key});
+        }
+      }
+    }
+    TableHash trained;
+    for (const auto& [id, payload] : job.DumpAll()) {
+      trained.Add(id.first, id.second, payload.data(),
+                  job.core(0).store()->FindTable(id.first)->dim());
+    }
+    EXPECT_EQ(hashes, trained.value()) << "version " << clock;
+    EXPECT_FALSE(ckpt::IsDirectory(ckpt::CheckpointPath(root, clock))) << clock;
+    return keys;
+  };
+  const auto pushed = [](uint64_t from, uint64_t to) {
+    std::set<std::pair<uint32_t, uint64_t>> keys;
+    for (uint64_t c = from; c < to; ++c) {
+      for (uint32_t table : {1u, 2u}) {
+        for (uint64_t key : KeysAt(table, c)) keys.insert({table, key});
+      }
+    }
+    return keys;
+  };
+  for (uint64_t c = 2; c < 4; ++c) job.Step(c);
+  ASSERT_TRUE(cut(4, true).ok());
+  const auto at4 = keys_of(4);
+  // The pushes of clocks 2 and 3, after the base.
+  for (const auto& key : pushed(2, 4)) EXPECT_EQ(at4.count(key), 1u) << key.second;
+  for (uint64_t c = 4; c < 6; ++c) job.Step(c);
+  ASSERT_TRUE(cut(6, true).ok());
+  const auto at6 = keys_of(6);
+  // Table 1's keys pushed at clocks 2-3 and not since are in version 6 too
+  // (as rows, or deletions once evicted): it is a delta on 2, not on 4.
+  size_t carried = 0;
+  const auto since4 = pushed(4, 6);
+  for (const auto& key : pushed(2, 4)) {
+    if (key.first != 1 || since4.count(key) > 0) continue;
+    EXPECT_EQ(at6.count(key), 1u) << key.second;
+    ++carried;
+  }
+  EXPECT_GT(carried, 0u);
+  // The next checkpoint is a delta on 2 that restores the servers' rows.
+  job.Step(6);
+  job.Checkpoint(root, 7, &full);
+  Job restored;
+  ASSERT_TRUE(restored.Restore(root, 7).ok());
+  EXPECT_TRUE(restored.DumpAll() == job.DumpAll());
 }
 
 // A part larger than a message is sent in chunks: each under the limit (a
