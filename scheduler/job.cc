@@ -270,6 +270,9 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
   for (const RecoveryReport& r : state_.recovery.reports()) *response->add_recoveries() = r;
   response->set_last_checkpoint_hold_sec(state_.cuts.last_hold_sec());
   response->set_last_checkpoint_write_sec(state_.cuts.last_write_sec());
+  response->set_versions(state_.cuts.versions());
+  response->set_last_version(state_.cuts.last_version());
+  response->set_last_version_hold_sec(state_.cuts.last_version_hold_sec());
   double sps = 0, loss = 0, train_auc = 0;
   uint64_t samples = 0;
   // Per worker the larger of its latest report and its latest tick.

@@ -125,6 +125,12 @@ int main(int argc, char** argv) {
         "them\n",
         status->last_checkpoint_hold_sec(), status->last_checkpoint_write_sec());
   }
+  if (status->versions() > 0) {
+    std::printf(
+        "versions between checkpoints: %llu, the last at clock %llu (workers held %.3f s)\n",
+        (unsigned long long)status->versions(), (unsigned long long)status->last_version(),
+        status->last_version_hold_sec());
+  }
   for (const auto& r : status->recoveries()) {
     std::printf("recovery: %s (%s): restarted at clock %llu%s, generation %llu; ", r.kind().c_str(),
                 r.cause().c_str(), (unsigned long long)r.clock(),

@@ -264,6 +264,10 @@ std::string StatusJson(const JobStatusResponse& status, const std::vector<Status
   out += ",";
   Key(&out, "checkpoint_write_sec");
   AppendNumber(&out, status.last_checkpoint_write_sec());
+  absl::StrAppend(&out, ",\"versions\":", status.versions(),
+                  ",\"last_version\":", status.last_version(), ",");
+  Key(&out, "version_hold_sec");
+  AppendNumber(&out, status.last_version_hold_sec());
   out += ",";
   Key(&out, "recoveries");
   out += "[";
@@ -420,6 +424,12 @@ void ExportJobMetrics(const JobStatusResponse& status) {
   GetGauge("shardps_scheduler_checkpoint_write_seconds",
            "Last checkpoint: the files' write behind the running workers.")
       .Set(status.last_checkpoint_write_sec());
+  GetGauge("shardps_scheduler_versions",
+           "Versions cut between checkpoints for the serving replicas (no files).")
+      .Set(static_cast<double>(status.versions()));
+  GetGauge("shardps_scheduler_version_hold_seconds",
+           "Last version between checkpoints: workers held while the servers copied.")
+      .Set(status.last_version_hold_sec());
   ExportRecoveryMetrics(status);
 }
 

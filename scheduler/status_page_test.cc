@@ -135,6 +135,9 @@ JobStatusResponse WithRecovery() {
   s.set_generation(1795614881682);
   s.set_last_checkpoint_hold_sec(0.25);
   s.set_last_checkpoint_write_sec(1.5);
+  s.set_versions(7);
+  s.set_last_version(35);
+  s.set_last_version_hold_sec(0.125);
   RecoveryReport* r = s.add_recoveries();
   r->set_kind("rollback");
   r->set_cause("server 1 restarted");
@@ -151,7 +154,8 @@ JobStatusResponse WithRecovery() {
 TEST(StatusJsonTest, ListsRecoveriesWithTheirPhases) {
   const std::string json = StatusJson(WithRecovery(), {}, {});
   EXPECT_THAT(json, HasSubstr(R"("generation":1795614881682,)"));
-  EXPECT_THAT(json, HasSubstr(R"("checkpoint_hold_sec":0.25,"checkpoint_write_sec":1.5,)"));
+  EXPECT_THAT(json, HasSubstr(R"("checkpoint_hold_sec":0.25,"checkpoint_write_sec":1.5,)"
+                              R"("versions":7,"last_version":35,"version_hold_sec":0.125,)"));
   EXPECT_THAT(json, HasSubstr(R"({"kind":"rollback","cause":"server 1 restarted","clock":40,)"
                               R"("initial":false,"complete":true,"rows":0,)"));
   EXPECT_THAT(json, HasSubstr(R"("detect_sec":1.25,"wait_sec":0.5,"restore_sec":2,)"
@@ -214,6 +218,8 @@ TEST(ExportJobMetricsTest, SetsClockStateAndJobSeries) {
   EXPECT_THAT(after, HasSubstr("shardps_scheduler_last_recovery_seconds{phase=\"restore\"} 2"));
   EXPECT_THAT(after, HasSubstr("shardps_scheduler_last_recovery_seconds{phase=\"total\"} 4.5"));
   EXPECT_THAT(after, HasSubstr("shardps_scheduler_checkpoint_hold_seconds 0.25"));
+  EXPECT_THAT(after, HasSubstr("shardps_scheduler_versions 7"));
+  EXPECT_THAT(after, HasSubstr("shardps_scheduler_version_hold_seconds 0.125"));
 }
 
 // After two moves of partitions: the map and the moves, in the JSON and
