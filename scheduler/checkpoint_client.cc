@@ -88,6 +88,8 @@ class GrpcServerOps final : public ServerOps {
     return st;
   }
 
+  bool CanCutVersion() const override { return !chain_.empty(); }
+
   absl::Status VersionCut(const PartitionMapProto& map, uint64_t generation,
                           uint64_t clock) override {
     if (chain_.empty()) {

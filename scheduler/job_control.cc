@@ -111,6 +111,9 @@ void JobControl::Run() {
         next = state_.cuts.NextAfter(*held);
         version_only = state_.cuts.VersionOnly(*held, absl::Now());
       }
+      // A base the servers know: else this cut is a checkpoint (the first
+      // after a takeover).
+      version_only = version_only && ops_->CanCutVersion();
       if (version_only) {
         CutVersion(*held, next);
         continue;

@@ -84,6 +84,10 @@ class ServerOps {
     (void)map, (void)generation, (void)clock;
     return absl::UnimplementedError("VersionCut");
   }
+  // Whether VersionCut has a base: a complete checkpoint this scheduler
+  // wrote or restored (after a takeover without a rollback, none until the
+  // next checkpoint).
+  virtual bool CanCutVersion() const { return false; }
 
   // The checkpoints FinishCut's garbage collection keeps whatever
   // checkpoint.keep says (the best evaluated one, those not evaluated yet).
