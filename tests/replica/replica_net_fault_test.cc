@@ -146,6 +146,15 @@ TEST(ReplicaNetFaultTest, AReplicaCutOffFollowsTheStreamAgain) {
   ASSERT_TRUE(await("a version from the stream", streamed, absl::Minutes(3)));
   ASSERT_TRUE(job.ExpectClock(kFaultClock));
 
+  // The plan needs the cut early enough that the steps left outlast it and
+  // the replica's return: 30 s of steps at least (the static_assert above
+  // plans 40 s from kFaultClock).
+  auto at_cut = job.JobStatus();
+  ASSERT_TRUE(at_cut.ok()) << at_cut.status();
+  ASSERT_LE(at_cut->max_clock(), kSteps - 30000 / kStepDelayMs)
+      << "the replica served its first stream version only at clock " << at_cut->max_clock()
+      << ": too late to cut it off with " << kCut << " of training left after\n"
+      << testing::ReadFile(log_path).substr(0, 20000);
   const size_t before_cut = testing::ReadFile(log_path).size();
   ASSERT_TRUE((*box)->CutOff(kReplicaHost).ok());
   absl::SleepFor(kCut);
