@@ -423,6 +423,96 @@ TEST(VersionPartsTest, VersionCutsAreDeltasOnTheCheckpointAndWriteNothing) {
   EXPECT_TRUE(restored.DumpAll() == job.DumpAll());
 }
 
+// Each cut's part carries, in its chunk 0, the age at the cut of every push
+// its server applied since the cut before (version or checkpoint), once a
+// follower wants versions; a cut with no push between carries none.
+TEST(VersionPartsTest, PartsCarryTheAgesOfThePushesSinceTheCutBefore) {
+  const std::string root = NewRoot("push_ages");
+  Job job;
+  job.Step(0);  // No follower yet: not stamped.
+  const ckpt::CheckpointManifest full = job.Checkpoint(root, 1, nullptr);
+  for (uint32_t s = 0; s < kServers; ++s) {
+    EXPECT_EQ(job.core(s).versions()->Next(0, 0, absl::InfinitePast()), nullptr);
+  }
+  const auto cut = [&](uint64_t clock) {
+    for (uint32_t s = 0; s < kServers; ++s) {
+      CheckpointRequest request;
+      request.set_clock(clock);
+      request.set_delta(true);
+      request.set_base_clock(1);
+      request.set_phase(CheckpointRequest::VERSION);
+      CheckpointResponse response;
+      ASSERT_TRUE(job.core(s).Checkpoint(request, &response).ok()) << clock;
+    }
+  };
+  // Per server, the ages its part of `clock` carries (chunk 0 only).
+  const auto ages_of = [&](uint64_t clock) {
+    std::vector<std::vector<uint32_t>> ages(kServers);
+    for (uint32_t s = 0; s < kServers; ++s) {
+      const auto chunks =
+          job.core(s).versions()->Next(0, clock - 1, absl::Now() + absl::Minutes(1));
+      EXPECT_NE(chunks, nullptr) << "server " << s << " published no part at " << clock;
+      if (chunks == nullptr) continue;
+      for (const auto& part : *chunks) {
+        EXPECT_EQ(part->clock(), clock);
+        if (part->chunk() != 0) {
+          EXPECT_EQ(part->push_ages_micros_size(), 0) << "chunk " << part->chunk();
+          continue;
+        }
+        ages[s].assign(part->push_ages_micros().begin(), part->push_ages_micros().end());
+      }
+    }
+    return ages;
+  };
+  const absl::Time first = absl::Now();
+  job.Step(1);
+  job.Step(2);
+  absl::SleepFor(absl::Milliseconds(30));
+  const absl::Time last = absl::Now();
+  job.Step(3);
+  cut(4);
+  const absl::Time after = absl::Now();
+  for (const std::vector<uint32_t>& ages : ages_of(4)) {
+    ASSERT_EQ(ages.size(), 3u);  // Every server took a push at clocks 1, 2 and 3.
+    std::vector<uint32_t> sorted = ages;
+    std::sort(sorted.begin(), sorted.end());
+    // Two pushes applied before the sleep, one after: no age is older than
+    // the first push, and two are at least the sleep old.
+    EXPECT_LE(sorted[2], absl::ToInt64Microseconds(after - first));
+    EXPECT_GE(sorted[1], 30000u);
+    EXPECT_LE(sorted[0], absl::ToInt64Microseconds(after - last));
+  }
+  cut(5);  // Nothing pushed since 4.
+  for (const std::vector<uint32_t>& ages : ages_of(5)) EXPECT_TRUE(ages.empty());
+  job.Step(5);
+  job.Checkpoint(root, 6, &full);  // A checkpoint cut is a version with its pushes too.
+  for (const std::vector<uint32_t>& ages : ages_of(6)) EXPECT_EQ(ages.size(), 1u);
+}
+
+// A long period keeps a uniform sample of its stamps, not its first ones,
+// and a cut starts the next period empty.
+TEST(VersionPartsTest, ApplyStampsKeepAUniformSampleOfALongPeriod) {
+  ApplyStamps stamps;
+  const absl::Time start = absl::FromUnixSeconds(1700000000);
+  constexpr int kStamps = 10000;
+  for (int i = 0; i < kStamps; ++i) stamps.Record(start + absl::Microseconds(i));
+  EXPECT_EQ(stamps.recorded(), static_cast<uint64_t>(kStamps));
+  const std::vector<uint32_t> ages = stamps.TakeAges(start + absl::Microseconds(kStamps));
+  ASSERT_EQ(ages.size(), ApplyStamps::kMaxSamples);
+  double sum = 0;
+  for (uint32_t age : ages) {
+    ASSERT_GE(age, 1u);
+    ASSERT_LE(age, static_cast<uint32_t>(kStamps));
+    sum += age;
+  }
+  // Uniform over 1..10000: a mean of 5000 (the first 4096 alone: 7952).
+  EXPECT_NEAR(sum / ages.size(), 5000, 300);
+  EXPECT_EQ(stamps.recorded(), 0u);
+  EXPECT_TRUE(stamps.TakeAges(start).empty());
+  stamps.Record(start + absl::Seconds(1));  // After the cut: age 0, not negative.
+  EXPECT_EQ(stamps.TakeAges(start), std::vector<uint32_t>{0});
+}
+
 // A part larger than a message is sent in chunks: each under the limit (a
 // row at least), numbered in order, naming the part's partitions; together
 // they hold the rows and deletions of the part in one message.

@@ -114,16 +114,17 @@ void ParameterServerCore::JoinVersionPublish() {
 
 std::function<void()> ParameterServerCore::VersionPublisher(
     std::shared_ptr<const StoreSnapshot> snapshot, std::shared_ptr<const StoreSnapshot> whole,
-    const CheckpointRequest& request, uint64_t base_generation, absl::Time cut) {
-  return
-      [this, snapshot = std::move(snapshot), whole = std::move(whole), clock = request.clock(),
-       generation = request.generation(), base_clock = request.base_clock(), base_generation, cut] {
-        std::optional<uint64_t> state_hash;
-        if (whole != nullptr) state_hash = SnapshotWeightsHash(*whole, *store_);
-        versions_.Publish(MakeVersionPart(*snapshot, *store_, clock, generation, base_clock,
-                                          base_generation, server_index_, cut,
-                                          config_.cluster().max_message_bytes() / 2, state_hash));
-      };
+    const CheckpointRequest& request, uint64_t base_generation, absl::Time cut,
+    std::vector<uint32_t> push_ages) {
+  return [this, snapshot = std::move(snapshot), whole = std::move(whole), clock = request.clock(),
+          generation = request.generation(), base_clock = request.base_clock(), base_generation,
+          cut, push_ages = std::move(push_ages)] {
+    std::optional<uint64_t> state_hash;
+    if (whole != nullptr) state_hash = SnapshotWeightsHash(*whole, *store_);
+    versions_.Publish(MakeVersionPart(
+        *snapshot, *store_, clock, generation, base_clock, base_generation, server_index_, cut,
+        config_.cluster().max_message_bytes() / 2, state_hash, push_ages));
+  };
 }
 
 absl::Status ParameterServerCore::CutVersion(const std::string& root,
@@ -140,9 +141,11 @@ absl::Status ParameterServerCore::CutVersion(const std::string& root,
   const bool hashes = versions_.hashes_wanted();
   std::shared_ptr<const StoreSnapshot> snapshot, whole;
   const absl::Time cut = absl::Now();
+  std::vector<uint32_t> push_ages;
   // The store's generation is not advanced: rows written from now on are
   // still newer than the base, for the next delta on it.
   const auto copy = [&] {
+    push_ages = apply_stamps_.TakeAges(cut);
     snapshot = StoreSnapshot::Take(*store_, owned, base.generation);
     if (hashes) whole = StoreSnapshot::Take(*store_, owned, std::nullopt);
   };
@@ -151,8 +154,8 @@ absl::Status ParameterServerCore::CutVersion(const std::string& root,
   } else {
     copy();
   }
-  version_thread_ = std::thread(
-      VersionPublisher(std::move(snapshot), std::move(whole), request, base.job_generation, cut));
+  version_thread_ = std::thread(VersionPublisher(std::move(snapshot), std::move(whole), request,
+                                                 base.job_generation, cut, std::move(push_ages)));
   return absl::OkStatus();
 }
 
@@ -175,7 +178,9 @@ absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
   // A follower that verifies gets the hash of every owned row; a full copy
   // is that already.
   const bool hashes = versions_.wanted() && versions_.hashes_wanted() && since.has_value();
+  std::vector<uint32_t> push_ages;
   const auto copy = [&] {
+    push_ages = apply_stamps_.TakeAges(cut);
     generation = store_->AdvanceGeneration();
     snapshot = StoreSnapshot::Take(*store_, owned, since);
     if (hashes) whole = StoreSnapshot::Take(*store_, owned, std::nullopt);
@@ -205,7 +210,8 @@ absl::Status ParameterServerCore::StartCheckpointWrite(const std::string& root,
   // here, off the workers' hold, and before the files.
   std::function<void()> publish;
   if (versions_.wanted())
-    publish = VersionPublisher(snapshot, whole, request, base_generation, cut);
+    publish =
+        VersionPublisher(snapshot, whole, request, base_generation, cut, std::move(push_ages));
   write_->thread = std::thread([write, snapshot, options, publish = std::move(publish),
                                 delay = checkpoint_write_delay_] {
     if (publish) publish();
@@ -271,6 +277,7 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
     for (Table* table : store_->tables()) table->Clear();
     bases_.clear();
     ForgetPrecopies();
+    apply_stamps_.TakeAges(absl::Now());  // Pushes the restore undid.
     max_clock_.store(0, std::memory_order_relaxed);
     store_->ResetClock(0);
     generation_.store(request.generation(), std::memory_order_release);
@@ -314,6 +321,7 @@ absl::Status ParameterServerCore::Restore(const RestoreRequest& request,
     }
     rows = ApplyChain(chain, owned, store_.get());
     ForgetPrecopies();
+    apply_stamps_.TakeAges(absl::Now());  // Pushes the restore undid.
     // The tables now equal the checkpoint: the only base for the next delta
     // (deltas on earlier bases would miss the deletions Clear() forgot).
     bases_.clear();

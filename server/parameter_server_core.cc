@@ -103,6 +103,7 @@ ParameterServerCore::ParameterServerCore(const CoreOptions& options,
                   [this](uint64_t applied) {
                     max_clock_.store(applied, std::memory_order_relaxed);
                     store_->SetClock(applied);
+                    StampApply();
                   }) {
   MutexLock lock(&checkpoint_mu_);
   checkpoint_root_ = config_.checkpoint().dir();
@@ -373,6 +374,7 @@ absl::Status ParameterServerCore::Push(const PushRequest& request, PushResponse*
     response->set_rows_applied(response->rows_applied() + c.applied);
     response->set_rows_skipped_nonfinite(response->rows_skipped_nonfinite() + c.skipped_nonfinite);
   }
+  StampApply();
   return absl::OkStatus();
 }
 

@@ -369,11 +369,16 @@ class ParameterServerCore {
   void JoinVersionPublish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
   // What publishes a cut's part: `snapshot` the cut's copy, `whole` (with
   // FollowVersionsRequest.verify, else null) a full copy for its
-  // state_hash.
+  // state_hash, `push_ages` the apply stamps' ages at the cut.
   std::function<void()> VersionPublisher(std::shared_ptr<const StoreSnapshot> snapshot,
                                          std::shared_ptr<const StoreSnapshot> whole,
                                          const CheckpointRequest& request, uint64_t base_generation,
-                                         absl::Time cut);
+                                         absl::Time cut, std::vector<uint32_t> push_ages);
+  // Stamps an applied push (BSP: clock) for the followers' train-to-serve,
+  // once one follows.
+  void StampApply() {
+    if (versions_.wanted()) apply_stamps_.Record(absl::Now());
+  }
 
   // A checkpoint this server copied or restored: a possible delta base.
   struct CheckpointBase {
@@ -435,6 +440,8 @@ class ParameterServerCore {
   // always).
   static constexpr uint64_t kVersionLogBytes = uint64_t{256} << 20;
   VersionLog versions_{kVersionLogBytes};
+  // When pushes were applied since the last cut (each cut takes them).
+  ApplyStamps apply_stamps_;
   // GrantClock's; no bound until the first call.
   std::atomic<uint64_t> granted_clock_{UINT64_MAX};
 };

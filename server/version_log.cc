@@ -11,7 +11,8 @@ namespace shardps {
 VersionChunks MakeVersionPart(const StoreSnapshot& snapshot, const TableStore& store,
                               uint64_t clock, uint64_t generation, uint64_t base_clock,
                               uint64_t base_generation, uint32_t server_index, absl::Time cut,
-                              size_t max_chunk_bytes, std::optional<uint64_t> state_hash) {
+                              size_t max_chunk_bytes, std::optional<uint64_t> state_hash,
+                              const std::vector<uint32_t>& push_ages) {
   if (max_chunk_bytes == 0) max_chunk_bytes = size_t{32} << 20;  // No limit configured.
   std::vector<std::shared_ptr<VersionPart>> chunks;
   size_t bytes = 0;  // Of the rows and deletions in the last chunk.
@@ -33,6 +34,7 @@ VersionChunks MakeVersionPart(const StoreSnapshot& snapshot, const TableStore& s
     bytes = 0;
   };
   new_chunk();
+  chunks.front()->mutable_push_ages_micros()->Add(push_ages.begin(), push_ages.end());
   for (size_t t = 0; t < snapshot.table_ids().size(); ++t) {
     const uint32_t id = snapshot.table_ids()[t];
     const size_t dim = store.FindTable(id)->dim();
@@ -91,9 +93,47 @@ uint64_t SnapshotWeightsHash(const StoreSnapshot& snapshot, const TableStore& st
   return hash.value();
 }
 
-bool VersionLog::wanted() const {
+bool VersionLog::wanted() const { return wanted_.load(std::memory_order_relaxed); }
+
+void ApplyStamps::Record(absl::Time applied) {
+  const int64_t micros = absl::ToUnixMicros(applied);
   MutexLock lock(&mu_);
-  return wanted_;
+  ++recorded_;
+  if (micros_.size() < kMaxSamples) {
+    micros_.push_back(micros);
+    return;
+  }
+  // Reservoir: the n-th stamp replaces a kept one with probability
+  // kMaxSamples / n (splitmix64 steps; no seed needed for fairness).
+  rng_ += 0x9e3779b97f4a7c15ull;
+  uint64_t z = rng_;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  const uint64_t slot = z % recorded_;
+  if (slot < kMaxSamples) micros_[slot] = micros;
+}
+
+std::vector<uint32_t> ApplyStamps::TakeAges(absl::Time cut) {
+  const int64_t cut_micros = absl::ToUnixMicros(cut);
+  std::vector<int64_t> stamps;
+  {
+    MutexLock lock(&mu_);
+    stamps.swap(micros_);
+    recorded_ = 0;
+  }
+  std::vector<uint32_t> ages;
+  ages.reserve(stamps.size());
+  for (int64_t t : stamps) {
+    const int64_t age = std::clamp<int64_t>(cut_micros - t, 0, UINT32_MAX);
+    ages.push_back(static_cast<uint32_t>(age));
+  }
+  return ages;
+}
+
+uint64_t ApplyStamps::recorded() const {
+  MutexLock lock(&mu_);
+  return recorded_;
 }
 
 bool VersionLog::hashes_wanted() const {

@@ -28,6 +28,7 @@
 #ifndef SHARDPS_SERVER_VERSION_LOG_H_
 #define SHARDPS_SERVER_VERSION_LOG_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -49,15 +50,44 @@ namespace shardps {
 // most about `max_chunk_bytes` each (one row at least), each carrying
 // `state_hash` when set.
 using VersionChunks = std::vector<std::shared_ptr<const VersionPart>>;
+// `push_ages` (ApplyStamps::TakeAges at the cut) goes in chunk 0.
 VersionChunks MakeVersionPart(const StoreSnapshot& snapshot, const TableStore& store,
                               uint64_t clock, uint64_t generation, uint64_t base_clock,
                               uint64_t base_generation, uint32_t server_index, absl::Time cut,
                               size_t max_chunk_bytes,
-                              std::optional<uint64_t> state_hash = std::nullopt);
+                              std::optional<uint64_t> state_hash = std::nullopt,
+                              const std::vector<uint32_t>& push_ages = {});
 
 // The TableHash (common/table_hash.h) of the weights a full `snapshot`
 // holds, as a version part carries them (VersionPart.state_hash).
 uint64_t SnapshotWeightsHash(const StoreSnapshot& snapshot, const TableStore& store);
+
+// ApplyStamps: when the server applied its pushes since its last cut, for
+// the followers' train-to-serve (VersionPart.push_ages_micros). The server
+// calls Record once a push (BSP: a clock) is applied, only while a follower
+// wants versions, and TakeAges at every cut under the workers' hold: each
+// recorded push's age at the cut, and the next period begins. A period
+// keeps at most kMaxSamples, a uniform sample of all recorded (reservoir
+// sampling), so a long period costs bounded memory.
+//
+// Thread-safety: thread-safe.
+class ApplyStamps {
+ public:
+  static constexpr size_t kMaxSamples = 4096;
+  void Record(absl::Time applied);
+  // Ages in microseconds (0 for a stamp after `cut`, at most UINT32_MAX),
+  // in no particular order; the period starts again empty.
+  std::vector<uint32_t> TakeAges(absl::Time cut);
+  // Pushes recorded in the period so far (the sample holds fewer once
+  // past kMaxSamples).
+  uint64_t recorded() const;
+
+ private:
+  mutable Mutex mu_;
+  std::vector<int64_t> micros_ ABSL_GUARDED_BY(mu_);
+  uint64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rng_ ABSL_GUARDED_BY(mu_) = 0x9e3779b97f4a7c15ull;
+};
 
 class VersionLog {
  public:
@@ -89,7 +119,8 @@ class VersionLog {
   const uint64_t max_bytes_;
   mutable Mutex mu_;
   CondVar published_;
-  bool wanted_ ABSL_GUARDED_BY(mu_) = false;
+  // Set under mu_; read without it (wanted() is on the push path).
+  std::atomic<bool> wanted_{false};
   bool hashes_wanted_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   struct Kept {
