@@ -26,8 +26,17 @@ on the same machine and load:
             none periodic, as the default arm; the first version is then a
             checkpoint, the versions' base); --versions_only runs it
             without the replica arm
+  replica_nice0 (with --nice0_arm) the replica building its versions at the
+            process's priority (ps_replica --build_nice 0), where the
+            launcher builds them at nice 19: the A/B of that default
 
 Prints, over the replica runs:
+  - train-to-serve of every push, from the servers' stamps: each server
+    sends with its part of a cut the age of each push it applied since its
+    cut before, and the replica adds the cut's time to the swap
+    (replica/replica.h "Train to serve"); p50/p99 over a job's pushes (its
+    replica's last version line), medians over the runs, with no reads
+    added to the job;
   - train-to-serve from a push's apply (the probe: replica_bench_client
     --probe_servers, see its top): it reads --probe_keys rows of the DENSE
     table (every push changes them) from the servers with the ordinary EVAL
@@ -82,7 +91,7 @@ with the job (the training ratio is then that of two replicas).
   python3 bench/replica_bench.py [--rounds 3] [--every 20[,100,..]] [--max_steps 400] [--epochs 1]
       [--config opt]
       [--bin_dir DIR] [--poll_ms 100] [--probe_ms 20] [--probe_keys 2] [--cadence_arm]
-      [--compare_replica BIN] [--bin_dir_b DIR]
+      [--nice0_arm] [--compare_replica BIN] [--bin_dir_b DIR]
 """
 import argparse
 import os
@@ -133,6 +142,34 @@ def versions(text):
                     "in_place": "in place" in how,
                     "read": int(read), "own": int(own or 0), "cut_to_serve_s": seconds(d)})
     return out
+
+
+# ...; push to serve p50 A max B (N pushes; all M: p50 C p99 D max E): the
+# replica's train-to-serve of every push, from the servers' stamps
+# (replica/replica.h "Train to serve"), over the stream versions so far.
+PUSHES_LINE = re.compile(r"push to serve p50 \S+ max \S+ \(\d+ pushes; all (\d+): p50 ([\d.]+)s "
+                         r"p99 ([\d.]+)s max ([\d.]+)s\)")
+
+
+def pushes(text):
+    """{n, p50, p99, max} (seconds) of every push the replica timed in the
+    job (its last version's line), or None."""
+    found = PUSHES_LINE.findall(text)
+    if not found:
+        return None
+    n, p50, p99, mx = found[-1]
+    return {"n": int(n), "p50": float(p50), "p99": float(p99), "max": float(mx)}
+
+
+def pushes_summary(runs):
+    """The runs' push-to-serve: medians of their p50 and p99, and each run's."""
+    runs = [r for r in runs if r]
+    if not runs:
+        return "no pushes timed"
+    return "p50 %.3f s, p99 %.3f s (medians of %d runs; runs p50/p99: %s; %d pushes in all)" % (
+        statistics.median(r["p50"] for r in runs), statistics.median(r["p99"] for r in runs),
+        len(runs), ", ".join("%.2f/%.2f" % (r["p50"], r["p99"]) for r in runs),
+        sum(r["n"] for r in runs))
 
 
 def write_times(ckpt):
@@ -265,6 +302,8 @@ def run_job(args, bin_dir, data, run_dir, arm, every):
             "--data_dir=" + data, "--bin_dir=" + bin_dir, "--run_dir=" + run_dir]
     other = None
     if replica:
+        if arm == "replica_nice0":
+            argv += ["--replica_flag=--build_nice=0"]
         argv += ["--replicas=1", "--replica_flag=--poll_ms=%d" % args.poll_ms,
                  "--replica_source=" + ("files" if arm == "replica_files" else "stream")]
         if args.compare_replica:
@@ -325,6 +364,7 @@ def run_job(args, bin_dir, data, run_dir, arm, every):
     if replica:
         written = write_times(ckpt)
         res["versions"] = versions(text)
+        res["pushes"] = pushes(text)
         res["replica_cpu_s"] = replica_cpu
         res["report"] = re.findall(r"replica-0: last version .*", text)
         if other is not None:
@@ -368,6 +408,9 @@ def main():
                         "(arms replica_files@N)")
     p.add_argument("--cadence_arm", action="store_true",
                    help="also run the cadence without a replica (see the top)")
+    p.add_argument("--nice0_arm", action="store_true",
+                   help="also run the replica building versions at the process's priority "
+                        "(ps_replica --build_nice 0; the launcher's default is 19): replica_nice0")
     p.add_argument("--versions_arm", action="store_true",
                    help="also the replica with versions between checkpoints (see the top)")
     p.add_argument("--versions_only", action="store_true",
@@ -396,6 +439,7 @@ def main():
     kinds = (["cadence"] if args.cadence_arm else []) + (
         [] if args.versions_only else ["replica"]) + (
         ["replica_versions"] if args.versions_arm else []) + (
+        ["replica_nice0"] if args.nice0_arm else []) + (
         ["replica_files"] if args.files_arm else []) + (["replica_b"] if args.bin_dir_b else [])
     arms = [("default", 0)] + [(kind, n) for n in everies for kind in kinds]
     bins = {"replica_b": args.bin_dir_b}
@@ -409,8 +453,9 @@ def main():
             results[arm].append(res)
             extra = ""
             if arm[0].startswith("replica"):
-                extra = "\n    replica: %s; CPU %.1f s\n    probe: %s\n    %s" % (
+                extra = "\n    replica: %s; CPU %.1f s\n    push to serve: %s\n    probe: %s\n    %s" % (
                     summary(res["versions"]), res["replica_cpu_s"] or 0,
+                    pushes_summary([res["pushes"]]),
                     probe_summary([res["probe"]] if "probe" in res else []),
                     res["report"][0] if res["report"] else "no replica report")
                 if "compare" in res:
@@ -426,10 +471,13 @@ def main():
     for n, kind in [(n, kind) for n in everies for kind in kinds if kind != "cadence"]:
         reps = results[(kind, n)]
         label = "every %d clocks%s" % (n, {"replica_b": " (B)", "replica_files": " (files)",
-                                           "replica_versions": " (versions)"}.get(kind, ""))
+                                           "replica_versions": " (versions)",
+                                           "replica_nice0": " (build_nice 0)"}.get(kind, ""))
         print("%s: train-to-serve from the apply (probe, %d DENSE rows, every %d ms): "
               "%s" % (label, args.probe_keys, args.probe_ms,
                       probe_summary([res["probe"] for res in reps if "probe" in res])))
+        print("%s: train-to-serve from the apply (servers' stamps, every push, no reads): %s" % (
+            label, pushes_summary([res["pushes"] for res in reps])))
         print("%s: train-to-serve (cut to served), replica: %s" % (label, summary(
             [v for res in reps for v in res["versions"]])))
         cpu = [res["replica_cpu_s"] for res in reps if res.get("replica_cpu_s") is not None]
@@ -515,13 +563,15 @@ def main():
         "; the replica arms with the probe, whose reads take CPU too: --probe_ms 0 measures the "
         "replica alone" if args.probe_ms > 0 else "; no probe", default))
     for arm in arms[1:]:
-        rounds = ", ".join("%.3f" % (x["train_sps"] / d["train_sps"])
-                           for d, x in zip(results[("default", 0)], results[arm]))
+        rounds = ", ".join("%.3f" % (x["train_sps"] / d["train_sps"]) + (
+            " (push p50 %.2f s)" % x["pushes"]["p50"] if x.get("pushes") else "")
+            for d, x in zip(results[("default", 0)], results[arm]))
         print("  %s: %.0f, x%.3f of default (rounds: %s)" % (
             "cadence every %d clocks, no replica" % arm[1] if arm[0] == "cadence" else
             "cadence every %d clocks with the replica%s" % (
                 arm[1], {"replica_b": " (B)", "replica_files": " on the files",
-                         "replica_versions": " (versions between checkpoints)"}.get(arm[0], "")),
+                         "replica_versions": " (versions between checkpoints)",
+                         "replica_nice0": " (ps_replica --build_nice 0)"}.get(arm[0], "")),
             med[arm], med[arm] / default,
             rounds))
     shutil.rmtree(tmp, ignore_errors=True)

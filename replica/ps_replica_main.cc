@@ -60,6 +60,11 @@ ABSL_FLAG(bool, verify_stream, false,
           "With --scheduler: check each stream version against the servers' hash of their rows "
           "at the cut before serving it (costs the servers a full copy a cut; an audit).");
 
+ABSL_FLAG(int, build_nice, 0,
+          "Nice value (-20..19) of the thread that follows the job and builds versions; answers "
+          "keep the process's. 19 on a host shared with training: versions are built on the CPU "
+          "training leaves idle.");
+
 namespace {
 
 std::atomic<bool> g_interrupted{false};
@@ -85,6 +90,7 @@ int Run() {
   options.poll_interval = absl::Milliseconds(absl::GetFlag(FLAGS_poll_ms));
   options.scheduler = absl::GetFlag(FLAGS_scheduler);
   options.verify_stream = absl::GetFlag(FLAGS_verify_stream);
+  options.build_nice = absl::GetFlag(FLAGS_build_nice);
   auto replica = shardps::replica::Replica::Create(std::move(options));
   if (!replica.ok()) {
     LOG(ERROR) << replica.status();

@@ -1,5 +1,11 @@
 #include "replica/replica.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -8,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/manifest.h"
 #include "common/metrics.h"
@@ -26,6 +33,10 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(ReplicaOptions options)
   if (options.poll_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("replica: poll interval must be > 0");
   }
+  if (options.build_nice < -20 || options.build_nice > 19) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replica: build nice value ", options.build_nice, " is outside -20..19"));
+  }
   return std::unique_ptr<Replica>(new Replica(std::move(options)));
 }
 
@@ -43,11 +54,22 @@ Replica::~Replica() {
 
 void Replica::Start() {
   PollOnce();
-  if (options_.scheduler.empty()) {
-    follower_ = std::thread([this] { Follow(); });
-  } else {
-    follower_ = std::thread([this] { FollowStream(); });
-  }
+  follower_ = std::thread([this] {
+    if (options_.build_nice != 0) {
+      // Linux: a thread's own nice value, inherited by the threads it starts
+      // (the stream's readers).
+      const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+      if (setpriority(PRIO_PROCESS, static_cast<id_t>(tid), options_.build_nice) != 0) {
+        LOG(WARNING) << "replica: cannot set the builds' nice value to " << options_.build_nice
+                     << ": " << std::strerror(errno);
+      }
+    }
+    if (options_.scheduler.empty()) {
+      Follow();
+    } else {
+      FollowStream();
+    }
+  });
 }
 
 bool Replica::stopping() const {
@@ -122,6 +144,11 @@ struct Metrics {
       "shardps_replica_train_to_serve_seconds",
       "From the cut's time in the manifest (cut_unix_micros, else created_unix_micros) to "
       "the version being served.",
+      metrics::LatencyBuckets());
+  prometheus::Histogram& push_to_serve = metrics::GetHistogram(
+      "shardps_replica_push_to_serve_seconds",
+      "Stream versions: from each push's apply on its server to the first version served that "
+      "holds it (the server's age of the push at its cut plus the cut's time to the swap).",
       metrics::LatencyBuckets());
 };
 
@@ -405,6 +432,25 @@ absl::Duration Replica::MakeCurrent(std::shared_ptr<exporter::ServedModel>* next
   return cut_to_serve;
 }
 
+Replica::PushTimes Replica::TimePushes(const exporter::ServedModel::StreamVersion& version,
+                                       absl::Time served_at) {
+  LatencySketch this_version;
+  MutexLock lock(&mu_);
+  for (const auto& part : version.parts) {
+    if (part->chunk() != 0) continue;
+    const absl::Duration cut_to_serve = served_at - absl::FromUnixMicros(part->cut_unix_micros());
+    for (const uint32_t age : part->push_ages_micros()) {
+      const absl::Duration d = cut_to_serve + absl::Microseconds(age);
+      push_to_serve_.Add(d);
+      this_version.Add(d);
+      M().push_to_serve.Observe(absl::ToDoubleSeconds(d));
+    }
+  }
+  return {this_version.count(),   this_version.Quantile(0.5),   this_version.max(),
+          push_to_serve_.count(), push_to_serve_.Quantile(0.5), push_to_serve_.Quantile(0.99),
+          push_to_serve_.max()};
+}
+
 absl::Status Replica::VerifyStreamVersion(const exporter::ServedModel::StreamVersion& version,
                                           const exporter::ServedModel* built) {
   uint64_t servers = 0;
@@ -503,13 +549,24 @@ absl::StatusOr<bool> Replica::ApplyStreamVersion(exporter::ServedModel::StreamLi
   served_version.in_place = in_place;
   served_version.stream = true;
   const absl::Duration cut_to_serve = MakeCurrent(&next, served_version);
+  const PushTimes pushes = TimePushes(*version, served_version.cut + cut_to_serve);
+  std::string pushes_line;
+  if (pushes.pushes > 0) {
+    const auto sec = [](absl::Duration d) {
+      return absl::StrFormat("%.3fs", absl::ToDoubleSeconds(d));
+    };
+    pushes_line = absl::StrCat("; push to serve p50 ", sec(pushes.p50), " max ", sec(pushes.max),
+                               " (", pushes.pushes, " pushes; all ", pushes.all_pushes, ": p50 ",
+                               sec(pushes.all_p50), " p99 ", sec(pushes.all_p99), " max ",
+                               sec(pushes.all_max), ")");
+  }
   LOG(INFO) << "replica: serving version " << version->clock << " (" << rows << " rows, table hash "
             << absl::StrCat(absl::Hex(hash, absl::kZeroPad16)) << ") from the stream, generation "
             << generation << ", built in " << (done - start)
             << (full ? std::string(" (full)")
                      : absl::StrCat(" (version ", from, " plus a delta on ", first.base_clock(),
                                     in_place ? ", in place)" : ", on a copy)"))
-            << " from " << bytes << " bytes; cut to serve " << cut_to_serve;
+            << " from " << bytes << " bytes; cut to serve " << cut_to_serve << pushes_line;
   return true;
 }
 
@@ -538,6 +595,10 @@ ReplicaStatus Replica::Status() const {
     s.resyncs = resyncs_;
     s.verified_versions = verified_versions_;
     s.hash_mismatches = hash_mismatches_;
+    s.pushes_timed = push_to_serve_.count();
+    s.push_to_serve_p50 = push_to_serve_.Quantile(0.5);
+    s.push_to_serve_p99 = push_to_serve_.Quantile(0.99);
+    s.push_to_serve_max = push_to_serve_.max();
   }
   if (current != nullptr) {
     s.loaded = true;

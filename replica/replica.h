@@ -148,6 +148,20 @@
 //   shardps_replica_train_to_serve_seconds    histogram: the cut's time in the manifest
 //                                             (cut_unix_micros, else created_unix_micros) to the
 //                                             swap
+//   shardps_replica_push_to_serve_seconds     histogram: stream versions: each push's apply on
+//                                             its server to the swap (below)
+//
+// ## Train to serve
+//
+// Each server stamps the pushes it applies (a BSP clock as one) and sends,
+// with its part of the next cut, how long before the cut each was applied
+// (VersionPart.push_ages_micros, a sample of at most 4096 a cut). When a
+// stream version is served, a push's train-to-serve is its age at its
+// server's cut plus that cut's time to the swap: from the apply to the
+// first version that shows it, the wait for the next cut included, with
+// no reads added to the job. Only the first of the two terms spans hosts
+// (the server's cut_unix_micros against the replica's clock), as the cut's
+// own metric does. Versions loaded from files time no pushes.
 //
 // Thread-safety: every method is thread-safe. Start and the destructor are
 // called once each, by the owner.
@@ -169,6 +183,7 @@
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/mutex.h"
 #include "proto/config.pb.h"
+#include "replica/latency_sketch.h"
 #include "replica/left_right.h"
 #include "worker/export/served_model.h"
 
@@ -194,6 +209,11 @@ struct ReplicaOptions {
   // differs is not served (the replica loads a checkpoint instead). An
   // audit of exactness: tests, an operator's check.
   bool verify_stream = false;
+  // The nice value (Linux, -20..19) of the thread that follows and builds
+  // versions, and of the stream's readers; answers keep the process's. A
+  // replica on training's cores with 19 builds on the CPU training leaves
+  // idle, and a version takes longer when there is none.
+  int build_nice = 0;
 };
 
 struct ReplicaStatus {
@@ -222,6 +242,11 @@ struct ReplicaStatus {
   // servers' at the cut, and those that did not (not served).
   uint64_t verified_versions = 0;
   uint64_t hash_mismatches = 0;
+  // Train to serve of the pushes in the stream versions served (see
+  // "Train to serve" at the top): how many, and their quantiles (within
+  // 2%) and maximum.
+  uint64_t pushes_timed = 0;
+  absl::Duration push_to_serve_p50, push_to_serve_p99, push_to_serve_max;
 };
 
 class Replica {
@@ -297,6 +322,18 @@ class Replica {
     uint64_t bytes_read = 0;         // Checkpoint files read.
     std::optional<uint64_t> newest;  // The newest checkpoint on disk (the lag), if polled.
   };
+  // Times the pushes of a stream version served at `served_at`: per
+  // server part, its cut to `served_at` plus each push's age at the cut
+  // (VersionPart.push_ages_micros), into the metric and push_to_serve_.
+  // Returns how many, their median and maximum, and the same over every
+  // version timed so far.
+  struct PushTimes {
+    uint64_t pushes = 0;
+    absl::Duration p50, max;
+    uint64_t all_pushes = 0;
+    absl::Duration all_p50, all_p99, all_max;
+  };
+  PushTimes TimePushes(const exporter::ServedModel::StreamVersion& version, absl::Time served_at);
   // Makes `next` (Serve's result) the current version and counts it in the
   // status and the metrics, in one critical section; `next` then holds the
   // version served before. Returns cut to serve.
@@ -369,6 +406,7 @@ class Replica {
   uint64_t resyncs_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t verified_versions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t hash_mismatches_ ABSL_GUARDED_BY(mu_) = 0;
+  LatencySketch push_to_serve_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   std::thread follower_;

@@ -106,6 +106,10 @@ grpc::Status ReplicaService::Status(grpc::ServerContext*, const ReplicaStatusReq
   response->set_resyncs(s.resyncs);
   response->set_verified_versions(s.verified_versions);
   response->set_hash_mismatches(s.hash_mismatches);
+  response->set_pushes_timed(s.pushes_timed);
+  response->set_push_to_serve_p50_seconds(absl::ToDoubleSeconds(s.push_to_serve_p50));
+  response->set_push_to_serve_p99_seconds(absl::ToDoubleSeconds(s.push_to_serve_p99));
+  response->set_push_to_serve_max_seconds(absl::ToDoubleSeconds(s.push_to_serve_max));
   return grpc::Status::OK;
 }
 

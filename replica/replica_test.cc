@@ -48,6 +48,27 @@ std::string FreshDir(const std::string& name) {
   return dir;
 }
 
+// Push-to-serve quantiles: within the sketch's 2% of the exact ones, at
+// most the maximum, zero when empty.
+TEST(LatencySketchTest, QuantilesAreWithinTwoPercentOfTheExactOnes) {
+  LatencySketch sketch;
+  EXPECT_EQ(sketch.Quantile(0.5), absl::ZeroDuration());
+  // 1 ms, 2 ms, ..., 1000 ms: the p50 is 500 ms, the p99 990 ms.
+  for (int i = 1000; i >= 1; --i) sketch.Add(absl::Milliseconds(i));
+  EXPECT_EQ(sketch.count(), 1000u);
+  EXPECT_EQ(sketch.max(), absl::Milliseconds(1000));
+  const double p50 = absl::ToDoubleMilliseconds(sketch.Quantile(0.5));
+  const double p99 = absl::ToDoubleMilliseconds(sketch.Quantile(0.99));
+  EXPECT_GE(p50, 500);
+  EXPECT_LE(p50, 500 * LatencySketch::kGrowth);
+  EXPECT_GE(p99, 990);
+  EXPECT_LE(p99, 990 * LatencySketch::kGrowth);
+  EXPECT_EQ(sketch.Quantile(1.0), absl::Milliseconds(1000));
+  sketch.Add(absl::ZeroDuration());                 // The first bucket,
+  sketch.Add(absl::Hours(5));                       // the last,
+  EXPECT_EQ(sketch.Quantile(1.0), absl::Hours(5));  // the maximum kept exact.
+}
+
 TEST(ReplicaTest, NeedsACheckpointDirectory) {
   ReplicaOptions options;
   auto replica = Replica::Create(options);

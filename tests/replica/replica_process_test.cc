@@ -726,12 +726,20 @@ TEST_P(ReplicaVersionsTest, VersionsBetweenCheckpointsAreTheTrainersState) {
   EXPECT_GE(status.stream_versions(), versions_only.size());
   EXPECT_NE(job_->SchedulerLog().find("(no files)"), std::string::npos)
       << "no version-only cut logged";
+  // The servers stamped their pushes, and the replica timed them from the
+  // apply to the version that showed them.
+  EXPECT_GT(status.pushes_timed(), 0u);
+  EXPECT_GT(status.push_to_serve_p50_seconds(), 0);
+  EXPECT_LE(status.push_to_serve_p50_seconds(), status.push_to_serve_p99_seconds());
+  EXPECT_LE(status.push_to_serve_p99_seconds(), status.push_to_serve_max_seconds());
   std::printf(
       "%zu versions served, %zu of them on the stream only; %llu verified against the "
-      "servers' hash, %llu mismatches\n",
+      "servers' hash, %llu mismatches; %llu pushes timed, push to serve p50 %.3f s max %.3f s\n",
       hash_at.size(), versions_only.size(),
       static_cast<unsigned long long>(status.verified_versions()),
-      static_cast<unsigned long long>(status.hash_mismatches()));
+      static_cast<unsigned long long>(status.hash_mismatches()),
+      static_cast<unsigned long long>(status.pushes_timed()), status.push_to_serve_p50_seconds(),
+      status.push_to_serve_max_seconds());
 }
 
 INSTANTIATE_TEST_SUITE_P(Stream, ReplicaVersionsTest, ::testing::Values(true),
