@@ -563,9 +563,15 @@ def main():
         "; the replica arms with the probe, whose reads take CPU too: --probe_ms 0 measures the "
         "replica alone" if args.probe_ms > 0 else "; no probe", default))
     for arm in arms[1:]:
-        rounds = ", ".join("%.3f" % (x["train_sps"] / d["train_sps"]) + (
+        ratios = [x["train_sps"] / d["train_sps"]
+                  for d, x in zip(results[("default", 0)], results[arm])]
+        rounds = ", ".join("%.3f" % r + (
             " (push p50 %.2f s)" % x["pushes"]["p50"] if x.get("pushes") else "")
-            for d, x in zip(results[("default", 0)], results[arm]))
+            for r, x in zip(ratios, results[arm]))
+        if len(ratios) >= 4:
+            q = statistics.quantiles(ratios, n=4)
+            rounds += "; the rounds' ratios: median %.3f, quartiles %.3f-%.3f" % (
+                statistics.median(ratios), q[0], q[2])
         print("  %s: %.0f, x%.3f of default (rounds: %s)" % (
             "cadence every %d clocks, no replica" % arm[1] if arm[0] == "cadence" else
             "cadence every %d clocks with the replica%s" % (
