@@ -75,6 +75,22 @@ TEST(ReplicaTest, NeedsACheckpointDirectory) {
   EXPECT_EQ(replica.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ReplicaTest, BuildNiceMustBeANiceValue) {
+  for (int nice : {-21, 20}) {
+    ReplicaOptions options;
+    options.checkpoint_dir = FreshDir("nice");
+    options.build_nice = nice;
+    auto replica = Replica::Create(options);
+    EXPECT_EQ(replica.status().code(), absl::StatusCode::kInvalidArgument) << nice;
+    EXPECT_NE(replica.status().message().find(std::to_string(nice)), std::string::npos)
+        << replica.status();
+  }
+  ReplicaOptions options;
+  options.checkpoint_dir = FreshDir("nice");
+  options.build_nice = 19;
+  EXPECT_TRUE(Replica::Create(options).ok());
+}
+
 TEST(ReplicaTest, WithoutACheckpointServesNothingAndSaysWhatItWaitedFor) {
   const std::string dir = FreshDir("empty");
   std::unique_ptr<Replica> replica = MakeReplica(dir);
