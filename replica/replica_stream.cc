@@ -36,9 +36,6 @@ constexpr absl::Duration kSilentServer = absl::Seconds(15);
 constexpr size_t kMaxQueuedParts = 64;
 // Versions begun and not complete: the oldest is dropped beyond it.
 constexpr size_t kMaxPendingVersions = 16;
-// A part carries at most this many push ages (proto/ps.proto
-// VersionPart.push_ages_micros), in chunk 0.
-constexpr int kMaxPushAges = 4096;
 
 // One FollowVersions call per server, from one version on, their parts in
 // one queue.
@@ -279,11 +276,6 @@ void Replica::FollowStream() {
           }
         } else if (received->second.size() != num_chunks || partitions != p.partitions_of[server]) {
           refused = "does not name the chunks and partitions of its first chunk";
-        }
-        if (refused.empty() && (part->push_ages_micros_size() > kMaxPushAges ||
-                                (part->chunk() != 0 && part->push_ages_micros_size() > 0))) {
-          refused = absl::StrCat("carries ", part->push_ages_micros_size(), " push ages in chunk ",
-                                 part->chunk(), " (at most ", kMaxPushAges, ", in chunk 0)");
         }
         if (refused.empty() && (part->chunk() >= num_chunks || received->second[part->chunk()])) {
           refused = absl::StrCat("chunk ", part->chunk(), " of ", num_chunks,

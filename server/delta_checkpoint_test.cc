@@ -84,6 +84,34 @@ class Job : public testing::Job {
     return testing::CheckpointCores(cores(), root, clock, base, kJob, kParts);
   }
 
+  // A version between checkpoints at `clock` on every server (phase
+  // VERSION on the checkpoint at `base_clock`); the first error.
+  absl::Status CutVersion(uint64_t clock, uint64_t base_clock, bool delta = true) {
+    absl::Status first;
+    for (uint32_t s = 0; s < kServers; ++s) {
+      CheckpointRequest request;
+      request.set_clock(clock);
+      request.set_delta(delta);
+      request.set_base_clock(base_clock);
+      request.set_phase(CheckpointRequest::VERSION);
+      CheckpointResponse response;
+      const absl::Status st = core(s).Checkpoint(request, &response);
+      if (first.ok()) first = st;
+    }
+    return first;
+  }
+
+  // Per server, its part of the cut at `clock` (published by a thread of
+  // the server's: waited for up to a minute); null, and a failure, if none.
+  std::vector<std::shared_ptr<const VersionChunks>> PartsAt(uint64_t clock) {
+    std::vector<std::shared_ptr<const VersionChunks>> parts;
+    for (uint32_t s = 0; s < kServers; ++s) {
+      parts.push_back(core(s).versions()->Next(0, clock - 1, absl::Now() + absl::Minutes(1)));
+      EXPECT_NE(parts.back(), nullptr) << "server " << s << " published no part at " << clock;
+    }
+    return parts;
+  }
+
   uint64_t evicted() const { return evicted_; }
 
  private:
@@ -333,20 +361,7 @@ TEST(VersionPartsTest, VersionCutsAreDeltasOnTheCheckpointAndWriteNothing) {
   Job job;
   for (uint64_t c = 0; c < 2; ++c) job.Step(c);
   const ckpt::CheckpointManifest full = job.Checkpoint(root, 2, nullptr);
-  const auto cut = [&](uint64_t clock, bool delta) {
-    absl::Status first;
-    for (uint32_t s = 0; s < kServers; ++s) {
-      CheckpointRequest request;
-      request.set_clock(clock);
-      request.set_delta(delta);
-      request.set_base_clock(2);
-      request.set_phase(CheckpointRequest::VERSION);
-      CheckpointResponse response;
-      const absl::Status st = job.core(s).Checkpoint(request, &response);
-      if (first.ok()) first = st;
-    }
-    return first;
-  };
+  const auto cut = [&](uint64_t clock, bool delta) { return job.CutVersion(clock, 2, delta); };
   // No follower yet: nothing is published.
   ASSERT_TRUE(cut(3, true).ok());
   for (uint32_t s = 0; s < kServers; ++s) {
@@ -362,10 +377,7 @@ TEST(VersionPartsTest, VersionCutsAreDeltasOnTheCheckpointAndWriteNothing) {
   const auto keys_of = [&](uint64_t clock) {
     std::set<std::pair<uint32_t, uint64_t>> keys;
     uint64_t hashes = 0;
-    for (uint32_t s = 0; s < kServers; ++s) {
-      const auto chunks =
-          job.core(s).versions()->Next(0, clock - 1, absl::Now() + absl::Minutes(1));
-      EXPECT_NE(chunks, nullptr) << "server " << s << " published no part at " << clock;
+    for (const auto& chunks : job.PartsAt(clock)) {
       if (chunks == nullptr) continue;
       for (const auto& part : *chunks) {
         EXPECT_EQ(part->clock(), clock);
@@ -434,26 +446,13 @@ TEST(VersionPartsTest, PartsCarryTheAgesOfThePushesSinceTheCutBefore) {
   for (uint32_t s = 0; s < kServers; ++s) {
     EXPECT_EQ(job.core(s).versions()->Next(0, 0, absl::InfinitePast()), nullptr);
   }
-  const auto cut = [&](uint64_t clock) {
-    for (uint32_t s = 0; s < kServers; ++s) {
-      CheckpointRequest request;
-      request.set_clock(clock);
-      request.set_delta(true);
-      request.set_base_clock(1);
-      request.set_phase(CheckpointRequest::VERSION);
-      CheckpointResponse response;
-      ASSERT_TRUE(job.core(s).Checkpoint(request, &response).ok()) << clock;
-    }
-  };
   // Per server, the ages its part of `clock` carries (chunk 0 only).
   const auto ages_of = [&](uint64_t clock) {
     std::vector<std::vector<uint32_t>> ages(kServers);
+    const auto parts = job.PartsAt(clock);
     for (uint32_t s = 0; s < kServers; ++s) {
-      const auto chunks =
-          job.core(s).versions()->Next(0, clock - 1, absl::Now() + absl::Minutes(1));
-      EXPECT_NE(chunks, nullptr) << "server " << s << " published no part at " << clock;
-      if (chunks == nullptr) continue;
-      for (const auto& part : *chunks) {
+      if (parts[s] == nullptr) continue;
+      for (const auto& part : *parts[s]) {
         EXPECT_EQ(part->clock(), clock);
         if (part->chunk() != 0) {
           EXPECT_EQ(part->push_ages_micros_size(), 0) << "chunk " << part->chunk();
@@ -470,7 +469,7 @@ TEST(VersionPartsTest, PartsCarryTheAgesOfThePushesSinceTheCutBefore) {
   absl::SleepFor(absl::Milliseconds(30));
   const absl::Time last = absl::Now();
   job.Step(3);
-  cut(4);
+  ASSERT_TRUE(job.CutVersion(4, 1).ok());
   const absl::Time after = absl::Now();
   for (const std::vector<uint32_t>& ages : ages_of(4)) {
     ASSERT_EQ(ages.size(), 3u);  // Every server took a push at clocks 1, 2 and 3.
@@ -482,7 +481,7 @@ TEST(VersionPartsTest, PartsCarryTheAgesOfThePushesSinceTheCutBefore) {
     EXPECT_GE(sorted[1], 30000u);
     EXPECT_LE(sorted[0], absl::ToInt64Microseconds(after - last));
   }
-  cut(5);  // Nothing pushed since 4.
+  ASSERT_TRUE(job.CutVersion(5, 1).ok());  // Nothing pushed since 4.
   for (const std::vector<uint32_t>& ages : ages_of(5)) EXPECT_TRUE(ages.empty());
   job.Step(5);
   job.Checkpoint(root, 6, &full);  // A checkpoint cut is a version with its pushes too.

@@ -359,6 +359,12 @@ absl::Status ServedModel::CheckStreamPart(const VersionPart& part) const {
     }
     holds[p] = true;
   }
+  if (part.push_ages_micros_size() > kMaxPushAges ||
+      (part.chunk() != 0 && part.push_ages_micros_size() > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": ", part.push_ages_micros_size(),
+                                                   " push ages in chunk ", part.chunk(),
+                                                   " (at most ", kMaxPushAges, ", in chunk 0)"));
+  }
   for (const VersionRows& rows : part.tables()) {
     const Table* table = params_->local_tables()->FindTable(rows.table_id());
     if (table == nullptr || rows.dim() != table->dim()) {

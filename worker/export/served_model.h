@@ -141,7 +141,9 @@ class ServedModel {
   // INVALID_ARGUMENT naming the part and what is wrong unless it fits this
   // job: its partition count, partitions in range and unique, tables of this
   // job with their dim, weights of keys * dim floats, every key in a
-  // partition the part holds.
+  // partition the part holds, at most kMaxPushAges push ages and only in
+  // chunk 0 (VersionPart.push_ages_micros).
+  static constexpr int kMaxPushAges = 4096;
   absl::Status CheckStreamPart(const VersionPart& part) const;
   // A model holding exactly `full`, a version of FULL parts.
   static absl::StatusOr<std::unique_ptr<ServedModel>> FromStream(const JobConfig& config,

@@ -401,6 +401,10 @@ TEST(ServedModelTest, StreamPartsThatDoNotFitTheJobAreRefused) {
   ASSERT_TRUE(model);
   const VersionPart& good = *versions.at(20)->parts[0];
   ASSERT_TRUE(model->CheckStreamPart(good).ok());
+  VersionPart timed = good;  // As many push ages as a server sends, in chunk 0.
+  timed.set_chunk(0);
+  timed.mutable_push_ages_micros()->Resize(ServedModel::kMaxPushAges, 7);
+  EXPECT_TRUE(model->CheckStreamPart(timed).ok());
   ASSERT_GT(good.tables(0).keys_size(), 0);
   const std::vector<std::pair<std::string, std::function<void(VersionPart*)>>> cases = {
       {"partitions, this job has", [](VersionPart* p) { p->set_num_partitions(7); }},
@@ -411,6 +415,16 @@ TEST(ServedModelTest, StreamPartsThatDoNotFitTheJobAreRefused) {
       {"is not a table of this job", [](VersionPart* p) { p->mutable_tables(0)->set_dim(3); }},
       {"bytes of weights",
        [](VersionPart* p) { p->mutable_tables(0)->mutable_weights()->pop_back(); }},
+      {"push ages in chunk 0 (at most 4096",
+       [](VersionPart* p) {
+         p->set_chunk(0);
+         p->mutable_push_ages_micros()->Resize(ServedModel::kMaxPushAges + 1, 7);
+       }},
+      {"1 push ages in chunk 1 (at most",
+       [](VersionPart* p) {
+         p->set_chunk(1);
+         p->add_push_ages_micros(7);
+       }},
       {"a partition the part does not hold",
        [](VersionPart* p) {
          // Only the partitions after the first key's.
