@@ -207,7 +207,7 @@ bool Replica::Extends(const checkpoint::ResolvedCheckpoint& next) const {
 absl::StatusOr<Replica::Built> Replica::BuildIncremental(const checkpoint::CheckpointEntry& entry,
                                                          int64_t created,
                                                          checkpoint::ResolvedCheckpoint resolved) {
-  const exporter::ServedModel* served = models_.served();
+  const ServedModel* served = models_.served();
   Built built;
   ASSIGN_OR_RETURN(built.links,
                    served->ReadDeltas(resolved, current_chain_.size(), &built.bytes_read));
@@ -219,7 +219,7 @@ absl::StatusOr<Replica::Built> Replica::BuildIncremental(const checkpoint::Check
   // links it lacks (kept from the version before: written without reading,
   // it then equals the served one) and the ones just read (their old rows
   // read for the running hash).
-  absl::StatusOr<exporter::ServedModel*> idle = models_.Idle(absl::Now() + options_.reader_wait);
+  absl::StatusOr<ServedModel*> idle = models_.Idle(absl::Now() + options_.reader_wait);
   if (!idle.ok()) {
     LOG(INFO) << "replica: version " << entry.clock << " on a copy of version " << served->clock()
               << ": " << idle.status().message();
@@ -260,7 +260,7 @@ absl::StatusOr<Replica::Built> Replica::Build(const checkpoint::CheckpointEntry&
     }
   }
   Built built;
-  ASSIGN_OR_RETURN(built.model, exporter::ServedModel::Load(options_.config, root_, entry.clock));
+  ASSIGN_OR_RETURN(built.model, ServedModel::Load(options_.config, root_, entry.clock));
   ASSIGN_OR_RETURN(built.resolved, checkpoint::LoadCheckpoint(root_, entry.clock, sizes));
   if (built.resolved.manifest.created_unix_micros() != created) {
     return absl::AbortedError(absl::StrCat(entry.dir, " was written again while loading"));
@@ -279,7 +279,7 @@ bool Replica::Poll(PollMode mode) {
   absl::StatusOr<std::vector<checkpoint::CheckpointEntry>> entries =
       checkpoint::ListCheckpoints(root_);
   if (!entries.ok()) return false;  // NOT_FOUND: the job has not written one yet.
-  std::shared_ptr<exporter::ServedModel> current;
+  std::shared_ptr<ServedModel> current;
   Identity served;
   {
     MutexLock lock(&mu_);
@@ -334,7 +334,7 @@ bool Replica::Poll(PollMode mode) {
     // becomes the other model (its readers finish with it first), lacking
     // the links just read, unless this version was built from its chain
     // (then it is dropped: nothing to catch up from).
-    std::shared_ptr<exporter::ServedModel> next =
+    std::shared_ptr<ServedModel> next =
         models_.Serve(std::move(built->model), /*keep_previous=*/built->incremental);
     idle_lacks_ = std::move(built->links);
     idle_lacks_stream_.clear();
@@ -389,8 +389,7 @@ bool Replica::Poll(PollMode mode) {
   return false;
 }
 
-absl::Duration Replica::MakeCurrent(std::shared_ptr<exporter::ServedModel>* next,
-                                    const ServedVersion& v) {
+absl::Duration Replica::MakeCurrent(std::shared_ptr<ServedModel>* next, const ServedVersion& v) {
   const uint64_t clock = v.id.first;
   const uint64_t rows = (*next)->rows();
   absl::Duration cut_to_serve;
@@ -432,7 +431,7 @@ absl::Duration Replica::MakeCurrent(std::shared_ptr<exporter::ServedModel>* next
   return cut_to_serve;
 }
 
-Replica::PushTimes Replica::TimePushes(const exporter::ServedModel::StreamVersion& version,
+Replica::PushTimes Replica::TimePushes(const ServedModel::StreamVersion& version,
                                        absl::Time served_at) {
   LatencySketch this_version;
   MutexLock lock(&mu_);
@@ -451,8 +450,8 @@ Replica::PushTimes Replica::TimePushes(const exporter::ServedModel::StreamVersio
           push_to_serve_.max()};
 }
 
-absl::Status Replica::VerifyStreamVersion(const exporter::ServedModel::StreamVersion& version,
-                                          const exporter::ServedModel* built) {
+absl::Status Replica::VerifyStreamVersion(const ServedModel::StreamVersion& version,
+                                          const ServedModel* built) {
   uint64_t servers = 0;
   for (const auto& part : version.parts) {
     if (!part->has_state_hash()) return absl::OkStatus();   // Cut before anyone asked.
@@ -470,12 +469,12 @@ absl::Status Replica::VerifyStreamVersion(const exporter::ServedModel::StreamVer
       absl::Hex(servers, absl::kZeroPad16), "; not served"));
 }
 
-absl::StatusOr<bool> Replica::ApplyStreamVersion(exporter::ServedModel::StreamLink version,
+absl::StatusOr<bool> Replica::ApplyStreamVersion(ServedModel::StreamLink version,
                                                  uint64_t generation, int64_t cut_micros,
                                                  uint64_t bytes) {
   MutexLock poll(&poll_mu_);
   const absl::Time start = absl::Now();
-  const exporter::ServedModel* served = models_.served();
+  const ServedModel* served = models_.served();
   uint64_t served_generation;
   {
     MutexLock lock(&mu_);
@@ -498,14 +497,14 @@ absl::StatusOr<bool> Replica::ApplyStreamVersion(exporter::ServedModel::StreamLi
       if (!part->full()) return false;  // Mixed: not one cut's parts.
     }
   }
-  std::unique_ptr<exporter::ServedModel> model;
+  std::unique_ptr<ServedModel> model;
   bool in_place = false;
-  const exporter::ServedModel* built = nullptr;  // The version, before it is served.
+  const ServedModel* built = nullptr;  // The version, before it is served.
   if (full) {
-    ASSIGN_OR_RETURN(model, exporter::ServedModel::FromStream(options_.config, *version));
+    ASSIGN_OR_RETURN(model, ServedModel::FromStream(options_.config, *version));
     built = model.get();
   } else {
-    absl::StatusOr<exporter::ServedModel*> idle = models_.Idle(absl::Now() + options_.reader_wait);
+    absl::StatusOr<ServedModel*> idle = models_.Idle(absl::Now() + options_.reader_wait);
     if (idle.ok() && *idle != nullptr && idle_lacks_.empty() && !idle_lacks_stream_.empty()) {
       const absl::Status st = (*idle)->CatchUpStream(idle_lacks_stream_, *served, {version});
       if (st.ok()) {
@@ -530,8 +529,7 @@ absl::StatusOr<bool> Replica::ApplyStreamVersion(exporter::ServedModel::StreamLi
     return st;
   }
   const uint64_t from = served == nullptr ? 0 : served->clock();
-  std::shared_ptr<exporter::ServedModel> next =
-      models_.Serve(std::move(model), /*keep_previous=*/!full);
+  std::shared_ptr<ServedModel> next = models_.Serve(std::move(model), /*keep_previous=*/!full);
   idle_lacks_.clear();
   idle_lacks_stream_.clear();
   if (!full) idle_lacks_stream_.push_back(version);
@@ -570,14 +568,14 @@ absl::StatusOr<bool> Replica::ApplyStreamVersion(exporter::ServedModel::StreamLi
   return true;
 }
 
-std::shared_ptr<exporter::ServedModel> Replica::Current() const {
+std::shared_ptr<ServedModel> Replica::Current() const {
   MutexLock lock(&mu_);
   return current_;
 }
 
 ReplicaStatus Replica::Status() const {
   ReplicaStatus s;
-  std::shared_ptr<exporter::ServedModel> current;
+  std::shared_ptr<ServedModel> current;
   {
     MutexLock lock(&mu_);
     current = current_;

@@ -8,8 +8,9 @@
 // (FULL, or DELTA with its chain; see common/checkpoint/checkpoint_dir.h);
 // from the stream (below), the servers' parts of the cut. Version v holds
 // exactly the rows of the cut at clock v, weights only for lookups, the
-// whole model for predictions (exporter::ServedModel,
-// worker/export/served_model.h: the trainer's own model code, as ps_score).
+// whole model for predictions (ServedModel, served_model.h, over the
+// trainer's own model code as ps_score has it: worker/export/local_model.h,
+// the replica's one door into the worker role).
 // Start() bootstraps from the newest complete checkpoint; a follower thread
 // then follows the stream (options.scheduler set), or polls the directory
 // every `poll_interval` and moves to the newest complete checkpoint newer
@@ -185,7 +186,7 @@
 #include "proto/config.pb.h"
 #include "replica/latency_sketch.h"
 #include "replica/left_right.h"
-#include "worker/export/served_model.h"
+#include "replica/served_model.h"
 
 namespace shardps {
 namespace replica {
@@ -265,7 +266,7 @@ class Replica {
 
   // The version served, or nullptr before the first one. Hold it for the
   // whole of an answer.
-  std::shared_ptr<exporter::ServedModel> Current() const;
+  std::shared_ptr<ServedModel> Current() const;
 
   ReplicaStatus Status() const;
 
@@ -296,14 +297,14 @@ class Replica {
   // verify_stream: OK if `built` (the version before it is served) hashes to
   // the sum of its parts' state_hash, or if a part has none; else DATA_LOSS
   // (counted). Counts the verified ones.
-  absl::Status VerifyStreamVersion(const exporter::ServedModel::StreamVersion& version,
-                                   const exporter::ServedModel* built);
+  absl::Status VerifyStreamVersion(const ServedModel::StreamVersion& version,
+                                   const ServedModel* built);
   // A stream version whose parts hold every partition: applied (true),
   // or it does not continue the version served (false: load a checkpoint).
   // Errors: the build failed, or (verify_stream) its hash is not the
   // servers'.
-  absl::StatusOr<bool> ApplyStreamVersion(exporter::ServedModel::StreamLink version,
-                                          uint64_t generation, int64_t cut_micros, uint64_t bytes);
+  absl::StatusOr<bool> ApplyStreamVersion(ServedModel::StreamLink version, uint64_t generation,
+                                          int64_t cut_micros, uint64_t bytes);
   bool stopping() const;
 
   // A checkpoint's identity: its clock and its manifest's
@@ -333,24 +334,24 @@ class Replica {
     uint64_t all_pushes = 0;
     absl::Duration all_p50, all_p99, all_max;
   };
-  PushTimes TimePushes(const exporter::ServedModel::StreamVersion& version, absl::Time served_at);
+  PushTimes TimePushes(const ServedModel::StreamVersion& version, absl::Time served_at);
   // Makes `next` (Serve's result) the current version and counts it in the
   // status and the metrics, in one critical section; `next` then holds the
   // version served before. Returns cut to serve.
-  absl::Duration MakeCurrent(std::shared_ptr<exporter::ServedModel>* next, const ServedVersion& v)
+  absl::Duration MakeCurrent(std::shared_ptr<ServedModel>* next, const ServedVersion& v)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
 
   // A version built, not yet served.
   struct Built {
     // A new model; nullptr when the idle model of models_ was brought to the
     // version in place.
-    std::unique_ptr<exporter::ServedModel> model;
+    std::unique_ptr<ServedModel> model;
     checkpoint::ResolvedCheckpoint resolved;  // Its chain, as built.
     uint64_t bytes_read = 0;                  // Checkpoint file bytes read.
     bool incremental = false;                 // From the served version's deltas.
     bool in_place = false;                    // On the idle model (model null).
     // Incremental: the links read after the served version.
-    std::vector<exporter::ServedModel::Link> links;
+    std::vector<ServedModel::Link> links;
   };
   // Builds the version of `entry` (whose MANIFEST had `created`): from the
   // deltas after the served version (`serving`: there is one) when Extends,
@@ -383,16 +384,16 @@ class Replica {
   // The chain of the version served (FULL first), link by link.
   std::vector<Identity> current_chain_ ABSL_GUARDED_BY(poll_mu_);
   // The served model and the idle one (see the top).
-  LeftRight<exporter::ServedModel> models_ ABSL_GUARDED_BY(poll_mu_);
+  LeftRight<ServedModel> models_ ABSL_GUARDED_BY(poll_mu_);
   // The links the idle model lacks to be the served version (the idle
   // model's chain plus these is current_chain_).
-  std::vector<exporter::ServedModel::Link> idle_lacks_ ABSL_GUARDED_BY(poll_mu_);
+  std::vector<ServedModel::Link> idle_lacks_ ABSL_GUARDED_BY(poll_mu_);
   // The same for a version from the stream (the idle model lacks these).
-  std::vector<exporter::ServedModel::StreamLink> idle_lacks_stream_ ABSL_GUARDED_BY(poll_mu_);
+  std::vector<ServedModel::StreamLink> idle_lacks_stream_ ABSL_GUARDED_BY(poll_mu_);
 
   mutable Mutex mu_;
   mutable CondVar changed_;  // Signalled on a new version and on stop.
-  std::shared_ptr<exporter::ServedModel> current_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<ServedModel> current_ ABSL_GUARDED_BY(mu_);
   Identity current_id_ ABSL_GUARDED_BY(mu_);
   uint64_t current_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t current_generation_ ABSL_GUARDED_BY(mu_) = 0;

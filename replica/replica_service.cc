@@ -51,7 +51,7 @@ grpc::Status ReplicaService::Predict(grpc::ServerContext*, const PredictRequest*
                                      PredictResponse* response) {
   const absl::Time start = absl::Now();
   if (absl::Status st = ValidatePredict(*request); !st.ok()) return ToGrpcStatus(st);
-  const std::shared_ptr<exporter::ServedModel> model = replica_->Current();
+  const std::shared_ptr<ServedModel> model = replica_->Current();
   if (model == nullptr) return ToGrpcStatus(Unavailable());
   std::vector<absl::string_view> lines(request->lines().begin(), request->lines().end());
   std::vector<float> probs;
@@ -69,7 +69,7 @@ grpc::Status ReplicaService::Lookup(grpc::ServerContext*, const LookupRequest* r
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat(request->keys_size(), " keys; at most ", kMaxLookupKeys, " per Lookup")));
   }
-  const std::shared_ptr<exporter::ServedModel> model = replica_->Current();
+  const std::shared_ptr<ServedModel> model = replica_->Current();
   if (model == nullptr) return ToGrpcStatus(Unavailable());
   uint32_t dim = 0;
   std::vector<bool> found;

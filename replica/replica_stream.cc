@@ -156,7 +156,7 @@ absl::StatusOr<PartitionMapProto> ServerAddresses(const std::string& address,
 // The parts of one version received so far (each server's part in one or
 // more chunks).
 struct Pending {
-  std::shared_ptr<exporter::ServedModel::StreamVersion> version;
+  std::shared_ptr<ServedModel::StreamVersion> version;
   std::vector<bool> held;  // By partition.
   uint32_t partitions = 0;
   // By server index: the chunks received, and the partitions its first
@@ -204,7 +204,7 @@ void Replica::FollowStream() {
   };
   while (!stopping()) {
     // A version to follow from: a checkpoint first.
-    std::shared_ptr<exporter::ServedModel> current = Current();
+    std::shared_ptr<ServedModel> current = Current();
     if (current == nullptr) {
       wait(options_.poll_interval);
       PollOnce();
@@ -245,7 +245,7 @@ void Replica::FollowStream() {
           break;  // Ask the scheduler again, reopen every stream.
         }
         following();
-        std::shared_ptr<exporter::ServedModel> served = Current();
+        std::shared_ptr<ServedModel> served = Current();
         uint64_t served_generation;
         {
           MutexLock lock(&mu_);
@@ -259,7 +259,7 @@ void Replica::FollowStream() {
         }
         Pending& p = pending[key];
         if (p.version == nullptr) {
-          p.version = std::make_shared<exporter::ServedModel::StreamVersion>();
+          p.version = std::make_shared<ServedModel::StreamVersion>();
           p.version->clock = part->clock();
           p.held.assign(num_partitions, false);
           p.cut_micros = part->cut_unix_micros();

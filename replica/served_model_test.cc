@@ -1,12 +1,12 @@
 // ServedModel::WithDeltas against ServedModel::Load on checkpoints written
-// with the servers' own code (StoreSnapshot, WriteSnapshot, WriteManifest):
-// a FULL checkpoint at clock 10 and deltas at 20, 30 and 40 of a table with
+// with the servers' own code (worker/export/checkpointed_job.h): a
+// FULL checkpoint at clock 10 and deltas at 20, 30 and 40 of a table with
 // eviction (deletions) and shared unadmitted rows. A version built from the
 // one before plus its deltas has the same table hash, rows, Lookup answers
 // and predictions as the same checkpoint restored from its whole chain; an
 // evicted key is gone from both; links that do not continue the version are
 // refused. Two models advanced in place, alternately, give the same versions.
-#include "worker/export/served_model.h"
+#include "replica/served_model.h"
 
 #include <functional>
 #include <map>
@@ -18,149 +18,34 @@
 #include "absl/strings/str_join.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_io.h"
-#include "common/checkpoint/manifest.h"
-#include "common/config.h"
 #include "common/partition.h"
 #include "gtest/gtest.h"
-#include "server/snapshot.h"
-#include "server/table_store.h"
-#include "server/version_log.h"
-#include "worker/param_store.h"
-#include "worker/trainer.h"
+#include "worker/export/checkpointed_job.h"
 
 namespace shardps {
-namespace exporter {
+namespace replica {
 namespace {
 
-constexpr char kConfig[] = R"pb(
-name: "served"
-tables {
-  id: 1 name: "categorical" kind: SPARSE dim: 8 seed: 17
-  init { kind: UNIFORM scale: 0.05 }
-  optimizer { adagrad { learning_rate: 0.05 } }
-  eviction { ttl_clocks: 8 }
-  admission { min_count: 2 }
-}
-tables {
-  id: 2 name: "mlp" kind: DENSE seed: 18 init { kind: MODEL }
-  optimizer { adam { learning_rate: 0.002 } }
-}
-model { kind: DLRM bottom_mlp: [16, 8] top_mlp: [16] dense_table: "mlp" }
-data { format: CRITEO synthetic_dir: "/nonexistent" }
-training { batch_size: 16 intra_op_threads: 1 }
-cluster { num_partitions: 16 }
-)pb";
+using export_testing::CheckpointedJob;
+using export_testing::Key;
 
-constexpr uint32_t kSparse = 1, kDense = 2, kDim = 8;
+constexpr uint32_t kSparse = export_testing::kSparseTable;
+constexpr uint32_t kDense = export_testing::kDenseTable;
 
-JobConfig Config() {
-  auto config = ParseJobConfig(kConfig, "served_model_test.pbtxt");
-  EXPECT_TRUE(config.ok()) << config.status();
-  return *config;
-}
+JobConfig Config() { return export_testing::SmallJobConfig(); }
 
-// The trainer's side: a local store with the model's dense weights, trained
-// by hand (pushes, clocks, eviction sweeps) and checkpointed as the servers
-// and the scheduler do.
-class Job {
- public:
-  explicit Job(const JobConfig& config) : config_(config) {
-    auto params = MakeLocalParamStore(config);
-    EXPECT_TRUE(params.ok()) << params.status();
-    params_ = *std::move(params);
-    TrainerOptions options;
-    options.config = config;
-    options.params = params_.get();
-    options.model_options.device = c10::Device(c10::DeviceType::CPU);
-    auto trainer = Trainer::Create(std::move(options));
-    EXPECT_TRUE(trainer.ok()) << trainer.status();
-    trainer_ = *std::move(trainer);
-    EXPECT_TRUE(trainer_->InitDenseWeights().ok());
-  }
-
-  TableStore* store() { return params_->local_tables(); }
-
-  // Two pushes of keys [first, last) at `clock` (admission needs two; the
-  // first one trains the shared rows); the dense chunk 0 moves too.
-  void Train(uint64_t clock, uint64_t first, uint64_t last) {
-    store()->SetClock(clock);
-    std::vector<uint64_t> keys;
-    for (uint64_t k = first; k < last; ++k) keys.push_back(k * 7919 + 3);
-    std::vector<float> rows(keys.size() * kDim), grads(keys.size() * kDim);
-    for (size_t i = 0; i < grads.size(); ++i) {
-      grads[i] = 0.01f * static_cast<float>((i + clock) % 13) - 0.05f;
-    }
-    for (int push = 0; push < 2; ++push) {
-      ASSERT_TRUE(store()->Pull(kSparse, keys.data(), keys.size(), true, rows.data()).ok());
-      ASSERT_TRUE(store()->Push(kSparse, keys.data(), keys.size(), grads.data(), 1.0f).ok());
-    }
-    const Table* dense = store()->FindTable(kDense);
-    const uint64_t chunk = 0;
-    std::vector<float> dense_grad(dense->dim(), 0.001f * static_cast<float>(clock));
-    ASSERT_TRUE(store()->Push(kDense, &chunk, 1, dense_grad.data(), 1.0f).ok());
-  }
-
-  uint64_t Evict(uint64_t clock) { return store()->Evict(clock, 0); }
-
-  // The checkpoint at `clock`: FULL without a base, else a delta on `base`.
-  void Checkpoint(const std::string& root, uint64_t clock, std::optional<uint64_t> base) {
-    const uint32_t p = config_.cluster().num_partitions();
-    std::unique_ptr<StoreSnapshot> snapshot =
-        StoreSnapshot::Take(*store(), std::vector<bool>(p, true),
-                            base.has_value() ? std::optional<uint32_t>(generation_) : std::nullopt);
-    generation_ = store()->AdvanceGeneration();
-    auto dir = checkpoint::CreateCheckpointDir(root, clock);
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    SnapshotWriteOptions options;
-    options.dir = *dir;
-    options.job_name = config_.name();
-    options.clock = clock;
-    options.base_clock = base.value_or(0);
-    options.tables = TableSchemas(*store());
-    auto files = WriteSnapshot(*snapshot, options);
-    ASSERT_TRUE(files.ok()) << files.status();
-    checkpoint::CheckpointManifest m;
-    m.set_format_version(checkpoint::kManifestFormatVersion);
-    m.set_checkpoint_id(checkpoint::CheckpointId(clock));
-    m.set_clock(clock);
-    m.set_job_name(config_.name());
-    m.set_config_fingerprint(ConfigFingerprint(config_));
-    m.set_num_partitions(p);
-    m.set_created_unix_micros(static_cast<int64_t>(clock));
-    for (const auto& f : *files) *m.add_files() = checkpoint::ToManifestEntry(f);
-    if (base.has_value()) {
-      m.set_kind(checkpoint::CheckpointManifest::DELTA);
-      m.set_base_id(checkpoint::CheckpointId(*base));
-      for (const std::string& id : chain_) m.add_chain(id);
-    } else {
-      m.set_kind(checkpoint::CheckpointManifest::FULL);
-      chain_.clear();
-    }
-    chain_.push_back(m.checkpoint_id());
-    m.add_chain(m.checkpoint_id());
-    ASSERT_TRUE(checkpoint::WriteManifest(*dir, m).ok());
-    // The same cut as a version of the servers' stream (one server: every
-    // partition).
+// The stream version of each checkpoint written.
+std::map<uint64_t, ServedModel::StreamLink> WriteFourVersions(const JobConfig& config,
+                                                              const std::string& root) {
+  std::map<uint64_t, ServedModel::StreamLink> out;
+  for (auto& [clock, parts] : export_testing::WriteFourVersions(config, root)) {
     auto version = std::make_shared<ServedModel::StreamVersion>();
     version->clock = clock;
-    // Small chunks: a version of many messages.
-    version->parts = MakeVersionPart(*snapshot, *store(), clock, /*generation=*/1, base.value_or(0),
-                                     /*base_generation=*/1,
-                                     /*server_index=*/0, absl::Now(), /*max_chunk_bytes=*/4096);
-    versions_[clock] = version;
+    version->parts = parts;
+    out[clock] = version;
   }
-
-  // The stream version of each checkpoint written.
-  const std::map<uint64_t, ServedModel::StreamLink>& versions() const { return versions_; }
-
- private:
-  const JobConfig config_;
-  std::unique_ptr<ParamStore> params_;
-  std::unique_ptr<Trainer> trainer_;
-  uint32_t generation_ = 0;
-  std::vector<std::string> chain_;
-  std::map<uint64_t, ServedModel::StreamLink> versions_;
-};
+  return out;
+}
 
 std::string Root(const std::string& name) {
   const std::string root = ::testing::TempDir() + "/" + name;
@@ -183,7 +68,7 @@ checkpoint::ResolvedCheckpoint Resolve(const std::string& root, uint64_t clock) 
 
 std::vector<uint64_t> Keys(uint64_t first, uint64_t last) {
   std::vector<uint64_t> keys;
-  for (uint64_t k = first; k < last; ++k) keys.push_back(k * 7919 + 3);
+  for (uint64_t k = first; k < last; ++k) keys.push_back(Key(k));
   return keys;
 }
 
@@ -226,7 +111,9 @@ std::vector<float> Predict(ServedModel& model) {
 // none).
 void ExpectSameVersion(ServedModel& incremental, ServedModel& full, bool streamed = false) {
   EXPECT_EQ(incremental.clock(), full.clock());
-  if (!streamed) EXPECT_EQ(incremental.dir(), full.dir());
+  if (!streamed) {
+    EXPECT_EQ(incremental.dir(), full.dir());
+  }
   EXPECT_EQ(incremental.table_hash(), full.table_hash()) << "version " << full.clock();
   EXPECT_EQ(incremental.rows(), full.rows()) << "version " << full.clock();
   const std::vector<uint64_t> keys = Keys(0, 400);
@@ -238,27 +125,6 @@ void ExpectSameVersion(ServedModel& incremental, ServedModel& full, bool streame
   EXPECT_EQ(da.found, db.found);
   EXPECT_EQ(da.values, db.values);
   EXPECT_EQ(Predict(incremental), Predict(full)) << "version " << full.clock();
-}
-
-// A job's history as four checkpoints under `root`: FULL at 10, then DELTAs
-// at 20, 30 and 40, each on the one before, with overwritten, new, evicted
-// and re-admitted rows (shared rows move).
-std::map<uint64_t, ServedModel::StreamLink> WriteFourVersions(const JobConfig& config,
-                                                              const std::string& root) {
-  Job job(config);
-  job.Train(1, 0, 300);
-  job.Checkpoint(root, 10, std::nullopt);
-  job.Train(15, 100, 200);         // Changed rows.
-  job.Train(16, 300, 350);         // New rows.
-  EXPECT_EQ(job.Evict(20), 200u);  // Keys [0, 100) and [200, 300): last touched at clock 1.
-  job.Checkpoint(root, 20, 10);
-  job.Train(25, 100, 150);         // Rows only: no shared row changes, they come from the copy.
-  EXPECT_EQ(job.Evict(30), 100u);  // [150, 200) and [300, 350), last touched at 15 and 16.
-  job.Checkpoint(root, 30, 20);
-  job.Train(35, 0, 50);  // Evicted at 20, written again (admitted again: shared rows move).
-  EXPECT_EQ(job.Evict(40), 50u);  // [100, 150), last touched at 25.
-  job.Checkpoint(root, 40, 30);
-  return job.versions();
 }
 
 TEST(ServedModelTest, ADeltaOnTheVersionServedGivesTheVersionOfItsChain) {
@@ -448,7 +314,7 @@ TEST(ServedModelTest, StreamPartsThatDoNotFitTheJobAreRefused) {
 TEST(ServedModelTest, LinksThatDoNotContinueTheVersionAreRefused) {
   const JobConfig config = Config();
   const std::string root = Root("refused");
-  Job job(config);
+  CheckpointedJob job(config);
   job.Train(1, 0, 100);
   job.Checkpoint(root, 10, std::nullopt);
   job.Train(12, 50, 150);
@@ -476,5 +342,5 @@ TEST(ServedModelTest, LinksThatDoNotContinueTheVersionAreRefused) {
 }
 
 }  // namespace
-}  // namespace exporter
+}  // namespace replica
 }  // namespace shardps

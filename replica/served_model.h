@@ -1,34 +1,32 @@
-// ServedModel: one version of a job's model, restored from a complete
-// checkpoint and held read-only for serving (the serving replica,
-// replica/replica.h, is its one user outside the worker role).
+// ServedModel: one version of a job's model that the replica serves
+// (replica.h): the model's tables and code in this process
+// (exporter::LocalModel, worker/export/local_model.h, the replica's one door
+// into the worker role) and what makes them a version: the clock of the
+// cut they equal, the checkpoint's directory, the table hash and the row
+// count.
 //
 // Load restores the checkpoint at a clock (FULL, or DELTA with its whole
-// chain: the FULL rows, then each delta's deletions and rows, so a row
-// evicted before the cut is absent) into a LOCAL parameter store with a
-// Trainer over it, exactly as ps_score does (checkpoint_loader.h: every file
-// verified before a row is written). It then walks every table once to
-// compute the version's TableHash (common/table_hash.h: every row's
-// (table id, key, weights), shared unadmitted rows under their reserved
-// keys, as the checkpoint files hold them) and its row count. Lookup asks
-// the table whether a key has a row (no key set of its own, which each
-// version would build and hold).
+// chain) into a new model, exactly as ps_score does, then walks every row
+// once for the version's TableHash (common/table_hash.h: every row's (table
+// id, key, weights), shared unadmitted rows under their reserved keys, as
+// the checkpoint files hold them) and its row count. Lookup asks the table
+// whether a key has a row (no key set of its own, which each version would
+// build and hold).
 //
 // A later version is built from an earlier one and the deltas after it,
 // without reading its whole chain:
-//  - ReadDeltas reads the files of the links after this version (each
-//    verified: size and CRC32C against its manifest, then the reader's
-//    checks) and checks that they continue it (the first a DELTA on this
-//    version's clock, each next one on the one before). The links are
-//    immutable and shared, so one read serves several models.
-//  - Advance applies links, in order, to this model IN PLACE: per file its
-//    deletions, then its rows, as a restore applies a chain's later links.
-//    The table hash and row count follow record by record: the hash is a
-//    wrapping sum of RowHash, so before a record is applied the weights the
-//    table holds for its key (a row, or for a reserved key the shared row
-//    it replaces) leave the sum and the written weights enter it; a
-//    deletion of a held row takes it out. No walk of the whole table. Debug
-//    builds (NDEBUG unset: the tests) check the sum against a walk after
-//    each Advance (INTERNAL on a difference).
+//  - ReadDeltas checks that the links after this version continue it (the
+//    first a DELTA on this version's clock, each next one on the one
+//    before, of this job) and reads their files (each verified). The links
+//    are immutable and shared, so one read serves several models.
+//  - Advance applies links, in order, to this model IN PLACE. The table
+//    hash and row count follow record by record (the running hash): the
+//    hash is a wrapping sum of RowHash, so before a record is applied the
+//    weights the model holds for its key (a row, or for a reserved key the
+//    shared row it replaces) leave the sum and the written weights enter
+//    it; a deletion of a held row takes it out (exporter::RowObserver). No
+//    walk of the whole table. Debug builds (NDEBUG unset: the tests) check
+//    the sum against a walk after each Advance (INTERNAL on a difference).
 //  - CatchUp brings a model that is behind another one (the replica's idle
 //    model, a version behind the served one) to the version after it: the
 //    links between the two are applied without reading a row (the result
@@ -43,31 +41,32 @@
 // identity (clock and created_unix_micros of each link); ReadDeltas checks
 // the clocks.
 //
-// Predict parses Criteo-format lines with the reader's own LineParser
-// (format, columns and fields of the job config) and scores them with
-// Trainer::Predict: the same model code and evaluation pulls as
-// Trainer::Evaluate, so a probability equals ps_score's for the same line
-// and checkpoint (up to float rounding of a different batch shape).
+// The servers' delta stream (proto/ps.proto VersionPart) gives versions the
+// same way: CheckStreamPart checks a part against the job, FromStream
+// builds a FULL version, AdvanceStream and CatchUpStream apply DELTA ones
+// as Advance and CatchUp apply links.
 //
-// Errors: Load: those of RestoreCheckpoint (NOT_FOUND, DATA_LOSS,
-// FAILED_PRECONDITION, naming the file or directory) and of the trainer.
+// Predict and Lookup are the model's (local_model.h): a probability equals
+// ps_score's for the same line and checkpoint.
+//
+// Errors: Load: the checkpoint's (NOT_FOUND, DATA_LOSS,
+// FAILED_PRECONDITION, naming the file or directory) and the trainer's.
 // ReadDeltas and WithDeltas: those of the links' files, INVALID_ARGUMENT for
-// links that do not continue this version (naming both clocks). Advance:
-// INVALID_ARGUMENT when the link before the first is not this version's
-// clock (nothing applied).
-// Predict: INVALID_ARGUMENT "line <i>: <why>" (0-based index in the request)
-// for a line the parser refuses; nothing is scored then. Lookup:
-// INVALID_ARGUMENT for an unknown table id.
+// links that do not continue this version (naming both clocks),
+// FAILED_PRECONDITION for another job's. Advance: INVALID_ARGUMENT when the
+// link before the first is not this version's clock (nothing applied).
+// Predict: INVALID_ARGUMENT "line <i>: <why>" for a line the parser
+// refuses. Lookup: INVALID_ARGUMENT for an unknown table id.
 //
-// Thread-safety: Advance changes the model and needs it alone: no other
-// call on it (its owner, the replica, calls it only on a model no reader
-// holds). Otherwise immutable apart from Predict's scratch: Lookup, Copy,
-// ReadDeltas and the accessors may run concurrently with each other and
-// with Predict, whose calls are serialized by an internal mutex (the
-// trainer is single-threaded). Blocks on CPU only, apart from the file
-// reads of Load, ReadDeltas and WithDeltas.
-#ifndef SHARDPS_WORKER_EXPORT_SERVED_MODEL_H_
-#define SHARDPS_WORKER_EXPORT_SERVED_MODEL_H_
+// Thread-safety: Advance, CatchUp and their stream forms change the model
+// and need it alone: no other call on it (its owner, the replica, calls
+// them only on a model no reader holds). Otherwise immutable apart from
+// Predict's scratch: Lookup, Copy, ReadDeltas, CheckStreamPart and the
+// accessors may run concurrently with each other and with Predict, whose
+// calls are serialized inside the model. Blocks on CPU only, apart from the
+// file reads of Load, ReadDeltas and WithDeltas.
+#ifndef SHARDPS_REPLICA_SERVED_MODEL_H_
+#define SHARDPS_REPLICA_SERVED_MODEL_H_
 
 #include <cstdint>
 #include <memory>
@@ -79,18 +78,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/checkpoint/checkpoint_dir.h"
-#include "common/mutex.h"
-#include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
 #include "proto/ps.pb.h"
-#include "server/snapshot.h"
-#include "worker/data/batch.h"
-#include "worker/data/line_parser.h"
-#include "worker/param_store.h"
-#include "worker/trainer.h"
+#include "worker/export/local_model.h"
 
 namespace shardps {
-namespace exporter {
+namespace replica {
 
 class ServedModel {
  public:
@@ -99,13 +92,13 @@ class ServedModel {
   static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const JobConfig& config,
                                                            const std::string& root, uint64_t clock);
   // One delta checkpoint's files, read and verified; immutable.
-  using Link = std::shared_ptr<const LoadedFiles>;
+  using Link = exporter::LocalModel::Link;
 
   // The files of next.chain[first..] (`next`: a checkpoint resolved with its
   // chain, checkpoint_dir.h LoadCheckpoint; sizes are enough, the files read
-  // are verified here), in order: every link from `first` on must be a
-  // DELTA, the one at `first` on this version's clock. The bytes of the
-  // files read go to `bytes_read` (may be null). See the top.
+  // are verified), in order: every link from `first` on must be a DELTA,
+  // the one at `first` on this version's clock. The bytes of the files read
+  // go to `bytes_read` (may be null). See the top.
   absl::StatusOr<std::vector<Link>> ReadDeltas(const checkpoint::ResolvedCheckpoint& next,
                                                size_t first, uint64_t* bytes_read) const;
   // Makes this model the version at `next` by applying `links`, the last
@@ -172,19 +165,25 @@ class ServedModel {
   uint64_t rows() const { return rows_; }  // Rows hashed, every table.
 
   // probs gets one probability per line, in order. See the top for errors.
-  absl::Status Predict(absl::Span<const absl::string_view> lines, std::vector<float>* probs);
+  absl::Status Predict(absl::Span<const absl::string_view> lines, std::vector<float>* probs) {
+    return model_->Predict(lines, probs);
+  }
 
   // For each key: whether it has a row in this version, and its weights
   // (dim floats; zeros when absent) appended to `values`. `found` and
   // `values` are overwritten.
   absl::Status Lookup(uint32_t table_id, absl::Span<const uint64_t> keys, uint32_t* dim,
-                      std::vector<bool>* found, std::vector<float>* values) const;
+                      std::vector<bool>* found, std::vector<float>* values) const {
+    return model_->Lookup(table_id, keys, dim, found, values);
+  }
 
  private:
-  ServedModel() = default;
-  // A model with empty tables: the store, the trainer and the line parser.
+  ServedModel(std::string job_name, uint32_t num_partitions,
+              std::unique_ptr<exporter::LocalModel> model);
+  // A model with empty tables.
   static absl::StatusOr<std::unique_ptr<ServedModel>> Empty(const JobConfig& config);
-  uint64_t NumDenseChunks() const;
+  // Applies a stream version's parts (with `observer`, null: nothing read).
+  void ApplyStream(const StreamVersion& version, exporter::RowObserver* observer);
   void Index();  // Table hash and rows, from a walk of every row.
   // The version of `to`, whose tables this model's now equal.
   void TakeVersionOf(const ServedModel& to);
@@ -192,22 +191,19 @@ class ServedModel {
   // count equal a walk's (Index). Release builds: OK.
   absl::Status CheckRunningHash(absl::string_view what);
 
-  // Written by Load, Copy and Advance only (see Thread-safety). Destroyed
-  // bottom-up: the trainer before its store.
-  JobConfig config_;
+  // Constant after construction.
+  const std::string job_name_;
+  const uint32_t num_partitions_;
+  const std::unique_ptr<exporter::LocalModel> model_;
+
+  // Written by Load, Copy and the advances only (see Thread-safety).
   uint64_t clock_ = 0;
   std::string dir_;
   uint64_t table_hash_ = 0;
   uint64_t rows_ = 0;
-  std::unique_ptr<ParamStore> params_;
-
-  mutable Mutex predict_mu_;
-  std::unique_ptr<Trainer> trainer_ ABSL_GUARDED_BY(predict_mu_);
-  std::unique_ptr<data::LineParser> parser_ ABSL_GUARDED_BY(predict_mu_);
-  data::Batch batch_ ABSL_GUARDED_BY(predict_mu_);
 };
 
-}  // namespace exporter
+}  // namespace replica
 }  // namespace shardps
 
-#endif  // SHARDPS_WORKER_EXPORT_SERVED_MODEL_H_
+#endif  // SHARDPS_REPLICA_SERVED_MODEL_H_
