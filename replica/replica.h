@@ -164,6 +164,28 @@
 // (the server's cut_unix_micros against the replica's clock), as the cut's
 // own metric does. Versions loaded from files time no pushes.
 //
+// ## Components: who writes what
+//
+//   Replica          (this class) the version served and its swap
+//                    (MakeCurrent: the handle readers take, its identity and
+//                    generation, the status counters and metrics, in one
+//                    critical section), the last error, the follower thread.
+//   ModelPair        (model_pair.h) the two models, what the idle one lacks,
+//                    the served version's chain; builds each version from the
+//                    files or the stream. Guarded by the replica's build
+//                    lock: one build at a time, from either source.
+//   FilePoller       (file_poller.h) which checkpoint to move to, and the
+//                    checkpoints refused; the newest on disk.
+//   StreamFollower   (stream_follower.h) the stream's state (bootstrapping,
+//                    following, lost) and why it is lost, the versions
+//                    being received (version_assembler.h), the checks
+//                    against the servers' hashes and the push timings; it
+//                    reads the servers through stream_session.h.
+//   ServedModel      (served_model.h) one version: its model, clock, hash.
+// Locks, outermost first: the poller's poll lock, the replica's build lock,
+// then the replica's status lock or the follower's own (its hash check runs
+// in a build); the follower never calls the replica holding its own.
+//
 // Thread-safety: every method is thread-safe. Start and the destructor are
 // called once each, by the owner.
 #ifndef SHARDPS_REPLICA_REPLICA_H_
@@ -175,18 +197,20 @@
 #include <string>
 #include <thread>
 #include <utility>
-#include <vector>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/mutex.h"
 #include "proto/config.pb.h"
-#include "replica/latency_sketch.h"
-#include "replica/left_right.h"
+#include "replica/file_poller.h"
+#include "replica/model_pair.h"
 #include "replica/served_model.h"
+#include "replica/stream_follower.h"
+#include "replica/version_assembler.h"
+#include "replica/version_id.h"
 
 namespace shardps {
 namespace replica {
@@ -282,39 +306,29 @@ class Replica {
   absl::Status WaitForVersion(uint64_t version, absl::Time deadline) const;
 
  private:
-  explicit Replica(ReplicaOptions options);
-  void Follow();
-  // options_.scheduler set: the stream (replica_stream.cc).
-  void FollowStream();
-  // How Poll treats the version served.
-  enum class PollMode {
-    kFiles,   // PollOnce: newer checkpoints, or any when it left the disk.
-    kResync,  // The stream cannot continue it: the newest complete checkpoint
-              // replaces it, whatever its clock (older: a rollback).
-    kNewer,   // The stream is lost: a complete checkpoint newer than it.
-  };
-  bool Poll(PollMode mode);
-  // verify_stream: OK if `built` (the version before it is served) hashes to
-  // the sum of its parts' state_hash, or if a part has none; else DATA_LOSS
-  // (counted). Counts the verified ones.
-  absl::Status VerifyStreamVersion(const ServedModel::StreamVersion& version,
-                                   const ServedModel* built);
-  // A stream version whose parts hold every partition: applied (true),
-  // or it does not continue the version served (false: load a checkpoint).
-  // Errors: the build failed, or (verify_stream) its hash is not the
-  // servers'.
-  absl::StatusOr<bool> ApplyStreamVersion(ServedModel::StreamLink version, uint64_t generation,
-                                          int64_t cut_micros, uint64_t bytes);
-  bool stopping() const;
+  // The poller's and the follower's view of the replica (replica.cc).
+  class PollerHost;
+  class FollowerHost;
 
-  // A checkpoint's identity: its clock and its manifest's
-  // created_unix_micros (-1: a MANIFEST that does not parse;
-  // kStreamVersion: a version from the stream, no checkpoint).
-  using Identity = std::pair<uint64_t, int64_t>;
-  static constexpr int64_t kStreamVersion = -2;
+  explicit Replica(ReplicaOptions options);
+  // The follower thread following the files: a poll every poll_interval.
+  void FollowFiles();
+  std::optional<VersionId> ServedId() const;
+  // The version served's (job generation, clock).
+  std::optional<std::pair<uint64_t, uint64_t>> ServedKey() const;
+  void RecordError(const std::string& error);
+
+  // FilePoller::Host::ServeCheckpoint: builds and serves a checkpoint.
+  absl::Status ServeCheckpoint(const checkpoint::CheckpointEntry& entry, int64_t created,
+                               const FilePoller::Move& move) ABSL_LOCKS_EXCLUDED(build_mu_);
+  // StreamFollower::Host::Apply: builds, checks and serves a stream version.
+  absl::StatusOr<std::optional<StreamFollower::Applied>> ServeStreamVersion(
+      const VersionAssembler::Complete& version,
+      absl::FunctionRef<absl::Status(uint64_t table_hash)> check) ABSL_LOCKS_EXCLUDED(build_mu_);
+
   // What serving a built version records besides the model.
   struct ServedVersion {
-    Identity id;
+    VersionId id;
     uint64_t bytes = 0;  // Its own files', or received from the stream.
     uint64_t generation = 0;
     absl::Time cut;        // When its cut began.
@@ -323,94 +337,43 @@ class Replica {
     uint64_t bytes_read = 0;         // Checkpoint files read.
     std::optional<uint64_t> newest;  // The newest checkpoint on disk (the lag), if polled.
   };
-  // Times the pushes of a stream version served at `served_at`: per
-  // server part, its cut to `served_at` plus each push's age at the cut
-  // (VersionPart.push_ages_micros), into the metric and push_to_serve_.
-  // Returns how many, their median and maximum, and the same over every
-  // version timed so far.
-  struct PushTimes {
-    uint64_t pushes = 0;
-    absl::Duration p50, max;
-    uint64_t all_pushes = 0;
-    absl::Duration all_p50, all_p99, all_max;
-  };
-  PushTimes TimePushes(const ServedModel::StreamVersion& version, absl::Time served_at);
-  // Makes `next` (Serve's result) the current version and counts it in the
-  // status and the metrics, in one critical section; `next` then holds the
-  // version served before. Returns cut to serve.
+  // Makes `next` (ModelPair::Serve's result) the current version and counts
+  // it in the status and the metrics, in one critical section; `next` then
+  // holds the version served before. Returns cut to serve.
   absl::Duration MakeCurrent(std::shared_ptr<ServedModel>* next, const ServedVersion& v)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
-
-  // A version built, not yet served.
-  struct Built {
-    // A new model; nullptr when the idle model of models_ was brought to the
-    // version in place.
-    std::unique_ptr<ServedModel> model;
-    checkpoint::ResolvedCheckpoint resolved;  // Its chain, as built.
-    uint64_t bytes_read = 0;                  // Checkpoint file bytes read.
-    bool incremental = false;                 // From the served version's deltas.
-    bool in_place = false;                    // On the idle model (model null).
-    // Incremental: the links read after the served version.
-    std::vector<ServedModel::Link> links;
-  };
-  // Builds the version of `entry` (whose MANIFEST had `created`): from the
-  // deltas after the served version (`serving`: there is one) when Extends,
-  // else from its chain. ABORTED when the checkpoint was written again
-  // meanwhile (try at the next poll); other errors: the checkpoint does not
-  // load.
-  absl::StatusOr<Built> Build(const checkpoint::CheckpointEntry& entry, int64_t created,
-                              bool serving) ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
-  // The incremental build of Build: reads the links after the served
-  // version, then applies them with the ones the idle model lacks to the
-  // idle model in place, or, when there is none or readers still hold it
-  // after options_.reader_wait, to a copy of the served one.
-  absl::StatusOr<Built> BuildIncremental(const checkpoint::CheckpointEntry& entry, int64_t created,
-                                         checkpoint::ResolvedCheckpoint resolved)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
-  // Whether `next` is a DELTA whose chain is the served version's chain
-  // (each link the same clock and created_unix_micros) plus one or more
-  // deltas.
-  bool Extends(const checkpoint::ResolvedCheckpoint& next) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(build_mu_);
 
   // Constant after construction.
   const ReplicaOptions options_;
   const std::string root_;
 
-  // Only PollOnce (the follower, or a test) writes these; poll_mu_ makes two
-  // polls build one version, not two.
-  Mutex poll_mu_;
-  absl::flat_hash_set<Identity> refused_ ABSL_GUARDED_BY(poll_mu_);
-  // The chain of the version served (FULL first), link by link.
-  std::vector<Identity> current_chain_ ABSL_GUARDED_BY(poll_mu_);
-  // The served model and the idle one (see the top).
-  LeftRight<ServedModel> models_ ABSL_GUARDED_BY(poll_mu_);
-  // The links the idle model lacks to be the served version (the idle
-  // model's chain plus these is current_chain_).
-  std::vector<ServedModel::Link> idle_lacks_ ABSL_GUARDED_BY(poll_mu_);
-  // The same for a version from the stream (the idle model lacks these).
-  std::vector<ServedModel::StreamLink> idle_lacks_stream_ ABSL_GUARDED_BY(poll_mu_);
+  // One build at a time, from the files or the stream.
+  Mutex build_mu_;
+  ModelPair pair_ ABSL_GUARDED_BY(build_mu_);
 
   mutable Mutex mu_;
   mutable CondVar changed_;  // Signalled on a new version and on stop.
   std::shared_ptr<ServedModel> current_ ABSL_GUARDED_BY(mu_);
-  Identity current_id_ ABSL_GUARDED_BY(mu_);
+  VersionId current_id_ ABSL_GUARDED_BY(mu_);
   uint64_t current_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t current_generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t versions_applied_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t rollbacks_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t newest_on_disk_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string last_error_ ABSL_GUARDED_BY(mu_);
-  std::string stream_error_ ABSL_GUARDED_BY(mu_);
+  uint64_t resyncs_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t stream_versions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t stream_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t resyncs_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t verified_versions_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t hash_mismatches_ ABSL_GUARDED_BY(mu_) = 0;
-  LatencySketch push_to_serve_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
-  std::thread follower_;
+  // The sources of versions; each owns its state (see the top). The
+  // follower and its connector exist when following the stream.
+  const std::unique_ptr<PollerHost> poller_host_;
+  FilePoller poller_;
+  std::unique_ptr<FollowerHost> follower_host_;
+  std::unique_ptr<StreamFollower::Connector> connector_;
+  std::unique_ptr<StreamFollower> follower_;
+
+  std::thread thread_;
 };
 
 }  // namespace replica

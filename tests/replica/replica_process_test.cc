@@ -586,7 +586,9 @@ TEST_P(ReplicaProcessTest, FollowsARestartAndARollback) {
   Record(&hash_at, &status);
   EXPECT_EQ(status.rollbacks(), 0u) << "the restore point was complete: nothing to move back to";
   // (A replica on the stream lists the directory only to load a checkpoint.)
-  if (!GetParam()) EXPECT_EQ(status.newest_checkpoint(), last);
+  if (!GetParam()) {
+    EXPECT_EQ(status.newest_checkpoint(), last);
+  }
   // The post-rollback versions are of the new generation.
   EXPECT_EQ(status.generation(), rolled->generation());
   EXPECT_GT(status.generation(), before_rollback.generation());
