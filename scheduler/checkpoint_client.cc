@@ -10,13 +10,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/checkpoint/checkpoint_dir.h"
-#include "common/checkpoint/manifest.h"
 #include "common/client/ps_channel.h"
-#include "common/config.h"
 #include "common/grpc_status.h"
 #include "glog/logging.h"
 #include "proto/ps.grpc.pb.h"
+#include "scheduler/checkpoint_chain.h"
 
 namespace shardps {
 namespace {
@@ -60,39 +58,37 @@ absl::Status ForEachServer(const PartitionMapProto& map, std::optional<uint32_t>
   return first;
 }
 
+// The servers' side of each call; the chain's policy (full or delta, the
+// MANIFEST, GC, restore points) is the CheckpointChain's.
 class GrpcServerOps final : public ServerOps {
  public:
-  GrpcServerOps(JobConfig config, uint64_t control_token)
-      : config_(std::move(config)), control_token_(control_token) {}
+  GrpcServerOps(const JobConfig& config, uint64_t control_token)
+      : num_partitions_(config.cluster().num_partitions()),
+        control_token_(control_token),
+        chain_(config) {}
 
-  void PinCheckpoints(const std::vector<uint64_t>& clocks) override { pinned_ = clocks; }
+  void PinCheckpoints(const std::vector<uint64_t>& clocks) override { chain_.Pin(clocks); }
 
   absl::Status CopyCut(const PartitionMapProto& map, uint64_t generation, uint64_t clock,
                        bool delta_on_last) override {
-    cut_time_ = absl::Now();
-    // A delta on the previous complete checkpoint, unless this is the first
-    // one or the chain already has kMaxDeltasPerFull deltas (a move's
-    // catch-up: whenever there is a previous one).
-    cut_delta_ = !chain_.empty() &&
-                 (delta_on_last ||
-                  (config_.checkpoint().delta() && chain_.size() <= checkpoint::kMaxDeltasPerFull));
-    absl::Status st = Copy(map, generation, clock, cut_delta_);
-    if (cut_delta_ && absl::IsFailedPrecondition(st) &&
+    const bool delta = chain_.BeginCut(absl::Now(), delta_on_last);
+    absl::Status st = Copy(map, generation, clock, delta);
+    if (delta && absl::IsFailedPrecondition(st) &&
         st.message().find("stale generation") == absl::string_view::npos) {
       // A server without the base (e.g. restarted): everyone writes in full.
       LOG(WARNING) << "delta checkpoint at clock " << clock << " refused (" << st.message()
                    << "); writing a full one";
-      cut_delta_ = false;
+      chain_.WriteInFull();
       st = Copy(map, generation, clock, false);
     }
     return st;
   }
 
-  bool CanCutVersion() const override { return !chain_.empty(); }
+  bool CanCutVersion() const override { return chain_.base_clock().has_value(); }
 
   absl::Status VersionCut(const PartitionMapProto& map, uint64_t generation,
                           uint64_t clock) override {
-    if (chain_.empty()) {
+    if (!chain_.base_clock()) {
       return absl::FailedPreconditionError(
           absl::StrCat("version at clock ", clock, ": no complete checkpoint to be a delta on"));
     }
@@ -111,7 +107,7 @@ class GrpcServerOps final : public ServerOps {
                          const Positions& positions) override {
     std::vector<CheckpointResponse> responses(map.server_addresses_size());
     absl::Status st = ForEachServer(map, std::nullopt, [&](uint32_t i, const std::string& address) {
-      CheckpointRequest request = Request(generation, clock, cut_delta_);
+      CheckpointRequest request = Request(generation, clock, chain_.cut_delta());
       request.set_phase(CheckpointRequest::COLLECT);
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(30)));
@@ -119,88 +115,16 @@ class GrpcServerOps final : public ServerOps {
                         address);
     });
     if (!st.ok()) return st;
-    checkpoint::CheckpointManifest manifest;
-    manifest.set_format_version(checkpoint::kManifestFormatVersion);
-    manifest.set_checkpoint_id(checkpoint::CheckpointId(clock));
-    manifest.set_clock(clock);
-    manifest.set_job_name(config_.name());
-    manifest.set_config_fingerprint(ConfigFingerprint(config_));
-    manifest.set_num_partitions(config_.cluster().num_partitions());
-    if (cut_delta_) {
-      manifest.set_kind(checkpoint::CheckpointManifest::DELTA);
-      manifest.set_base_id(chain_.back());
-      for (const std::string& id : chain_) manifest.add_chain(id);
-    } else {
-      manifest.set_kind(checkpoint::CheckpointManifest::FULL);
-    }
-    manifest.add_chain(checkpoint::CheckpointId(clock));
-    manifest.set_created_unix_micros(absl::ToUnixMicros(absl::Now()));
-    manifest.set_cut_unix_micros(absl::ToUnixMicros(cut_time_));
-    manifest.set_generation(generation);
-    for (const CheckpointResponse& r : responses) {
-      for (const auto& file : r.written()) *manifest.add_files() = file;
-    }
-    for (const auto& [rank, position] : positions) {
-      auto* p = manifest.add_worker_positions();
-      p->set_rank(rank);
-      p->set_position(position);
-    }
-    const std::string root = config_.checkpoint().dir();
-    st = checkpoint::WriteManifest(checkpoint::CheckpointPath(root, clock), manifest);
-    if (!st.ok()) return st;
-    chain_.assign(manifest.chain().begin(), manifest.chain().end());
-    CollectGarbage();
-    return absl::OkStatus();
+    std::vector<checkpoint::CheckpointFile> files;
+    for (const CheckpointResponse& r : responses)
+      files.insert(files.end(), r.written().begin(), r.written().end());
+    return chain_.Complete(clock, generation, files, positions);
   }
 
-  void CollectGarbage() override {
-    checkpoint::GcOptions gc;
-    gc.keep = config_.checkpoint().keep();
-    gc.verify_file_crcs = false;  // Sizes: the servers check CRCs when they read.
-    gc.pinned = pinned_;
-    auto collected = checkpoint::GarbageCollect(config_.checkpoint().dir(), gc);
-    if (!collected.ok()) LOG(WARNING) << "checkpoint GC: " << collected.status();
-  }
+  void CollectGarbage() override { chain_.CollectGarbage(); }
 
   absl::StatusOr<std::vector<RestorePoint>> RestorePoints() override {
-    std::vector<RestorePoint> points;
-    const std::string& root = config_.checkpoint().dir();
-    if (root.empty()) return points;
-    auto entries = checkpoint::ListCheckpoints(root);
-    if (absl::IsNotFound(entries.status())) return points;
-    if (!entries.ok()) return entries.status();
-    checkpoint::LoadManifestOptions options;
-    options.verify_file_crcs = false;
-    for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
-      auto resolved = checkpoint::LoadCheckpoint(root, it->clock, options);
-      if (!resolved.ok()) {
-        if (points.empty()) {
-          LOG(WARNING) << it->dir
-                       << " is not a complete checkpoint: " << resolved.status().message();
-        }
-        continue;
-      }
-      const checkpoint::CheckpointManifest& m = resolved->manifest;
-      // Job name and partition count must match; each server checks every
-      // table's schema per file. (The config fingerprint is not compared: it
-      // includes the server count, and a checkpoint may be restored onto
-      // another one.)
-      if (m.job_name() != config_.name() ||
-          m.num_partitions() != config_.cluster().num_partitions()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            resolved->dir, ": checkpoint of job \"", m.job_name(), "\" with ", m.num_partitions(),
-            " partitions; this job is \"", config_.name(), "\" with ",
-            config_.cluster().num_partitions(), " (use another checkpoint.dir)"));
-      }
-      RestorePoint p;
-      p.initial = false;
-      p.clock = m.clock();
-      p.dir = resolved->dir;
-      for (const auto& wp : m.worker_positions()) p.positions[wp.rank()] = wp.position();
-      p.chain.assign(m.chain().begin(), m.chain().end());
-      points.push_back(std::move(p));
-    }
-    return points;
+    return chain_.RestorePoints();
   }
 
   absl::StatusOr<RestoreStats> Restore(const PartitionMapProto& map, std::optional<uint32_t> index,
@@ -232,7 +156,7 @@ class GrpcServerOps final : public ServerOps {
     // The next delta continues the restored checkpoint's chain (every
     // server remembers it as a base); a single server restored the latest
     // checkpoint, which is the chain's end already.
-    if (!index) chain_ = point.chain;
+    if (!index) chain_.Restored(point);
     return stats;
   }
 
@@ -288,7 +212,7 @@ class GrpcServerOps final : public ServerOps {
     request.set_clock(clock);
     request.set_generation(generation);
     request.set_delta(delta);
-    if (delta) request.set_base_clock(*checkpoint::ParseCheckpointId(chain_.back()));
+    if (delta) request.set_base_clock(*chain_.base_clock());
     return request;
   }
 
@@ -302,37 +226,36 @@ class GrpcServerOps final : public ServerOps {
       return NameServer(FromGrpcStatus(Stub(address)->Checkpoint(&ctx, request, &responses[i])), i,
                         address);
     });
-    if (!st.ok() || delta) return st;
-    const uint32_t parts = config_.cluster().num_partitions();
+    if (st.ok() && !delta) NoteSizes(responses);
+    return st;
+  }
+
+  // The rows and bytes per partition of a full copy, summed over the
+  // servers; left as they were if a server does not report them.
+  void NoteSizes(const std::vector<CheckpointResponse>& responses) {
     PartitionSizes sizes;
-    sizes.rows.assign(parts, 0);
-    sizes.bytes.assign(parts, 0);
+    sizes.rows.assign(num_partitions_, 0);
+    sizes.bytes.assign(num_partitions_, 0);
     for (const CheckpointResponse& r : responses) {
       if (r.partition_rows_size() != r.partitions_size() ||
           r.partition_bytes_size() != r.partitions_size()) {
-        return st;  // A server that does not report them: unknown.
+        return;  // Unknown.
       }
       for (int k = 0; k < r.partitions_size(); ++k) {
-        if (r.partitions(k) >= parts) return st;
+        if (r.partitions(k) >= num_partitions_) return;
         sizes.rows[r.partitions(k)] += r.partition_rows(k);
         sizes.bytes[r.partitions(k)] += r.partition_bytes(k);
       }
     }
     sizes_ = std::move(sizes);
-    return st;
   }
 
   PartitionSizes LastCopySizes() const override { return sizes_; }
 
-  const JobConfig config_;
+  const uint32_t num_partitions_;
   const uint64_t control_token_;
-  // The chain of the last complete checkpoint written or restored (empty:
-  // the next one is FULL).
-  std::vector<std::string> chain_;
-  bool cut_delta_ = false;        // The cut being written is a delta.
-  PartitionSizes sizes_;          // Of the last full copy (deltas keep it).
-  absl::Time cut_time_;           // When CopyCut of the cut being written began.
-  std::vector<uint64_t> pinned_;  // Kept by GC whatever checkpoint.keep says.
+  CheckpointChain chain_;
+  PartitionSizes sizes_;  // Of the last full copy (deltas keep it).
 };
 
 }  // namespace

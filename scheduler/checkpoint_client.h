@@ -1,25 +1,25 @@
-// The scheduler's ServerOps (server_ops.h) over gRPC: checkpoints and
-// restores on the parameter servers (ParameterServer.Checkpoint / Restore),
-// the MANIFEST written last, keep-N garbage collection, and the list of
-// complete checkpoints a job can roll back to.
+// The scheduler's ServerOps (server_ops.h) over gRPC: each call fanned out
+// to the parameter servers (ParameterServer.Checkpoint / Restore / Control),
+// in parallel, the first error naming the server. What the calls mean for
+// the job's checkpoint files (full or delta, the MANIFEST written last,
+// keep-N garbage collection, the complete checkpoints a job can roll back
+// to) is the CheckpointChain's (checkpoint_chain.h), which this adapter
+// tells what the servers did:
 //
 //  - CopyCut / FinishCut: phase COPY on every server of the map (the
-//    workers are held meanwhile), then COLLECT on every server and the
-//    MANIFEST (files of every server, each worker's data position), then GC
-//    to checkpoint.keep complete checkpoints. A server failure fails the
-//    checkpoint (no manifest: the directory stays incomplete and is
-//    ignored). With checkpoint.delta, a checkpoint after the first complete
-//    one is a DELTA on the previous complete one (its manifest's chain
-//    extends that one's), until a chain holds kMaxDeltasPerFull deltas: then
-//    a FULL one starts the next chain. If a server cannot write a delta (it
-//    lacks the base, e.g. after a restart) every server writes a full one
-//    instead. The first checkpoint after a restore continues the restored
-//    checkpoint's chain; the first of a new scheduler is FULL.
-//  - RestorePoints: the complete checkpoints of checkpoint.dir, newest first
-//    (sizes checked here; each server checks the CRCs of what it reads),
-//    refused with FAILED_PRECONDITION if they belong to another job.
+//    workers are held meanwhile), then COLLECT on every server, then the
+//    chain writes the MANIFEST from the servers' files and collects
+//    garbage. A server failure fails the checkpoint (no manifest: the
+//    directory stays incomplete and is ignored). A delta some server
+//    refuses (it lacks the base, e.g. after a restart) is copied again in
+//    full by every server. A full copy's answers carry each partition's
+//    rows and bytes (LastCopySizes).
+//  - VersionCut: phase VERSION on every server, a delta on the chain's base.
+//  - RestorePoints: the chain's.
 //  - Restore: ParameterServer.Restore on every server in parallel, or on
-//    one; each verifies every file it needs before changing anything.
+//    one; each verifies every file it needs before changing anything. A
+//    restore of every server continues the restored checkpoint's chain.
+//  - AddPartitions / SwitchMap: a move's Restore and Control calls.
 //
 // Every request carries `control_token` (the one the scheduler hands the
 // servers at registration) and names checkpoints by clock: each server

@@ -22,6 +22,7 @@ class JobControlTest : public ::testing::Test {
       : config_(Config(0, ASP, ::testing::TempDir() + "/job_control_test")),
         members_(config_, ConfigFingerprint(config_)),
         clock_(config_.cluster().num_workers(), ClockService::kUnbounded),
+        ops_(config_),
         state_(config_, &members_, &clock_, nullptr, absl::Now()),
         control_(config_, &state_, &members_, &clock_, &ops_, absl::Now()) {
     clock_.SetPaused(true);  // As the coordinator starts it.

@@ -85,7 +85,7 @@ std::vector<uint64_t> Evaluate(JobCoordinator* job, uint32_t rank) {
 TEST(JobEvalTest, EvaluatesEachDueCheckpointStopsEarlyAndKeepsTheBest) {
   const std::string dir = FreshDir("stop");
   const JobConfig c = EvalConfig(dir);
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   ops.set_job(&job);
   ASSERT_TRUE(job.CheckCheckpointDir().ok());
@@ -125,7 +125,7 @@ TEST(JobEvalTest, EvaluatesEachDueCheckpointStopsEarlyAndKeepsTheBest) {
   EXPECT_EQ(*checkpoint::ReadFileToString(dir + "/BEST"), "5\n");
 
   // A restarted scheduler reads the evaluations and the stop back.
-  FakeServerOps ops2;
+  FakeServerOps ops2(c);
   JobCoordinator again(c, nullptr, &ops2);
   ASSERT_TRUE(again.CheckCheckpointDir().ok());
   JobStatusResponse reread;
@@ -137,7 +137,7 @@ TEST(JobEvalTest, EvaluatesEachDueCheckpointStopsEarlyAndKeepsTheBest) {
 
 TEST(JobEvalTest, EvaluationIsRefusedWhenOffAndFromUnknownRanks) {
   const JobConfig c = Config(0);
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   job.Start();
   RegisterAll(&job, c);

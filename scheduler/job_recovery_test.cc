@@ -31,7 +31,7 @@ using testing::WaitCheckpoints;
 // The recovery report has its phases once both workers restarted.
 TEST(JobRecoveryTest, ReplacedServerRollsTheJobBackToTheLastCheckpoint) {
   const JobConfig c = Config(5, SSP);
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   ops.set_job(&job);
   RegisterAll(&job, c);
@@ -111,7 +111,7 @@ TEST(JobRecoveryTest, ReplacedServerRollsTheJobBackToTheLastCheckpoint) {
 TEST(JobRecoveryTest, StalledServerThatComesBackIsNotRolledBack) {
   JobConfig c = Config(0, ASP);
   c.mutable_cluster()->set_dead_after_ms(300);
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   RegisterAll(&job, c);
   std::atomic<bool> beat{true}, server_beats{true};
@@ -182,17 +182,13 @@ TEST(JobRecoveryTest, StalledServerThatComesBackIsNotRolledBack) {
 TEST(JobRecoveryTest, PartialRecoveryRestoresOnlyTheReplacedServer) {
   JobConfig c = Config(0, SSP);
   c.mutable_checkpoint()->set_recovery(CheckpointConfig::PARTIAL);
-  FakeServerOps ops;
-  RestorePoint point;
-  point.initial = false;
-  point.clock = 3;
-  point.dir = "ckpt-3";
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   RegisterAll(&job, c);
   job.Start();
   auto s0 = StartOf(&job, 0);
   ASSERT_TRUE(s0.ok());
-  ops.AddPoint(point);
+  const RestorePoint point = ops.WriteEarlierCheckpoint(3, {});
   absl::SleepFor(absl::Milliseconds(150));
   RegisterResponse resp;
   ASSERT_TRUE(job.Register(Req(c, SERVER, 0, 77), &resp).ok());
@@ -200,7 +196,7 @@ TEST(JobRecoveryTest, PartialRecoveryRestoresOnlyTheReplacedServer) {
   const std::vector<FakeServerOps::Restored> restores = ops.restores();
   ASSERT_EQ(restores.size(), 2u);
   EXPECT_EQ(restores[1].index, std::optional<uint32_t>(0));
-  EXPECT_EQ(restores[1].point.dir, "ckpt-3");
+  EXPECT_EQ(restores[1].point.dir, point.dir);
   EXPECT_EQ(restores[1].generation, s0->generation());
   EXPECT_EQ(job.generation(), s0->generation());
 }
@@ -211,7 +207,7 @@ TEST(JobRecoveryTest, PartialRecoveryRestoresOnlyTheReplacedServer) {
 // restoring anything.
 TEST(JobTakeoverTest, LiveProcessesRejoinWithTheirClocksAndMapVersions) {
   const JobConfig c = Config(0);
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   job.Start();
   HeartbeatRequest hb;
@@ -262,13 +258,8 @@ TEST(JobTakeoverTest, LiveProcessesRejoinWithTheirClocksAndMapVersions) {
 // state, but the new server has none, so taking over needs a rollback.
 TEST(JobTakeoverTest, TakeoverWithALostServerRollsBack) {
   const JobConfig c = Config(0);
-  FakeServerOps ops;
-  RestorePoint point;
-  point.initial = false;
-  point.clock = 4;
-  point.dir = "ckpt-4";
-  point.positions = {{0, "a"}, {1, "b"}};
-  ops.AddPoint(point);
+  FakeServerOps ops(c);
+  const RestorePoint point = ops.WriteEarlierCheckpoint(4, {{0, "a"}, {1, "b"}});
   JobCoordinator job(c, nullptr, &ops);
   job.Start();
   RegisterResponse resp;
@@ -285,7 +276,7 @@ TEST(JobTakeoverTest, TakeoverWithALostServerRollsBack) {
   EXPECT_EQ(start->clock(), 4u);
   EXPECT_EQ(start->position(), "a");
   ASSERT_EQ(ops.restores().size(), 1u);
-  EXPECT_EQ(ops.restores()[0].point.dir, "ckpt-4");
+  EXPECT_EQ(ops.restores()[0].point.dir, point.dir);
   JobStatusResponse status;
   job.JobStatus(&status);
   ASSERT_EQ(status.recoveries_size(), 1);

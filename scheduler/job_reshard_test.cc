@@ -57,7 +57,7 @@ void RegisterJob(JobCoordinator* job, const JobConfig& c, bool spare) {
 class RunningJob {
  public:
   RunningJob(bool spare, uint64_t steps)
-      : config_(GrowableConfig()), job_(config_, nullptr, &ops_) {
+      : config_(GrowableConfig()), ops_(config_), job_(config_, nullptr, &ops_) {
     ops_.set_job(&job_);
     RegisterJob(&job_, config_, spare);
     job_.Start();

@@ -28,7 +28,7 @@ using testing::WaitCheckpoints;
 // start, and workers start at clock 0.
 TEST(JobFormTest, FreshJobResetsTheServersIntoANewGenerationFirst) {
   const JobConfig c = Config(0);
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   job.Start();
   RegisterAll(&job, c);
@@ -55,13 +55,8 @@ TEST(JobFormTest, FreshJobResetsTheServersIntoANewGenerationFirst) {
 // position it recorded.
 TEST(JobFormTest, JobStartedAgainResumesFromTheLatestCheckpoint) {
   const JobConfig c = Config(0);
-  FakeServerOps ops;
-  RestorePoint point;
-  point.initial = false;
-  point.clock = 12;
-  point.dir = "ckpt-12";
-  point.positions = {{0, "p0"}, {1, "p1"}};
-  ops.AddPoint(point);
+  FakeServerOps ops(c);
+  const RestorePoint point = ops.WriteEarlierCheckpoint(12, {{0, "p0"}, {1, "p1"}});
   JobCoordinator job(c, nullptr, &ops);
   job.Start();
   RegisterAll(&job, c);
@@ -70,7 +65,7 @@ TEST(JobFormTest, JobStartedAgainResumesFromTheLatestCheckpoint) {
   EXPECT_EQ(start->clock(), 12u);
   EXPECT_EQ(start->position(), "p1");
   ASSERT_EQ(ops.restores().size(), 1u);
-  EXPECT_EQ(ops.restores()[0].point.dir, "ckpt-12");
+  EXPECT_EQ(ops.restores()[0].point.dir, point.dir);
   JobStatusResponse status;
   job.JobStatus(&status);
   ASSERT_EQ(status.recoveries_size(), 1);
@@ -83,7 +78,7 @@ TEST(JobFormTest, JobStartedAgainResumesFromTheLatestCheckpoint) {
 // position; the end (10) is the final checkpoint.
 TEST(JobCheckpointTest, HoldsEveryModeAtTheCutAndRecordsPositions) {
   const JobConfig c = Config(4);
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   ops.set_job(&job);
   RegisterAll(&job, c);
@@ -107,12 +102,39 @@ TEST(JobCheckpointTest, HoldsEveryModeAtTheCutAndRecordsPositions) {
   EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(10)).ok());
 }
 
+// With checkpoint.version_every_steps the cuts between checkpoints are
+// versions once the servers' chain has a base: the first cut (2) is a
+// checkpoint, 6 is a version, and with checkpoint.delta every checkpoint
+// after the first is a delta on the one before.
+TEST(JobCheckpointTest, VersionsGoBetweenCheckpointsOnceTheChainHasABase) {
+  JobConfig c = Config(4);
+  c.mutable_checkpoint()->set_version_every_steps(2);
+  c.mutable_checkpoint()->set_delta(true);
+  FakeServerOps ops(c);
+  JobCoordinator job(c, nullptr, &ops);
+  RegisterAll(&job, c);
+  job.Start();
+  std::vector<std::thread> workers = RunWorkers(&job, 10, absl::Milliseconds(2));
+  for (auto& w : workers) w.join();
+  EXPECT_TRUE(job.WaitDone(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ(job.Checkpoints(), (std::vector<uint64_t>{2, 4, 8, 10}));
+  EXPECT_EQ(ops.versions(), std::vector<uint64_t>{6});
+  const std::vector<FakeServerOps::Cut> cuts = ops.cuts();
+  ASSERT_EQ(cuts.size(), 4u);
+  EXPECT_FALSE(cuts[0].delta);
+  for (size_t i = 1; i < cuts.size(); ++i) EXPECT_TRUE(cuts[i].delta) << cuts[i].clock;
+  JobStatusResponse status;
+  job.JobStatus(&status);
+  EXPECT_EQ(status.versions(), 1u);
+  EXPECT_EQ(status.last_version(), 6u);
+}
+
 // An on-demand checkpoint in the middle of a run with every_steps = 1000:
 // it is cut at a clock nobody had started when asked, well before 1000, and
 // the periodic schedule goes on afterwards.
 TEST(JobCheckpointTest, CheckpointNowCutsAtTheNextUnstartedClock) {
   const JobConfig c = Config(1000);
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   ops.set_job(&job);
   RegisterAll(&job, c);
@@ -139,7 +161,7 @@ TEST(JobCheckpointTest, CheckpointNowCutsAtTheNextUnstartedClock) {
 
 TEST(JobCheckpointTest, CheckpointNowWithoutCheckpointDirIsRefused) {
   const JobConfig c = Config(0, ASP, "");
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   RegisterAll(&job, c);
   job.Start();
@@ -151,7 +173,7 @@ TEST(JobCheckpointTest, CheckpointNowWithoutCheckpointDirIsRefused) {
 // A write error reaches the caller; the job goes on.
 TEST(JobCheckpointTest, CheckpointNowReportsTheWriteError) {
   const JobConfig c = Config(0);
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   ops.FailWrites(absl::InternalError("disk full"));
   JobCoordinator job(c, nullptr, &ops);
   RegisterAll(&job, c);
@@ -171,7 +193,7 @@ TEST(JobLifecycleTest, EveryWorkerDeadFailsTheJobWithTheirReasons) {
   JobConfig c = Config(0, ASP, "");
   c.mutable_cluster()->set_worker_deadline_ms(300);
   c.mutable_cluster()->set_on_worker_loss(ClusterConfig::DROP);
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   RegisterAll(&job, c);
   job.Start();
@@ -196,7 +218,7 @@ TEST(JobLifecycleTest, EveryWorkerDeadFailsTheJobWithTheirReasons) {
 // a slot whose holder has been silent for two heartbeat periods.
 TEST(JobLifecycleTest, NewProcessTakesASilentSlotOnly) {
   const JobConfig c = Config(0);
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   RegisterAll(&job, c);
   RegisterResponse resp;

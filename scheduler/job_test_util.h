@@ -1,30 +1,73 @@
 // Test helpers for the job coordinator (job.h): fake servers that record
-// what the coordinator asks of them, a small job config, and workers driven
-// by hand through the coordinator's requests. Test-only.
+// what the coordinator asks of them and keep real checkpoint files, a small
+// job config, and workers driven by hand through the coordinator's
+// requests. Test-only.
 #ifndef SHARDPS_SCHEDULER_JOB_TEST_UTIL_H_
 #define SHARDPS_SCHEDULER_JOB_TEST_UTIL_H_
 
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/crc32c.h"
+#include "common/checkpoint/manifest.h"
 #include "common/config.h"
 #include "common/mutex.h"
 #include "gtest/gtest.h"
+#include "scheduler/checkpoint_chain.h"
 #include "scheduler/job.h"
 #include "scheduler/server_ops.h"
 
 namespace shardps::testing {
 
-// Records what the coordinator asks of the servers; answers as told.
+// A new path under the test's temporary directory, unique per call and
+// absent (a checkpoint.dir the scheduler or its fake servers create).
+inline std::string FreshCheckpointDir(const std::string& label) {
+  static std::atomic<int> next{0};
+  const std::string dir = ::testing::TempDir() + "/" + label + "_" + std::to_string(getpid()) +
+                          "_" + std::to_string(next++);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// What a fake server's cut at `clock` leaves in its checkpoint directory
+// under `root`: one part file of `bytes` bytes holding every one of
+// `partitions` partitions as far as a MANIFEST can tell (its size and CRC
+// are right; no server could read it). Returns its manifest entry.
+inline std::vector<checkpoint::CheckpointFile> WriteCutFiles(const std::string& root,
+                                                             uint64_t clock, uint32_t partitions,
+                                                             size_t bytes) {
+  const absl::StatusOr<std::string> dir = checkpoint::CreateCheckpointDir(root, clock);
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  const std::string contents(bytes, 'r');
+  checkpoint::CheckpointFile file;
+  file.set_name("part-0000.shard");
+  file.set_size(bytes);
+  file.set_crc32c(checkpoint::Crc32cExtend(0, contents.data(), contents.size()));
+  for (uint32_t p = 0; p < partitions; ++p) file.add_partitions(p);
+  std::ofstream(*dir + "/" + file.name(), std::ios::binary) << contents;
+  return {file};
+}
+
+// Fake servers: they record what the coordinator asks of them and answer as
+// told, and keep the job's checkpoints with the real CheckpointChain (full
+// or delta, a MANIFEST over one small part file per cut, GC, restore
+// points) under checkpoint.dir.
 class FakeServerOps final : public ServerOps {
  public:
   struct Cut {
     uint64_t clock = 0, generation = 0, max_granted = 0;
     Positions positions;
     bool delta_on_last = false;
+    bool delta = false;  // The chain made it a delta.
   };
   struct Restored {
     std::optional<uint32_t> index;
@@ -32,17 +75,17 @@ class FakeServerOps final : public ServerOps {
     uint64_t generation = 0;
   };
 
-  explicit FakeServerOps(const JobCoordinator* job = nullptr) : job_(job) {}
+  // `job` (not owned; set later with set_job) is read for the furthest
+  // step granted at each call.
+  explicit FakeServerOps(const JobConfig& config, const JobCoordinator* job = nullptr)
+      : config_(config), job_(job), chain_(config) {}
   void set_job(const JobCoordinator* job) { job_ = job; }
 
   absl::Status CopyCut(const PartitionMapProto&, uint64_t generation, uint64_t clock,
                        bool delta_on_last) override {
     MutexLock lock(&mu_);
-    copying_ = {clock,
-                generation,
-                job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0,
-                {},
-                delta_on_last};
+    copying_ = {clock, generation,    MaxGranted(),
+                {},    delta_on_last, chain_.BeginCut(absl::Now(), delta_on_last)};
     return absl::OkStatus();
   }
   // What LastCopySizes answers (the servers' rows and bytes per partition
@@ -55,23 +98,36 @@ class FakeServerOps final : public ServerOps {
     MutexLock lock(&mu_);
     return sizes_;
   }
-  absl::Status FinishCut(const PartitionMapProto&, uint64_t, uint64_t clock,
+  absl::Status FinishCut(const PartitionMapProto&, uint64_t generation, uint64_t clock,
                          const Positions& positions) override {
     MutexLock lock(&mu_);
     if (!write_error_.ok()) return write_error_;
+    const auto files = WriteCutFiles(config_.checkpoint().dir(), clock,
+                                     config_.cluster().num_partitions(), 16 + clock % 7);
+    absl::Status st = chain_.Complete(clock, generation, files, positions);
+    if (!st.ok()) return st;
     copying_.positions = positions;
     cuts_.push_back(copying_);
-    RestorePoint p;
-    p.initial = false;
-    p.clock = clock;
-    p.dir = "ckpt-" + std::to_string(clock);
-    p.positions = positions;
-    points_.insert(points_.begin(), p);
+    return st;
+  }
+  bool CanCutVersion() const override {
+    MutexLock lock(&mu_);
+    return chain_.base_clock().has_value();
+  }
+  absl::Status VersionCut(const PartitionMapProto&, uint64_t, uint64_t clock) override {
+    MutexLock lock(&mu_);
+    if (!chain_.base_clock()) return absl::FailedPreconditionError("no base");
+    versions_.push_back(clock);
     return absl::OkStatus();
   }
   void PinCheckpoints(const std::vector<uint64_t>& clocks) override {
     MutexLock lock(&mu_);
     pinned_ = clocks;
+    chain_.Pin(clocks);
+  }
+  void CollectGarbage() override {
+    MutexLock lock(&mu_);
+    chain_.CollectGarbage();
   }
   std::vector<uint64_t> pinned() const {
     MutexLock lock(&mu_);
@@ -79,12 +135,13 @@ class FakeServerOps final : public ServerOps {
   }
   absl::StatusOr<std::vector<RestorePoint>> RestorePoints() override {
     MutexLock lock(&mu_);
-    return points_;
+    return chain_.RestorePoints();
   }
   absl::StatusOr<RestoreStats> Restore(const PartitionMapProto&, std::optional<uint32_t> index,
                                        const RestorePoint& point, uint64_t generation) override {
     MutexLock lock(&mu_);
     restores_.push_back({index, point, generation});
+    if (!index) chain_.Restored(point);
     RestoreStats stats;
     stats.rows = point.initial ? 0 : 100;
     return stats;
@@ -113,8 +170,7 @@ class FakeServerOps final : public ServerOps {
       ++failed_catch_ups_;
       return catch_up_error_;
     }
-    added_.push_back({index, point.clock, partitions, step,
-                      job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0});
+    added_.push_back({index, point.clock, partitions, step, MaxGranted()});
     RestoreStats stats;
     stats.rows = partitions.size();
     return stats;
@@ -122,8 +178,7 @@ class FakeServerOps final : public ServerOps {
   absl::Status SwitchMap(const PartitionMapProto& map, uint32_t index,
                          const std::vector<uint32_t>& drop, const std::vector<uint32_t>&) override {
     MutexLock lock(&mu_);
-    switched_.push_back({index, map.version(),
-                         job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0,
+    switched_.push_back({index, map.version(), MaxGranted(),
                          std::vector<uint32_t>(map.owner().begin(), map.owner().end()), drop});
     return absl::OkStatus();
   }
@@ -136,9 +191,22 @@ class FakeServerOps final : public ServerOps {
     return switched_;
   }
 
-  void AddPoint(RestorePoint p) {
-    MutexLock lock(&mu_);
-    points_.insert(points_.begin(), std::move(p));
+  // Writes a complete FULL checkpoint at `clock` with `positions`, as an
+  // earlier scheduler of the job would have, and returns it as a restore
+  // point.
+  RestorePoint WriteEarlierCheckpoint(uint64_t clock, const Positions& positions) {
+    CheckpointChain earlier(config_);
+    earlier.BeginCut(absl::Now(), /*delta_on_last=*/false);
+    const auto files =
+        WriteCutFiles(config_.checkpoint().dir(), clock, config_.cluster().num_partitions(), 16);
+    EXPECT_TRUE(earlier.Complete(clock, /*generation=*/1, files, positions).ok());
+    RestorePoint p;
+    p.initial = false;
+    p.clock = clock;
+    p.dir = checkpoint::CheckpointPath(config_.checkpoint().dir(), clock);
+    p.positions = positions;
+    p.chain = {checkpoint::CheckpointId(clock)};
+    return p;
   }
   // The first `n` catch-ups fail with `st` (a destination restarted
   // between the steps of a move answers ABORTED).
@@ -155,18 +223,28 @@ class FakeServerOps final : public ServerOps {
     MutexLock lock(&mu_);
     return cuts_;
   }
+  std::vector<uint64_t> versions() const {
+    MutexLock lock(&mu_);
+    return versions_;
+  }
   std::vector<Restored> restores() const {
     MutexLock lock(&mu_);
     return restores_;
   }
 
  private:
+  uint64_t MaxGranted() const {
+    return job_ ? const_cast<JobCoordinator*>(job_)->clock().MaxGranted() : 0;
+  }
+
+  const JobConfig config_;
   const JobCoordinator* job_;
   mutable Mutex mu_;
+  CheckpointChain chain_ ABSL_GUARDED_BY(mu_);
   Cut copying_ ABSL_GUARDED_BY(mu_);
   std::vector<Cut> cuts_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> versions_ ABSL_GUARDED_BY(mu_);
   std::vector<Restored> restores_ ABSL_GUARDED_BY(mu_);
-  std::vector<RestorePoint> points_ ABSL_GUARDED_BY(mu_);
   PartitionSizes sizes_ ABSL_GUARDED_BY(mu_);
   int fail_catch_ups_ ABSL_GUARDED_BY(mu_) = 0;
   int failed_catch_ups_ ABSL_GUARDED_BY(mu_) = 0;
@@ -177,9 +255,13 @@ class FakeServerOps final : public ServerOps {
   std::vector<Switched> switched_ ABSL_GUARDED_BY(mu_);
 };
 
+// A small job: one table, one server, two workers, checkpoints every
+// `every_steps` steps into `dir` (a fresh temporary directory if unset;
+// "": checkpoints off).
 inline JobConfig Config(uint64_t every_steps, ConsistencyMode mode = ASP,
-                        const std::string& dir = "/unused") {
+                        std::optional<std::string> dir = std::nullopt) {
   JobConfig c;
+  c.set_name("test-job");  // Checkpoints name their job.
   auto* t = c.add_tables();
   t->set_id(1);
   t->set_name("emb");
@@ -193,7 +275,7 @@ inline JobConfig Config(uint64_t every_steps, ConsistencyMode mode = ASP,
   // Short heartbeats: a new process takes a silent slot after 100 ms.
   c.mutable_cluster()->set_heartbeat_ms(50);
   c.mutable_cluster()->set_dead_after_ms(60000);
-  c.mutable_checkpoint()->set_dir(dir);
+  c.mutable_checkpoint()->set_dir(dir ? *dir : FreshCheckpointDir("job"));
   c.mutable_checkpoint()->set_every_steps(every_steps);
   EXPECT_TRUE(FinalizeJobConfig(&c).ok());
   return c;

@@ -34,7 +34,7 @@ void ExpectRefused(const absl::Status& st, absl::StatusCode code, const std::str
 // Server 0 and worker 0 register; worker 1 never does.
 class WorkerRequestsTest : public ::testing::Test {
  protected:
-  WorkerRequestsTest() : c_(Config(0)), job_(c_, nullptr, &ops_) {
+  WorkerRequestsTest() : c_(Config(0)), ops_(c_), job_(c_, nullptr, &ops_) {
     job_.Start();
     RegisterResponse r;
     EXPECT_TRUE(job_.Register(Req(c_, SERVER, 0, 1), &r).ok());
@@ -150,7 +150,7 @@ TEST_F(WorkerRequestsTest, ADeadWorkerIsToldToRejoinFirst) {
 
 TEST(JobHeartbeatTest, OnlyTheHoldersHeartbeatOfThisJobCounts) {
   JobConfig c = Config(0);
-  FakeServerOps ops;
+  FakeServerOps ops(c);
   JobCoordinator job(c, nullptr, &ops);
   RegisterResponse r;
   ASSERT_TRUE(job.Register(Req(c, SERVER, 0, 11), &r).ok());
@@ -182,8 +182,9 @@ std::string FreshDir(const std::string& name) {
 TEST(JobCheckpointFaultTest, AnUnusableDirectoryFailsTheJobAtStart) {
   const std::string file = FreshDir("file");
   std::ofstream(file) << "a file, not a directory";
-  FakeServerOps ops;
-  JobCoordinator job(Config(0, ASP, file), nullptr, &ops);
+  const JobConfig c = Config(0, ASP, file);
+  FakeServerOps ops(c);
+  JobCoordinator job(c, nullptr, &ops);
   const absl::Status st = job.CheckCheckpointDir();
   ExpectRefused(
       st, absl::StatusCode::kFailedPrecondition,
@@ -191,22 +192,18 @@ TEST(JobCheckpointFaultTest, AnUnusableDirectoryFailsTheJobAtStart) {
   ExpectRefused(job.WaitDone(absl::Now()), absl::StatusCode::kAborted, "is unusable");
 }
 
-// ckpt-20 has a MANIFEST that does not load; ckpt-10 is complete (fake).
+// ckpt-20 has a MANIFEST that does not load; ckpt-10 is complete.
 void WriteCorruptNewest(const std::string& dir, FakeServerOps* ops) {
+  ops->WriteEarlierCheckpoint(10, {});
   fs::create_directories(dir + "/ckpt-000000000020");
   std::ofstream(dir + "/ckpt-000000000020/MANIFEST") << "torn";
-  RestorePoint p;
-  p.initial = false;
-  p.clock = 10;
-  p.dir = dir + "/ckpt-000000000010";
-  ops->AddPoint(p);
 }
 
 TEST(JobCheckpointFaultTest, ACorruptNewestCheckpointFailsTheStartByDefault) {
   const std::string dir = FreshDir("corrupt_fail");
-  FakeServerOps ops;
-  WriteCorruptNewest(dir, &ops);
   const JobConfig c = Config(0, ASP, dir);
+  FakeServerOps ops(c);
+  WriteCorruptNewest(dir, &ops);
   JobCoordinator job(c, nullptr, &ops);
   job.Start();
   testing::RegisterAll(&job, c);
@@ -218,10 +215,10 @@ TEST(JobCheckpointFaultTest, ACorruptNewestCheckpointFailsTheStartByDefault) {
 
 TEST(JobCheckpointFaultTest, FallBackSetsTheCorruptOneAsideAndRestoresTheOneBefore) {
   const std::string dir = FreshDir("corrupt_fall_back");
-  FakeServerOps ops;
-  WriteCorruptNewest(dir, &ops);
   JobConfig c = Config(0, ASP, dir);
   c.mutable_checkpoint()->set_on_corrupt(CheckpointConfig::FALL_BACK);
+  FakeServerOps ops(c);
+  WriteCorruptNewest(dir, &ops);
   JobCoordinator job(c, nullptr, &ops);
   job.Start();
   testing::RegisterAll(&job, c);
@@ -240,9 +237,9 @@ TEST(JobCheckpointFaultTest, FallBackSetsTheCorruptOneAsideAndRestoresTheOneBefo
 
 TEST(JobCheckpointFaultTest, CutsThatKeepFailingFailTheJobWithTheReason) {
   const std::string dir = FreshDir("cut_fails");
-  FakeServerOps ops;
-  ops.FailWrites(absl::ResourceExhaustedError("write part-0003.shard: No space left on device"));
   const JobConfig c = Config(2, ASP, dir);
+  FakeServerOps ops(c);
+  ops.FailWrites(absl::ResourceExhaustedError("write part-0003.shard: No space left on device"));
   JobCoordinator job(c, nullptr, &ops);
   ops.set_job(&job);
   job.Start();

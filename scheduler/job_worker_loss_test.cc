@@ -133,7 +133,7 @@ class LossJob {
  public:
   LossJob(const JobConfig& c, std::vector<Heartbeats::Who> alive,
           std::vector<Heartbeats::Who> lost = {}, JobCoordinator::ServerNotifier notifier = nullptr)
-      : config_(c), job_(c, std::move(notifier), &ops_) {
+      : config_(c), ops_(c), job_(c, std::move(notifier), &ops_) {
     ops_.set_job(&job_);
     RegisterAll(&job_, c);
     Beat(std::move(alive));
@@ -507,7 +507,7 @@ TEST(WorkerLossTest, AWorkerThatCannotRedoItsStepRollsTheJobBack) {
   EXPECT_EQ(after.generation(), r0->generation());
 
   const JobConfig ssp = LossConfig(SSP, 0);
-  FakeServerOps ssp_ops;
+  FakeServerOps ssp_ops(ssp);
   JobCoordinator other(ssp, nullptr, &ssp_ops);
   ssp_ops.set_job(&other);
   RegisterAll(&other, ssp);
