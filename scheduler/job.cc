@@ -8,10 +8,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
-#include "common/generation.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "scheduler/checkpoint_guard.h"
@@ -42,10 +40,7 @@ JobCoordinator::JobCoordinator(JobConfig config, ServerNotifier notifier, Server
 
 JobCoordinator::~JobCoordinator() {
   stop_ = true;
-  {
-    MutexLock lock(&state_.mu);
-    state_.changed.SignalAll();
-  }
+  state_.WakeWaiters();
   clock_.Abort("the scheduler is shutting down");
   if (sweeper_.joinable()) sweeper_.join();
   control_.Stop();
@@ -62,37 +57,16 @@ void JobCoordinator::Start() {
   });
 }
 
-uint64_t JobCoordinator::generation() const {
-  MutexLock lock(&state_.mu);
-  return state_.generation;
-}
+uint64_t JobCoordinator::generation() const { return state_.generation(); }
 
-void JobCoordinator::RequestCheckpoint() {
-  MutexLock lock(&state_.mu);
-  state_.cuts.Request();
-  state_.changed.SignalAll();
-}
+void JobCoordinator::RequestCheckpoint() { state_.RequestCut(); }
 
 absl::StatusOr<uint64_t> JobCoordinator::CheckpointNow(absl::Time deadline) {
-  MutexLock lock(&state_.mu);
   if (!checkpoints_on_) {
     return absl::FailedPreconditionError(
         "checkpoints are off for this job (set checkpoint.dir in the job config)");
   }
-  const uint64_t mine = state_.cuts.Request();
-  state_.changed.SignalAll();
-  while (!state_.cuts.Served(mine)) {
-    if (state_.Ended() || state_.control_over) {
-      return absl::FailedPreconditionError(
-          "the job ended before the requested checkpoint could be taken");
-    }
-    if (!state_.changed.WaitUntil(&state_.mu, deadline) && !state_.cuts.Served(mine)) {
-      return absl::DeadlineExceededError(
-          "no checkpoint completed before the deadline (workers may be slow to "
-          "reach the cut, or a recovery runs); it will still be taken");
-    }
-  }
-  return state_.cuts.LastCut();
+  return state_.WaitCut(state_.RequestCut(), deadline);
 }
 
 absl::StatusOr<ReshardResponse> JobCoordinator::Reshard(uint32_t servers, absl::Time deadline) {
@@ -102,123 +76,40 @@ absl::StatusOr<ReshardResponse> JobCoordinator::Reshard(uint32_t servers, absl::
                                                    " servers; the job may run on 1 to ",
                                                    k.max_servers(), " (cluster.max_servers)"));
   }
-  MutexLock lock(&state_.mu);
   if (!checkpoints_on_) {
     return absl::FailedPreconditionError(
         "reshard: a move restores partitions from a cut, and checkpoints are off for this job "
         "(set checkpoint.dir in the job config)");
   }
-  state_.reshard.target = servers;
-  const uint64_t mine = ++state_.reshard.requested;
-  state_.changed.SignalAll();
-  while (state_.reshard.served < mine) {
-    if (state_.Ended() || state_.control_over) {
-      return absl::FailedPreconditionError("reshard: the job ended before the move");
-    }
-    if (!state_.changed.WaitUntil(&state_.mu, deadline) && state_.reshard.served < mine) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("reshard to ", servers,
-                       " servers: not done before the deadline (workers may be slow "
-                       "to reach the clock boundary, or a recovery runs); it may still happen"));
-    }
-  }
-  if (!state_.reshard.error.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("reshard: ", state_.reshard.error));
-  }
+  ASSIGN_OR_RETURN(const PartitionMove::Answer answer,
+                   state_.WaitMove(state_.RequestMove(servers), servers, deadline));
   ReshardResponse response;
-  response.set_clock(state_.reshard.clock);
+  response.set_clock(answer.clock);
   response.set_map_version(members_.MapVersion());
-  response.set_partitions_moved(state_.reshard.last_moved);
+  response.set_partitions_moved(answer.moved);
   return response;
 }
 
-std::vector<uint64_t> JobCoordinator::Checkpoints() const {
-  MutexLock lock(&state_.mu);
-  return state_.cuts.written();
-}
+std::vector<uint64_t> JobCoordinator::Checkpoints() const { return state_.CheckpointsWritten(); }
 
 absl::Status JobCoordinator::CheckCheckpointDir() {
   if (!checkpoints_on_) return absl::OkStatus();
   const std::string& root = config_.checkpoint().dir();
   absl::Status st = ProbeCheckpointDir(root);
-  if (st.ok()) {
-    MutexLock lock(&state_.mu);
-    if (state_.evals.on()) st = state_.evals.Load();  // The persisted evaluations.
-  }
+  if (st.ok()) st = state_.LoadEvaluations();  // The persisted evaluations.
   if (st.ok()) return st;
   st = absl::Status(st.code(),
                     absl::StrCat("checkpoint.dir ", root, " is unusable: ", st.message()));
-  MutexLock lock(&state_.mu);
   state_.Fail(std::string(st.message()));
   return st;
 }
 
 void JobCoordinator::Sweep(absl::Time now) {
-  const ClusterConfig& k = config_.cluster();
-  const std::vector<Member> died = members_.Sweep(now, Ms(k.dead_after_ms()));
-  bool workers_changed = false;
-  {
-    MutexLock lock(&state_.mu);
-    for (const Member& m : died) {
-      if (m.role == WORKER) {
-        LOG(WARNING) << "worker " << m.index << " missed heartbeats: declared dead; "
-                     << (state_.loss.LeavesClock() ? "it leaves the clock minimum"
-                                                   : "the clocks wait for it")
-                     << " (cluster.on_worker_loss " << state_.loss.policy_name() << ")";
-        workers_changed |= state_.WorkerLost(m.index);
-      } else if (state_.formed && !state_.Ended()) {
-        state_.ServerFailed(m.index,
-                            absl::StrCat("server ", m.index, " (", m.address,
-                                         ") missed heartbeats for ", k.dead_after_ms(), " ms"),
-                            m.last_heartbeat, now, /*lost=*/false);
-      }
-    }
-    if (state_.takeover.active() && now - start_time_ > Ms(k.dead_after_ms())) {
-      // A worker that has not rejoined by now is gone (it may have finished
-      // and exited while there was no scheduler): it counts as dead.
-      for (uint32_t rank : members_.ExpireUnregistered(WORKER, now)) {
-        LOG(WARNING) << "worker " << rank << " did not rejoin the restarted scheduler within "
-                     << k.dead_after_ms() << " ms: declared dead";
-        workers_changed |= state_.WorkerLost(rank);
-      }
-    }
-    const std::vector<Member> members = members_.Members();
-    if (!state_.formed && now - start_time_ > Ms(k.start_deadline_ms())) {
-      std::vector<uint32_t> missing;
-      for (const Member& m : members) {
-        if (m.role == SERVER && m.state != ALIVE) missing.push_back(m.index);
-      }
-      if (!missing.empty()) {
-        state_.Fail(absl::StrCat("servers [", absl::StrJoin(missing, ","),
-                                 "] did not register within start_deadline_ms (",
-                                 k.start_deadline_ms(), " ms)"));
-      }
-    }
-    for (const Member& s : members) {
-      if (s.role == SERVER && s.state == DEAD && now - s.state_since > Ms(k.server_deadline_ms())) {
-        state_.Fail(absl::StrCat("server ", s.index, " (", s.address, ") dead for more than ",
-                                 k.server_deadline_ms(), " ms: no replacement registered"));
-      }
-    }
-    state_.CheckWorkerDeadlines(members, now);
-    workers_changed |= state_.ResumeAfterRewind(now);
-    state_.Update();
-    state_.changed.SignalAll();
-  }
-  if (workers_changed) state_.Notify();
+  const std::vector<Member> died = members_.Sweep(now, Ms(config_.cluster().dead_after_ms()));
+  if (state_.MembersSwept(died, now)) state_.Notify();
 }
 
-absl::Status JobCoordinator::WaitDone(absl::Time deadline) {
-  MutexLock lock(&state_.mu);
-  while (!state_.Ended()) {
-    if (!state_.changed.WaitUntil(&state_.mu, deadline) && !state_.Ended()) {
-      return absl::DeadlineExceededError("job still running");
-    }
-  }
-  if (state_.phase == JobState::Phase::kFailed)
-    return absl::AbortedError(absl::StrCat("job failed: ", state_.failure));
-  return absl::OkStatus();
-}
+absl::Status JobCoordinator::WaitDone(absl::Time deadline) { return state_.WaitEnded(deadline); }
 
 void JobCoordinator::JobStatus(JobStatusResponse* response) const {
   const absl::Time now = absl::Now();
@@ -244,76 +135,9 @@ void JobCoordinator::JobStatus(JobStatusResponse* response) const {
   response->set_max_clock(clock_.MaxClock());
   response->set_max_spread(clock_.MaxSpread());
   response->set_elapsed_sec(absl::ToDoubleSeconds(now - start_time_));
-  MutexLock lock(&state_.mu);
-  switch (state_.phase) {
-    case JobState::Phase::kWaiting:
-      response->set_state("waiting");
-      break;
-    case JobState::Phase::kRunning:
-      response->set_state(state_.recovery.idle() ? "running" : "recovering");
-      break;
-    case JobState::Phase::kDone:
-      response->set_state("done");
-      break;
-    case JobState::Phase::kFailed:
-      response->set_state("failed: " + state_.failure);
-      break;
-  }
-  response->set_generation(state_.generation);
   response->set_map_version(members_.MapVersion());
   response->set_map_servers(members_.MapServers());
-  response->set_reshards(state_.reshard.moves);
-  response->set_partitions_moved(state_.reshard.partitions_moved);
-  response->set_reshard_rows_moved(state_.reshard.rows_moved);
-  response->set_reshard_bytes_moved(state_.reshard.bytes_moved);
-  response->set_last_reshard_sec(state_.reshard.last_sec);
-  for (const RecoveryReport& r : state_.recovery.reports()) *response->add_recoveries() = r;
-  response->set_last_checkpoint_hold_sec(state_.cuts.last_hold_sec());
-  response->set_last_checkpoint_write_sec(state_.cuts.last_write_sec());
-  response->set_versions(state_.cuts.versions());
-  response->set_last_version(state_.cuts.last_version());
-  response->set_last_version_hold_sec(state_.cuts.last_version_hold_sec());
-  double sps = 0, loss = 0, train_auc = 0;
-  uint64_t samples = 0;
-  // Per worker the larger of its latest report and its latest tick.
-  std::map<uint32_t, uint64_t> share = state_.loss.tick_samples();
-  for (const auto& [rank, r] : state_.reports) share[rank] = std::max(share[rank], r.samples());
-  for (const auto& [rank, s] : share) {
-    // Saturating: reports are validated, the sum must not wrap either.
-    samples = s > UINT64_MAX - samples ? UINT64_MAX : samples + s;
-  }
-  int n = 0;
-  for (const auto& [rank, r] : state_.reports) {
-    if (!r.done()) sps += r.samples_per_sec();
-    loss += r.train_loss();
-    train_auc += r.train_auc();
-    ++n;
-    if (r.final() && r.eval_examples() > 0) {
-      response->set_eval_auc(r.eval_auc());
-      response->set_eval_loss(r.eval_loss());
-    }
-  }
-  state_.EvalStatus(response);
-  response->set_samples_per_sec(sps);
-  response->set_total_samples(samples);
-  if (n > 0) response->set_train_loss(loss / n);
-  if (n > 0) response->set_train_auc(train_auc / n);
-  response->set_summary(state_.Summary());
-  response->set_untrained_samples(state_.UntrainedSamples());
-}
-
-void JobCoordinator::ApplyRejoinLocked(const RegisterRequest& request, uint32_t index) {
-  const Rejoin& r = request.rejoin();
-  if (request.role() != WORKER) return;
-  clock_.Revive(index, r.clock());
-  if (r.has_granted_step()) clock_.NoteGranted(r.granted_step(), index);
-  state_.positions[index] = {r.clock(), r.position()};
-  if (r.has_last_report()) state_.reports[index] = r.last_report();
-  if (r.finished()) {
-    members_.MarkFinished(index, absl::Now());
-    clock_.MarkFinished(index);
-    state_.reported_final[index] = r.has_last_report() && r.last_report().final();
-  }
+  state_.FillStatus(response);
 }
 
 absl::Status JobCoordinator::Register(const RegisterRequest& request, RegisterResponse* response) {
@@ -350,33 +174,17 @@ absl::Status JobCoordinator::Register(const RegisterRequest& request, RegisterRe
   if (reg->spare) {  // Outside the map: nothing waits for it, nothing recovers it.
     LOG(INFO) << "server " << m.index << " registered at " << m.address
               << " as a spare (cluster.max_servers): it owns no partitions until a move";
-    MutexLock lock(&state_.mu);
-    if (!state_.formed) {  // A rejoining server's map may still make it one of the map's.
-      if (request.has_rejoin()) {
-        state_.takeover.Rejoined(SERVER, m.index, request.rejoin());
-      } else {
-        state_.takeover.Fresh(SERVER, m.index);
-      }
-    }
+    state_.SpareRegistered(request, m.index);
     return absl::OkStatus();
   }
-  bool notify;
-  {
-    MutexLock lock(&state_.mu);
-    notify = AdmitLocked(request, *reg, now);
-    state_.Update();
-    state_.changed.SignalAll();
-  }
-  if (notify) state_.Notify();
+  if (state_.Admit(request, *reg, now)) state_.Notify();
   return absl::OkStatus();
 }
 
 absl::Status JobCoordinator::AdoptRejoinedMap(const RegisterRequest& request) {
-  MutexLock lock(&state_.mu);                  // Formation reads the map under it.
-  if (state_.formed) return absl::OkStatus();  // This scheduler's map holds.
   const Rejoin& r = request.rejoin();
   const std::vector<uint32_t> owner(r.partition_owner().begin(), r.partition_owner().end());
-  absl::StatusOr<bool> adopted = members_.AdoptOwners(r.owner_map_version(), owner);
+  absl::StatusOr<bool> adopted = state_.AdoptRejoinedOwners(r.owner_map_version(), owner);
   if (!adopted.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("rejoin of server ", request.requested_index(),
                                                    ": ", adopted.status().message()));
@@ -387,57 +195,6 @@ absl::Status JobCoordinator::AdoptRejoinedMap(const RegisterRequest& request) {
               << " servers: the job goes on with its owners";
   }
   return absl::OkStatus();
-}
-
-bool JobCoordinator::AdmitLocked(const RegisterRequest& request, const Registration& reg,
-                                 absl::Time now) {
-  const Member& m = reg.member;
-  const std::string who = absl::StrCat(RoleName(request.role()), " ", m.index);
-  bool notify = request.role() == SERVER;
-  if (request.has_rejoin()) {
-    const Rejoin& r = request.rejoin();
-    members_.RaiseMapVersionAbove(r.map_version());
-    LOG(INFO) << who << " rejoined (generation " << r.generation() << ", clock " << r.clock()
-              << ", map version " << r.map_version() << ")";
-    if (!state_.formed) {
-      // A process of an earlier scheduler: this one takes its job over.
-      state_.takeover.Rejoined(request.role(), m.index, r);
-      ApplyRejoinLocked(request, m.index);
-    } else if (request.role() == SERVER) {
-      if (reg.new_process || r.generation() != state_.generation) {
-        state_.ServerFailed(m.index, absl::StrCat(who, " came back with another state"),
-                            reg.previous_heartbeat, now, /*lost=*/true);
-      } else if (state_.recovery.pending() &&
-                 state_.recovery.pending()->silent.erase(m.index) > 0) {
-        LOG(INFO) << who << " was declared dead and came back with its state";
-      }
-    } else if (r.generation() == state_.generation) {  // A worker that was silent.
-      ApplyRejoinLocked(request, m.index);
-      notify = true;
-    } else {  // It rewinds itself (WaitStart) from its slot's clock.
-      clock_.Revive(m.index, clock_.Clocks()[m.index]);
-      notify = true;
-    }
-  } else if (!state_.formed) {
-    state_.takeover.Fresh(request.role(), m.index);
-    LOG(INFO) << who << " registered" << (m.address.empty() ? "" : " at ") << m.address;
-  } else if (request.role() == SERVER) {
-    LOG(INFO) << who << " registered at " << m.address << " (a new process)";
-    if (reg.previous_state != STATE_UNSPECIFIED) {
-      state_.ServerFailed(m.index,
-                          absl::StrCat(who, " restarted (a new process at ", m.address, ")"),
-                          reg.previous_heartbeat, now, /*lost=*/true);
-    }
-  } else {
-    // A restarted worker: it resumes at its last acknowledged clock from
-    // the data position it recorded there (WaitStart).
-    LOG(INFO) << who << " registered"
-              << (reg.previous_state == STATE_UNSPECIFIED ? ""
-                                                          : " (restarted: takes its rank back)");
-    clock_.Revive(m.index, clock_.Clocks()[m.index]);
-    notify = true;
-  }
-  return notify;
 }
 
 absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
@@ -452,10 +209,7 @@ absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
       members_.Heartbeat(request.role(), request.index(), request.incarnation(), absl::Now());
   if (!verdict.ok()) return verdict.status();
   response->set_map_version(members_.MapVersion());
-  MutexLock lock(&state_.mu);
-  response->set_generation(state_.generation);
-  response->set_stop(state_.Ended());
-  if (state_.phase == JobState::Phase::kFailed) response->set_failure(state_.failure);
+  state_.AnswerHeartbeat(response);
   if (*verdict == HeartbeatVerdict::kRejoin) response->set_rejoin(true);
   if (*verdict == HeartbeatVerdict::kReplaced) {
     return absl::FailedPreconditionError(

@@ -79,11 +79,13 @@
 //    restored are renamed aside (ckpt-<clock>.corrupt-<unix seconds>). An
 //    incomplete checkpoint (no MANIFEST: a write cut short) is skipped.
 //
-// Structure. JobCoordinator is the request side: it answers the members'
+// Structure. JobCoordinator is the request side: it checks the members'
 // calls and runs failure detection (Sweep). The control thread (formation,
-// cuts, recoveries) is a JobControl (job_control.h). Both act on one
-// JobState (job_state.h: the job's phase, generation and books under one
-// lock); membership (membership.h) and the clocks (clock.h) lock
+// cuts, recoveries, moves) is a JobControl (job_control.h). Both act on one
+// JobState (job_state.h) through its verbs: it owns the job's phase,
+// generation and books (cuts, recoveries, evaluations, worker loss, the
+// workers' reports, partition moves) and is the only one that takes their
+// lock; membership (membership.h) and the clocks (clock.h) lock
 // themselves.
 //
 // Thread-safe. Blocking calls (GetPartitionMap, WaitStart, WaitClock,
@@ -106,7 +108,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/mutex.h"
 #include "proto/config.pb.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/clock.h"
@@ -232,28 +233,13 @@ class JobCoordinator {
   // See ReportMetrics above; `max_step`: the largest step the rank may
   // report.
   absl::Status ValidateReport(const MetricsReport& report, uint64_t max_step) const;
-  // REASSIGN: the lost worker whose share `rank` (done with its own: it
-  // reported done) may train, leased to it; nullopt if none.
-  std::optional<uint32_t> LeaseOrphanLocked(uint32_t rank, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // What WaitStart waits for, for its timeout message.
-  std::string StartWaitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
   // ---- job.cc: registration ----
-  // Takes a registration Membership accepted (not a repeat) into the job:
-  // before forming, a rejoin makes this scheduler take the job over; after
-  // it, a server with another state (or a new process) is a failure to
-  // recover from, a restarted worker takes its rank back. True if the
-  // servers must learn the active set again.
-  bool AdmitLocked(const RegisterRequest& request, const Registration& reg, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Before the job forms, a rejoining server's map (its owners) becomes the
   // job's if it is the newest seen (Membership::AdoptOwners): a restarted
   // scheduler goes on with the owners a move left. INVALID_ARGUMENT for
   // owners that do not fit the job.
-  absl::Status AdoptRejoinedMap(const RegisterRequest& request) ABSL_LOCKS_EXCLUDED(state_.mu);
-  void ApplyRejoinLocked(const RegisterRequest& request, uint32_t index)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  absl::Status AdoptRejoinedMap(const RegisterRequest& request);
 
   // Constant after construction.
   const JobConfig config_;
@@ -262,7 +248,7 @@ class JobCoordinator {
   const bool checkpoints_on_;  // checkpoint.dir is set.
 
   // Each part locks itself; the state is shared with the control thread
-  // under its own lock (job_state.h).
+  // and takes its own lock (job_state.h).
   Membership members_;
   ClockService clock_;
   JobState state_;

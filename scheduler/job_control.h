@@ -5,8 +5,10 @@
 //
 // It acts on the servers through ServerOps and on the clocks through the
 // ClockService; what it learns and decides goes into the JobState it shares
-// with the request side (job_state.h), where it is the only writer of
-// `formed`, `generation` and `control_over`, and of the rewinds.
+// with the request side (job_state.h) through JobState's control-thread
+// transitions (formation, rollbacks and rewinds, recoveries, cuts, the
+// steps of a partition move). It keeps no state of the job itself but the
+// last cut it completed (a move may pre-copy from it).
 //
 // Start() runs the thread; the destructor (or Stop) ends it. Not copyable.
 #ifndef SHARDPS_SCHEDULER_JOB_CONTROL_H_
@@ -27,6 +29,8 @@
 #include "scheduler/clock.h"
 #include "scheduler/job_state.h"
 #include "scheduler/membership.h"
+#include "scheduler/partition_move.h"
+#include "scheduler/reshard_plan.h"
 #include "scheduler/server_ops.h"
 
 namespace shardps {
@@ -41,10 +45,10 @@ class JobControl {
   JobControl(const JobControl&) = delete;
   JobControl& operator=(const JobControl&) = delete;
 
-  // Starts the thread: formation, then cuts and recoveries until the job
-  // ended; then the last checkpoint GC, and `control_over` is set.
+  // Starts the thread: formation, then cuts, recoveries and moves until the
+  // job ended; then the last checkpoint GC, and JobState::ControlEnded.
   void Start();
-  // Asks the thread to end and joins it (the caller wakes `state->changed`
+  // Asks the thread to end and joins it (the caller wakes the state's
   // waiters and aborts the clocks first).
   void Stop();
 
@@ -56,24 +60,13 @@ class JobControl {
   // The job goes on from the state every process rejoined with (a
   // takeover: nothing rolls back).
   void TakeOver();
-  // Waits until every server is registered and alive. False if the job
-  // ended meanwhile.
-  bool WaitForServers();
   // Restores every server to the newest usable restore point in a new
   // generation and rewinds the workers there; fills `report`'s phases from
   // `detected_at` on and records it (a rollback to the initial values only
   // if `record_initial`). False if the job failed.
   bool RollBack(RecoveryReport* report, absl::Time detected_at, bool record_initial);
-  // Moves the clocks and positions to `point` in `generation`; `kept`: the
-  // clocks of the complete checkpoints up to it (periodic evaluation).
-  void Rewind(const RestorePoint& point, uint64_t generation, RecoveryReport* report, bool record,
-              const std::vector<uint64_t>& kept);
   // Runs the pending recovery.
   void Recover();
-  // Ends the recovery `p` if every server declared dead came back with its
-  // state (a "rejoin": nothing to restore); false otherwise.
-  bool EndRejoinLocked(const RecoveryBook::Pending& p, RecoveryReport* report)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // checkpoint.recovery PARTIAL: restores only the replaced servers'
   // partitions from `point`, in the current generation.
   void RecoverPartially(const RecoveryBook::Pending& p, const RestorePoint& point,
@@ -83,15 +76,16 @@ class JobControl {
   void FinalCollect();
 
   // ---- job_reshard.cc ----
-  // With every worker held at `clock`, one step of the move to
-  // state_.reshard.target servers (docs/design.md, "Resharding"):
-  //  - no pre-copy yet (or one of another generation, map or target): a cut
-  //    at `clock` that releases the workers after its copy (or, when this
-  //    scheduler cut the job under the current generation and map within
-  //    kReuseCutFor, that cut: the workers are released at once), then the
-  //    pre-copy (Precopy) from it while they train; the request stays
-  //    pending, so the control loop holds at the next unstarted clock for
-  //    the second step;
+  // With every worker held at `clock`, one step of the move to the target
+  // the request asked for (docs/design.md, "Resharding"; the move's state is
+  // JobState's PartitionMove):
+  //  - no move in flight (or one of another generation, map or target): a
+  //    cut at `clock` that releases the workers after its copy (or, when
+  //    this scheduler cut the job under the current generation and map
+  //    within kReuseCutFor, that cut: the workers are released at once),
+  //    then the pre-copy (Precopy) from it while they train; the request
+  //    stays pending, so the control loop holds at the next unstarted clock
+  //    for the second step;
   //  - else: a cut at `clock` that is a delta on the pre-copy's and keeps
   //    the hold, the catch-up and the switch (CatchUpAndSwitch); answers the
   //    reshard requests made so far, then holds at the next cut or releases
@@ -100,32 +94,46 @@ class JobControl {
   // from the first step (a server of the move gone, unreachable, restarted
   // or without its pre-copy) or answers the requests with the error.
   void Reshard(uint64_t clock, uint64_t serving);
-  // Whether a pending move may start now: true unless a retried move waits
-  // for a server of it to be registered and alive again (past
-  // reshard.retry_until the request is answered with the failure).
-  bool ReshardReadyLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // Reshard's first step, the move `s` not in flight: fills `step`.
+  void PrecopyStep(uint64_t clock, uint64_t serving, const JobState::MoveStep& s,
+                   const std::optional<PartitionMapProto>& map, PartitionMove::Step* step);
   // A move's first step, after the cut at `clock` (the workers train
   // meanwhile): the plan, joining spares restored to the cut, the moving
-  // partitions pre-copied from it onto their destinations. Sets precopy_
-  // (left unset when there is nothing to move). An error leaves the old map
-  // in force, the destinations dropping what they added.
-  absl::Status Precopy(uint64_t clock, uint32_t target);
-  // The second step, after the cut at `clock` (a delta on precopy_'s, every
-  // worker held): each destination catches up on the links after the
-  // pre-copy's checkpoint, then the map is switched everywhere with the
-  // sources' drops. `moved`: the partitions moved (0: the old map is still
-  // in force). An error before the switch leaves the old map in force (the
-  // destinations drop what they added); once the new map is set `moved`
-  // counts the move, and a server failing during the switch is a server
-  // failure (a recovery follows, under the new map, from this cut).
+  // partitions pre-copied from it onto their destinations. True if a move
+  // is in flight (JobState::MovePrecopied), false if there is nothing to
+  // move. An error leaves the old map in force, the destinations dropping
+  // what they added.
+  absl::StatusOr<bool> Precopy(uint64_t clock, uint32_t target);
+  // The plan of the move from the `servers` of `map` to `target` by the
+  // rows of the last full copy (ServerOps::LastCopySizes), logged.
+  absl::StatusOr<ReshardPlan> PlanMove(const PartitionMapProto& map, uint32_t servers,
+                                       uint64_t clock, uint32_t target);
+  // `map` addressing every server of a move from `servers` to `target`
+  // (the map's and the spares joining it); FAILED_PRECONDITION naming one
+  // that is not registered and alive.
+  absl::StatusOr<PartitionMapProto> AddressMove(const PartitionMapProto& map, uint32_t servers,
+                                                uint32_t target) const;
+  // The second step, after the cut at `clock` (a delta on the pre-copy's,
+  // every worker held): each destination of `move` catches up on the links
+  // after the pre-copy's checkpoint, then the map is switched everywhere
+  // with the sources' drops. `moved`: the partitions moved (0: the old map
+  // is still in force). An error before the switch leaves the old map in
+  // force (the destinations drop what they added); once the new map is set
+  // `moved` counts the move, and a server failing during the switch is a
+  // server failure (a recovery follows, under the new map, from this cut).
   // `stats`: the rows and bytes the destinations read, both steps.
-  absl::Status CatchUpAndSwitch(uint64_t clock, uint32_t* moved, RestoreStats* stats);
+  absl::Status CatchUpAndSwitch(const PartitionMove::InFlight& move, uint64_t clock,
+                                uint32_t* moved, RestoreStats* stats);
+  // Gives every server of `move` the map `next` with its drops; a server
+  // that fails is a server failure. Returns how many failed.
+  uint32_t SwitchMap(const PartitionMove::InFlight& move, const PartitionMapProto& next,
+                     uint64_t clock);
   // The cut at `clock` as a restore point (its directory under
   // checkpoint.dir).
   RestorePoint CutPoint(uint64_t clock) const;
-  // Asks every destination of precopy_ (up to and including `upto`) to drop
+  // Asks every destination of `move` (up to and including `upto`) to drop
   // what it added; logs the ones that do not answer.
-  void DropAdded(uint32_t upto);
+  void DropAdded(const PartitionMove::InFlight& move, uint32_t upto);
 
   // ---- job_cuts.cc ----
   // Once every worker is finished or dead (and, with dead ones left, the
@@ -140,6 +148,8 @@ class JobControl {
   // catch-up; ServerOps::CopyCut).
   absl::Status Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final = false,
                    bool delta_on_last = false);
+  // Holds the clocks at `next`, or releases them (0).
+  void HoldOrRelease(uint64_t next);
   // A version-only cut at `clock` (CutBook::VersionOnly) for the serving
   // replicas: the servers copy and publish, nothing is written; releases the
   // hold after the copy as Cut does. A failed one is logged and skipped (the
@@ -165,6 +175,7 @@ class JobControl {
   ServerOps* const ops_;
   const absl::Time start_time_;
   const bool checkpoints_on_;  // checkpoint.dir is set.
+  const bool drops_;           // cluster.on_worker_loss is DROP.
 
   // The last cut this scheduler completed (control thread only): a move
   // pre-copies from it instead of cutting anew while it is recent and of
@@ -177,21 +188,6 @@ class JobControl {
   };
   std::optional<LastCut> last_cut_;
   static constexpr absl::Duration kReuseCutFor = absl::Minutes(5);
-
-  // The move between its two steps (control thread only).
-  struct MoveInFlight {
-    uint64_t clock = 0;  // Of the pre-copy's checkpoint.
-    uint64_t generation = 0;
-    uint64_t map_version = 0;
-    uint32_t target = 0;
-    uint32_t servers = 0;         // Of the map before the move.
-    std::vector<uint32_t> owner;  // After the move (ReshardPlan::owner).
-    PartitionMapProto addressed;  // Every server of the move, by index.
-    std::map<uint32_t, std::vector<uint32_t>> added, dropped;  // By server.
-    RestoreStats stats;                                        // Of the pre-copy.
-    absl::Time start;
-  };
-  std::optional<MoveInFlight> precopy_;
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -28,22 +28,16 @@ class JobControlTest : public ::testing::Test {
     clock_.SetPaused(true);  // As the coordinator starts it.
   }
   ~JobControlTest() override {
-    {
-      MutexLock lock(&state_.mu);
-      state_.changed.SignalAll();
-    }
+    state_.WakeWaiters();
     clock_.Abort("test over");
     control_.Stop();
   }
 
-  // Polls `condition` under the state's lock; false after 20 s.
+  // Polls `condition`; false after 20 s.
   bool WaitFor(const std::function<bool()>& condition) {
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
     while (absl::Now() < deadline) {
-      {
-        MutexLock lock(&state_.mu);
-        if (condition()) return true;
-      }
+      if (condition()) return true;
       absl::SleepFor(absl::Milliseconds(5));
     }
     return false;
@@ -52,9 +46,8 @@ class JobControlTest : public ::testing::Test {
   uint64_t Formed() {
     EXPECT_TRUE(members_.Register(Req(config_, SERVER, 0, 1), absl::Now()).ok());
     control_.Start();
-    EXPECT_TRUE(WaitFor([&] { return state_.formed; })) << "the job did not form";
-    MutexLock lock(&state_.mu);
-    return state_.generation;
+    EXPECT_TRUE(WaitFor([&] { return state_.formed(); })) << "the job did not form";
+    return state_.generation();
   }
 
   const JobConfig config_;
@@ -83,17 +76,17 @@ TEST_F(JobControlTest, OnDemandCutIsWrittenAtTheFirstUnstartedClock) {
   for (uint32_t rank = 0; rank < 2; ++rank) {
     for (uint64_t t = 0; t < 2; ++t) {
       ASSERT_TRUE(clock_.WaitToStart(rank, t, absl::Now() + absl::Seconds(5), generation).ok());
-      ASSERT_TRUE(clock_.Tick(rank, t + 1, generation).ok());
+      ASSERT_TRUE(state_
+                      .Ticked(rank, t + 1, generation,
+                              "w" + std::to_string(rank) + "@" + std::to_string(t + 1), 0)
+                      .ok());
     }
-    MutexLock lock(&state_.mu);
-    state_.positions[rank] = {2, "w" + std::to_string(rank) + "@2"};
   }
-  {
-    MutexLock lock(&state_.mu);
-    state_.cuts.Request();
-    state_.changed.SignalAll();
-  }
-  ASSERT_TRUE(WaitFor([&] { return !state_.cuts.written().empty(); })) << "no cut written";
+  const uint64_t request = state_.RequestCut();
+  auto clock = state_.WaitCut(request, absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(clock.ok()) << clock.status();
+  EXPECT_EQ(*clock, 2u);
+  EXPECT_EQ(state_.CheckpointsWritten(), std::vector<uint64_t>{2});
   ASSERT_EQ(ops_.cuts().size(), 1u);
   EXPECT_EQ(ops_.cuts()[0].clock, 2u);
   EXPECT_EQ(ops_.cuts()[0].generation, generation);

@@ -11,41 +11,24 @@
 #include "scheduler/job_control.h"
 
 namespace shardps {
-namespace {
-
-// A cut that failed because a server is gone or unreachable: the recovery
-// that follows handles it; not a checkpoint fault.
-bool ServerGone(const absl::Status& st) {
-  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) || absl::IsCancelled(st) ||
-         absl::IsAborted(st) || st.message().find("stale generation") != absl::string_view::npos;
-}
-
-}  // namespace
 
 void JobControl::TakeFinalCut(uint64_t serving) {
   // Every worker is finished or dead. When all finished training
   // (their last pushes acknowledged, servers still up for the
   // evaluation), the end is a consistent cut too: the job's final
   // checkpoint.
-  bool need;
-  uint64_t last;
-  {
-    MutexLock lock(&state_.mu);
-    need = state_.cuts.FinalDue(absl::Now());
-    last = state_.cuts.last_complete();
-  }
-  if (!need) return;
+  const std::optional<uint64_t> last = state_.FinalCutDue();
+  if (!last) return;
   const auto states = clock_.States();
   const auto finished = [](auto s) { return s == ClockService::WorkerState::kFinished; };
   const bool all_finished = std::all_of(states.begin(), states.end(), finished);
   // Dead workers with data left: their shares are still to be
   // trained (WAIT, REASSIGN), or, when none finished, the job waits
   // for one to come back; the cuts and the final one go on then.
-  if (!all_finished &&
-      (!state_.loss.drops() || std::none_of(states.begin(), states.end(), finished))) {
+  if (!all_finished && (!drops_ || std::none_of(states.begin(), states.end(), finished))) {
     return;
   }
-  if (clock_.MaxClock() > last) {
+  if (clock_.MaxClock() > *last) {
     const uint64_t clock = clock_.MaxClock();
     // A failed final cut is taken again at the same clock (nothing
     // trains any more) before the job may end.
@@ -53,75 +36,53 @@ void JobControl::TakeFinalCut(uint64_t serving) {
   } else {
     clock_.Release();
   }
-  MutexLock lock(&state_.mu);
-  // The job's last state is evaluated too (when it was cut before).
-  if (state_.cuts.last_complete() > 0)
-    state_.evals.Enqueue(state_.cuts.last_complete(), /*final=*/true);
-  state_.cuts.FinalDone();
-  state_.Update();
-  state_.changed.SignalAll();
+  state_.FinalCutTaken();
+}
+
+void JobControl::HoldOrRelease(uint64_t next) {
+  if (next > 0) {
+    clock_.Hold(next);
+  } else {
+    clock_.Release();
+  }
 }
 
 absl::Status JobControl::Cut(uint64_t clock, uint64_t next, uint64_t serving, bool final,
                              bool delta_on_last) {
-  Positions positions;
-  uint64_t generation;
-  std::vector<uint64_t> pinned;
-  {
-    MutexLock lock(&state_.mu);
-    for (const auto& [rank, p] : state_.positions) positions[rank] = p.second;
-    generation = state_.generation;
-    pinned = state_.evals.Pinned();
-  }
-  ops_->PinCheckpoints(pinned);
+  const JobState::CutInput in = state_.BeginCut();
+  const uint64_t generation = in.generation;
+  ops_->PinCheckpoints(in.pinned);
   const std::optional<PartitionMapProto> map = members_.Map();
   const absl::Time start = absl::Now();
   absl::Status st = map ? ops_->CopyCut(*map, generation, clock, delta_on_last)
                         : absl::FailedPreconditionError("checkpoint: no partition map");
   const absl::Time copied = absl::Now();
-  // The workers go on while the files are written.
-  if (next > 0) {
-    clock_.Hold(next);
-  } else {
-    clock_.Release();
-  }
-  if (st.ok()) st = ops_->FinishCut(*map, generation, clock, positions);
+  HoldOrRelease(next);  // The workers go on while the files are written.
+  if (st.ok()) st = ops_->FinishCut(*map, generation, clock, in.positions);
   const absl::Time written = absl::Now();
   if (st.ok()) {
     last_cut_ = LastCut{clock, generation, map->version(), start};
   }
-  MutexLock lock(&state_.mu);
-  state_.cuts.Completed(clock, st, serving, copied - start, written - copied, written);
+  state_.CutEnded(clock, st, serving, copied - start, written - copied, written, final);
   if (st.ok()) {
     LOG(INFO) << "checkpoint at clock " << clock << ": workers held "
               << absl::FormatDuration(copied - start) << " for the copy, files written in "
               << absl::FormatDuration(written - copied) << " behind them";
-    state_.evals.Enqueue(clock, final);
   } else {
     LOG(ERROR) << "checkpoint at clock " << clock << " failed: " << st;
   }
-  state_.changed.SignalAll();
   return st;
 }
 
 void JobControl::CutVersion(uint64_t clock, uint64_t next) {
-  uint64_t generation;
-  {
-    MutexLock lock(&state_.mu);
-    generation = state_.generation;
-  }
+  const uint64_t generation = state_.generation();
   const std::optional<PartitionMapProto> map = members_.Map();
   const absl::Time start = absl::Now();
   const absl::Status st = map ? ops_->VersionCut(*map, generation, clock)
                               : absl::FailedPreconditionError("version: no partition map");
   const absl::Duration hold = absl::Now() - start;
-  if (next > 0) {
-    clock_.Hold(next);
-  } else {
-    clock_.Release();
-  }
-  MutexLock lock(&state_.mu);
-  state_.cuts.VersionCompleted(clock, st, hold);
+  HoldOrRelease(next);
+  state_.VersionEnded(clock, st, hold);
   if (st.ok()) {
     LOG(INFO) << "version at clock " << clock << " (no files): workers held "
               << absl::FormatDuration(hold) << " for the copy";
@@ -129,7 +90,6 @@ void JobControl::CutVersion(uint64_t clock, uint64_t next) {
     LOG(WARNING) << "version at clock " << clock
                  << " failed; the replicas wait for the next cut: " << st;
   }
-  state_.changed.SignalAll();
 }
 
 bool JobControl::AfterCut(uint64_t clock, const absl::Status& st) {
@@ -141,24 +101,13 @@ bool JobControl::AfterCut(uint64_t clock, const absl::Status& st) {
       !removed.ok()) {
     LOG(WARNING) << "cannot remove the failed checkpoint's files: " << removed;
   }
-  MutexLock lock(&state_.mu);
-  if (ServerGone(st) || state_.recovery.pending() != nullptr || state_.Ended())
-    return false;  // A recovery takes over.
-  const std::optional<absl::Duration> backoff = state_.cuts.CountFailure(absl::Now());
-  if (!backoff) {
-    state_.Fail(absl::StrCat("checkpoint at clock ", clock, " failed ", state_.cuts.failures(),
-                             " times in a row (checkpoint.dir ", config_.checkpoint().dir(),
-                             "): ", st.ToString()));
-    return false;
-  }
-  LOG(ERROR) << "checkpoint at clock " << clock << ": attempt " << state_.cuts.failures() << " of "
-             << CutBook::kAttempts << " failed; trying again in " << absl::FormatDuration(*backoff);
-  return true;
+  // A cut that failed because a server is gone or unreachable is the
+  // recovery's that follows, not a checkpoint fault.
+  return state_.CutFailed(clock, st, ServerUnreachable(st), config_.checkpoint().dir()).has_value();
 }
 
 bool JobControl::OnCorruptCheckpoint(const std::string& dir, const absl::Status& why) {
   if (config_.checkpoint().on_corrupt() != CheckpointConfig::FALL_BACK) {
-    MutexLock lock(&state_.mu);
     state_.Fail(absl::StrCat(
         "checkpoint ", dir, " is corrupt: ", why.message(),
         "; refusing to fall back to an older one (repair or remove it, or set "
@@ -168,7 +117,6 @@ bool JobControl::OnCorruptCheckpoint(const std::string& dir, const absl::Status&
   }
   auto aside = SetCheckpointAside(dir, absl::Now());
   if (!aside.ok()) {
-    MutexLock lock(&state_.mu);
     state_.Fail(absl::StrCat("checkpoint ", dir, " is corrupt (", why.message(),
                              ") and cannot be set aside: ", aside.status().message()));
     return false;

@@ -57,7 +57,7 @@ struct ReshardInput {
   uint32_t target_servers = 0;  // N > 0.
 };
 
-struct PartitionMove {
+struct MovedPartition {
   uint32_t partition = 0;
   uint32_t from = 0;
   uint32_t to = 0;
@@ -66,8 +66,8 @@ struct PartitionMove {
 };
 
 struct ReshardPlan {
-  std::vector<uint32_t> owner;       // The new owner of every partition.
-  std::vector<PartitionMove> moves;  // In partition order.
+  std::vector<uint32_t> owner;        // The new owner of every partition.
+  std::vector<MovedPartition> moves;  // In partition order.
   uint64_t rows_moved = 0;
   uint64_t bytes_moved = 0;
   // Per server (size N): rows and partitions it holds after the moves.

@@ -41,7 +41,7 @@ TEST(ReshardPlanTest, GrowTwoToThreeMovesTheFewestEqualPartitions) {
   // T = 1365.33: each old server keeps floor(T + 1) = 1366, sheds 682.
   EXPECT_EQ(plan.moves.size(), 2u * (2048 - 1366));
   EXPECT_EQ(plan.server_partitions, (std::vector<uint32_t>{1366, 1366, 1364}));
-  for (const PartitionMove& m : plan.moves) {
+  for (const MovedPartition& m : plan.moves) {
     EXPECT_EQ(m.to, 2u) << "partition " << m.partition;
     EXPECT_EQ(m.from, in.owner[m.partition]);
   }
@@ -59,7 +59,7 @@ TEST(ReshardPlanTest, ShrinkMovesOnlyTheDrainedServersPartitions) {
   uint32_t drained = 0;
   for (uint32_t owner : in.owner) drained += owner == 2;
   EXPECT_EQ(plan.moves.size(), drained);
-  for (const PartitionMove& m : plan.moves) EXPECT_EQ(m.from, 2u);
+  for (const MovedPartition& m : plan.moves) EXPECT_EQ(m.from, 2u);
   EXPECT_EQ(plan.server_partitions[0] + plan.server_partitions[1], 4096u);
 }
 
@@ -89,7 +89,7 @@ TEST(ReshardPlanTest, TwoToThreeToTwoEndsBalancedWithEveryPartitionOwned) {
   const UpAndDown plans = PlanUpAndDown(100, 50);
   const ReshardInput& in = plans.in;
   const ReshardPlan& down = plans.down;
-  for (const PartitionMove& m : down.moves) EXPECT_EQ(m.from, 2u) << m.partition;
+  for (const MovedPartition& m : down.moves) EXPECT_EQ(m.from, 2u) << m.partition;
   uint64_t rows = 0;
   for (uint64_t r : down.server_rows) rows += r;
   uint64_t total = 0;
@@ -102,7 +102,7 @@ TEST(ReshardPlanTest, TwoToThreeToTwoEndsBalancedWithEveryPartitionOwned) {
 int MoveRuns(const ReshardPlan& plan) {
   int runs = 0;
   for (size_t i = 0; i < plan.moves.size(); ++i) {
-    const PartitionMove& m = plan.moves[i];
+    const MovedPartition& m = plan.moves[i];
     if (i == 0 || m.partition != plan.moves[i - 1].partition + 1 ||
         m.from != plan.moves[i - 1].from || m.to != plan.moves[i - 1].to) {
       ++runs;
@@ -123,7 +123,7 @@ TEST(ReshardPlanTest, MovesStayInContiguousRanges) {
   EXPECT_LE(MoveRuns(down), 3);
   for (uint32_t to : {0u, 1u}) {
     EXPECT_TRUE(std::any_of(down.moves.begin(), down.moves.end(),
-                            [to](const PartitionMove& m) { return m.to == to; }))
+                            [to](const MovedPartition& m) { return m.to == to; }))
         << "server " << to << " takes part of the drained server's rows";
   }
 }

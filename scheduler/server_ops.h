@@ -49,6 +49,14 @@ struct RestoreStats {
   absl::Duration paced;  // A pre-copy's sleeps (cluster.move_mb_per_s).
 };
 
+// A ServerOps call that failed because a server is gone or unreachable
+// (or restarted: it refuses the generation as stale), rather than for a
+// reason of its own: the recovery that follows handles it.
+inline bool ServerUnreachable(const absl::Status& st) {
+  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) || absl::IsCancelled(st) ||
+         absl::IsAborted(st) || st.message().find("stale generation") != absl::string_view::npos;
+}
+
 class ServerOps {
  public:
   virtual ~ServerOps() = default;
