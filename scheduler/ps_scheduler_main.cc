@@ -248,7 +248,6 @@ shardps::JobStatusResponse WaitUntilMembersHeard(const shardps::JobConfig& confi
   return status;
 }
 
-// Logs the recoveries and prints the PS_JOB_RESULT line.
 // training.eval_every_epochs into clocks (common/eval_cadence.h); false
 // (logged) if it cannot be.
 bool ResolveEvalCadence(shardps::JobConfig* config) {
@@ -265,6 +264,7 @@ bool ResolveEvalCadence(shardps::JobConfig* config) {
   return true;
 }
 
+// Logs the recoveries and prints the PS_JOB_RESULT line.
 void PrintJobResult(const shardps::JobStatusResponse& status) {
   // Recoveries that rolled something back or restored a server (a job
   // resumed at its start and a scheduler takeover are listed, not counted).
@@ -294,6 +294,30 @@ void PrintJobResult(const shardps::JobStatusResponse& status) {
           ? absl::StrCat(" untrained_samples=", status.untrained_samples()).c_str()
           : "");
   std::fflush(stdout);
+}
+
+// Runs the started job to its end (or SIGINT/SIGTERM), waits for the
+// members to hear of it, stops serving and prints PS_JOB_RESULT. Returns the
+// exit status: 0 when the job is done, 1 otherwise.
+int RunToTheEnd(const shardps::JobConfig& config, shardps::JobCoordinator* job,
+                grpc::Server* server) {
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  absl::Status result = absl::DeadlineExceededError("");
+  while (absl::IsDeadlineExceeded(result) && !g_interrupted) {
+    result = job->WaitDone(absl::Now() + absl::Milliseconds(200));
+  }
+  if (g_interrupted) result = absl::CancelledError("interrupted");
+  const shardps::JobStatusResponse status =
+      WaitUntilMembersHeard(config, job, /*failed=*/!result.ok() && !g_interrupted);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  PrintJobResult(status);
+  if (!result.ok()) {
+    LOG(ERROR) << result.message() << "\n" << status.summary();
+    return 1;
+  }
+  LOG(INFO) << "job done\n" << status.summary();
+  return 0;
 }
 
 }  // namespace
@@ -364,22 +388,5 @@ int main(int argc, char** argv) {
   std::unique_ptr<shardps::CheckpointDirLock> dir_lock;  // Held until the process exits.
   if (!CheckCheckpointsAtStart(*config, address, &job, ops.get(), &dir_lock)) return 2;
   job.Start();
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-
-  absl::Status result = absl::DeadlineExceededError("");
-  while (absl::IsDeadlineExceeded(result) && !g_interrupted) {
-    result = job.WaitDone(absl::Now() + absl::Milliseconds(200));
-  }
-  if (g_interrupted) result = absl::CancelledError("interrupted");
-  const shardps::JobStatusResponse status =
-      WaitUntilMembersHeard(*config, &job, /*failed=*/!result.ok() && !g_interrupted);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  PrintJobResult(status);
-  if (!result.ok()) {
-    LOG(ERROR) << result.message() << "\n" << status.summary();
-    return 1;
-  }
-  LOG(INFO) << "job done\n" << status.summary();
-  return 0;
+  return RunToTheEnd(*config, &job, server.get());
 }

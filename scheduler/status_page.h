@@ -4,8 +4,9 @@
 // A StatusPage samples the job once per `sample_every` (JobCoordinator::
 // JobStatus through a callback), keeps a bounded time series of throughput,
 // train loss, eval AUC and clocks (the last `max_points` samples: one hour at
-// one per second), refreshes the scheduler's Prometheus series, and, when
-// `listen` is set, serves over HTTP (CivetWeb):
+// one per second), refreshes the scheduler's Prometheus series
+// (status_metrics.h), and, when `listen` is set, serves over HTTP
+// (CivetWeb):
 //
 //   GET /             a self-contained HTML page (inline JS and SVG, no
 //                     external assets) that polls /status.json and draws the
@@ -13,14 +14,6 @@
 //   GET /status.json  {job, state, elapsed_sec, clocks, throughput, loss,
 //                     auc, members[], history[], checkpoints[]} (see
 //                     StatusJson).
-//
-// Prometheus series (ExportJobMetrics): shardps_scheduler_worker_clock{rank},
-// shardps_scheduler_{min,max}_clock, shardps_scheduler_clock_spread (current
-// max - min), shardps_scheduler_max_spread (largest seen),
-// shardps_scheduler_member_state{role,index,state} (1 for the member's state,
-// 0 for the others), shardps_scheduler_job_state{state},
-// shardps_scheduler_samples_per_second, shardps_scheduler_train_loss,
-// shardps_scheduler_eval_auc, shardps_scheduler_samples.
 //
 // Thread-safe. The callbacks run on the sampler thread; they must not call
 // back into the StatusPage.
@@ -79,9 +72,6 @@ std::string StatusJson(const JobStatusResponse& status, const std::vector<Status
 
 // The / page.
 const std::string& StatusHtml();
-
-// Sets the scheduler's Prometheus series from a snapshot (see above).
-void ExportJobMetrics(const JobStatusResponse& status);
 
 class StatusPage {
  public:

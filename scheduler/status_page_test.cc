@@ -14,6 +14,7 @@
 #include "common/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/status_metrics.h"
 
 namespace shardps {
 namespace {
