@@ -38,7 +38,8 @@ TSAN_TARGETS=(
   //scheduler:job_recovery_test //scheduler:job_worker_loss_test //scheduler:worker_loss_test
   //scheduler:cut_book_test //scheduler:recovery_book_test //scheduler:takeover_test
   //scheduler:job_state_test //scheduler:job_control_test //scheduler:job_reshard_test
-  //scheduler:reshard_plan_test
+  //scheduler:reshard_plan_test //scheduler:checkpoint_chain_test //scheduler:partition_move_test
+  //scheduler:worker_book_test
   //common/checkpoint/...
   //worker/data/...
 )
