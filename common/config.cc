@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -281,6 +282,32 @@ constexpr uint32_t kMaxBatchSize = 1u << 24;
 constexpr uint32_t kMaxIntraOpThreads = 1024;
 constexpr double kMaxEvalEveryEpochs = 1e6;
 
+// The model's kind and what it needs: a TORCHSCRIPT model its file and its
+// dense table; torchscript_file only with that kind.
+void ValidateModelKind(const ModelConfig& m, Validator* v) {
+  if (!ModelConfig::Kind_IsValid(m.kind())) {
+    v->Error({{"model"}, {"kind"}}, "must be DLRM or TORCHSCRIPT");
+    return;
+  }
+  if (m.kind() != ModelConfig::TORCHSCRIPT) {
+    if (!m.torchscript_file().empty()) {
+      v->Error({{"model"}, {"torchscript_file"}},
+               absl::StrCat("is read only by kind TORCHSCRIPT (the kind is ",
+                            ModelConfig::Kind_Name(m.kind()), ")"));
+    }
+    return;
+  }
+  if (m.torchscript_file().empty()) {
+    v->Error({{"model"}, {"kind"}},
+             "TORCHSCRIPT needs model.torchscript_file, the module's file (models/script.py "
+             "writes one)");
+  }
+  if (m.dense_table().empty()) {
+    v->Error({{"model"}, {"kind"}},
+             "TORCHSCRIPT needs model.dense_table, the DENSE table of the module's parameters");
+  }
+}
+
 // Fields and the model name tables of the right kind.
 void ValidateRest(const JobConfig& c, Validator* v) {
   for (int i = 0; i < c.fields_size(); ++i) {
@@ -306,6 +333,7 @@ void ValidateRest(const JobConfig& c, Validator* v) {
                "must name a SPARSE table of dim 1 (one first-order weight per id)");
     }
   }
+  ValidateModelKind(m, v);
 }
 
 void ValidateCluster(const JobConfig& c, Validator* v) {
@@ -519,6 +547,15 @@ uint64_t ConfigFingerprint(const JobConfig& config) {
   uint64_t h = 0x243f6a8885a308d3ULL;
   for (unsigned char ch : bytes) h = Mix64(h ^ ch);
   return Mix64(h ^ bytes.size());
+}
+
+uint64_t UnsizedDenseTableSize(const JobConfig& config) {
+  const uint64_t chunk =
+      config.cluster().dense_chunk_size() > 0 ? config.cluster().dense_chunk_size() : 4096;
+  const uint64_t message = config.cluster().max_message_bytes() > 0
+                               ? config.cluster().max_message_bytes()
+                               : uint64_t{64} << 20;
+  return std::max<uint64_t>(1, message / sizeof(float) / chunk) * chunk;
 }
 
 const TableConfig* FindTable(const JobConfig& config, absl::string_view name) {

@@ -41,6 +41,12 @@ uint64_t ConfigFingerprint(const JobConfig& config);
 // former).
 bool PeriodicEvaluation(const TrainingConfig& training);
 
+// The fp32 elements of a DENSE table whose size neither its dense_size nor
+// the servers' knowledge of the model fixes (a TORCHSCRIPT model's, a table
+// no model reads): as many whole cluster.dense_chunk_size chunks as one
+// cluster.max_message_bytes message of fp32 values holds (at least one).
+uint64_t UnsizedDenseTableSize(const JobConfig& config);
+
 // The table named `name`, or nullptr.
 const TableConfig* FindTable(const JobConfig& config, absl::string_view name);
 

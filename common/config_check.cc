@@ -42,6 +42,8 @@ ABSL_FLAG(float, dense_compression, 0,
           "Set training.dense_compression.ratio (0: leave the config's).");
 ABSL_FLAG(std::string, mixed_precision, "",
           "Override training.mixed_precision: FP32, BF16 or FP16.");
+ABSL_FLAG(std::string, torchscript_file, "",
+          "Set model.kind TORCHSCRIPT and model.torchscript_file (the module's file).");
 
 namespace {
 
@@ -102,6 +104,10 @@ absl::Status ApplyOverrides(shardps::JobConfig* c) {
       return absl::InvalidArgumentError("--mixed_precision must be FP32, BF16 or FP16");
     }
     c->mutable_training()->set_mixed_precision(precision);
+  }
+  if (const std::string f = absl::GetFlag(FLAGS_torchscript_file); !f.empty()) {
+    c->mutable_model()->set_kind(shardps::ModelConfig::TORCHSCRIPT);
+    c->mutable_model()->set_torchscript_file(f);
   }
   return shardps::FinalizeJobConfig(c);
 }

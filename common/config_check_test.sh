@@ -58,4 +58,16 @@ grep -q "eval_every_steps" "$dir/out5.pbtxt" && fail "eval_every_steps kept besi
   || fail "refused --eval_every_steps over eval_every_epochs"
 grep -q "eval_every_steps: 7" "$dir/out6.pbtxt" || fail "steps not written"
 grep -q "eval_every_epochs" "$dir/out6.pbtxt" && fail "eval_every_epochs kept beside steps"
+
+# --torchscript_file makes the model the module (the launcher's --model);
+# without a dense table to hold its parameters it is refused, naming it.
+out=$("$CHECK" "$dir/ok.pbtxt" --write="$dir/out7.pbtxt" --torchscript_file=/m/tower.pt 2>&1) \
+  && fail "accepted a TORCHSCRIPT model without model.dense_table"
+echo "$out" | grep -q "model.kind: TORCHSCRIPT needs model.dense_table" || fail "not named: $out"
+sed 's/^cluster/tables { id: 2 name: "mlp" kind: DENSE optimizer { adagrad { learning_rate: 0.1 } } }\nmodel { dense_table: "mlp" }\ncluster/' \
+  "$dir/ok.pbtxt" > "$dir/dense.pbtxt"
+"$CHECK" "$dir/dense.pbtxt" --write="$dir/out8.pbtxt" --torchscript_file=/m/tower.pt \
+  || fail "refused --torchscript_file"
+grep -q "kind: TORCHSCRIPT" "$dir/out8.pbtxt" || fail "kind not written: $(cat "$dir/out8.pbtxt")"
+grep -q 'torchscript_file: "/m/tower.pt"' "$dir/out8.pbtxt" || fail "file not written"
 echo PASS

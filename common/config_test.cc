@@ -191,6 +191,35 @@ TEST(ConfigTest, AWideTableIsASparseTableOfDimOne) {
                   .ok());
 }
 
+TEST(ConfigTest, ATorchScriptModelNeedsItsFileAndADenseTable) {
+  const std::string dense = absl::StrCat(
+      kValid,
+      "tables { id: 2 name: \"mlp\" kind: DENSE optimizer { adagrad { learning_rate: 0.1 "
+      "} } }\n");
+  auto ok = ParseJobConfig(
+      absl::StrCat(dense,
+                   "model { kind: TORCHSCRIPT torchscript_file: \"t.pt\" dense_table: \"mlp\" }"),
+      "job.pbtxt");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->model().torchscript_file(), "t.pt");
+  ExpectRefused(absl::StrCat(dense, "model {\n kind: TORCHSCRIPT dense_table: \"mlp\" }"),
+                {"bad.pbtxt:13:2: model.kind: TORCHSCRIPT needs model.torchscript_file"});
+  ExpectRefused(absl::StrCat(dense, "model { kind: TORCHSCRIPT torchscript_file: \"t.pt\" }"),
+                {"model.kind: TORCHSCRIPT needs model.dense_table"});
+  ExpectRefused(absl::StrCat(dense, "model { kind: DLRM torchscript_file: \"t.pt\" }"),
+                {"model.torchscript_file: is read only by kind TORCHSCRIPT (the kind is DLRM)"});
+  ExpectRefused(absl::StrCat(dense, "model { kind: 7 }"), {"model.kind: must be DLRM or"});
+}
+
+TEST(ConfigTest, UnsizedDenseTablesHoldOneMessage) {
+  JobConfig c;
+  c.mutable_cluster()->set_dense_chunk_size(4096);
+  c.mutable_cluster()->set_max_message_bytes(64 << 20);
+  EXPECT_EQ(UnsizedDenseTableSize(c), (64u << 20) / 4);
+  c.mutable_cluster()->set_max_message_bytes(1000);  // Less than a chunk: one chunk.
+  EXPECT_EQ(UnsizedDenseTableSize(c), 4096u);
+}
+
 TEST(ConfigTest, LearningRateScheduleIsCheckedByName) {
   ExpectRefused(std::string(kValid) + "training { lr_schedule { decay: COSINE min_scale: 1.5 } }\n",
                 {"training.lr_schedule.min_scale", "must be in [0, 1]", "1.5"});

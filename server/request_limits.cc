@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/config.h"
 
 namespace shardps {
 namespace {
@@ -86,15 +87,9 @@ absl::StatusOr<TableConfig> ResolveLimits(const JobConfig& config, const TableCo
   if (t.max_gradient_abs() == 0) t.set_max_gradient_abs(kDefaultMaxGradientAbs);
   if (t.kind() == TableConfig::DENSE) {
     if (t.dense_size() == 0) {
-      const uint64_t chunk =
-          config.cluster().dense_chunk_size() > 0 ? config.cluster().dense_chunk_size() : 4096;
       const uint64_t model =
           config.model().dense_table() == t.name() ? ModelDenseParams(config) : 0;
-      const uint64_t message = config.cluster().max_message_bytes() > 0
-                                   ? config.cluster().max_message_bytes()
-                                   : uint64_t{64} << 20;
-      const uint64_t chunks = std::max<uint64_t>(1, message / sizeof(float) / chunk);
-      t.set_dense_size(model > 0 ? model : chunks * chunk);
+      t.set_dense_size(model > 0 ? model : UnsizedDenseTableSize(config));
     }
   } else if (t.max_keys_per_request() == 0) {
     const uint64_t batch =

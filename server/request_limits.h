@@ -15,9 +15,11 @@
 //  - Dense chunks (TableConfig.dense_size). A DENSE table with dense_size 0
 //    gets the size of the model (model.dense_table of a DLRM: the worker's
 //    flat buffer, worker/model/dlrm.cc); a dense table the config does not
-//    size gets as many chunks as one max_message_bytes message of fp32
-//    values holds. Chunk indexes at or past it are refused (pull, push,
-//    InitRows).
+//    size otherwise (a TORCHSCRIPT model's: servers do not load the module,
+//    and its worker refuses a module larger than this) gets as many chunks
+//    as one max_message_bytes message of fp32 values holds
+//    (UnsizedDenseTableSize, common/config.h). Chunk indexes at or past it
+//    are refused (pull, push, InitRows).
 //  - Gradient magnitude (TableConfig.max_gradient_abs, 0 = 1e6). A gradient
 //    element whose magnitude exceeds it is treated as a non-finite one: the
 //    table's non_finite policy refuses the push (REJECT) or skips and counts
@@ -45,7 +47,7 @@ inline constexpr uint64_t kMultiHotKeysPerField = 64;
 // it (DLRM: bottom MLP from data.num_dense, top MLP from the bottom's width
 // plus the pairwise dots of 1 + #fields vectors, one final unit), or 0 if
 // the config does not determine it (no bottom_mlp, no sparse table, another
-// model kind).
+// model kind: a TORCHSCRIPT module's size is in its file).
 uint64_t ModelDenseParams(const JobConfig& config);
 
 // `table` (of finalized `config`) with dense_size (DENSE), max_keys_per_request

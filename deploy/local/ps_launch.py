@@ -185,6 +185,9 @@ def parse_args():
                         "eval_every_steps)")
     p.add_argument("--dense_compression", type=float, default=0,
                    help="training.dense_compression.ratio, in (0, 1] (top-k with error feedback)")
+    p.add_argument("--model", default="",
+                   help="a TorchScript module (python3 models/script.py writes one): the job's "
+                   "model instead of the config's (model.kind TORCHSCRIPT)")
     p.add_argument("--mixed_precision", choices=["FP32", "BF16", "FP16"],
                    help="training.mixed_precision of the workers' forward pass")
     p.add_argument("--heartbeat_ms", type=int, default=0)
@@ -464,6 +467,11 @@ def main():
         check.append("--mode=" + args.mode)
     if args.mixed_precision:
         check.append("--mixed_precision=" + args.mixed_precision)
+    if args.model:
+        if not os.path.isfile(args.model):
+            sys.exit("ps_launch: --model %s: no such file" % args.model)
+        # Absolute: every process reads it from its own working directory.
+        check.append("--torchscript_file=" + os.path.abspath(args.model))
     out = subprocess.run(check, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit("ps_launch: bad job config:\n" + out.stderr)

@@ -63,7 +63,7 @@ absl::StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(const ModelSpec& spec,
   return model;
 }
 
-torch::Tensor Dlrm::Logits(const ForwardInputs& x) const {
+torch::Tensor Dlrm::Logits(const ForwardInputs& x) {
   torch::Tensor bottom = layout().Mlp(x.params, bottom_, x.dense, /*relu_last=*/true);
   std::vector<torch::Tensor> parts = {bottom.unsqueeze(0)};
   const int wide = spec().wide_table;

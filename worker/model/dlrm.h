@@ -48,7 +48,7 @@ class Dlrm final : public TorchModel {
   std::string DebugString() const override;
 
  protected:
-  torch::Tensor Logits(const ForwardInputs& x) const override;
+  torch::Tensor Logits(const ForwardInputs& x) override;
 
  private:
   Dlrm(const ModelSpec& spec, const ModelOptions& options);

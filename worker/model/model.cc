@@ -119,6 +119,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const JobConfig& config) {
   spec.num_dense = config.data().num_dense() == 0 ? 13 : config.data().num_dense();
   for (uint32_t h : config.model().bottom_mlp()) spec.bottom_mlp.push_back(h);
   for (uint32_t h : config.model().top_mlp()) spec.top_mlp.push_back(h);
+  spec.torchscript_file = config.model().torchscript_file();
 
   const std::string& wide = config.model().wide_table();
   std::vector<FieldConfig> fields(config.fields().begin(), config.fields().end());

@@ -64,6 +64,7 @@ struct ModelSpec {
   // Index into `tables` of the first-order table (ModelConfig.wide_table:
   // dim 1, its fields' rows summed into the logit), or -1.
   int wide_table = -1;
+  std::string torchscript_file;  // TORCHSCRIPT: the module's file.
 };
 
 // Resolves the model's view of a finalized JobConfig (common/config.h). With

@@ -16,15 +16,18 @@
 
 namespace shardps {
 
-// The model `spec.kind` names (DLRM today). INVALID_ARGUMENT if the spec
-// does not fit the model (see e.g. Dlrm::Create); UNIMPLEMENTED for an
-// unknown kind; INTERNAL on a LibTorch failure.
+// The model `spec.kind` names (DLRM, TORCHSCRIPT). INVALID_ARGUMENT if the
+// spec does not fit the model (see e.g. Dlrm::Create) or the module is
+// refused (TorchScriptModel::Create; NOT_FOUND if its file is missing);
+// UNIMPLEMENTED for an unknown kind; INTERNAL on a LibTorch failure.
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
                                                    const ModelOptions& options);
 
 // ModelSpecFromConfig + CreateModel (float32 on `device`). Also checks the
-// model's dense table (model.dense_table) if it has an explicit dense_size:
-// INVALID_ARGUMENT unless it equals NumDenseParams().
+// model's dense table (model.dense_table): INVALID_ARGUMENT if it has an
+// explicit dense_size other than NumDenseParams(), or none and the model is
+// a TORCHSCRIPT module larger than the servers' bound for an unsized table
+// (UnsizedDenseTableSize, common/config.h).
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const JobConfig& config, c10::Device device);
 
 // The same with every option given: the trainer's, in the precision of

@@ -71,9 +71,13 @@ torch::Tensor DenseLayout::Mlp(const torch::Tensor& flat, const std::vector<int>
 }
 
 void CopyToHost(const torch::Tensor& t, std::vector<float>* out) {
+  out->resize(static_cast<size_t>(t.numel()));
+  CopyToHost(t, out->data());
+}
+
+void CopyToHost(const torch::Tensor& t, float* out) {
   torch::Tensor h = t.detach().to(torch::kCPU, torch::kFloat).contiguous();
-  out->resize(static_cast<size_t>(h.numel()));
-  if (!out->empty()) std::memcpy(out->data(), h.data_ptr<float>(), out->size() * sizeof(float));
+  if (h.numel() > 0) std::memcpy(out, h.data_ptr<float>(), h.numel() * sizeof(float));
 }
 
 TorchModel::TorchModel(ModelSpec spec, ModelOptions options)
@@ -93,6 +97,11 @@ TorchModel::TorchModel(ModelSpec spec, ModelOptions options)
 TorchModel::~TorchModel() = default;
 
 void TorchModel::InitDenseParams(uint64_t seed, float* out) const { layout_.Init(seed, out); }
+
+std::vector<TorchModel::DenseLeaf> TorchModel::BindDense(torch::Tensor& flat, bool backward) {
+  flat.requires_grad_(backward);
+  return {{flat, 0}};
+}
 
 torch::TensorOptions TorchModel::tensor_options() const {
   return torch::TensorOptions()
@@ -226,7 +235,7 @@ void TorchModel::Run(const ModelInputs& in, bool backward, StepResult* result) {
   ForwardInputs x;
   x.batch_size = b;
   x.params = FloatInput(in.dense_params, {NumDenseParams()}, kParamsSlot);
-  x.params.requires_grad_(backward);
+  const std::vector<DenseLeaf> dense_leaves = BindDense(x.params, backward);
   x.dense = FloatInput(in.dense, {b, spec_.num_dense}, kDenseSlot);
   std::vector<torch::Tensor> rows(spec_.tables.size());
   for (size_t t = 0; t < spec_.tables.size(); ++t) {
@@ -261,7 +270,14 @@ void TorchModel::Run(const ModelInputs& in, bool backward, StepResult* result) {
       out->assign(static_cast<size_t>(leaf.numel()), 0.0f);  // Unused leaf.
     }
   };
-  grad_of(x.params, &result->dense_grad);
+  if (dense_leaves.size() == 1 && dense_leaves[0].leaf.numel() == NumDenseParams()) {
+    grad_of(dense_leaves[0].leaf, &result->dense_grad);
+  } else {
+    result->dense_grad.assign(static_cast<size_t>(NumDenseParams()), 0.0f);
+    for (const DenseLeaf& d : dense_leaves) {
+      if (d.leaf.grad().defined()) CopyToHost(d.leaf.grad(), result->dense_grad.data() + d.offset);
+    }
+  }
   for (size_t t = 0; t < rows.size(); ++t) grad_of(rows[t], &result->table_grads[t]);
   if (fp16) {
     std::vector<std::vector<float>*> grads = {&result->dense_grad};

@@ -1,7 +1,7 @@
 // The LibTorch half of every model: a base class that turns ModelInputs into
 // tensors, pools the embedding bags, runs the loss and the backward pass and
-// copies gradients out, so that a model (DLRM, Wide&Deep, DeepFM) only
-// declares its dense parameters and writes its forward pass:
+// copies gradients out, so that a model (the built-in DLRM, a TorchScript
+// module) only declares its dense parameters and writes its forward pass:
 //
 //   class WideDeep final : public TorchModel {
 //    public:
@@ -10,7 +10,7 @@
 //     }
 //     std::string DebugString() const override { return "Wide&Deep ..."; }
 //    protected:
-//     torch::Tensor Logits(const ForwardInputs& x) const override {
+//     torch::Tensor Logits(const ForwardInputs& x) override {
 //       return layout().Mlp(x.params, deep_, Concat(x), /*relu_last=*/false) + ...;
 //     }
 //   };
@@ -20,7 +20,9 @@
 // Dense parameters are views (narrow + view) into ONE flat leaf tensor, so the
 // flat tensor's gradient is the dense table's gradient, in the layout that
 // DenseLayout fixes (layers in registration order; weight [out, in]
-// row-major, then bias [out]).
+// row-major, then bias [out]). A model whose parameters are separate
+// tensors (TorchScriptModel) overrides BindDense: each tensor a view of the
+// flat buffer and a leaf of its own, whose gradient is copied to its offset.
 //
 // This header includes torch/torch.h: only model implementations include it.
 // Thread-safety: as Model.
@@ -91,8 +93,9 @@ class TorchModel : public Model {
 
   const ModelSpec& spec() const final { return spec_; }
   const ModelOptions& options() const final { return options_; }
-  int64_t NumDenseParams() const final { return layout_.size(); }
-  void InitDenseParams(uint64_t seed, float* out) const final;
+  // DenseLayout's, unless a subclass has parameters of its own.
+  int64_t NumDenseParams() const override { return layout_.size(); }
+  void InitDenseParams(uint64_t seed, float* out) const override;
   using Model::ForwardBackward;
   absl::Status ForwardBackward(const ModelInputs& in, bool backward, StepResult* result) final;
 
@@ -106,8 +109,21 @@ class TorchModel : public Model {
   const DenseLayout& layout() const { return layout_; }
   torch::TensorOptions tensor_options() const;
 
+  // A leaf the dense gradient is read from: its gradient is elements
+  // [offset, offset + numel) of the flat buffer's.
+  struct DenseLeaf {
+    torch::Tensor leaf;
+    int64_t offset = 0;
+  };
+  // Called once a step before Logits with the flat buffer (a tensor that
+  // does not require grad): readies what Logits reads and returns the leaves
+  // to read the gradient from (when `backward`). The default makes `flat`
+  // itself the leaf (it requires grad when `backward`; x.params is it).
+  // May throw c10::Error.
+  virtual std::vector<DenseLeaf> BindDense(torch::Tensor& flat, bool backward);
+
   // The model proper: logits [B] (or [B, 1]). May throw c10::Error.
-  virtual torch::Tensor Logits(const ForwardInputs& x) const = 0;
+  virtual torch::Tensor Logits(const ForwardInputs& x) = 0;
 
  private:
   // Host data -> tensor on the device in the compute dtype (float data) or
@@ -139,6 +155,8 @@ class TorchModel : public Model {
 // Copies a tensor's elements (any device, any floating dtype) into `out` as
 // float, resizing it.
 void CopyToHost(const torch::Tensor& t, std::vector<float>* out);
+// The same into out[0 .. t.numel()).
+void CopyToHost(const torch::Tensor& t, float* out);
 
 }  // namespace shardps
 

@@ -1,0 +1,70 @@
+"""What the zoo's models share: the job's input shape and small layers.
+
+A model is built from the job's shape (`spec`, what `ps_model_spec` prints
+for a job config):
+
+  {"num_dense": 13,
+   "fields": [{"name": "C1", "table": "categorical", "dim": 16,
+               "pooling": "SUM", "wide": false}, ...],
+   "bottom_mlp": [64, 16], "top_mlp": [64, 32]}
+
+and its forward is the worker's contract (docs/models.md):
+
+  forward(dense: Tensor[B, num_dense], sparse: List[Tensor]) -> Tensor[B]
+
+sparse[f] being field f's pooled embedding [B, dim of its table], in the
+config's field order. A field marked "wide" reads the config's
+model.wide_table (dim 1): a first-order weight per id, which the models add
+to the logit instead of treating as an embedding.
+"""
+from typing import List
+
+import torch
+from torch import nn
+
+
+def mlp(in_dim: int, sizes: List[int], relu_last: bool) -> nn.Sequential:
+    """Linear layers in_dim -> sizes[0] -> ... with a ReLU after each one
+    (after the last too if relu_last)."""
+    layers: List[nn.Module] = []
+    for i, out in enumerate(sizes):
+        layers.append(nn.Linear(in_dim, out))
+        if relu_last or i + 1 < len(sizes):
+            layers.append(nn.ReLU())
+        in_dim = out
+    return nn.Sequential(*layers)
+
+
+def split_fields(spec):
+    """(deep, wide): the indices of the embedding fields and of the
+    first-order (wide) fields; every deep field's dim must be the same."""
+    deep = [i for i, f in enumerate(spec["fields"]) if not f["wide"]]
+    wide = [i for i, f in enumerate(spec["fields"]) if f["wide"]]
+    if not deep:
+        raise ValueError("the job has no embedding fields (every field reads the wide table)")
+    dims = sorted({spec["fields"][i]["dim"] for i in deep})
+    if len(dims) != 1:
+        raise ValueError("this model needs one embedding dim for every field, the job has %s"
+                         % dims)
+    return deep, wide
+
+
+class FirstOrder(nn.Module):
+    wide: List[int]
+
+    """The sum of the wide fields' [B, 1] rows: [B] (zeros without any)."""
+
+    def __init__(self, wide: List[int]):
+        super().__init__()
+        self.wide = wide
+
+    def forward(self, sparse: List[torch.Tensor]) -> torch.Tensor:
+        out = torch.zeros_like(sparse[0][:, 0])
+        for i in self.wide:
+            out = out + sparse[i][:, 0]
+        return out
+
+
+def stack_fields(sparse: List[torch.Tensor], fields: List[int]) -> torch.Tensor:
+    """The fields' embeddings as [B, len(fields), dim]."""
+    return torch.stack([sparse[i] for i in fields], dim=1)
