@@ -16,11 +16,41 @@ sparse[f] being field f's pooled embedding [B, dim of its table], in the
 config's field order. A field marked "wide" reads the config's
 model.wide_table (dim 1): a first-order weight per id, which the models add
 to the logit instead of treating as an embedding.
+
+Importing this file declares the operator the workers provide,
+torch.ops.shardps.pairwise_dots (see _declare_shardps_ops).
 """
 from typing import List
 
 import torch
 from torch import nn
+
+
+def _pairwise_dots_reference(x: torch.Tensor) -> torch.Tensor:
+    n = x.size(1)
+    upper = torch.triu_indices(n, n, 1, device=x.device)
+    gram = torch.bmm(x, x.transpose(1, 2)).flatten(1)
+    return gram.index_select(1, upper[0] * n + upper[1])
+
+
+def _declare_shardps_ops(keep=[]):
+    """Declares shardps::pairwise_dots(x [B, n, d]) -> [B, n(n-1)/2], the
+    dots of the pairs i < j in row-major order, with a bmm reference, unless
+    it is there already. The workers register the same operator with their
+    fused kernel (worker/model/interaction_op.cc): a module scripted here
+    runs that kernel there."""
+    try:
+        torch.ops.shardps.pairwise_dots
+        return
+    except (AttributeError, RuntimeError):
+        pass
+    lib = torch.library.Library("shardps", "DEF")
+    lib.define("pairwise_dots(Tensor x) -> Tensor")
+    lib.impl("pairwise_dots", _pairwise_dots_reference, "CompositeImplicitAutograd")
+    keep.append(lib)  # The declaration lives as long as the library object.
+
+
+_declare_shardps_ops()
 
 
 def mlp(in_dim: int, sizes: List[int], relu_last: bool) -> nn.Sequential:
@@ -59,10 +89,10 @@ class FirstOrder(nn.Module):
         self.wide = wide
 
     def forward(self, sparse: List[torch.Tensor]) -> torch.Tensor:
-        out = torch.zeros_like(sparse[0][:, 0])
-        for i in self.wide:
-            out = out + sparse[i][:, 0]
-        return out
+        if len(self.wide) == 0:
+            return torch.zeros_like(sparse[0][:, 0])
+        # One cat and one sum: a backward of two ops, not one per field.
+        return torch.cat([sparse[i] for i in self.wide], dim=1).sum(dim=1)
 
 
 def stack_fields(sparse: List[torch.Tensor], fields: List[int]) -> torch.Tensor:

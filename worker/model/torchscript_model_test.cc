@@ -101,10 +101,8 @@ void ExpectNear(const std::vector<float>& a, const std::vector<float>& b, float 
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol) << what << "[" << i << "]";
 }
 
-// The zoo's DLRM is the built-in network: the same parameters in the same
-// flat order give the same predictions and gradients.
-TEST(TorchScriptModelTest, ScriptedDlrmComputesWhatTheBuiltInDoes) {
-  auto scripted = Load("dlrm");
+void ExpectSameAsBuiltInDlrm(const std::string& module) {
+  auto scripted = Load(module);
   ASSERT_TRUE(scripted.ok()) << scripted.status();
   ModelSpec dlrm_spec = TinySpec("");
   dlrm_spec.kind = ModelConfig::DLRM;
@@ -123,6 +121,16 @@ TEST(TorchScriptModelTest, ScriptedDlrmComputesWhatTheBuiltInDoes) {
   double norm = 0;
   for (float g : a.dense_grad) norm += std::fabs(g);
   EXPECT_GT(norm, 0.0);
+}
+
+// The zoo's DLRM is the built-in network: the same parameters in the same
+// flat order give the same predictions and gradients, with the workers'
+// fused interaction (shardps::pairwise_dots) or plain torch's bmm.
+TEST(TorchScriptModelTest, ScriptedDlrmComputesWhatTheBuiltInDoes) {
+  for (const char* module : {"dlrm", "dlrm_bmm"}) {
+    SCOPED_TRACE(module);
+    ExpectSameAsBuiltInDlrm(module);
+  }
 }
 
 // The parameters in named_parameters() order are the flat buffer, and their

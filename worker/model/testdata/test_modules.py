@@ -2,8 +2,9 @@
 """Writes the TorchScript modules worker/model's tests load (run by a Bazel
 genrule at build time; nothing here is committed as a .pt):
 
-  the zoo's dlrm, dcn_v2, deepfm, wide_deep and mmoe for the tests' tiny job
-  (through models/script.py, the user's command), and modules each of which
+  the zoo's dlrm (also with interaction=bmm), dcn_v2, deepfm, wide_deep and
+  mmoe for the tests' tiny job (through models/script.py, the user's
+  command), and modules each of which
   a worker must refuse or treat in a particular way.
 
   test_modules.py --script models/script.py --out_dir DIR
@@ -146,9 +147,10 @@ def main():
     spec = os.path.join(args.out_dir, "tiny_spec.json")
     with open(spec, "w") as f:
         json.dump(SPEC, f)
-    for name in ZOO:
+    for name, options in [(m, []) for m in ZOO] + [("dlrm", ["--set", "interaction=bmm"])]:
+        out = name + ("_bmm" if options else "") + ".pt"
         subprocess.run([sys.executable, args.script, name, "--spec", spec, "--out",
-                        os.path.join(args.out_dir, name + ".pt")], check=True,
+                        os.path.join(args.out_dir, out)] + options, check=True,
                        stdout=subprocess.DEVNULL)
     torch.manual_seed(1)
     for name, cls in SCRIPTED.items():
