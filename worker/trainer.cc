@@ -262,6 +262,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions options)
   }
   options.model_options.precision = PrecisionFromConfig(options.config);
   ASSIGN_OR_RETURN(auto model, CreateModel(options.config, options.model_options));
+  LOG(INFO) << "model: " << model->DebugString();
   const uint32_t chunk = options.config.cluster().dense_chunk_size();
   const uint32_t dense_id = dense->id();
   return std::unique_ptr<Trainer>(
