@@ -13,35 +13,12 @@
 #include "gtest/gtest.h"
 #include "torch/torch.h"
 #include "worker/model/model.h"
+#include "worker/model/test_batch.h"
 
 namespace shardps {
 namespace {
 
-// A batch that owns its buffers and lends them out as ModelInputs.
-struct Batch {
-  int64_t batch_size = 0;
-  std::vector<float> labels, dense, params;
-  std::vector<std::vector<float>> rows;       // Per table.
-  std::vector<std::vector<int64_t>> indices;  // Per field.
-  std::vector<std::vector<int64_t>> offsets;  // Per field.
-  std::vector<TableRows> table_views;
-  std::vector<FieldBag> field_views;
-
-  ModelInputs Inputs() {
-    table_views.clear();
-    for (const auto& r : rows) table_views.push_back({r});
-    field_views.clear();
-    for (size_t f = 0; f < indices.size(); ++f) field_views.push_back({indices[f], offsets[f]});
-    ModelInputs in;
-    in.batch_size = batch_size;
-    in.labels = labels;
-    in.dense = dense;
-    in.dense_params = params;
-    in.tables = table_views;
-    in.fields = field_views;
-    return in;
-  }
-};
+using testing::Batch;
 
 // Tiny DLRM: 3 dense features, tables A (fields f0, f1, sum) and B (field
 // f2, mean), dim 4, bottom [5, 4], top [6].

@@ -12,6 +12,7 @@
 #include "torch/script.h"
 #include "worker/model/dlrm.h"
 #include "worker/model/model_factory.h"
+#include "worker/model/test_batch.h"
 
 namespace shardps {
 namespace {
@@ -44,30 +45,7 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> Load(const std::string& name,
   return TorchScriptModel::Create(TinySpec(name), options);
 }
 
-// A batch that owns its buffers and lends them out as ModelInputs.
-struct Batch {
-  int64_t batch_size = 0;
-  std::vector<float> labels, dense, params;
-  std::vector<std::vector<float>> rows;
-  std::vector<std::vector<int64_t>> indices, offsets;
-  std::vector<TableRows> table_views;
-  std::vector<FieldBag> field_views;
-
-  ModelInputs Inputs() {
-    table_views.clear();
-    for (const auto& r : rows) table_views.push_back({r});
-    field_views.clear();
-    for (size_t f = 0; f < indices.size(); ++f) field_views.push_back({indices[f], offsets[f]});
-    ModelInputs in;
-    in.batch_size = batch_size;
-    in.labels = labels;
-    in.dense = dense;
-    in.dense_params = params;
-    in.tables = table_views;
-    in.fields = field_views;
-    return in;
-  }
-};
+using testing::Batch;
 
 // 0..2 ids per bag from 6 rows a table; parameters uniform in +-0.5.
 Batch RandomBatch(const ModelSpec& spec, int64_t num_params, int64_t b, uint64_t seed) {
