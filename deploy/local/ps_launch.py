@@ -17,6 +17,10 @@ generated Criteo-format data (generated once, cached in data/synthetic),
 2 servers, 2 workers, SSP(2), evaluated every half epoch, keeping the best
 checkpoint and stopping early. Every setting can be overridden by flags.
 
+Your own model: --model tower.pt makes a TorchScript module (python3
+models/script.py writes one) the job's model: model.kind TORCHSCRIPT with
+the file's absolute path (docs/models.md).
+
 Checkpoints: --checkpoint_dir is used as given (a job found there is
 resumed). Without it, a config whose checkpoint.dir is relative (the default
 config's) gets <run_dir>/checkpoints, emptied first: each run is a new job.
