@@ -47,7 +47,7 @@ torch::Tensor TrialInput(int64_t cols, const torch::TensorOptions& options, doub
 
 TorchScriptModel::TorchScriptModel(const ModelSpec& spec, const ModelOptions& options,
                                    torch::jit::Module module)
-    : TorchModel(spec, options), module_(std::move(module)) {}
+    : TorchModel(spec, options), module_(std::move(module)), training_(module_.is_training()) {}
 
 TorchScriptModel::~TorchScriptModel() = default;
 

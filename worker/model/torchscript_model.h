@@ -102,8 +102,8 @@ class TorchScriptModel final : public TorchModel {
   std::vector<float> initial_;
   int64_t num_params_ = 0;
 
-  // The module's training flag as last set.
-  bool training_ = true;
+  // The module's training flag as last set (as saved, at first).
+  bool training_;
 };
 
 }  // namespace shardps

@@ -160,10 +160,8 @@ TEST(TorchScriptModelTest, ZooModelsLearnABatch) {
   }
 }
 
-// Training steps run the module in training mode, evaluation in eval mode;
-// a constant buffer is used as it is in the file.
-TEST(TorchScriptModelTest, TrainingModeForStepsEvalModeForEvaluation) {
-  auto model = Load("mode_probe");
+void ExpectTrainingModeOnlyForSteps(const std::string& module) {
+  auto model = Load(module);
   ASSERT_TRUE(model.ok()) << model.status();
   Batch batch = RandomBatch(TinySpec(""), (*model)->NumDenseParams(), 4, 5);
   StepResult train, eval;
@@ -180,6 +178,16 @@ TEST(TorchScriptModelTest, TrainingModeForStepsEvalModeForEvaluation) {
   for (size_t i = 0; i < train.probs.size(); ++i) mean += train.probs[i] - batch.labels[i];
   mean /= train.probs.size();
   EXPECT_NEAR(train.dense_grad.back(), 2 * mean, 1e-5);
+}
+
+// Training steps run the module in training mode, evaluation in eval mode,
+// whichever mode it was saved in; a constant buffer is used as it is in the
+// file.
+TEST(TorchScriptModelTest, TrainingModeForStepsEvalModeForEvaluation) {
+  for (const char* module : {"mode_probe", "mode_probe_eval"}) {
+    SCOPED_TRACE(module);
+    ExpectTrainingModeOnlyForSteps(module);
+  }
 }
 
 // bf16 autocast reaches the module's matrix products: close to fp32, not

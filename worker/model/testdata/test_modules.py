@@ -155,6 +155,8 @@ def main():
     torch.manual_seed(1)
     for name, cls in SCRIPTED.items():
         torch.jit.script(cls()).save(os.path.join(args.out_dir, name + ".pt"))
+    # Saved in eval mode: the worker still trains in training mode.
+    torch.jit.script(ModeProbe().eval()).save(os.path.join(args.out_dir, "mode_probe_eval.pt"))
     double = torch.jit.script(Tower().double())
     double.save(os.path.join(args.out_dir, "double_param.pt"))
     # A state dict, not a module: what torch.save writes.
