@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Scores job configs on every ps_datagen family at several epoch counts:
 each family's gap to the best this model reaches there (over the configs
-swept) and to a hashed logistic regression (bench/hashed_lr.py).
+swept) and to a hashed logistic regression (bench/hashed_lr.py); with
+--models, each zoo model (models/, scripted for the first config by
+models/script.py and run on that config with the launcher's --model)
+beside them, as a config of its own.
 
 For each family (--families; ps_datagen --family, --lines training lines in
 8 files and --eval_lines held-out lines, generated once into --cache) and
@@ -27,7 +30,10 @@ and over those not named by --held_out.
   python3 bench/defaults_sweep.py [--config default=configs/default.pbtxt
       --config other=/tmp/other.pbtxt] [--families default,criteo,crosses,noisy,drift]
       [--epochs 1,3] [--repeat 3] [--lines 200000] [--eval_lines 50000]
-      [--held_out noisy] [--bin_dir DIR]
+      [--held_out noisy] [--models dcn_v2,deepfm] [--set dcn_v2:rank=64]
+      [--bin_dir DIR]
+
+(--models needs //worker/model:ps_model_spec in the -c opt build too.)
 """
 import argparse
 import json
@@ -73,8 +79,24 @@ def hashed_lr(args, data_dir, epochs):
     return best
 
 
-def run_job(bin_dir, config_text, data_dir, epochs, run_dir):
-    job, _ = launch_job(bin_dir, config_text, data_dir, run_dir, ["--epochs=%d" % epochs])
+def zoo_module(args, bin_dir, model, config_path):
+    """Scripts zoo `model` (with its --set options) for `config_path`;
+    the .pt file's path (in --cache)."""
+    out = os.path.join(args.cache, "zoo-%d-%s.pt" % (os.getpid(), model))
+    argv = ["/usr/bin/python3", os.path.join(ROOT, "models", "script.py"), model, "--config",
+            config_path, "--spec_tool", os.path.join(bin_dir, "worker/model/ps_model_spec"),
+            "--out", out]
+    for option in args.set:
+        name, _, value = option.partition(":")
+        if name == model:
+            argv += ["--set", value]
+    print(subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip())
+    return out
+
+
+def run_job(bin_dir, config_text, data_dir, epochs, run_dir, flags=()):
+    job, _ = launch_job(bin_dir, config_text, data_dir, run_dir,
+                        ["--epochs=%d" % epochs] + list(flags))
     final = float(job["eval_auc"])
     if final <= 0:
         sys.exit("a job ended without an evaluated model (eval_auc %s) in %s" %
@@ -127,16 +149,23 @@ def main():
     p.add_argument("--held_out", default="", help="families not used to choose (comma list)")
     p.add_argument("--cache", default="/tmp/shardps_defaults_sweep")
     p.add_argument("--bin_dir", default="", help="default: Bazel's opt output directory")
+    p.add_argument("--models", default="", help="zoo models run beside the configs (comma list)")
+    p.add_argument("--set", action="append", default=[], metavar="MODEL:NAME=VALUE",
+                   help="an option of a zoo model's build() (models/script.py --set)")
     args = p.parse_args()
     bin_dir = args.bin_dir or bazel_bin("opt")
-    configs = []
+    configs, flags, paths = [], {}, []
     for spec in args.config or ["default=" + os.path.join(ROOT, "configs/default.pbtxt")]:
         name, _, path = spec.partition("=")
         with open(path) as f:
             configs.append((name, f.read()))
+        paths.append(path)
+    os.makedirs(args.cache, exist_ok=True)
+    for model in [m for m in args.models.split(",") if m]:
+        flags[model] = ["--model=" + zoo_module(args, bin_dir, model, paths[0])]
+        configs.append((model, configs[0][1]))
     families = args.families.split(",")
     epochs_list = [int(e) for e in args.epochs.split(",")]
-    os.makedirs(args.cache, exist_ok=True)
     data, best_auc, lr = {}, {}, {}
     for family in families:
         data[family], best = data_set(args, bin_dir, family)
@@ -154,7 +183,8 @@ def main():
                     # A run directory of this process's own: two sweeps
                     # sharing one would empty each other's checkpoints.
                     out = run_job(bin_dir, text, data[family], epochs,
-                                  os.path.join(args.cache, "run-%d" % os.getpid()))
+                                  os.path.join(args.cache, "run-%d" % os.getpid()),
+                                  flags.get(name, []))
                     kept.setdefault((family, epochs, name), []).append(out["kept"])
                     print("%-6d %-8s %2d %-14s %9.4f %9.4f %6d %6.0f" % (
                         r + 1, family, epochs, name, out["kept"], out["final"], out["evals"],
